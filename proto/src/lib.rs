@@ -1,0 +1,16 @@
+//! Drover's wire protocol. The `.proto` files under `proto/` are the single definition that
+//! the hub and every agent compile from; this crate holds nothing else.
+
+#![allow(missing_debug_implementations, unreachable_pub)] // generated code
+
+/// The tunnel protocol: stream headers, dial replies and the handshake service.
+pub mod tunnel {
+    /// Version 1 of the tunnel protocol.
+    pub mod v1 {
+        tonic::include_proto!("drover.tunnel.v1");
+    }
+}
+
+/// The tunnel protocol version this build speaks. A hub refuses a `Hello` carrying another
+/// version; bump it only for changes an older peer cannot understand.
+pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,499 @@
+//! The agent's end: dial `wss://HUB/v3/connect`, prove who we are, say `Hello`, and keep
+//! doing so: when a session ends, reconnect with capped exponential backoff and full jitter,
+//! resolving the hub's name anew on every attempt.
+
+use std::{
+    fmt,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Uri, header};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use proto::tunnel::v1::{HelloReply, HelloRequest, handshake_client::HandshakeClient};
+use rustls::{ClientConfig, RootCertStore};
+use rustls_pki_types::ServerName;
+use tokio::{net::TcpStream, sync::mpsc};
+use tokio_rustls::{TlsConnector, client::TlsStream};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    acceptor::{AGENT_ID_HEADER, AGENT_KIND_HEADER},
+    allow::AllowList,
+    backoff::Backoff,
+    inbound::{Control, Inbound},
+    session::{DialError, Peer, Session, SessionInfo, SessionSettings},
+    tls::{self, Trust},
+};
+
+/// Largest `/cacerts` body accepted.
+const MAX_CACERTS_LEN: usize = 1024 * 1024;
+
+/// A credential that never shows in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Everything an agent needs to hold a session to the hub.
+#[derive(Debug, Clone)]
+pub struct ConnectorConfig {
+    /// The hub: `https://HOST[:PORT]` or `wss://HOST[:PORT]/v3/connect`.
+    pub url: String,
+    /// Sent as `Authorization: Bearer …` in the upgrade request.
+    pub credential: Secret,
+    /// Who this agent is; the hub checks the credential proves it.
+    pub identity: Peer,
+    /// This agent's build, reported in `Hello`.
+    pub agent_version: String,
+    pub trust: Trust,
+    /// What the hub may ask this agent to dial.
+    pub allow: AllowList,
+    pub settings: SessionSettings,
+    pub backoff: Backoff,
+    /// Bound on one attempt: TCP, TLS, WebSocket upgrade and `Hello`.
+    pub connect_timeout: Duration,
+    /// gRPC services this agent offers the hub on control streams the hub opens.
+    pub routes: Option<tonic::service::Routes>,
+    /// The protocol version sent in `Hello`. Only tests change it.
+    #[doc(hidden)]
+    pub protocol_version: u32,
+}
+
+impl ConnectorConfig {
+    pub fn new(url: impl Into<String>, credential: Secret, identity: Peer, trust: Trust) -> Self {
+        Self {
+            url: url.into(),
+            credential,
+            identity,
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            trust,
+            allow: AllowList::none(),
+            settings: SessionSettings::default(),
+            backoff: Backoff::default(),
+            connect_timeout: Duration::from_secs(30),
+            routes: None,
+            protocol_version: proto::TUNNEL_PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// Why one connection attempt failed. Each message says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("hub URL {url:?} is not usable: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("cannot reach the hub at {authority}: {source}")]
+    Unreachable {
+        authority: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "CA checksum mismatch: the hub at {authority} serves a CA whose sha256 is {actual}, \
+         but this agent was given {expected}; check the --ca-checksum the agent was installed with"
+    )]
+    CaChecksumMismatch {
+        authority: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot fetch the hub's CA from https://{authority}/cacerts: {reason}")]
+    CaFetch { authority: String, reason: String },
+    #[error("TLS with the hub at {authority} failed: {source}")]
+    Tls {
+        authority: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the hub refused this agent's credential (HTTP {status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    #[error("WebSocket upgrade at {url} failed: {reason}")]
+    Upgrade { url: String, reason: String },
+    #[error("the hub refused the handshake: {0}")]
+    Handshake(String),
+    #[error("the session ended during the handshake: {0}")]
+    Session(#[from] DialError),
+    #[error("no usable trust roots: {0}")]
+    Trust(#[from] tls::TlsError),
+    #[error("connecting took longer than {0:?}")]
+    TimedOut(Duration),
+}
+
+/// A session to the hub that has completed `Hello`.
+#[derive(Debug, Clone)]
+pub struct AgentSession {
+    pub session: Session,
+    /// gRPC to the hub; each connection it makes is a new control stream in the session.
+    pub channel: tonic::transport::Channel,
+    pub hello: HelloReply,
+}
+
+/// Connects an agent to the hub. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Connector {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ConnectorConfig,
+    target: Target,
+    /// Roots proven by the CA checksum (or given), kept for later attempts.
+    roots: Mutex<Option<Arc<ClientConfig>>>,
+}
+
+#[derive(Debug)]
+struct Target {
+    host: String,
+    port: u16,
+    authority: String,
+    ws_url: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Self, ConnectError> {
+        let bad = |reason: &str| ConnectError::InvalidUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| bad("expected https://HOST[:PORT]"))?;
+        match uri.scheme_str() {
+            Some("https" | "wss") => {}
+            _ => {
+                return Err(bad(
+                    "the scheme must be https:// (or wss://); the tunnel always uses TLS",
+                ));
+            }
+        }
+        let host = uri.host().ok_or_else(|| bad("no host"))?.to_owned();
+        let port = uri.port_u16().unwrap_or(443);
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let path = match uri.path() {
+            "" | "/" => "/v3/connect",
+            p => p,
+        };
+        Ok(Self {
+            ws_url: format!("wss://{authority}{path}"),
+            host,
+            port,
+            authority,
+        })
+    }
+
+    fn server_name(&self) -> Result<ServerName<'static>, ConnectError> {
+        ServerName::try_from(self.host.clone()).map_err(|_| ConnectError::InvalidUrl {
+            url: self.ws_url.clone(),
+            reason: "the host is not a valid DNS name or IP address".to_owned(),
+        })
+    }
+}
+
+impl Connector {
+    pub fn new(config: ConnectorConfig) -> Result<Self, ConnectError> {
+        let target = Target::parse(&config.url)?;
+        let roots = match &config.trust {
+            Trust::CaChecksum(_) => None,
+            Trust::CaPem(pem) => Some(tls::client_config(tls::roots_from_pem(pem)?)),
+            Trust::SystemRoots => Some(tls::client_config(tls::system_roots()?)),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                target,
+                roots: Mutex::new(roots),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ConnectorConfig {
+        &self.inner.config
+    }
+
+    /// One attempt: connect, authenticate, `Hello`.
+    pub async fn connect(&self) -> Result<AgentSession, ConnectError> {
+        let timeout = self.inner.config.connect_timeout;
+        tokio::time::timeout(timeout, self.connect_unbounded())
+            .await
+            .map_err(|_| ConnectError::TimedOut(timeout))?
+    }
+
+    async fn connect_unbounded(&self) -> Result<AgentSession, ConnectError> {
+        let config = &self.inner.config;
+        let target = &self.inner.target;
+        let tls_config = self.tls_config().await?;
+        let tls = match self.open_tls(tls_config).await {
+            Ok(tls) => tls,
+            Err(e) => {
+                // A pinned CA may have been replaced by one with the same checksum only in
+                // theory; forget it so the next attempt re-fetches and re-checks.
+                if matches!(config.trust, Trust::CaChecksum(_))
+                    && matches!(e, ConnectError::Tls { .. })
+                {
+                    *self.lock_roots() = None;
+                }
+                return Err(e);
+            }
+        };
+
+        let mut request =
+            target
+                .ws_url
+                .as_str()
+                .into_client_request()
+                .map_err(|e| ConnectError::InvalidUrl {
+                    url: target.ws_url.clone(),
+                    reason: e.to_string(),
+                })?;
+        let headers = request.headers_mut();
+        let value = |s: &str| {
+            HeaderValue::from_str(s).map_err(|_| ConnectError::InvalidUrl {
+                url: target.ws_url.clone(),
+                reason: "the credential or identity holds characters not allowed in a header"
+                    .to_owned(),
+            })
+        };
+        headers.insert(
+            header::AUTHORIZATION,
+            value(&format!("Bearer {}", config.credential.expose()))?,
+        );
+        headers.insert(AGENT_ID_HEADER, value(&config.identity.id)?);
+        headers.insert(AGENT_KIND_HEADER, value(&config.identity.kind)?);
+
+        let ws_config = config.settings.ws.websocket_config();
+        let ws = match tokio_tungstenite::client_async_with_config(request, tls, Some(ws_config))
+            .await
+        {
+            Ok((ws, _response)) => ws,
+            Err(tungstenite::Error::Http(response)) => {
+                let status = response.status().as_u16();
+                let message = response
+                    .body()
+                    .as_deref()
+                    .map(|b| String::from_utf8_lossy(b).trim().to_owned())
+                    .unwrap_or_default();
+                return Err(if status == 401 || status == 403 {
+                    ConnectError::Unauthorized { status, message }
+                } else {
+                    ConnectError::Upgrade {
+                        url: target.ws_url.clone(),
+                        reason: format!("HTTP {status}: {message}"),
+                    }
+                });
+            }
+            Err(e) => {
+                return Err(ConnectError::Upgrade {
+                    url: target.ws_url.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+
+        let hub = Peer {
+            id: target.authority.clone(),
+            kind: "hub".to_owned(),
+        };
+        let inbound = Inbound {
+            allow: config.allow.clone(),
+            dial_timeout: config.settings.dial_timeout,
+            control: config.routes.clone().map(|routes| Control {
+                routes,
+                extensions: http::Extensions::new(),
+            }),
+        };
+        let session = Session::spawn(
+            ws,
+            yamux::Mode::Client,
+            config.settings,
+            SessionInfo::new(hub, None),
+            inbound,
+        );
+        match self.hello(&session).await {
+            Ok((channel, hello)) => Ok(AgentSession {
+                session,
+                channel,
+                hello,
+            }),
+            Err(e) => {
+                session.close();
+                Err(e)
+            }
+        }
+    }
+
+    async fn hello(
+        &self,
+        session: &Session,
+    ) -> Result<(tonic::transport::Channel, HelloReply), ConnectError> {
+        let config = &self.inner.config;
+        let opener = session.clone();
+        let connector = tower::service_fn(move |_: Uri| {
+            let session = opener.clone();
+            async move { session.open_control().await.map(TokioIo::new) }
+        });
+        let channel = tonic::transport::Endpoint::from_static("http://hub.tunnel.drover")
+            .connect_with_connector_lazy(connector);
+        let reply = HandshakeClient::new(channel.clone())
+            .hello(HelloRequest {
+                agent_id: config.identity.id.clone(),
+                kind: config.identity.kind.clone(),
+                protocol_version: config.protocol_version,
+                agent_version: config.agent_version.clone(),
+            })
+            .await
+            .map_err(|status| ConnectError::Handshake(status.message().to_owned()))?;
+        Ok((channel, reply.into_inner()))
+    }
+
+    fn lock_roots(&self) -> std::sync::MutexGuard<'_, Option<Arc<ClientConfig>>> {
+        self.inner.roots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The client config to verify the hub with; under a CA checksum, fetched and checked first.
+    async fn tls_config(&self) -> Result<Arc<ClientConfig>, ConnectError> {
+        if let Some(config) = self.lock_roots().clone() {
+            return Ok(config);
+        }
+        let Trust::CaChecksum(expected) = &self.inner.config.trust else {
+            unreachable!("roots are set at construction for every other kind of trust")
+        };
+        let pem = self.fetch_cacerts().await?;
+        let actual = tls::ca_checksum(&pem);
+        if !actual.eq_ignore_ascii_case(expected.trim()) {
+            return Err(ConnectError::CaChecksumMismatch {
+                authority: self.inner.target.authority.clone(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        let roots: RootCertStore = tls::roots_from_pem(&pem)?;
+        let config = tls::client_config(roots);
+        *self.lock_roots() = Some(config.clone());
+        Ok(config)
+    }
+
+    async fn open_tls(
+        &self,
+        config: Arc<ClientConfig>,
+    ) -> Result<TlsStream<TcpStream>, ConnectError> {
+        let target = &self.inner.target;
+        // Connecting by name resolves it again on every attempt.
+        let tcp = TcpStream::connect((target.host.as_str(), target.port))
+            .await
+            .map_err(|source| ConnectError::Unreachable {
+                authority: target.authority.clone(),
+                source,
+            })?;
+        let _ = tcp.set_nodelay(true);
+        TlsConnector::from(config)
+            .connect(target.server_name()?, tcp)
+            .await
+            .map_err(|source| ConnectError::Tls {
+                authority: target.authority.clone(),
+                source,
+            })
+    }
+
+    /// Downloads `/cacerts` without verifying the chain; the caller checks its checksum before
+    /// trusting a byte of it.
+    async fn fetch_cacerts(&self) -> Result<Vec<u8>, ConnectError> {
+        let target = &self.inner.target;
+        let fail = |reason: String| ConnectError::CaFetch {
+            authority: target.authority.clone(),
+            reason,
+        };
+        let tls = self.open_tls(tls::unverified_client_config()).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        tokio::spawn(conn);
+        let request = http::Request::get("/cacerts")
+            .header(header::HOST, &target.authority)
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| fail(e.to_string()))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        if !response.status().is_success() {
+            return Err(fail(format!("HTTP {}", response.status())));
+        }
+        let body = Limited::new(response.into_body(), MAX_CACERTS_LEN)
+            .collect()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(body.to_bytes().to_vec())
+    }
+
+    /// Holds a session to the hub until `shutdown`: each new session is sent to `sessions`;
+    /// when it ends, reconnects after a backoff delay. Returns once `shutdown` is cancelled
+    /// (closing the live session) or `sessions` is dropped.
+    pub async fn run(self, sessions: mpsc::Sender<AgentSession>, shutdown: CancellationToken) {
+        let hub = &self.inner.target.authority;
+        let backoff = self.inner.config.backoff;
+        let mut attempt: u32 = 0;
+        loop {
+            let result = tokio::select! {
+                () = shutdown.cancelled() => return,
+                result = self.connect() => result,
+            };
+            match result {
+                Ok(agent) => {
+                    attempt = 0;
+                    let session = agent.session.clone();
+                    tracing::info!(%hub, session = %agent.hello.session_id, "connected to the hub");
+                    if sessions.send(agent).await.is_err() {
+                        session.close();
+                        return;
+                    }
+                    tokio::select! {
+                        reason = session.ended() => {
+                            tracing::warn!(%hub, %reason, "session to the hub ended; reconnecting");
+                        }
+                        () = shutdown.cancelled() => {
+                            session.close();
+                            let _ = tokio::time::timeout(Duration::from_secs(5), session.ended()).await;
+                            return;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(%hub, error = %e, "cannot connect to the hub"),
+            }
+            // Also after a session ends: agents cut off together come back spread out.
+            let delay = backoff.delay(attempt);
+            attempt = attempt.saturating_add(1);
+            tracing::debug!(%hub, "next attempt in {delay:?}");
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Streams the peer opens: read the header, then dial (if the allow-list permits) or serve the
+//! gRPC control channel. Every header is answered at once, success or failure, so the opener
+//! never waits on a timeout and yamux's acknowledgement backlog drains.
+
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use proto::tunnel::v1::{Dial, StreamHeader, stream_error::Kind, stream_header};
+use tokio::net::TcpStream;
+
+use crate::{allow::AllowList, header, session::TunnelStream};
+
+/// Buffer per direction when splicing a stream onto a TCP connection.
+const COPY_BUFFER: usize = 64 * 1024;
+
+/// What this side offers to streams the peer opens.
+#[derive(Clone, Debug)]
+pub(crate) struct Inbound {
+    pub(crate) allow: AllowList,
+    pub(crate) dial_timeout: Duration,
+    pub(crate) control: Option<Control>,
+}
+
+/// The gRPC services served on control streams, and request extensions they all receive
+/// (the session's [`crate::SessionInfo`] is always added).
+#[derive(Clone, Debug)]
+pub(crate) struct Control {
+    pub(crate) routes: tonic::service::Routes,
+    pub(crate) extensions: http::Extensions,
+}
+
+impl Inbound {
+    pub(crate) fn spawn(&self, stream: TunnelStream) {
+        let this = self.clone();
+        tokio::spawn(async move { this.handle(stream).await });
+    }
+
+    async fn handle(self, mut stream: TunnelStream) {
+        let session = stream.session().id;
+        let header: StreamHeader = match header::read(&mut stream).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(session, error = %e, "inbound stream without a usable header");
+                let reply = header::refused(Kind::Unsupported, format!("bad stream header: {e}"));
+                let _ = header::write(&mut stream, &reply).await;
+                return;
+            }
+        };
+        match header.kind {
+            Some(stream_header::Kind::Dial(dial)) => self.dial(stream, dial).await,
+            Some(stream_header::Kind::Control(_)) => match self.control {
+                Some(control) => {
+                    if header::write(&mut stream, &header::accepted())
+                        .await
+                        .is_ok()
+                    {
+                        control.serve(stream).await;
+                    }
+                }
+                None => {
+                    let reply =
+                        header::refused(Kind::Unsupported, "this side serves no control channel");
+                    let _ = header::write(&mut stream, &reply).await;
+                }
+            },
+            None => {
+                let reply = header::refused(
+                    Kind::Unsupported,
+                    "stream header names no known kind; upgrade this side",
+                );
+                let _ = header::write(&mut stream, &reply).await;
+            }
+        }
+    }
+
+    async fn dial(&self, mut stream: TunnelStream, dial: Dial) {
+        let address = dial.address;
+        let reply = if dial.network != "tcp" {
+            Err(header::refused(
+                Kind::Unsupported,
+                format!("dial {}/{address}: only tcp is supported", dial.network),
+            ))
+        } else if !self.allow.allows(&address) {
+            Err(header::refused(
+                Kind::NotAllowed,
+                format!("dial tcp/{address}: not allowed by this agent's allow-list"),
+            ))
+        } else {
+            match tokio::time::timeout(self.dial_timeout, TcpStream::connect(&address)).await {
+                Err(_) => Err(header::refused(
+                    Kind::TimedOut,
+                    format!(
+                        "dial tcp/{address}: no answer within {:?}",
+                        self.dial_timeout
+                    ),
+                )),
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    Err(header::refused(
+                        Kind::Refused,
+                        format!("dial tcp/{address}: connection refused (nothing listens there)"),
+                    ))
+                }
+                Ok(Err(e)) => Err(header::refused(
+                    Kind::Unreachable,
+                    format!("dial tcp/{address}: {e}"),
+                )),
+                Ok(Ok(tcp)) => Ok(tcp),
+            }
+        };
+        let session = stream.session().id;
+        match reply {
+            Err(refusal) => {
+                if let Some(err) = &refusal.error {
+                    tracing::debug!(session, reason = %err.message, "dial refused");
+                }
+                let _ = header::write(&mut stream, &refusal).await;
+            }
+            Ok(mut tcp) => {
+                let _ = tcp.set_nodelay(true);
+                if header::write(&mut stream, &header::accepted())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
+                    &mut stream,
+                    &mut tcp,
+                    COPY_BUFFER,
+                    COPY_BUFFER,
+                )
+                .await
+                {
+                    tracing::debug!(session, %address, error = %e, "dialled stream ended with an error");
+                }
+            }
+        }
+    }
+}
+
+impl Control {
+    async fn serve(self, stream: TunnelStream) {
+        let info = stream.session().clone();
+        let Control { routes, extensions } = self;
+        let service =
+            hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(info.clone());
+                req.extensions_mut().extend(extensions.clone());
+                tower::ServiceExt::oneshot(routes.clone(), req)
+            });
+        let session = stream.session().id;
+        let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), service);
+        if let Err(e) = conn.await {
+            tracing::debug!(session, error = %e, "control channel ended");
+        }
+    }
+}

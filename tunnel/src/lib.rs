@@ -1,0 +1,34 @@
+//! Drover's tunnel: the one multiplexed, encrypted connection each agent dials out to the hub.
+//!
+//! Layers, bottom up: TCP, TLS (rustls, [`tls`]), a WebSocket (`/v3/connect`), yamux (every
+//! logical connection a stream with its own credit window), and on each stream a typed header:
+//! a dial to `tcp/HOST:PORT` (acknowledged, checked against the accepting side's allow-list) or
+//! the gRPC control channel. The hub side is an [`Acceptor`] mounted on the hub's
+//! [`listener`]; the agent side is a [`Connector`]. This crate knows nothing of roles: who may
+//! connect and what an agent is are decided by the code that embeds it.
+
+mod acceptor;
+mod allow;
+mod backoff;
+mod connector;
+mod header;
+mod inbound;
+pub mod listener;
+mod registry;
+mod session;
+pub mod tls;
+mod ws;
+
+pub use acceptor::{
+    AGENT_ID_HEADER, AGENT_KIND_HEADER, Acceptor, AcceptorConfig, AuthError, AuthFuture,
+    Authenticate, bearer_token,
+};
+pub use allow::{AllowList, BadEntry};
+pub use backoff::Backoff;
+pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secret};
+pub use header::decode_header;
+pub use registry::{Registry, SessionEvent};
+pub use session::{
+    DialError, DialErrorKind, Peer, Session, SessionInfo, SessionSettings, TunnelStream,
+};
+pub use ws::WsSettings;

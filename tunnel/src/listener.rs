@@ -1,0 +1,104 @@
+//! The hub's HTTPS listener: TLS (rustls), HTTP/1.1 and HTTP/2, upgrades allowed (the tunnel's
+//! WebSocket, and later `exec` streams), a handshake timeout against slow clients, and a
+//! graceful stop. Any tower service can be mounted; the hub mounts its axum router.
+
+use std::{
+    convert::Infallible, error::Error as StdError, net::SocketAddr, sync::Arc, time::Duration,
+};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::{conn::auto, graceful::GracefulShutdown},
+    service::TowerToHyperService,
+};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceExt};
+
+/// The TCP address a request came from; every request carries it in its extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteAddr(pub SocketAddr);
+
+/// Time a client has to complete the TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time requests in flight get to finish after `shutdown` is cancelled.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `service` over TLS on `listener` until `shutdown` is cancelled, then stops accepting
+/// and lets requests in flight finish (at most [`DRAIN_TIMEOUT`]). Upgraded connections (tunnel
+/// sessions) are not tracked here: their owners close them on the same `shutdown`.
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    service: S,
+    shutdown: CancellationToken,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let acceptor = TlsAcceptor::from(tls);
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, remote) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, most likely: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed; retrying in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let service = service
+            .clone()
+            .map_request(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(RemoteAddr(remote));
+                req
+            });
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(tls),
+                TowerToHyperService::new(service),
+            );
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%remote, error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after {DRAIN_TIMEOUT:?}; stopping anyway");
+    }
+}

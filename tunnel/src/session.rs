@@ -1,0 +1,432 @@
+//! A session: one yamux connection over one WebSocket, owned by one driver task.
+//!
+//! yamux only makes progress while a single task polls its `Connection`, so the driver owns it
+//! and everything else talks to the driver through a [`Session`] handle: open a stream, close
+//! the session, wait until it has ended. Streams the peer opens are handed to [`Inbound`], which
+//! reads their header and either dials (checked against the allow-list) or serves gRPC.
+
+use std::{
+    fmt,
+    future::Future,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::{Duration, SystemTime},
+};
+
+use futures::future::poll_fn;
+use proto::tunnel::v1::{
+    ControlChannel, Dial, StreamHeader, StreamReply, stream_error::Kind, stream_header,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    sync::{mpsc, oneshot, watch},
+};
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::{
+    compat::{Compat, FuturesAsyncReadCompatExt},
+    sync::CancellationToken,
+};
+
+use crate::{
+    header,
+    inbound::Inbound,
+    ws::{WsIo, WsSettings},
+};
+
+/// Tuning of a session. The defaults suit both hub and agents.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSettings {
+    pub ws: WsSettings,
+    /// Streams open at once; opening more fails until some close.
+    pub max_streams: usize,
+    /// Memory a session may hold for received-but-unread data beyond the 256 KiB every stream
+    /// starts with; streams that move bulk data grow their windows out of this pool.
+    pub window_growth: usize,
+    /// Largest yamux data frame; bulk streams interleave with others at this granularity.
+    pub frame_size: usize,
+    /// How long the accepting side waits for a dialled address to answer.
+    pub dial_timeout: Duration,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        Self {
+            ws: WsSettings::default(),
+            max_streams: 512,
+            window_growth: 64 * 1024 * 1024,
+            frame_size: 64 * 1024,
+            dial_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl SessionSettings {
+    fn yamux_config(&self) -> yamux::Config {
+        let mut cfg = yamux::Config::default();
+        // Order matters: yamux asserts window >= streams * 256 KiB on each call.
+        cfg.set_max_connection_receive_window(Some(
+            self.max_streams * yamux::DEFAULT_CREDIT as usize + self.window_growth,
+        ));
+        cfg.set_max_num_streams(self.max_streams);
+        cfg.set_split_send_size(self.frame_size);
+        cfg
+    }
+
+    /// Worst-case bytes a session buffers for received data: every stream's window filled.
+    pub fn max_buffered_bytes(&self) -> usize {
+        self.max_streams * yamux::DEFAULT_CREDIT as usize + self.window_growth
+    }
+}
+
+/// Who is at the far end of a session, as the hub authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Peer {
+    /// Unique per agent, e.g. `cluster/c-7x2k` or `host/9f1c…`; one session per id.
+    pub id: String,
+    /// What the agent is (`cluster-agent`, `node-agent`, `system-agent`); opaque here.
+    pub kind: String,
+}
+
+/// Facts about one session, handed to gRPC handlers in request extensions.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    /// Unique within this process.
+    pub id: u64,
+    pub peer: Peer,
+    /// The TCP peer address, where known.
+    pub remote_addr: Option<SocketAddr>,
+    pub connected_at: SystemTime,
+}
+
+static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
+
+impl SessionInfo {
+    pub(crate) fn new(peer: Peer, remote_addr: Option<SocketAddr>) -> Self {
+        Self {
+            id: NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed),
+            peer,
+            remote_addr,
+            connected_at: SystemTime::now(),
+        }
+    }
+}
+
+/// Why a stream could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialErrorKind {
+    /// The far side's allow-list does not include the address.
+    NotAllowed,
+    /// Nothing listens at the address.
+    Refused,
+    /// The address could not be reached or resolved.
+    Unreachable,
+    /// The address did not answer in time, or the far side did not acknowledge.
+    TimedOut,
+    /// The far side does not offer what the header asked for.
+    Unsupported,
+    /// The session ended, or has no room for another stream.
+    Session,
+}
+
+/// A failed dial or stream open; the message says what and why, for people.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct DialError {
+    pub kind: DialErrorKind,
+    pub message: String,
+}
+
+impl DialError {
+    pub(crate) fn session(message: impl Into<String>) -> Self {
+        Self {
+            kind: DialErrorKind::Session,
+            message: message.into(),
+        }
+    }
+}
+
+type OpenReply = oneshot::Sender<Result<yamux::Stream, yamux::ConnectionError>>;
+
+/// A handle on a live (or ended) session. Cheap to clone.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    info: SessionInfo,
+    open: mpsc::Sender<OpenReply>,
+    close: CancellationToken,
+    ended: watch::Receiver<Option<String>>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.info.id)
+            .field("peer", &self.inner.info.peer)
+            .finish()
+    }
+}
+
+impl Session {
+    /// Starts the driver task for a WebSocket that has completed its handshake.
+    pub(crate) fn spawn<S>(
+        ws: WebSocketStream<S>,
+        mode: yamux::Mode,
+        settings: SessionSettings,
+        info: SessionInfo,
+        inbound: Inbound,
+    ) -> Self
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = WsIo::new(ws, settings.ws);
+        let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
+        let (open_tx, open_rx) = mpsc::channel(64);
+        let (ended_tx, ended_rx) = watch::channel(None);
+        let session = Session {
+            inner: Arc::new(Shared {
+                info,
+                open: open_tx,
+                close: CancellationToken::new(),
+                ended: ended_rx,
+            }),
+        };
+        let driver = Driver {
+            conn,
+            open_rx,
+            pending_open: None,
+            inbound,
+            info: session.inner.info.clone(),
+        };
+        let close = session.inner.close.clone();
+        let id = session.inner.info.id;
+        let peer = session.inner.info.peer.id.clone();
+        tokio::spawn(async move {
+            let reason = driver.run(close).await;
+            tracing::info!(session = id, peer = %peer, %reason, "tunnel session ended");
+            let _ = ended_tx.send(Some(reason));
+        });
+        session
+    }
+
+    pub fn info(&self) -> &SessionInfo {
+        &self.inner.info
+    }
+
+    /// Asks the driver to close the session: a yamux GoAway, then a WebSocket close.
+    pub fn close(&self) {
+        self.inner.close.cancel();
+    }
+
+    /// Whether the session has ended.
+    pub fn is_ended(&self) -> bool {
+        self.inner.ended.borrow().is_some()
+    }
+
+    /// Waits until the session has ended; returns why.
+    pub async fn ended(&self) -> String {
+        let mut rx = self.inner.ended.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => "session driver stopped".to_owned(),
+        }
+    }
+
+    /// Opens a stream and asks the far side to connect it to `address` (`host:port`, TCP).
+    /// Fails at once, for this stream only, if the far side refuses or cannot connect.
+    pub async fn dial(&self, address: &str) -> Result<TunnelStream, DialError> {
+        let header = StreamHeader {
+            kind: Some(stream_header::Kind::Dial(Dial {
+                network: "tcp".to_owned(),
+                address: address.to_owned(),
+            })),
+        };
+        self.open(header).await
+    }
+
+    /// Opens a stream carrying the gRPC control channel.
+    pub(crate) async fn open_control(&self) -> Result<TunnelStream, DialError> {
+        let header = StreamHeader {
+            kind: Some(stream_header::Kind::Control(ControlChannel {})),
+        };
+        self.open(header).await
+    }
+
+    async fn open(&self, header: StreamHeader) -> Result<TunnelStream, DialError> {
+        let (tx, rx) = oneshot::channel();
+        let gone = || DialError::session("the tunnel session has ended");
+        self.inner.open.send(tx).await.map_err(|_| gone())?;
+        let stream = rx
+            .await
+            .map_err(|_| gone())?
+            .map_err(|e| DialError::session(format!("cannot open a stream: {e}")))?;
+        let mut stream = TunnelStream::new(stream, self.inner.info.clone());
+        header::write(&mut stream, &header)
+            .await
+            .map_err(|e| DialError::session(format!("cannot send the stream header: {e}")))?;
+        let reply: StreamReply = header::read(&mut stream).await.map_err(|e| DialError {
+            kind: match e {
+                header::HeaderError::TimedOut => DialErrorKind::TimedOut,
+                _ => DialErrorKind::Session,
+            },
+            message: format!("the far side did not acknowledge the stream: {e}"),
+        })?;
+        match reply.error {
+            None => Ok(stream),
+            Some(err) => Err(DialError {
+                kind: match err.kind() {
+                    Kind::NotAllowed => DialErrorKind::NotAllowed,
+                    Kind::Refused => DialErrorKind::Refused,
+                    Kind::Unreachable => DialErrorKind::Unreachable,
+                    Kind::TimedOut => DialErrorKind::TimedOut,
+                    Kind::Unsupported | Kind::Unspecified => DialErrorKind::Unsupported,
+                },
+                message: err.message,
+            }),
+        }
+    }
+}
+
+/// Owns the yamux connection; serves open requests and hands inbound streams out.
+struct Driver<S> {
+    conn: yamux::Connection<WsIo<S>>,
+    open_rx: mpsc::Receiver<OpenReply>,
+    pending_open: Option<OpenReply>,
+    inbound: Inbound,
+    info: SessionInfo,
+}
+
+impl<S> Driver<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    async fn run(mut self, close: CancellationToken) -> String {
+        let closing = close.cancelled();
+        tokio::pin!(closing);
+        let reason = poll_fn(|cx| {
+            if closing.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            self.poll_opens(cx);
+            loop {
+                match self.conn.poll_next_inbound(cx) {
+                    Poll::Ready(Some(Ok(stream))) => {
+                        let stream = TunnelStream::new(stream, self.info.clone());
+                        self.inbound.spawn(stream);
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(e.to_string())),
+                    Poll::Ready(None) => {
+                        return Poll::Ready(Some("the peer closed the session".to_owned()));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await;
+        match reason {
+            Some(reason) => reason,
+            None => {
+                // Bounded: a peer that stopped reading must not hold shutdown up.
+                let closed = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    poll_fn(|cx| self.conn.poll_close(cx)),
+                )
+                .await;
+                match closed {
+                    Ok(Ok(())) => "closed by this side".to_owned(),
+                    Ok(Err(e)) => format!("closed by this side ({e})"),
+                    Err(_) => {
+                        "closed by this side (the peer did not take the close in 5 s)".to_owned()
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens outbound streams for waiting callers, as far as yamux allows right now.
+    fn poll_opens(&mut self, cx: &mut Context<'_>) {
+        loop {
+            let reply = match self.pending_open.take() {
+                Some(reply) => reply,
+                None => match self.open_rx.poll_recv(cx) {
+                    Poll::Ready(Some(reply)) => reply,
+                    _ => return,
+                },
+            };
+            match self.conn.poll_new_outbound(cx) {
+                Poll::Ready(result) => {
+                    let _ = reply.send(result);
+                }
+                Poll::Pending => {
+                    // Too many streams await the peer's acknowledgement; yamux wakes us.
+                    self.pending_open = Some(reply);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One logical connection inside a session: tokio `AsyncRead + AsyncWrite`, with half-close.
+pub struct TunnelStream {
+    io: Compat<yamux::Stream>,
+    session: SessionInfo,
+}
+
+impl fmt::Debug for TunnelStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TunnelStream")
+            .field("stream", self.io.get_ref())
+            .field("session", &self.session.id)
+            .finish()
+    }
+}
+
+impl TunnelStream {
+    fn new(stream: yamux::Stream, session: SessionInfo) -> Self {
+        Self {
+            io: stream.compat(),
+            session,
+        }
+    }
+
+    /// The session this stream belongs to.
+    pub fn session(&self) -> &SessionInfo {
+        &self.session
+    }
+}
+
+impl AsyncRead for TunnelStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TunnelStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

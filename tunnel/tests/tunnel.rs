@@ -1,0 +1,528 @@
+//! The tunnel end to end: a hub and agents in this process, real TLS and TCP on 127.0.0.1.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures::SinkExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+use tunnel::{
+    AcceptorConfig, AllowList, ConnectError, Connector, DialErrorKind, Peer, Secret, SessionEvent,
+    SessionSettings, WsSettings,
+    tls::{self, Trust},
+};
+
+use support::*;
+
+fn init() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("tunnel=debug")
+        .try_init();
+}
+
+#[tokio::test]
+async fn bytes_echo_through_a_dialled_stream() {
+    init();
+    let (hub, agent, session) = connected_pair(
+        "echo",
+        AcceptorConfig::default(),
+        SessionSettings::default(),
+    )
+    .await;
+    let echo = echo_server().await;
+
+    let mut stream = session.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"hello through the tunnel").await.unwrap();
+    let mut got = [0u8; 24];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"hello through the tunnel");
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_streams_of_8_mib_arrive_intact() {
+    init();
+    let (hub, agent, session) = connected_pair(
+        "bulk",
+        AcceptorConfig::default(),
+        SessionSettings::default(),
+    )
+    .await;
+    let echo = echo_server().await;
+    const LEN: usize = 8 * 1024 * 1024;
+
+    let mut tasks = Vec::new();
+    for seed in 0..100u64 {
+        let session = session.clone();
+        tasks.push(tokio::spawn(async move {
+            let stream = session.dial(&echo.to_string()).await.unwrap();
+            let (mut r, mut w) = tokio::io::split(stream);
+            let sent = pattern(seed, LEN);
+            let writer = tokio::spawn(async move {
+                for chunk in sent.chunks(100_003) {
+                    w.write_all(chunk).await.unwrap();
+                }
+                w.shutdown().await.unwrap();
+            });
+            let mut got = Vec::with_capacity(LEN);
+            r.read_to_end(&mut got).await.unwrap();
+            writer.await.unwrap();
+            assert_eq!(got.len(), LEN, "stream {seed} length");
+            assert!(got == pattern(seed, LEN), "stream {seed} contents differ");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_dial_outside_the_allow_list_fails_that_stream_alone() {
+    init();
+    let (hub, agent, session) = connected_pair(
+        "allow",
+        AcceptorConfig::default(),
+        SessionSettings::default(),
+    )
+    .await;
+    let echo = echo_server().await;
+
+    // The agent allows 127.0.0.1:* only; "localhost" is a different name to the allow-list.
+    let err = session
+        .dial(&format!("localhost:{}", echo.port()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, DialErrorKind::NotAllowed);
+    assert!(err.message.contains("not allowed"), "{err}");
+
+    // The session lives on.
+    let mut stream = session.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"still here").await.unwrap();
+    let mut got = [0u8; 10];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"still here");
+    assert!(!session.is_ended());
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_dial_to_a_closed_port_is_refused_at_once_not_at_the_timeout() {
+    init();
+    let mut settings = SessionSettings::default();
+    settings.dial_timeout = Duration::from_secs(60);
+    let (hub, agent, session) = connected_pair("closed", AcceptorConfig::default(), settings).await;
+    let port = closed_port().await;
+
+    let started = Instant::now();
+    let err = session.dial(&port.to_string()).await.unwrap_err();
+    assert_eq!(err.kind, DialErrorKind::Refused, "{err}");
+    assert!(err.message.contains("refused"), "{err}");
+    assert!(
+        started.elapsed() < settings.dial_timeout,
+        "the refusal came from the timeout"
+    );
+    assert!(!session.is_ended());
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_credential_gets_401_and_no_session() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut events = hub.registry.subscribe();
+    let mut config = agent_config(&hub, "intruder");
+    config.credential = Secret::new("guessed");
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    match &err {
+        ConnectError::Unauthorized { status, message } => {
+            assert_eq!(*status, 401);
+            assert!(message.contains("register the agent again"), "{message}");
+        }
+        other => panic!("expected 401, got {other}"),
+    }
+    assert!(hub.registry.is_empty());
+    assert!(
+        events.try_recv().is_err(),
+        "a refused agent must not produce session events"
+    );
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_wrong_ca_checksum_refuses_to_connect_and_names_both_checksums() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "pinned");
+    let wrong = tls::ca_checksum(b"some other CA");
+    config.trust = Trust::CaChecksum(wrong.clone());
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    assert!(
+        matches!(err, ConnectError::CaChecksumMismatch { .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&wrong) && text.contains(&checksum()),
+        "{text}"
+    );
+    assert!(hub.registry.is_empty());
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn trusting_a_ca_that_did_not_sign_the_hub_fails_the_tls_handshake() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "stranger");
+    let other = tls::CertificateAuthority::generate("another CA").unwrap();
+    config.trust = Trust::CaPem(other.pem().cert_pem.clone().into_bytes());
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    assert!(matches!(err, ConnectError::Tls { .. }), "{err}");
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_speaking_another_protocol_version_is_refused_with_a_message() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "old-agent");
+    config.protocol_version = proto::TUNNEL_PROTOCOL_VERSION + 1;
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    match err {
+        ConnectError::Handshake(message) => {
+            assert!(
+                message.contains("incompatible tunnel protocol"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a handshake refusal, got {other}"),
+    }
+    assert!(hub.registry.is_empty());
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_credential_cannot_claim_another_agents_identity() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "cluster-b");
+    config.credential = token_for("cluster-a");
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    match err {
+        ConnectError::Handshake(message) => assert!(message.contains("cluster-a"), "{message}"),
+        other => panic!("expected a handshake refusal, got {other}"),
+    }
+    assert!(hub.registry.get("cluster-b").is_none());
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn the_hello_exchange_reports_versions_and_the_session() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let agent = Connector::new(agent_config(&hub, "hello"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(agent.hello.protocol_version, proto::TUNNEL_PROTOCOL_VERSION);
+    assert_eq!(agent.hello.hub_version, env!("CARGO_PKG_VERSION"));
+    let session = hub.session("hello").await;
+    assert_eq!(agent.hello.session_id, session.info().id.to_string());
+    assert_eq!(
+        session.info().peer,
+        Peer {
+            id: "hello".into(),
+            kind: KIND.into()
+        }
+    );
+    agent.session.close();
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_new_session_for_the_same_agent_replaces_the_old_one() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut events = hub.registry.subscribe();
+    let connector = Connector::new(agent_config(&hub, "twice")).unwrap();
+
+    let first = connector.connect().await.unwrap();
+    let first_id = hub.session("twice").await.info().id;
+    let second = connector.connect().await.unwrap();
+    first.session.ended().await;
+
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match events.recv().await.unwrap() {
+            SessionEvent::Connected(info) => seen.push(format!("connected {}", info.id)),
+            SessionEvent::Disconnected { info, reason } => {
+                assert!(reason.contains("replaced"), "{reason}");
+                seen.push(format!("disconnected {}", info.id));
+            }
+        }
+    }
+    let second_id = hub.registry.get("twice").unwrap().info().id;
+    assert_ne!(first_id, second_id);
+    assert_eq!(
+        seen,
+        [
+            format!("connected {first_id}"),
+            format!("disconnected {first_id}"),
+            format!("connected {second_id}")
+        ]
+    );
+    assert_eq!(hub.registry.len(), 1);
+
+    // The replacement carries traffic.
+    let echo = echo_server().await;
+    let mut stream = hub
+        .registry
+        .get("twice")
+        .unwrap()
+        .dial(&echo.to_string())
+        .await
+        .unwrap();
+    stream.write_all(b"x").await.unwrap();
+    let mut got = [0u8; 1];
+    stream.read_exact(&mut got).await.unwrap();
+    second.session.close();
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn the_agent_reconnects_after_a_hub_restart_and_streams_work_again() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let addr = hub.addr;
+    let mut agent = TestAgent::start(agent_config(&hub, "restart"));
+    let first = agent.next_session().await;
+    hub.session("restart").await;
+
+    hub.stop().await;
+    first.session.ended().await;
+
+    let hub = TestHub::start_on(addr, AcceptorConfig::default()).await;
+    let second = agent.next_session().await;
+    assert_ne!(first.hello.session_id, second.hello.session_id);
+    let session = hub.session("restart").await;
+    let echo = echo_server().await;
+    let mut stream = session.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"back").await.unwrap();
+    let mut got = [0u8; 4];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"back");
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_path_that_goes_quiet_is_noticed_by_both_ends_within_the_keepalive_bound() {
+    init();
+    let ws = WsSettings {
+        ping_interval: Duration::from_millis(300),
+        ..WsSettings::default()
+    };
+    let settings = SessionSettings {
+        ws,
+        ..SessionSettings::default()
+    };
+    let hub = TestHub::start(AcceptorConfig {
+        settings,
+        ..AcceptorConfig::default()
+    })
+    .await;
+    let relay = QuietRelay::start(hub.addr).await;
+    let mut config = agent_config(&hub, "quiet");
+    config.url = format!("https://127.0.0.1:{}", relay.addr.port());
+    config.settings = settings;
+    // One attempt only: no reconnect loop, so the ended session is the one we watch.
+    let agent = Connector::new(config).unwrap().connect().await.unwrap();
+    let hub_session = hub.session("quiet").await;
+
+    relay.go_quiet();
+    let started = Instant::now();
+    let (agent_reason, hub_reason) = tokio::join!(agent.session.ended(), hub_session.ended());
+    let noticed_after = started.elapsed();
+
+    assert!(agent_reason.contains("keepalive"), "agent: {agent_reason}");
+    assert!(hub_reason.contains("keepalive"), "hub: {hub_reason}");
+    // Bound: three ping intervals; the extra second absorbs a loaded test machine's scheduling.
+    assert!(
+        noticed_after <= ws.dead_after() + Duration::from_secs(1),
+        "noticed after {noticed_after:?}, bound {:?}",
+        ws.dead_after()
+    );
+    hub.stop().await;
+}
+
+/// Opens a raw WebSocket to the hub with a valid credential, as a misbehaving agent would.
+async fn raw_websocket(
+    hub: &TestHub,
+    id: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    let roots = tls::roots_from_pem(ca_pem().as_bytes()).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(tls::client_config(roots))
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let mut request = format!("wss://127.0.0.1:{}/v3/connect", hub.addr.port())
+        .into_client_request()
+        .unwrap();
+    let bearer = format!("Bearer {}", token_for(id).expose());
+    request
+        .headers_mut()
+        .insert("authorization", bearer.parse().unwrap());
+    request
+        .headers_mut()
+        .insert(tunnel::AGENT_KIND_HEADER, KIND.parse().unwrap());
+    let (ws, response) = tokio_tungstenite::client_async(request, tls).await.unwrap();
+    assert_eq!(response.status(), 101);
+    ws
+}
+
+async fn assert_closed_by_hub<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures::StreamExt;
+    // The hub must close this connection: reading ends (cleanly or with a reset).
+    loop {
+        match ws.next().await {
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+            Some(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_message_closes_that_session_and_no_other() {
+    init();
+    let hub_config = AcceptorConfig {
+        // Long enough that only the oversized message can explain the close.
+        handshake_timeout: Duration::from_secs(120),
+        ..AcceptorConfig::default()
+    };
+    let (hub, agent, good) = connected_pair("good", hub_config, SessionSettings::default()).await;
+    let limit = SessionSettings::default().ws.max_message_size;
+
+    let mut bad = raw_websocket(&hub, "bad").await;
+    bad.send(Message::Binary(vec![0u8; limit + 1].into()))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), assert_closed_by_hub(&mut bad))
+        .await
+        .unwrap();
+
+    let echo = echo_server().await;
+    let mut stream = good.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"unaffected").await.unwrap();
+    let mut got = [0u8; 10];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"unaffected");
+    assert!(!good.is_ended());
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_malformed_yamux_frame_closes_that_session_and_no_other() {
+    init();
+    let hub_config = AcceptorConfig {
+        handshake_timeout: Duration::from_secs(120),
+        ..AcceptorConfig::default()
+    };
+    let (hub, agent, good) = connected_pair("good", hub_config, SessionSettings::default()).await;
+
+    let mut bad = raw_websocket(&hub, "bad").await;
+    // A yamux header with version 7 (only 0 exists), then garbage.
+    bad.send(Message::Binary(vec![7u8; 64].into()))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), assert_closed_by_hub(&mut bad))
+        .await
+        .unwrap();
+
+    assert!(!good.is_ended());
+    let echo = echo_server().await;
+    let mut stream = good.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"ok").await.unwrap();
+    let mut got = [0u8; 2];
+    stream.read_exact(&mut got).await.unwrap();
+
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_may_dial_through_the_hub_only_where_the_hub_allows() {
+    init();
+    let echo = echo_server().await;
+    let hub_config = AcceptorConfig {
+        allow: AllowList::new([echo.to_string()]).unwrap(),
+        ..AcceptorConfig::default()
+    };
+    let hub = TestHub::start(hub_config).await;
+    let agent = Connector::new(agent_config(&hub, "outbound"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+
+    let mut stream = agent.session.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(b"up").await.unwrap();
+    let mut got = [0u8; 2];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"up");
+
+    let other = echo_server().await;
+    let err = agent.session.dial(&other.to_string()).await.unwrap_err();
+    assert_eq!(err.kind, DialErrorKind::NotAllowed);
+    agent.session.close();
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn stopping_the_agent_disconnects_it_on_the_hub_and_stopping_the_hub_ends_agent_sessions() {
+    init();
+    let (hub, agent, session) =
+        connected_pair("bye", AcceptorConfig::default(), SessionSettings::default()).await;
+    let mut events = hub.registry.subscribe();
+    agent.stop().await;
+    let reason = session.ended().await;
+    assert!(reason.contains("peer closed"), "{reason}");
+    match events.recv().await.unwrap() {
+        SessionEvent::Disconnected { info, .. } => assert_eq!(info.peer.id, "bye"),
+        other => panic!("expected a disconnect, got {other:?}"),
+    }
+    assert!(hub.registry.is_empty());
+
+    let agent = Connector::new(agent_config(&hub, "bye"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    hub.session("bye").await;
+    hub.stop().await;
+    let reason = agent.session.ended().await;
+    assert!(!reason.is_empty());
+}

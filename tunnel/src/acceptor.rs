@@ -23,18 +23,15 @@ use proto::tunnel::v1::{
     handshake_server::{Handshake, HandshakeServer},
 };
 use tokio::sync::oneshot;
-use tokio_tungstenite::{
-    WebSocketStream,
-    tungstenite::{handshake::derive_accept_key, protocol::Role},
-};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     allow::AllowList,
-    inbound::{Control, Inbound},
+    inbound::{Control, Inbound, Services},
     listener::RemoteAddr,
     registry::Registry,
     session::{Peer, Session, SessionInfo, SessionSettings},
+    ws::{self, Role},
 };
 
 /// Why the hub refused an agent's credential. The message goes back to the agent in the 401
@@ -88,6 +85,8 @@ pub struct AcceptorConfig {
     pub routes: tonic::service::Routes,
     /// What agents may ask the hub to dial. Nothing, by default.
     pub allow: AllowList,
+    /// In-process services agents may open streams to.
+    pub services: Services,
 }
 
 impl Default for AcceptorConfig {
@@ -98,6 +97,7 @@ impl Default for AcceptorConfig {
             handshake_timeout: Duration::from_secs(10),
             routes: tonic::service::Routes::default(),
             allow: AllowList::none(),
+            services: Services::default(),
         }
     }
 }
@@ -182,15 +182,7 @@ impl Acceptor {
         let this = self.clone();
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => {
-                    let ws = WebSocketStream::from_raw_socket(
-                        TokioIo::new(upgraded),
-                        Role::Server,
-                        Some(this.inner.config.settings.ws.websocket_config()),
-                    )
-                    .await;
-                    this.run_session(ws, peer, remote).await;
-                }
+                Ok(upgraded) => this.run_session(TokioIo::new(upgraded), peer, remote).await,
                 Err(e) => tracing::info!(peer = %peer.id, error = %e, "tunnel upgrade failed"),
             }
         });
@@ -202,13 +194,13 @@ impl Acceptor {
             http::HeaderValue::from_static("upgrade"),
         );
         headers.insert(header::UPGRADE, http::HeaderValue::from_static("websocket"));
-        if let Ok(accept) = http::HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        if let Ok(accept) = http::HeaderValue::from_str(&ws::accept_key(&key)) {
             headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
         }
         response
     }
 
-    async fn run_session<S>(&self, ws: WebSocketStream<S>, peer: Peer, remote: Option<SocketAddr>)
+    async fn run_session<S>(&self, io: S, peer: Peer, remote: Option<SocketAddr>)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -227,9 +219,10 @@ impl Acceptor {
                 routes: config.routes.clone().add_service(handshake),
                 extensions,
             }),
+            services: config.services.clone(),
         };
         let info = SessionInfo::new(peer, remote);
-        let session = Session::spawn(ws, yamux::Mode::Server, config.settings, info, inbound);
+        let session = Session::spawn(io, Role::Server, config.settings, info, inbound);
         let id = session.info().id;
         let peer_id = session.info().peer.id.clone();
 

@@ -9,7 +9,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderValue, Uri, header};
+use http::{Uri, header};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
 use proto::tunnel::v1::{HelloReply, HelloRequest, handshake_client::HandshakeClient};
@@ -17,20 +17,23 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::ServerName;
 use tokio::{net::TcpStream, sync::mpsc};
 use tokio_rustls::{TlsConnector, client::TlsStream};
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     acceptor::{AGENT_ID_HEADER, AGENT_KIND_HEADER},
     allow::AllowList,
     backoff::Backoff,
-    inbound::{Control, Inbound},
+    inbound::{Control, Inbound, Services},
+    readahead::ReadAhead,
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
     tls::{self, Trust},
+    ws::{self, Role},
 };
 
 /// Largest `/cacerts` body accepted.
 const MAX_CACERTS_LEN: usize = 1024 * 1024;
+/// Largest refusal body read from a failed upgrade.
+const MAX_REFUSAL_LEN: usize = 64 * 1024;
 
 /// A credential that never shows in `Debug` output or logs.
 #[derive(Clone, PartialEq, Eq)]
@@ -72,6 +75,8 @@ pub struct ConnectorConfig {
     pub connect_timeout: Duration,
     /// gRPC services this agent offers the hub on control streams the hub opens.
     pub routes: Option<tonic::service::Routes>,
+    /// In-process services the hub may open streams to.
+    pub services: Services,
     /// The protocol version sent in `Hello`. Only tests change it.
     #[doc(hidden)]
     pub protocol_version: u32,
@@ -90,6 +95,7 @@ impl ConnectorConfig {
             backoff: Backoff::default(),
             connect_timeout: Duration::from_secs(30),
             routes: None,
+            services: Services::default(),
             protocol_version: proto::TUNNEL_PROTOCOL_VERSION,
         }
     }
@@ -165,6 +171,7 @@ struct Target {
     host: String,
     port: u16,
     authority: String,
+    path: String,
     ws_url: String,
 }
 
@@ -202,6 +209,7 @@ impl Target {
         };
         Ok(Self {
             ws_url: format!("wss://{authority}{path}"),
+            path: path.to_owned(),
             host,
             port,
             authority,
@@ -263,58 +271,7 @@ impl Connector {
             }
         };
 
-        let mut request =
-            target
-                .ws_url
-                .as_str()
-                .into_client_request()
-                .map_err(|e| ConnectError::InvalidUrl {
-                    url: target.ws_url.clone(),
-                    reason: e.to_string(),
-                })?;
-        let headers = request.headers_mut();
-        let value = |s: &str| {
-            HeaderValue::from_str(s).map_err(|_| ConnectError::InvalidUrl {
-                url: target.ws_url.clone(),
-                reason: "the credential or identity holds characters not allowed in a header"
-                    .to_owned(),
-            })
-        };
-        headers.insert(
-            header::AUTHORIZATION,
-            value(&format!("Bearer {}", config.credential.expose()))?,
-        );
-        headers.insert(AGENT_ID_HEADER, value(&config.identity.id)?);
-        headers.insert(AGENT_KIND_HEADER, value(&config.identity.kind)?);
-
-        let ws_config = config.settings.ws.websocket_config();
-        let ws = match tokio_tungstenite::client_async_with_config(request, tls, Some(ws_config))
-            .await
-        {
-            Ok((ws, _response)) => ws,
-            Err(tungstenite::Error::Http(response)) => {
-                let status = response.status().as_u16();
-                let message = response
-                    .body()
-                    .as_deref()
-                    .map(|b| String::from_utf8_lossy(b).trim().to_owned())
-                    .unwrap_or_default();
-                return Err(if status == 401 || status == 403 {
-                    ConnectError::Unauthorized { status, message }
-                } else {
-                    ConnectError::Upgrade {
-                        url: target.ws_url.clone(),
-                        reason: format!("HTTP {status}: {message}"),
-                    }
-                });
-            }
-            Err(e) => {
-                return Err(ConnectError::Upgrade {
-                    url: target.ws_url.clone(),
-                    reason: e.to_string(),
-                });
-            }
-        };
+        let upgraded = self.upgrade(tls).await?;
 
         let hub = Peer {
             id: target.authority.clone(),
@@ -327,10 +284,11 @@ impl Connector {
                 routes,
                 extensions: http::Extensions::new(),
             }),
+            services: config.services.clone(),
         };
         let session = Session::spawn(
-            ws,
-            yamux::Mode::Client,
+            TokioIo::new(upgraded),
+            Role::Client,
             config.settings,
             SessionInfo::new(hub, None),
             inbound,
@@ -346,6 +304,72 @@ impl Connector {
                 Err(e)
             }
         }
+    }
+
+    /// Sends the WebSocket upgrade request carrying our credential; returns the upgraded
+    /// connection, or the hub's refusal.
+    async fn upgrade(
+        &self,
+        tls: TlsStream<ReadAhead<TcpStream>>,
+    ) -> Result<hyper::upgrade::Upgraded, ConnectError> {
+        let config = &self.inner.config;
+        let target = &self.inner.target;
+        let failed = |reason: String| ConnectError::Upgrade {
+            url: target.ws_url.clone(),
+            reason,
+        };
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        tokio::spawn(conn.with_upgrades());
+        let key = ws::new_key();
+        let request = http::Request::get(target.path.as_str())
+            .header(header::HOST, &target.authority)
+            .header(header::CONNECTION, "upgrade")
+            .header(header::UPGRADE, "websocket")
+            .header(header::SEC_WEBSOCKET_VERSION, "13")
+            .header(header::SEC_WEBSOCKET_KEY, &key)
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", config.credential.expose()),
+            )
+            .header(AGENT_ID_HEADER, &config.identity.id)
+            .header(AGENT_KIND_HEADER, &config.identity.kind)
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| {
+                failed("the credential or identity holds characters not allowed in a header".into())
+            })?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let status = response.status();
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            let body = Limited::new(response.into_body(), MAX_REFUSAL_LEN)
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_owned())
+                .unwrap_or_default();
+            return Err(match status.as_u16() {
+                code @ (401 | 403) => ConnectError::Unauthorized {
+                    status: code,
+                    message: body,
+                },
+                code => failed(format!("HTTP {code}: {body}")),
+            });
+        }
+        let accepted = response
+            .headers()
+            .get(header::SEC_WEBSOCKET_ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        if accepted != Some(ws::accept_key(&key).as_str()) {
+            return Err(failed(
+                "the answer's Sec-WebSocket-Accept does not match our key".into(),
+            ));
+        }
+        hyper::upgrade::on(response)
+            .await
+            .map_err(|e| failed(e.to_string()))
     }
 
     async fn hello(
@@ -402,7 +426,7 @@ impl Connector {
     async fn open_tls(
         &self,
         config: Arc<ClientConfig>,
-    ) -> Result<TlsStream<TcpStream>, ConnectError> {
+    ) -> Result<TlsStream<ReadAhead<TcpStream>>, ConnectError> {
         let target = &self.inner.target;
         // Connecting by name resolves it again on every attempt.
         let tcp = TcpStream::connect((target.host.as_str(), target.port))
@@ -413,7 +437,7 @@ impl Connector {
             })?;
         let _ = tcp.set_nodelay(true);
         TlsConnector::from(config)
-            .connect(target.server_name()?, tcp)
+            .connect(target.server_name()?, ReadAhead::new(tcp))
             .await
             .map_err(|source| ConnectError::Tls {
                 authority: target.authority.clone(),

@@ -2,7 +2,7 @@
 //! gRPC control channel. Every header is answered at once, success or failure, so the opener
 //! never waits on a timeout and yamux's acknowledgement backlog drains.
 
-use std::time::Duration;
+use std::{collections::HashMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use proto::tunnel::v1::{Dial, StreamHeader, stream_error::Kind, stream_header};
@@ -19,6 +19,35 @@ pub(crate) struct Inbound {
     pub(crate) allow: AllowList,
     pub(crate) dial_timeout: Duration,
     pub(crate) control: Option<Control>,
+    pub(crate) services: Services,
+}
+
+type Handler = Arc<dyn Fn(TunnelStream) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// In-process services the peer may open streams to, by name. A service gets each stream
+/// after it has been acknowledged and owns it until it returns.
+#[derive(Clone, Default)]
+pub struct Services {
+    handlers: HashMap<String, Handler>,
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.handlers.keys()).finish()
+    }
+}
+
+impl Services {
+    /// Adds (or replaces) the service called `name`.
+    pub fn add<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(TunnelStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |stream| Box::pin(handler(stream)));
+        self.handlers.insert(name.into(), handler);
+        self
+    }
 }
 
 /// The gRPC services served on control streams, and request extensions they all receive
@@ -50,25 +79,28 @@ impl Inbound {
             Some(stream_header::Kind::Dial(dial)) => self.dial(stream, dial).await,
             Some(stream_header::Kind::Control(_)) => match self.control {
                 Some(control) => {
-                    if header::write(&mut stream, &header::accepted())
-                        .await
-                        .is_ok()
-                    {
+                    if accept(&mut stream).await {
                         control.serve(stream).await;
                     }
                 }
-                None => {
-                    let reply =
-                        header::refused(Kind::Unsupported, "this side serves no control channel");
-                    let _ = header::write(&mut stream, &reply).await;
-                }
+                None => refuse(stream, "this side serves no control channel".into()).await,
             },
+            Some(stream_header::Kind::Service(service)) => {
+                match self.services.handlers.get(&service.name) {
+                    Some(handler) => {
+                        if accept(&mut stream).await {
+                            handler(stream).await;
+                        }
+                    }
+                    None => {
+                        let message = format!("this side runs no service named {:?}", service.name);
+                        refuse(stream, message).await;
+                    }
+                }
+            }
             None => {
-                let reply = header::refused(
-                    Kind::Unsupported,
-                    "stream header names no known kind; upgrade this side",
-                );
-                let _ = header::write(&mut stream, &reply).await;
+                let message = "stream header names no known kind; upgrade this side".into();
+                refuse(stream, message).await;
             }
         }
     }
@@ -136,6 +168,15 @@ impl Inbound {
             }
         }
     }
+}
+
+/// Acknowledges a stream; false if the opener has gone.
+async fn accept(stream: &mut TunnelStream) -> bool {
+    header::write(stream, &header::accepted()).await.is_ok()
+}
+
+async fn refuse(mut stream: TunnelStream, message: String) {
+    let _ = header::write(&mut stream, &header::refused(Kind::Unsupported, message)).await;
 }
 
 impl Control {

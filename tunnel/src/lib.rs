@@ -2,8 +2,8 @@
 //!
 //! Layers, bottom up: TCP, TLS (rustls, [`tls`]), a WebSocket (`/v3/connect`), yamux (every
 //! logical connection a stream with its own credit window), and on each stream a typed header:
-//! a dial to `tcp/HOST:PORT` (acknowledged, checked against the accepting side's allow-list) or
-//! the gRPC control channel. The hub side is an [`Acceptor`] mounted on the hub's
+//! a dial to `tcp/HOST:PORT` (acknowledged, checked against the accepting side's allow-list),
+//! the gRPC control channel, or a named in-process service of the accepting side. The hub side is an [`Acceptor`] mounted on the hub's
 //! [`listener`]; the agent side is a [`Connector`]. This crate knows nothing of roles: who may
 //! connect and what an agent is are decided by the code that embeds it.
 
@@ -14,8 +14,10 @@ mod connector;
 mod header;
 mod inbound;
 pub mod listener;
+mod readahead;
 mod registry;
 mod session;
+pub mod testing;
 pub mod tls;
 mod ws;
 
@@ -27,6 +29,7 @@ pub use allow::{AllowList, BadEntry};
 pub use backoff::Backoff;
 pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secret};
 pub use header::decode_header;
+pub use inbound::Services;
 pub use registry::{Registry, SessionEvent};
 pub use session::{
     DialError, DialErrorKind, Peer, Session, SessionInfo, SessionSettings, TunnelStream,

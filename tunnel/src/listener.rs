@@ -18,6 +18,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
+use crate::readahead::ReadAhead;
+
 /// The TCP address a request came from; every request carries it in its extensions.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteAddr(pub SocketAddr);
@@ -73,7 +75,11 @@ pub async fn serve<S, B>(
                 req
             });
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            let tls = match tokio::time::timeout(
+                TLS_HANDSHAKE_TIMEOUT,
+                acceptor.accept(ReadAhead::new(tcp)),
+            )
+            .await
             {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {

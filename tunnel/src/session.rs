@@ -20,13 +20,13 @@ use std::{
 
 use futures::future::poll_fn;
 use proto::tunnel::v1::{
-    ControlChannel, Dial, StreamHeader, StreamReply, stream_error::Kind, stream_header,
+    ControlChannel, Dial, ServiceStream, StreamHeader, StreamReply, stream_error::Kind,
+    stream_header,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     sync::{mpsc, oneshot, watch},
 };
-use tokio_tungstenite::WebSocketStream;
 use tokio_util::{
     compat::{Compat, FuturesAsyncReadCompatExt},
     sync::CancellationToken,
@@ -35,7 +35,7 @@ use tokio_util::{
 use crate::{
     header,
     inbound::Inbound,
-    ws::{WsIo, WsSettings},
+    ws::{Role, WsIo, WsSettings},
 };
 
 /// Tuning of a session. The defaults suit both hub and agents.
@@ -45,7 +45,9 @@ pub struct SessionSettings {
     /// Streams open at once; opening more fails until some close.
     pub max_streams: usize,
     /// Memory a session may hold for received-but-unread data beyond the 256 KiB every stream
-    /// starts with; streams that move bulk data grow their windows out of this pool.
+    /// starts with; streams that move bulk data grow their windows out of this pool. It also
+    /// bounds how much bulk data can queue in front of a small request on the same session:
+    /// larger moves bulk faster and delays everything else more (see README, "Tunnel tuning").
     pub window_growth: usize,
     /// Largest yamux data frame; bulk streams interleave with others at this granularity.
     pub frame_size: usize,
@@ -58,7 +60,7 @@ impl Default for SessionSettings {
         Self {
             ws: WsSettings::default(),
             max_streams: 512,
-            window_growth: 64 * 1024 * 1024,
+            window_growth: 4 * 1024 * 1024,
             frame_size: 64 * 1024,
             dial_timeout: Duration::from_secs(10),
         }
@@ -175,10 +177,10 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Starts the driver task for a WebSocket that has completed its handshake.
+    /// Starts the driver task on a connection whose WebSocket upgrade has completed.
     pub(crate) fn spawn<S>(
-        ws: WebSocketStream<S>,
-        mode: yamux::Mode,
+        io: S,
+        role: Role,
         settings: SessionSettings,
         info: SessionInfo,
         inbound: Inbound,
@@ -186,7 +188,11 @@ impl Session {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let io = WsIo::new(ws, settings.ws);
+        let mode = match role {
+            Role::Client => yamux::Mode::Client,
+            Role::Server => yamux::Mode::Server,
+        };
+        let io = WsIo::new(io, role, settings.ws);
         let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
         let (open_tx, open_rx) = mpsc::channel(64);
         let (ended_tx, ended_rx) = watch::channel(None);
@@ -246,6 +252,16 @@ impl Session {
             kind: Some(stream_header::Kind::Dial(Dial {
                 network: "tcp".to_owned(),
                 address: address.to_owned(),
+            })),
+        };
+        self.open(header).await
+    }
+
+    /// Opens a stream to the service the far side registered as `name`.
+    pub async fn open_service(&self, name: &str) -> Result<TunnelStream, DialError> {
+        let header = StreamHeader {
+            kind: Some(stream_header::Kind::Service(ServiceStream {
+                name: name.to_owned(),
             })),
         };
         self.open(header).await

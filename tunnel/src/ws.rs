@@ -1,9 +1,12 @@
-//! A WebSocket seen as a byte stream, so yamux can run over it, with the session's keepalive.
+//! A WebSocket (RFC 6455) seen as a byte stream, so yamux can run over it, with the session's
+//! keepalive.
 //!
-//! Writes are gathered and sent as one binary message per flush (yamux writes a frame's header
-//! and body separately; sending them apart would double the messages). Both sides ping every
-//! interval and treat any inbound frame as a sign of life; a peer silent for three intervals is
-//! declared dead, so a path that stops forwarding is noticed in bounded time on both ends.
+//! Only what the tunnel needs, written for its hot path: binary frames carry the byte stream
+//! (their boundaries mean nothing), writes are gathered into one frame per flush with the mask
+//! applied as bytes are buffered, and reads unmask straight into yamux's buffer. Text frames,
+//! reserved bits, unmasked client frames, oversized messages and malformed headers end the
+//! session with the reason. Both sides ping every interval and count any inbound byte as a sign
+//! of life; a peer silent for three intervals is declared dead.
 
 use std::{
     io,
@@ -12,15 +15,13 @@ use std::{
     time::Duration,
 };
 
-use bytes::{Buf, Bytes};
-use futures::{AsyncRead, AsyncWrite, Sink, Stream};
+use base64::Engine as _;
+use bytes::{Buf, BytesMut};
+use futures::{AsyncRead, AsyncWrite};
+use ring::rand::{SecureRandom, SystemRandom};
 use tokio::{
     io::{AsyncRead as TokioRead, AsyncWrite as TokioWrite},
     time::{Instant, Sleep},
-};
-use tokio_tungstenite::{
-    WebSocketStream,
-    tungstenite::{Error as WsError, Message, error::CapacityError, protocol::WebSocketConfig},
 };
 
 /// Limits and timing of the WebSocket under a session.
@@ -30,7 +31,7 @@ pub struct WsSettings {
     pub ping_interval: Duration,
     /// Largest WebSocket message accepted from the peer; a larger one ends the session.
     pub max_message_size: usize,
-    /// Outbound bytes gathered into one message before it is sent even without a flush.
+    /// Largest frame this side sends; must not exceed the peer's `max_message_size`.
     pub batch_size: usize,
 }
 
@@ -45,158 +46,571 @@ impl Default for WsSettings {
 }
 
 impl WsSettings {
-    /// The tungstenite configuration these settings imply.
-    pub(crate) fn websocket_config(&self) -> WebSocketConfig {
-        WebSocketConfig::default()
-            .max_message_size(Some(self.max_message_size))
-            .max_frame_size(Some(self.max_message_size))
-            .read_buffer_size(128 * 1024)
-            .write_buffer_size(self.batch_size)
-    }
-
     /// How long a peer may stay silent before the session is declared dead.
     pub fn dead_after(&self) -> Duration {
         self.ping_interval * 3
     }
 }
 
-/// The byte-stream view of a WebSocket, for yamux (futures-io traits).
-pub(crate) struct WsIo<S> {
-    ws: WebSocketStream<S>,
-    settings: WsSettings,
-    read_buf: Bytes,
-    write_buf: Vec<u8>,
-    keepalive: Keepalive,
+/// Which end of the WebSocket this is: clients mask what they send, servers must not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Client,
+    Server,
 }
 
-impl<S> std::fmt::Debug for WsIo<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WsIo").finish_non_exhaustive()
+const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
+pub(crate) fn accept_key(key: &str) -> String {
+    let mut input = key.trim().as_bytes().to_vec();
+    input.extend_from_slice(GUID.as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
+/// A fresh `Sec-WebSocket-Key`.
+pub(crate) fn new_key() -> String {
+    base64::engine::general_purpose::STANDARD.encode(random_bytes::<16>())
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    // Masking keys need not be secret from the peer, only unpredictable to scripts sharing a
+    // proxy; the tunnel has no such scripts. A failed RNG still yields a valid (zero) key.
+    let _ = SystemRandom::new().fill(&mut bytes);
+    bytes
+}
+
+const OP_CONTINUATION: u8 = 0x0;
+const OP_TEXT: u8 = 0x1;
+const OP_BINARY: u8 = 0x2;
+const OP_CLOSE: u8 = 0x8;
+const OP_PING: u8 = 0x9;
+const OP_PONG: u8 = 0xA;
+
+/// Room kept in front of a data frame being filled, for its header once its length is known.
+const HEADER_SLOT: usize = 14;
+/// Most bytes read at once into the header buffer.
+const HEADER_READ: usize = 4096;
+/// A write buffer larger than this is given back once it has been flushed with little in it.
+const IDLE_WRITE_CAPACITY: usize = 16 * 1024;
+
+fn protocol_error(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("WebSocket: {message}"))
+}
+
+/// The masking key as seen `offset` bytes into a payload, repeated to eight bytes.
+fn wide_key(key: [u8; 4], offset: usize) -> ([u8; 4], u64) {
+    let key = u32::from_be_bytes(key)
+        .rotate_left(8 * (offset % 4) as u32)
+        .to_be_bytes();
+    let wide = u64::from_ne_bytes([
+        key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
+    ]);
+    (key, wide)
+}
+
+/// XORs `data` with the masking key, `offset` bytes into the masked payload.
+fn apply_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
+    let (key, wide) = wide_key(key, offset);
+    let mut chunks = data.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        chunk.copy_from_slice(&(u64::from_ne_bytes(word) ^ wide).to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= key[i % 4];
     }
 }
 
-impl<S: TokioRead + TokioWrite + Unpin> WsIo<S> {
-    pub(crate) fn new(ws: WebSocketStream<S>, settings: WsSettings) -> Self {
+/// Appends `src` to `dst` masked, in one pass (the copy and the mask cost one read and one
+/// write of each byte, not two).
+fn extend_masked(dst: &mut Vec<u8>, src: &[u8], key: [u8; 4], offset: usize) {
+    let (key, wide) = wide_key(key, offset);
+    let from = dst.len();
+    dst.resize(from + src.len(), 0);
+    let out = &mut dst[from..];
+    let mut outs = out.chunks_exact_mut(8);
+    let mut ins = src.chunks_exact(8);
+    for (o, i) in (&mut outs).zip(&mut ins) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(i);
+        o.copy_from_slice(&(u64::from_ne_bytes(word) ^ wide).to_ne_bytes());
+    }
+    for (n, (o, i)) in outs
+        .into_remainder()
+        .iter_mut()
+        .zip(ins.remainder())
+        .enumerate()
+    {
+        *o = i ^ key[n % 4];
+    }
+}
+
+/// A frame header as read off the wire.
+#[derive(Debug, PartialEq, Eq)]
+struct Header {
+    fin: bool,
+    opcode: u8,
+    mask: Option<[u8; 4]>,
+    len: u64,
+}
+
+/// Parses a header from the start of `buf`: `Ok(None)` if more bytes are needed.
+fn parse_header(buf: &[u8]) -> io::Result<Option<(Header, usize)>> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    let (b0, b1) = (buf[0], buf[1]);
+    if b0 & 0x70 != 0 {
+        return Err(protocol_error(
+            "reserved bits set, but no extension was negotiated".into(),
+        ));
+    }
+    let mut at = 2;
+    let len = match b1 & 0x7f {
+        126 => {
+            let Some(bytes) = buf.get(2..4) else {
+                return Ok(None);
+            };
+            at = 4;
+            u64::from(u16::from_be_bytes([bytes[0], bytes[1]]))
+        }
+        127 => {
+            let Some(bytes) = buf.get(2..10) else {
+                return Ok(None);
+            };
+            at = 10;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(bytes);
+            u64::from_be_bytes(b)
+        }
+        n => u64::from(n),
+    };
+    let mask = if b1 & 0x80 != 0 {
+        let Some(bytes) = buf.get(at..at + 4) else {
+            return Ok(None);
+        };
+        at += 4;
+        Some([bytes[0], bytes[1], bytes[2], bytes[3]])
+    } else {
+        None
+    };
+    Ok(Some((
+        Header {
+            fin: b0 & 0x80 != 0,
+            opcode: b0 & 0x0f,
+            mask,
+            len,
+        },
+        at,
+    )))
+}
+
+/// Encodes a header for a frame whose payload follows; returns its length in `out`.
+fn encode_header(
+    out: &mut [u8; HEADER_SLOT],
+    opcode: u8,
+    len: usize,
+    mask: Option<[u8; 4]>,
+) -> usize {
+    out[0] = 0x80 | opcode;
+    let mask_bit = if mask.is_some() { 0x80 } else { 0 };
+    let mut at = if len < 126 {
+        out[1] = mask_bit | len as u8;
+        2
+    } else if let Ok(short) = u16::try_from(len) {
+        out[1] = mask_bit | 126;
+        out[2..4].copy_from_slice(&short.to_be_bytes());
+        4
+    } else {
+        out[1] = mask_bit | 127;
+        out[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        10
+    };
+    if let Some(key) = mask {
+        out[at..at + 4].copy_from_slice(&key);
+        at += 4;
+    }
+    at
+}
+
+/// The byte-stream view of a WebSocket, for yamux (futures-io traits), over any tokio stream
+/// that has completed the HTTP upgrade.
+pub(crate) struct WsIo<T> {
+    io: T,
+    role: Role,
+    settings: WsSettings,
+    reader: Reader,
+    writer: Writer,
+    keepalive: Keepalive,
+}
+
+#[derive(Default)]
+struct Reader {
+    buf: BytesMut,
+    /// Payload bytes of the current data frame still to be handed out.
+    payload_left: u64,
+    mask: Option<[u8; 4]>,
+    mask_offset: usize,
+    /// A fragmented message has started and its final frame has not arrived.
+    in_message: bool,
+    message_len: u64,
+    /// The peer's Close arrived, or the connection ended.
+    done: bool,
+}
+
+#[derive(Default)]
+struct Writer {
+    buf: Vec<u8>,
+    /// Bytes at the front of `buf` already handed to the stream.
+    written: usize,
+    /// The data frame being filled: where its header slot starts, and its masking key.
+    open: Option<(usize, Option<[u8; 4]>)>,
+    /// A Close frame has been queued; nothing may follow it.
+    closed: bool,
+}
+
+impl<T> std::fmt::Debug for WsIo<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsIo")
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
+    pub(crate) fn new(io: T, role: Role, settings: WsSettings) -> Self {
         Self {
-            ws,
-            read_buf: Bytes::new(),
-            write_buf: Vec::with_capacity(settings.batch_size),
+            io,
+            role,
+            reader: Reader::default(),
+            writer: Writer::default(),
             keepalive: Keepalive::new(settings.ping_interval, settings.dead_after()),
             settings,
         }
     }
 
-    /// Checks liveness and sends a ping when one is due. Called from every poll so the timer is
-    /// always armed, whichever direction yamux is waiting on.
-    fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        self.keepalive.poll(cx)?;
-        if self.keepalive.ping_due {
-            // A ping waits only for buffer space, never for yamux data still to be written: it
-            // goes out with the next flush, ahead of the next batch.
-            if let Poll::Ready(ready) = Pin::new(&mut self.ws).poll_ready(cx) {
-                ready.map_err(ws_to_io)?;
-                Pin::new(&mut self.ws)
-                    .start_send(Message::Ping(Bytes::new()))
-                    .map_err(ws_to_io)?;
-                self.keepalive.ping_due = false;
-                // Best effort: if the socket is full the ping leaves with the next flush.
-                if let Poll::Ready(Err(e)) = Pin::new(&mut self.ws).poll_flush(cx) {
-                    return Err(ws_to_io(e));
-                }
+    fn new_mask(&self) -> Option<[u8; 4]> {
+        (self.role == Role::Client).then(random_bytes::<4>)
+    }
+
+    /// Closes the data frame being filled, writing its header in front of its payload.
+    fn seal(&mut self) {
+        let Some((start, key)) = self.writer.open.take() else {
+            return;
+        };
+        let w = &mut self.writer;
+        let payload = w.buf.len() - start - HEADER_SLOT;
+        if payload == 0 {
+            w.buf.truncate(start);
+            return;
+        }
+        let mut header = [0u8; HEADER_SLOT];
+        let len = encode_header(&mut header, OP_BINARY, payload, key);
+        let at = start + HEADER_SLOT - len;
+        w.buf[at..start + HEADER_SLOT].copy_from_slice(&header[..len]);
+        if w.written == start {
+            // Nothing unwritten in front: skip the unused part of the slot.
+            w.written = at;
+        } else {
+            // Earlier bytes still wait for the socket: close the gap instead.
+            w.buf.copy_within(at.., start);
+            w.buf.truncate(w.buf.len() - (at - start));
+        }
+    }
+
+    /// Queues a complete control frame after whatever is buffered.
+    fn queue_control(&mut self, opcode: u8, payload: &[u8]) {
+        if self.writer.closed {
+            return;
+        }
+        self.seal();
+        let key = self.new_mask();
+        let mut header = [0u8; HEADER_SLOT];
+        let len = encode_header(&mut header, opcode, payload.len(), key);
+        let w = &mut self.writer;
+        if w.buf.is_empty() {
+            w.written = 0;
+        }
+        w.buf.extend_from_slice(&header[..len]);
+        let from = w.buf.len();
+        w.buf.extend_from_slice(payload);
+        if let Some(key) = key {
+            apply_mask(&mut w.buf[from..], key, 0);
+        }
+        if opcode == OP_CLOSE {
+            w.closed = true;
+        }
+    }
+
+    /// Writes buffered, sealed bytes to the stream.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let end = self
+            .writer
+            .open
+            .map_or(self.writer.buf.len(), |(start, _)| start);
+        while self.writer.written < end {
+            let n = ready!(
+                Pin::new(&mut self.io).poll_write(cx, &self.writer.buf[self.writer.written..end])
+            )?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
+            self.writer.written += n;
+        }
+        if self.writer.open.is_none() {
+            let w = &mut self.writer;
+            let used = w.buf.len();
+            w.buf.clear();
+            w.written = 0;
+            if used < IDLE_WRITE_CAPACITY && w.buf.capacity() > IDLE_WRITE_CAPACITY {
+                w.buf.shrink_to(IDLE_WRITE_CAPACITY);
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Checks liveness, queues a ping when one is due, and pushes queued control frames out.
+    fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.keepalive.poll(cx)? {
+            self.queue_control(OP_PING, b"");
+        }
+        if self.writer.written < self.writer.buf.len() && self.writer.open.is_none() {
+            // Best effort: if the socket is full, the bytes leave with the next flush.
+            if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
+                return Err(e);
+            }
+            let _ = Pin::new(&mut self.io).poll_flush(cx)?;
         }
         Ok(())
     }
 
-    fn poll_send_batch(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(Pin::new(&mut self.ws).poll_ready(cx)).map_err(ws_to_io)?;
-        let batch = std::mem::replace(
-            &mut self.write_buf,
-            Vec::with_capacity(self.settings.batch_size),
-        );
-        Pin::new(&mut self.ws)
-            .start_send(Message::Binary(Bytes::from(batch)))
-            .map_err(ws_to_io)?;
-        Poll::Ready(Ok(()))
+    /// Reads more bytes into the read buffer, for frame headers and control frames; payloads
+    /// are read past it. `Ok(false)` at end of stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let buf = &mut self.reader.buf;
+        let had = buf.len();
+        // Small reads: what follows a header is mostly payload, which should not pass through
+        // this buffer. Zeroing this much is cheaper than one copy of a payload.
+        buf.resize(had + HEADER_READ, 0);
+        let mut read = tokio::io::ReadBuf::new(&mut buf[had..]);
+        let polled = Pin::new(&mut self.io).poll_read(cx, &mut read);
+        let n = read.filled().len();
+        buf.truncate(had + n);
+        match polled {
+            Poll::Pending => {
+                if buf.is_empty() {
+                    // Idle: give the buffer back.
+                    *buf = BytesMut::new();
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Ok(())) if n == 0 => Poll::Ready(Ok(false)),
+            Poll::Ready(Ok(())) => {
+                self.keepalive.heard_from_peer();
+                Poll::Ready(Ok(true))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// Handles the next frame header in the buffer; `Ok(false)` if more bytes are needed.
+    fn next_frame(&mut self) -> io::Result<bool> {
+        let Some((header, header_len)) = parse_header(&self.reader.buf)? else {
+            return Ok(false);
+        };
+        match (self.role, header.mask) {
+            (Role::Server, None) => {
+                return Err(protocol_error("client frame is not masked".into()));
+            }
+            (Role::Client, Some(_)) => return Err(protocol_error("server frame is masked".into())),
+            _ => {}
+        }
+        let max = self.settings.max_message_size as u64;
+        match header.opcode {
+            OP_BINARY | OP_CONTINUATION => {
+                let starts = header.opcode == OP_BINARY;
+                if starts == self.reader.in_message {
+                    return Err(protocol_error(if starts {
+                        "a new message started inside a fragmented one".into()
+                    } else {
+                        "continuation frame outside a message".into()
+                    }));
+                }
+                let message_len = if starts { 0 } else { self.reader.message_len } + header.len;
+                if message_len > max {
+                    return Err(protocol_error(format!(
+                        "peer sent a {message_len}-byte message; the limit is {max}"
+                    )));
+                }
+                let r = &mut self.reader;
+                r.message_len = message_len;
+                r.in_message = !header.fin;
+                r.payload_left = header.len;
+                r.mask = header.mask;
+                r.mask_offset = 0;
+                r.buf.advance(header_len);
+                Ok(true)
+            }
+            OP_CLOSE | OP_PING | OP_PONG => {
+                if !header.fin || header.len > 125 {
+                    return Err(protocol_error(
+                        "control frame fragmented or over 125 bytes".into(),
+                    ));
+                }
+                let total = header_len + header.len as usize;
+                if self.reader.buf.len() < total {
+                    return Ok(false);
+                }
+                let mut payload = self.reader.buf[header_len..total].to_vec();
+                if let Some(key) = header.mask {
+                    apply_mask(&mut payload, key, 0);
+                }
+                self.reader.buf.advance(total);
+                match header.opcode {
+                    OP_PING => self.queue_control(OP_PONG, &payload),
+                    OP_CLOSE => {
+                        // Echo the status code, as RFC 6455 asks, then report end of stream.
+                        let code = payload.get(..2).map(<[u8]>::to_vec).unwrap_or_default();
+                        self.queue_control(OP_CLOSE, &code);
+                        self.reader.done = true;
+                    }
+                    _ => {}
+                }
+                Ok(true)
+            }
+            OP_TEXT => Err(protocol_error(
+                "text frame; the tunnel carries binary frames only".into(),
+            )),
+            other => Err(protocol_error(format!("unknown opcode {other:#x}"))),
+        }
     }
 }
 
-impl<S: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<S> {
+impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &mut [u8],
+        out: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
         loop {
-            if !this.read_buf.is_empty() {
-                let n = buf.len().min(this.read_buf.len());
-                buf[..n].copy_from_slice(&this.read_buf[..n]);
-                this.read_buf.advance(n);
+            if this.reader.done {
+                return Poll::Ready(Ok(0));
+            }
+            if this.reader.payload_left > 0 {
+                let want = out
+                    .len()
+                    .min(usize::try_from(this.reader.payload_left).unwrap_or(usize::MAX));
+                let n = if this.reader.buf.is_empty() {
+                    // Payload goes straight from TLS into yamux's buffer: no copy of ours.
+                    let mut read = tokio::io::ReadBuf::new(&mut out[..want]);
+                    ready!(Pin::new(&mut this.io).poll_read(cx, &mut read))?;
+                    let n = read.filled().len();
+                    if n == 0 {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the connection ended inside a WebSocket frame",
+                        )));
+                    }
+                    this.keepalive.heard_from_peer();
+                    n
+                } else {
+                    let n = want.min(this.reader.buf.len());
+                    out[..n].copy_from_slice(&this.reader.buf[..n]);
+                    this.reader.buf.advance(n);
+                    n
+                };
+                let r = &mut this.reader;
+                if let Some(key) = r.mask {
+                    apply_mask(&mut out[..n], key, r.mask_offset);
+                    r.mask_offset += n;
+                }
+                r.payload_left -= n as u64;
                 return Poll::Ready(Ok(n));
             }
-            match ready!(Pin::new(&mut this.ws).poll_next(cx)) {
-                Some(Ok(message)) => {
-                    this.keepalive.heard_from_peer();
-                    match message {
-                        Message::Binary(data) => this.read_buf = data,
-                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-                        Message::Close(_) => return Poll::Ready(Ok(0)),
-                        Message::Text(_) => {
-                            return Poll::Ready(Err(io::Error::new(
-                                io::ErrorKind::InvalidData,
-                                "peer sent a text message; the tunnel carries binary messages only",
-                            )));
-                        }
-                    }
+            if this.next_frame()? {
+                continue;
+            }
+            if !ready!(this.poll_fill(cx))? {
+                this.reader.done = true;
+                if !this.reader.buf.is_empty() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the connection ended inside a WebSocket frame header",
+                    )));
                 }
-                Some(Err(e)) => return Poll::Ready(Err(ws_to_io(e))),
-                None => return Poll::Ready(Ok(0)),
             }
         }
     }
 }
 
-impl<S: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<S> {
+impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &[u8],
+        data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
-        if this.write_buf.len() >= this.settings.batch_size {
-            ready!(this.poll_send_batch(cx))?;
+        if this.writer.closed {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
-        this.write_buf.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        let batch = this.settings.batch_size;
+        let filled = this
+            .writer
+            .open
+            .map_or(0, |(start, _)| this.writer.buf.len() - start - HEADER_SLOT);
+        if filled > 0 && filled + data.len() > batch {
+            this.seal();
+        }
+        // Hold no more than one batch unwritten: past that, wait for the socket.
+        if this.writer.buf.len() - this.writer.written >= batch {
+            ready!(this.poll_drain(cx))?;
+        }
+        if this.writer.open.is_none() {
+            let key = this.new_mask();
+            let w = &mut this.writer;
+            if w.buf.is_empty() {
+                w.written = 0;
+            }
+            w.open = Some((w.buf.len(), key));
+            w.buf.resize(w.buf.len() + HEADER_SLOT, 0);
+        }
+        let Some((start, key)) = this.writer.open else {
+            unreachable!("a frame was opened above")
+        };
+        let w = &mut this.writer;
+        let offset = w.buf.len() - start - HEADER_SLOT;
+        let n = data.len().min(batch - offset);
+        match key {
+            Some(key) => extend_masked(&mut w.buf, &data[..n], key, offset),
+            None => w.buf.extend_from_slice(&data[..n]),
+        }
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
-        if !this.write_buf.is_empty() {
-            ready!(this.poll_send_batch(cx))?;
-        }
-        Pin::new(&mut this.ws).poll_flush(cx).map_err(ws_to_io)
+        this.seal();
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.as_mut().poll_flush(cx))?;
-        Pin::new(&mut self.ws).poll_close(cx).map_err(ws_to_io)
-    }
-}
-
-fn ws_to_io(e: WsError) -> io::Error {
-    match e {
-        WsError::Io(e) => e,
-        WsError::Capacity(CapacityError::MessageTooLong { size, max_size }) => io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("peer sent a {size}-byte WebSocket message; the limit is {max_size}"),
-        ),
-        WsError::ConnectionClosed | WsError::AlreadyClosed => io::ErrorKind::BrokenPipe.into(),
-        other => io::Error::new(io::ErrorKind::InvalidData, format!("WebSocket: {other}")),
+        let this = &mut *self;
+        if !this.writer.closed {
+            this.queue_control(OP_CLOSE, &1000u16.to_be_bytes());
+        }
+        this.seal();
+        ready!(this.poll_drain(cx))?;
+        ready!(Pin::new(&mut this.io).poll_flush(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
 
@@ -206,7 +620,6 @@ struct Keepalive {
     dead_after: Duration,
     last_heard: Instant,
     next_ping: Instant,
-    ping_due: bool,
     timer: Pin<Box<Sleep>>,
 }
 
@@ -218,19 +631,19 @@ impl Keepalive {
             dead_after,
             last_heard: now,
             next_ping: now + interval,
-            ping_due: false,
             timer: Box::pin(tokio::time::sleep_until(now + interval)),
         }
     }
 
     fn heard_from_peer(&mut self) {
-        // Only a timestamp: the timer is re-armed lazily in `poll`, not on every message.
+        // Only a timestamp: the timer is re-armed lazily in `poll`, not on every read.
         self.last_heard = Instant::now();
     }
 
-    /// Fails once the peer has been silent for `dead_after`; sets `ping_due` when a ping
-    /// should go out; leaves the timer armed for the next of the two moments.
-    fn poll(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+    /// Fails once the peer has been silent for `dead_after`; returns true when a ping is due;
+    /// leaves the timer armed for the next of the two moments.
+    fn poll(&mut self, cx: &mut Context<'_>) -> io::Result<bool> {
+        let mut ping = false;
         loop {
             let now = Instant::now();
             let deadline = self.last_heard + self.dead_after;
@@ -245,7 +658,7 @@ impl Keepalive {
                 ));
             }
             if now >= self.next_ping {
-                self.ping_due = true;
+                ping = true;
                 self.next_ping = now + self.interval;
             }
             let wake_at = self.next_ping.min(deadline);
@@ -253,94 +666,11 @@ impl Keepalive {
                 self.timer.as_mut().reset(wake_at);
             }
             if self.timer.as_mut().poll(cx).is_pending() {
-                return Ok(());
+                return Ok(ping);
             }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::{AsyncReadExt, AsyncWriteExt};
-    use tokio_tungstenite::tungstenite::protocol::Role;
-
-    async fn pair(
-        settings: WsSettings,
-    ) -> (WsIo<tokio::io::DuplexStream>, WsIo<tokio::io::DuplexStream>) {
-        let (a, b) = tokio::io::duplex(1 << 20);
-        let cfg = Some(settings.websocket_config());
-        let a = WebSocketStream::from_raw_socket(a, Role::Client, cfg).await;
-        let b = WebSocketStream::from_raw_socket(b, Role::Server, cfg).await;
-        (WsIo::new(a, settings), WsIo::new(b, settings))
-    }
-
-    #[tokio::test]
-    async fn bytes_written_on_one_side_are_read_on_the_other() {
-        let (mut a, mut b) = pair(WsSettings::default()).await;
-        a.write_all(b"hello ").await.unwrap();
-        a.write_all(b"world").await.unwrap();
-        a.flush().await.unwrap();
-        let mut got = [0u8; 11];
-        b.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"hello world");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_silent_peer_is_declared_dead_after_three_intervals() {
-        let settings = WsSettings {
-            ping_interval: Duration::from_secs(10),
-            ..WsSettings::default()
-        };
-        // The peer exists but never reads or answers: the other end of the pipe is held idle.
-        let (a, _idle_peer) = tokio::io::duplex(1 << 20);
-        let ws =
-            WebSocketStream::from_raw_socket(a, Role::Client, Some(settings.websocket_config()))
-                .await;
-        let mut io = WsIo::new(ws, settings);
-        let start = Instant::now();
-        let mut buf = [0u8; 16];
-        let err = io.read(&mut buf).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(start.elapsed(), Duration::from_secs(30));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn pings_keep_an_idle_but_healthy_session_alive() {
-        let settings = WsSettings {
-            ping_interval: Duration::from_secs(10),
-            ..WsSettings::default()
-        };
-        let (mut a, mut b) = pair(settings).await;
-        let mut buf_a = [0u8; 16];
-        let mut buf_b = [0u8; 16];
-        // Both sides read for ten dead-intervals' worth of time without any data: only pings flow.
-        let idle = tokio::time::timeout(Duration::from_secs(300), async {
-            tokio::join!(a.read(&mut buf_a), b.read(&mut buf_b))
-        })
-        .await;
-        assert!(
-            idle.is_err(),
-            "a healthy idle session must not be declared dead"
-        );
-    }
-
-    #[tokio::test]
-    async fn an_oversized_message_is_an_error_naming_the_limit() {
-        let settings = WsSettings {
-            max_message_size: 1024,
-            ..WsSettings::default()
-        };
-        let (a, b) = tokio::io::duplex(1 << 20);
-        let mut raw = WebSocketStream::from_raw_socket(a, Role::Client, None).await;
-        let ws =
-            WebSocketStream::from_raw_socket(b, Role::Server, Some(settings.websocket_config()))
-                .await;
-        let mut io = WsIo::new(ws, settings);
-        futures::SinkExt::send(&mut raw, Message::Binary(Bytes::from(vec![0u8; 4096])))
-            .await
-            .unwrap();
-        let err = io.read(&mut [0u8; 16]).await.unwrap_err();
-        assert!(err.to_string().contains("limit"), "{err}");
-    }
-}
+mod tests;

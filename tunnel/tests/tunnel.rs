@@ -1,5 +1,8 @@
 //! The tunnel end to end: a hub and agents in this process, real TLS and TCP on 127.0.0.1.
 
+// Test code: a panic is how a failure is reported.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -8,12 +11,13 @@ use futures::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
 use tunnel::{
-    AcceptorConfig, AllowList, ConnectError, Connector, DialErrorKind, Peer, Secret, SessionEvent,
-    SessionSettings, WsSettings,
+    AcceptorConfig, AllowList, ConnectError, Connector, DialErrorKind, Peer, Secret, Services,
+    SessionEvent, SessionSettings, TunnelStream, WsSettings,
     tls::{self, Trust},
 };
 
 use support::*;
+use tunnel::testing::*;
 
 fn init() {
     let _ = tracing_subscriber::fmt()
@@ -59,24 +63,31 @@ async fn a_hundred_concurrent_streams_of_8_mib_arrive_intact() {
     for seed in 0..100u64 {
         let session = session.clone();
         tasks.push(tokio::spawn(async move {
+            // On failure, say why the session ended, if it did.
+            let why = |e: std::io::Error| {
+                let ended = session.is_ended();
+                format!("stream {seed}: {e} (session ended: {ended})")
+            };
             let stream = session.dial(&echo.to_string()).await.unwrap();
             let (mut r, mut w) = tokio::io::split(stream);
             let sent = pattern(seed, LEN);
             let writer = tokio::spawn(async move {
                 for chunk in sent.chunks(100_003) {
-                    w.write_all(chunk).await.unwrap();
+                    w.write_all(chunk).await?;
                 }
-                w.shutdown().await.unwrap();
+                w.shutdown().await
             });
             let mut got = Vec::with_capacity(LEN);
-            r.read_to_end(&mut got).await.unwrap();
-            writer.await.unwrap();
+            r.read_to_end(&mut got).await.map_err(why).unwrap();
+            writer.await.unwrap().map_err(why).unwrap();
             assert_eq!(got.len(), LEN, "stream {seed} length");
             assert!(got == pattern(seed, LEN), "stream {seed} contents differ");
         }));
     }
-    for task in tasks {
-        task.await.unwrap();
+    let results: Vec<_> = futures::future::join_all(tasks).await;
+    if results.iter().any(Result::is_err) {
+        let reason = tokio::time::timeout(Duration::from_secs(1), session.ended()).await;
+        panic!("some streams failed; the session ended with: {reason:?}");
     }
 
     agent.stop().await;
@@ -117,8 +128,10 @@ async fn a_dial_outside_the_allow_list_fails_that_stream_alone() {
 #[tokio::test]
 async fn a_dial_to_a_closed_port_is_refused_at_once_not_at_the_timeout() {
     init();
-    let mut settings = SessionSettings::default();
-    settings.dial_timeout = Duration::from_secs(60);
+    let settings = SessionSettings {
+        dial_timeout: Duration::from_secs(60),
+        ..SessionSettings::default()
+    };
     let (hub, agent, session) = connected_pair("closed", AcceptorConfig::default(), settings).await;
     let port = closed_port().await;
 
@@ -525,4 +538,31 @@ async fn stopping_the_agent_disconnects_it_on_the_hub_and_stopping_the_hub_ends_
     hub.stop().await;
     let reason = agent.session.ended().await;
     assert!(!reason.is_empty());
+}
+
+#[tokio::test]
+async fn a_named_service_of_the_agent_serves_streams_and_unknown_names_are_refused() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "svc");
+    config.services = Services::default().add("upper", |mut stream: TunnelStream| async move {
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await.unwrap();
+        stream.write_all(&buf.to_ascii_uppercase()).await.unwrap();
+    });
+    let agent = Connector::new(config).unwrap().connect().await.unwrap();
+    let session = hub.session("svc").await;
+
+    let mut stream = session.open_service("upper").await.unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    let mut got = [0u8; 5];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"HELLO");
+
+    let err = session.open_service("lower").await.unwrap_err();
+    assert_eq!(err.kind, DialErrorKind::Unsupported);
+    assert!(err.message.contains("\"lower\""), "{err}");
+    assert!(!session.is_ended());
+    agent.session.close();
+    hub.stop().await;
 }

@@ -1,0 +1,53 @@
+//! `bench SCENARIO [--json]`: runs one measured scenario and prints one JSON object. Every
+//! figure sits next to a baseline measured in the same run, because these machines are noisy.
+
+use clap::{Parser, Subcommand};
+
+mod load;
+mod tunnel_scenario;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench",
+    about = "Drover's measured scenarios; each prints one JSON object"
+)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+    /// Print the JSON object on one line (the default is indented).
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Scenario {
+    /// The tunnel against raw rustls over TCP: throughput both ways, round trips, 100 streams.
+    Tunnel(tunnel_scenario::Args),
+}
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = match cli.scenario {
+        Scenario::Tunnel(args) => runtime.block_on(tunnel_scenario::run(args))?,
+    };
+    let text = if cli.json {
+        serde_json::to_string(&report)?
+    } else {
+        serde_json::to_string_pretty(&report)?
+    };
+    #[allow(clippy::print_stdout)] // the report is this program's output
+    {
+        println!("{text}");
+    }
+    Ok(())
+}

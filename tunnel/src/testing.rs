@@ -1,0 +1,202 @@
+//! An in-process hub and the helpers its tests need, for tests and benchmarks of code that
+//! embeds the tunnel. Not for production: its authenticator accepts `token-for-<id>` as proof
+//! of `<id>`, and its certificate authority lives only in memory.
+
+// Fixture set-up failing means the test machine is broken; panicking says so plainly.
+#![allow(clippy::expect_used)]
+
+use std::{convert::Infallible, net::SocketAddr, time::Duration};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{Either, Full};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Acceptor, AcceptorConfig, AllowList, AuthError, AuthFuture, Backoff, ConnectorConfig, Peer,
+    Registry, Secret, Session, SessionEvent,
+    tls::{CertificateAuthority, Trust, ca_checksum, server_config},
+};
+
+pub const KIND: &str = "test-agent";
+
+/// The credential that proves identity `id` to the test hub.
+pub fn token_for(id: &str) -> Secret {
+    Secret::new(format!("token-for-{id}"))
+}
+
+/// Tests share one CA (generation takes a moment); each hub gets its own serving certificate.
+pub fn ca() -> &'static CertificateAuthority {
+    static CA: std::sync::OnceLock<CertificateAuthority> = std::sync::OnceLock::new();
+    CA.get_or_init(|| CertificateAuthority::generate("drover test CA").expect("test fixture"))
+}
+
+pub fn ca_pem() -> &'static str {
+    &ca().pem().cert_pem
+}
+
+pub fn checksum() -> String {
+    ca_checksum(ca_pem().as_bytes())
+}
+
+/// Accepts `token-for-<id>` as proof of `<id>`, of whatever kind the agent says.
+fn authenticate(parts: &http::request::Parts) -> AuthFuture {
+    let token = crate::bearer_token(&parts.headers).map(str::to_owned);
+    let kind = parts
+        .headers
+        .get(crate::AGENT_KIND_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    Box::pin(async move {
+        match token.as_deref().and_then(|t| t.strip_prefix("token-for-")) {
+            Some(id) => Ok(Peer {
+                id: id.to_owned(),
+                kind,
+            }),
+            None => Err(AuthError(
+                "unknown agent credential; register the agent again".into(),
+            )),
+        }
+    })
+}
+
+#[derive(Debug)]
+pub struct TestHub {
+    pub addr: SocketAddr,
+    pub registry: Registry,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl TestHub {
+    pub async fn start(config: AcceptorConfig) -> Self {
+        Self::start_on("127.0.0.1:0".parse().expect("test fixture"), config).await
+    }
+
+    pub async fn start_on(addr: SocketAddr, config: AcceptorConfig) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("test fixture");
+        let addr = listener.local_addr().expect("test fixture");
+        let leaf = ca()
+            .issue_server(&["localhost".into(), "127.0.0.1".into()])
+            .expect("test fixture");
+        let tls =
+            server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).expect("test fixture");
+        let shutdown = CancellationToken::new();
+        let registry = Registry::default();
+        let acceptor = Acceptor::new(config, authenticate, registry.clone(), shutdown.clone());
+        let service = tower::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let acceptor = acceptor.clone();
+            async move {
+                let response = match req.uri().path() {
+                    "/cacerts" => Response::new(Either::Left(Full::new(Bytes::from(ca_pem())))),
+                    "/v3/connect" => acceptor.handle(req).await.map(Either::Right),
+                    _ => {
+                        let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(
+                            b"not found",
+                        ))));
+                        *r.status_mut() = StatusCode::NOT_FOUND;
+                        r
+                    }
+                };
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let task = tokio::spawn(crate::listener::serve(
+            listener,
+            tls,
+            service,
+            shutdown.clone(),
+        ));
+        Self {
+            addr,
+            registry,
+            shutdown,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// Stops accepting, closes every session, and waits until the listener has let go.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("test fixture");
+    }
+
+    /// The session of agent `id`, once it has completed its handshake.
+    pub async fn session(&self, id: &str) -> Session {
+        let mut events = self.registry.subscribe();
+        if let Some(session) = self.registry.get(id) {
+            return session;
+        }
+        loop {
+            if let SessionEvent::Connected(info) = events.recv().await.expect("test fixture")
+                && info.peer.id == id
+            {
+                return self.registry.get(id).expect("test fixture");
+            }
+        }
+    }
+}
+
+pub fn agent_config(hub: &TestHub, id: &str) -> ConnectorConfig {
+    let identity = Peer {
+        id: id.to_owned(),
+        kind: KIND.to_owned(),
+    };
+    let mut config = ConnectorConfig::new(
+        hub.url(),
+        token_for(id),
+        identity,
+        Trust::CaChecksum(checksum()),
+    );
+    config.allow = AllowList::new(["127.0.0.1:*"]).expect("test fixture");
+    config.backoff = Backoff {
+        base: Duration::from_millis(50),
+        cap: Duration::from_millis(500),
+    };
+    config
+}
+
+/// A TCP server that echoes every byte back, until dropped.
+pub async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("test fixture");
+    let addr = listener.local_addr().expect("test fixture");
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = tcp.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Deterministic bytes for stream `seed`, so each side can check what it got.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn patterns_differ_by_seed_and_repeat_for_the_same_seed() {
+        assert_eq!(super::pattern(1, 64), super::pattern(1, 64));
+        assert_ne!(super::pattern(1, 64), super::pattern(2, 64));
+    }
+}

@@ -1,0 +1,300 @@
+//! The framing checked against tungstenite, an independent WebSocket implementation, in both
+//! roles, plus the malformed input a peer could send and the keepalive's timing.
+
+use super::*;
+use futures::{AsyncReadExt, AsyncWriteExt, SinkExt, StreamExt};
+use tokio::io::{AsyncWriteExt as _, DuplexStream};
+use tokio_tungstenite::{
+    WebSocketStream,
+    tungstenite::{
+        Message,
+        protocol::{
+            Role as TRole,
+            frame::{Frame, coding::Data, coding::OpCode},
+        },
+    },
+};
+
+fn ours(io: DuplexStream, role: Role) -> WsIo<DuplexStream> {
+    WsIo::new(io, role, WsSettings::default())
+}
+
+async fn theirs(io: DuplexStream, role: TRole) -> WebSocketStream<DuplexStream> {
+    WebSocketStream::from_raw_socket(io, role, None).await
+}
+
+fn reference_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
+    for (i, b) in data.iter_mut().enumerate() {
+        *b ^= key[(offset + i) % 4];
+    }
+}
+
+#[test]
+fn masking_matches_the_bytewise_definition_at_every_offset() {
+    let key = [0x12, 0x34, 0x56, 0x78];
+    for offset in 0..8 {
+        for len in [0, 1, 3, 7, 8, 9, 31, 64, 65] {
+            let original: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let mut fast = original.clone();
+            let mut slow = original.clone();
+            apply_mask(&mut fast, key, offset);
+            reference_mask(&mut slow, key, offset);
+            assert_eq!(fast, slow, "offset {offset}, len {len}");
+            let mut appended = vec![0xee];
+            extend_masked(&mut appended, &original, key, offset);
+            assert_eq!(
+                appended[1..],
+                slow[..],
+                "extend_masked, offset {offset}, len {len}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_accept_key_matches_rfc_6455s_example() {
+    assert_eq!(
+        accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    );
+}
+
+#[tokio::test]
+async fn our_client_and_tungstenites_server_exchange_bytes_pings_and_close() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut client = ours(a, Role::Client);
+    let mut server = theirs(b, TRole::Server).await;
+
+    client.write_all(b"hello ").await.unwrap();
+    client.write_all(b"server").await.unwrap();
+    client.flush().await.unwrap();
+    match server.next().await.unwrap().unwrap() {
+        Message::Binary(data) => assert_eq!(&data[..], b"hello server"),
+        other => panic!("expected binary, got {other:?}"),
+    }
+
+    server
+        .send(Message::Binary(b"hi client".to_vec().into()))
+        .await
+        .unwrap();
+    server
+        .send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    let mut got = [0u8; 9];
+    client.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"hi client");
+
+    // Our side answered the ping while reading; the pong arrives with the next flush.
+    let reader = tokio::spawn(async move {
+        let mut buf = [0u8; 1];
+        let n = client.read(&mut buf).await.unwrap();
+        (client, n)
+    });
+    match server.next().await.unwrap().unwrap() {
+        Message::Pong(data) => assert_eq!(&data[..], b"are you there"),
+        other => panic!("expected pong, got {other:?}"),
+    }
+    server.close(None).await.unwrap();
+    let (_client, n) = reader.await.unwrap();
+    assert_eq!(n, 0, "a Close from the peer reads as end of stream");
+}
+
+#[tokio::test]
+async fn tungstenites_client_and_our_server_exchange_fragmented_messages() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut client = theirs(a, TRole::Client).await;
+    let mut server = ours(b, Role::Server);
+
+    let parts: [&[u8]; 3] = [b"frag", b"men", b"ted"];
+    client
+        .send(Message::Frame(Frame::message(
+            parts[0].to_vec(),
+            OpCode::Data(Data::Binary),
+            false,
+        )))
+        .await
+        .unwrap();
+    client
+        .send(Message::Frame(Frame::message(
+            parts[1].to_vec(),
+            OpCode::Data(Data::Continue),
+            false,
+        )))
+        .await
+        .unwrap();
+    client
+        .send(Message::Ping(b"between".to_vec().into()))
+        .await
+        .unwrap();
+    client
+        .send(Message::Frame(Frame::message(
+            parts[2].to_vec(),
+            OpCode::Data(Data::Continue),
+            true,
+        )))
+        .await
+        .unwrap();
+    client
+        .send(Message::Binary(b"!".to_vec().into()))
+        .await
+        .unwrap();
+    let mut got = [0u8; 11];
+    server.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"fragmented!");
+
+    server.write_all(b"reply").await.unwrap();
+    server.flush().await.unwrap();
+    loop {
+        match client.next().await.unwrap().unwrap() {
+            Message::Pong(_) => continue,
+            Message::Binary(data) => {
+                assert_eq!(&data[..], b"reply");
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    server.close().await.unwrap();
+    assert!(matches!(
+        client.next().await,
+        Some(Ok(Message::Close(_))) | None
+    ));
+}
+
+#[tokio::test]
+async fn a_byte_stream_survives_backpressure_and_arbitrary_flush_points() {
+    // A tiny pipe forces partial writes, so frames are sealed while earlier ones still wait.
+    let (a, b) = tokio::io::duplex(97);
+    let mut client = ours(a, Role::Client);
+    let mut server = ours(b, Role::Server);
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let expected = data.clone();
+    let writer = tokio::spawn(async move {
+        let mut at = 0;
+        let mut step = 1;
+        while at < data.len() {
+            let end = (at + step).min(data.len());
+            client.write_all(&data[at..end]).await.unwrap();
+            if step % 3 == 0 {
+                client.flush().await.unwrap();
+            }
+            at = end;
+            step = step * 7 % 70_001 + 1;
+        }
+        client.flush().await.unwrap();
+        client.close().await.unwrap();
+    });
+    let mut got = Vec::new();
+    server.read_to_end(&mut got).await.unwrap();
+    writer.await.unwrap();
+    assert!(got == expected, "bytes differ");
+}
+
+async fn read_error(raw: &[u8], role: Role) -> io::Error {
+    let (mut a, b) = tokio::io::duplex(1 << 20);
+    a.write_all(raw).await.unwrap();
+    let settings = WsSettings {
+        max_message_size: 1024,
+        ..WsSettings::default()
+    };
+    let mut io = WsIo::new(b, role, settings);
+    let mut sink = Vec::new();
+    // Valid bytes before the fault are delivered; the fault itself is an error, not an EOF.
+    io.read_to_end(&mut sink).await.unwrap_err()
+}
+
+#[tokio::test]
+async fn malformed_frames_are_errors_that_say_what_was_wrong() {
+    let key = [1, 2, 3, 4];
+    let masked = |b0: u8, len: u8| vec![b0, 0x80 | len, key[0], key[1], key[2], key[3]];
+    let cases: Vec<(Vec<u8>, Role, &str)> = vec![
+        (vec![0x82, 0x01, 0xff], Role::Server, "not masked"),
+        (masked(0x82, 1), Role::Client, "masked"),
+        (masked(0xc2, 0), Role::Server, "reserved bits"),
+        (masked(0x81, 0), Role::Server, "text frame"),
+        (masked(0x83, 0), Role::Server, "unknown opcode"),
+        (masked(0x80, 0), Role::Server, "continuation frame outside"),
+        (masked(0x09, 0), Role::Server, "control frame"),
+        (
+            [masked(0x02, 1), vec![0], masked(0x82, 1)].concat(),
+            Role::Server,
+            "new message started",
+        ),
+        (
+            [
+                vec![0x82, 0xff],
+                4096u64.to_be_bytes().to_vec(),
+                key.to_vec(),
+            ]
+            .concat(),
+            Role::Server,
+            "limit is 1024",
+        ),
+    ];
+    for (raw, role, expect) in cases {
+        let err = read_error(&raw, role).await;
+        assert!(err.to_string().contains(expect), "{raw:02x?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn fragments_count_together_against_the_message_limit() {
+    let key = [9, 9, 9, 9];
+    let mut raw = Vec::new();
+    for (b0, len) in [(0x02u8, 600u16), (0x00, 600)] {
+        raw.extend_from_slice(&[b0, 0x80 | 126]);
+        raw.extend_from_slice(&len.to_be_bytes());
+        raw.extend_from_slice(&key);
+        raw.extend(std::iter::repeat_n(0u8, usize::from(len)));
+    }
+    let (mut a, b) = tokio::io::duplex(1 << 20);
+    a.write_all(&raw).await.unwrap();
+    let settings = WsSettings {
+        max_message_size: 1024,
+        ..WsSettings::default()
+    };
+    let mut io = WsIo::new(b, Role::Server, settings);
+    let mut sink = Vec::new();
+    let err = io.read_to_end(&mut sink).await.unwrap_err();
+    assert!(err.to_string().contains("1200-byte message"), "{err}");
+    assert_eq!(sink.len(), 600, "the first fragment was within the limit");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_peer_is_declared_dead_after_three_intervals() {
+    let settings = WsSettings {
+        ping_interval: Duration::from_secs(10),
+        ..WsSettings::default()
+    };
+    // The peer exists but never reads or answers: the other end of the pipe is held idle.
+    let (a, _idle_peer) = tokio::io::duplex(1 << 20);
+    let mut io = WsIo::new(a, Role::Client, settings);
+    let start = Instant::now();
+    let err = io.read(&mut [0u8; 16]).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pings_keep_an_idle_but_healthy_session_alive() {
+    let settings = WsSettings {
+        ping_interval: Duration::from_secs(10),
+        ..WsSettings::default()
+    };
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut client = WsIo::new(a, Role::Client, settings);
+    let mut server = WsIo::new(b, Role::Server, settings);
+    let (mut buf_a, mut buf_b) = ([0u8; 16], [0u8; 16]);
+    // Ten dead-intervals' worth of time without data: only pings and pongs flow.
+    let idle = tokio::time::timeout(Duration::from_secs(300), async {
+        tokio::join!(client.read(&mut buf_a), server.read(&mut buf_b))
+    })
+    .await;
+    assert!(
+        idle.is_err(),
+        "a healthy idle session must not be declared dead"
+    );
+}

@@ -1,1 +1,227 @@
-//! placeholder
+//! The Drover hub: the HTTPS server agents dial out to and operators talk to.
+//!
+//! [`Hub::start`] binds the listener, loads (or creates) the hub's CA and serves until the
+//! shutdown token is cancelled; tests start it on port 0 and read the address back.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Request, State},
+    http::header,
+    response::{IntoResponse, Response},
+    routing::{any, get},
+};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tunnel::{Acceptor, AcceptorConfig, AuthError, AuthFuture, Registry};
+
+pub mod config;
+mod fsutil;
+pub mod pki;
+
+pub use config::{Command, Config, ConfigError};
+
+/// Why the hub could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Pki(#[from] pki::PkiError),
+}
+
+/// What request handlers share.
+#[derive(Clone, Debug)]
+struct AppState {
+    ca_pem: Arc<str>,
+    acceptor: Acceptor,
+}
+
+/// A running hub.
+#[derive(Debug)]
+pub struct Hub {
+    addr: SocketAddr,
+    url: String,
+    ca_checksum: String,
+    registry: Registry,
+    task: JoinHandle<()>,
+}
+
+impl Hub {
+    /// Binds, prepares certificates and starts serving; returns once requests are accepted.
+    pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Hub, StartError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let url = config.server_url_for(addr.port());
+        let mut names = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ];
+        if let Some(host) = config::url_host(&url) {
+            names.insert(0, host);
+        }
+        if !addr.ip().is_unspecified() {
+            names.push(addr.ip().to_string());
+        }
+        names.dedup();
+        let pki = pki::load_or_create(&config.data_dir, &names)?;
+
+        let registry = Registry::default();
+        let acceptor = Acceptor::new(
+            AcceptorConfig::default(),
+            authenticate,
+            registry.clone(),
+            shutdown.clone(),
+        );
+        let app = router(AppState {
+            ca_pem: pki.ca_pem.clone(),
+            acceptor,
+        });
+        let task = tokio::spawn(tunnel::listener::serve(
+            listener,
+            pki.server_config.clone(),
+            app,
+            shutdown,
+        ));
+        Ok(Hub {
+            addr,
+            url,
+            ca_checksum: pki.ca_checksum,
+            registry,
+            task,
+        })
+    }
+
+    /// The address the listener is bound to (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL agents are told to reach the hub at.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// sha256 of the CA served at `/cacerts`.
+    pub fn ca_checksum(&self) -> &str {
+        &self.ca_checksum
+    }
+
+    /// Agents connected now.
+    pub fn sessions(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Waits until the hub has stopped (after its shutdown token was cancelled).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Runs the hub until `shutdown` is cancelled.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+    Hub::start(config, shutdown).await?.wait().await;
+    Ok(())
+}
+
+/// No agent credential exists yet: registering clusters and hosts (which issues them) is the
+/// next piece of the hub. Until then every agent is refused, with that reason.
+fn authenticate(_request: &http::request::Parts) -> AuthFuture {
+    Box::pin(async {
+        Err(AuthError(
+            "this hub has no agent registrations yet (cluster and host registration is not built); \
+             no credential can be valid"
+                .into(),
+        ))
+    })
+}
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ok\n" }))
+        .route("/cacerts", get(cacerts))
+        .route("/v3/connect", any(connect))
+        .with_state(state)
+}
+
+async fn cacerts(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/x-pem-file")],
+        state.ca_pem.to_string(),
+    )
+        .into_response()
+}
+
+async fn connect(State(state): State<AppState>, request: Request) -> Response {
+    state.acceptor.handle(request).await.map(Body::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use tower::ServiceExt;
+
+    fn app() -> Router {
+        let shutdown = CancellationToken::new();
+        let acceptor = Acceptor::new(
+            AcceptorConfig::default(),
+            authenticate,
+            Registry::default(),
+            shutdown,
+        );
+        router(AppState {
+            ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+            acceptor,
+        })
+    }
+
+    async fn get(path: &str) -> (StatusCode, String) {
+        let response = app()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn health_endpoints_answer_ok() {
+        assert_eq!(get("/healthz").await, (StatusCode::OK, "ok\n".into()));
+        assert_eq!(get("/readyz").await, (StatusCode::OK, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn cacerts_serves_the_ca_pem() {
+        let (status, body) = get("/cacerts").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.starts_with("-----BEGIN CERTIFICATE-----"));
+    }
+
+    #[tokio::test]
+    async fn connect_without_an_upgrade_says_what_it_expects() {
+        let (status, body) = get("/v3/connect").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("WebSocket upgrade"), "{body}");
+    }
+}

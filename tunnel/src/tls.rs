@@ -112,7 +112,7 @@ pub fn client_config(roots: RootCertStore) -> Arc<ClientConfig> {
 /// A client config that accepts any certificate chain but still checks the handshake
 /// signature. Used only to download `/cacerts`, whose bytes are then checked against the
 /// pinned checksum before anything is trusted.
-pub(crate) fn unverified_client_config() -> Arc<ClientConfig> {
+pub fn unverified_client_config() -> Arc<ClientConfig> {
     let provider = provider();
     let mut config = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

@@ -378,8 +378,13 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
         if self.keepalive.poll(cx)? {
             self.queue_control(OP_PING, b"");
         }
+        self.push_queued(cx)
+    }
+
+    /// Best effort: writes sealed bytes (pings, pongs, a close) now; if the socket is full they
+    /// leave with the next flush, and the socket's readiness wakes this task for it.
+    fn push_queued(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if self.writer.written < self.writer.buf.len() && self.writer.open.is_none() {
-            // Best effort: if the socket is full, the bytes leave with the next flush.
             if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
                 return Err(e);
             }
@@ -534,6 +539,13 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
                 return Poll::Ready(Ok(n));
             }
             if this.next_frame()? {
+                // A ping read just now is answered now, not with the next write. After the
+                // peer's Close, its socket may already be gone: the reply is a courtesy.
+                if let Err(e) = this.push_queued(cx)
+                    && !this.reader.done
+                {
+                    return Poll::Ready(Err(e));
+                }
                 continue;
             }
             if !ready!(this.poll_fill(cx))? {

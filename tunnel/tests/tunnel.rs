@@ -19,6 +19,15 @@ use tunnel::{
 use support::*;
 use tunnel::testing::*;
 
+/// Dials the echo server through `session` and checks `message` comes back.
+async fn assert_echoes(session: &tunnel::Session, echo: std::net::SocketAddr, message: &[u8]) {
+    let mut stream = session.dial(&echo.to_string()).await.unwrap();
+    stream.write_all(message).await.unwrap();
+    let mut got = vec![0u8; message.len()];
+    stream.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, message);
+}
+
 fn init() {
     let _ = tracing_subscriber::fmt()
         .with_test_writer()
@@ -37,11 +46,7 @@ async fn bytes_echo_through_a_dialled_stream() {
     .await;
     let echo = echo_server().await;
 
-    let mut stream = session.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"hello through the tunnel").await.unwrap();
-    let mut got = [0u8; 24];
-    stream.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"hello through the tunnel");
+    assert_echoes(&session, echo, b"hello through the tunnel").await;
 
     agent.stop().await;
     hub.stop().await;
@@ -114,11 +119,7 @@ async fn a_dial_outside_the_allow_list_fails_that_stream_alone() {
     assert!(err.message.contains("not allowed"), "{err}");
 
     // The session lives on.
-    let mut stream = session.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"still here").await.unwrap();
-    let mut got = [0u8; 10];
-    stream.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"still here");
+    assert_echoes(&session, echo, b"still here").await;
     assert!(!session.is_ended());
 
     agent.stop().await;
@@ -305,16 +306,7 @@ async fn a_new_session_for_the_same_agent_replaces_the_old_one() {
 
     // The replacement carries traffic.
     let echo = echo_server().await;
-    let mut stream = hub
-        .registry
-        .get("twice")
-        .unwrap()
-        .dial(&echo.to_string())
-        .await
-        .unwrap();
-    stream.write_all(b"x").await.unwrap();
-    let mut got = [0u8; 1];
-    stream.read_exact(&mut got).await.unwrap();
+    assert_echoes(&hub.registry.get("twice").unwrap(), echo, b"x").await;
     second.session.close();
     hub.stop().await;
 }
@@ -336,11 +328,7 @@ async fn the_agent_reconnects_after_a_hub_restart_and_streams_work_again() {
     assert_ne!(first.hello.session_id, second.hello.session_id);
     let session = hub.session("restart").await;
     let echo = echo_server().await;
-    let mut stream = session.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"back").await.unwrap();
-    let mut got = [0u8; 4];
-    stream.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"back");
+    assert_echoes(&session, echo, b"back").await;
 
     agent.stop().await;
     hub.stop().await;
@@ -446,11 +434,7 @@ async fn an_oversized_message_closes_that_session_and_no_other() {
         .unwrap();
 
     let echo = echo_server().await;
-    let mut stream = good.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"unaffected").await.unwrap();
-    let mut got = [0u8; 10];
-    stream.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"unaffected");
+    assert_echoes(&good, echo, b"unaffected").await;
     assert!(!good.is_ended());
 
     agent.stop().await;
@@ -477,10 +461,7 @@ async fn a_malformed_yamux_frame_closes_that_session_and_no_other() {
 
     assert!(!good.is_ended());
     let echo = echo_server().await;
-    let mut stream = good.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"ok").await.unwrap();
-    let mut got = [0u8; 2];
-    stream.read_exact(&mut got).await.unwrap();
+    assert_echoes(&good, echo, b"ok").await;
 
     agent.stop().await;
     hub.stop().await;
@@ -501,11 +482,7 @@ async fn an_agent_may_dial_through_the_hub_only_where_the_hub_allows() {
         .await
         .unwrap();
 
-    let mut stream = agent.session.dial(&echo.to_string()).await.unwrap();
-    stream.write_all(b"up").await.unwrap();
-    let mut got = [0u8; 2];
-    stream.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"up");
+    assert_echoes(&agent.session, echo, b"up").await;
 
     let other = echo_server().await;
     let err = agent.session.dial(&other.to_string()).await.unwrap_err();

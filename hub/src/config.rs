@@ -1,0 +1,251 @@
+//! The hub's configuration: flags first, then `DROVER_*` environment variables, then defaults.
+//! Parsed by one function that takes the arguments and the environment as values, so tests
+//! feed it a map and never touch the process environment.
+
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+/// What `drover-hub` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Serve(Config),
+}
+
+/// Everything `drover-hub serve` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where the hub keeps its state (certificates now; the store with the next release).
+    pub data_dir: PathBuf,
+    /// Address the HTTPS listener binds; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The URL agents and users reach the hub at; its host goes into the serving certificate.
+    /// `None`: `https://HOST_NAME:PORT` with the port actually bound.
+    pub server_url: Option<String>,
+    /// This machine's name, for the default server URL.
+    pub host_name: String,
+}
+
+impl Config {
+    /// The server URL, given the port the listener actually bound.
+    pub fn server_url_for(&self, port: u16) -> String {
+        self.server_url
+            .clone()
+            .unwrap_or_else(|| format!("https://{}:{port}", self.host_name))
+    }
+}
+
+/// A value that cannot be used; the message names the flag and variable to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not a valid command line; clap's error prints itself (help and version included).
+    #[error("{0}")]
+    Usage(#[from] clap::Error),
+    #[error("invalid {flag} (or {var}) {value:?}: {reason}")]
+    Invalid {
+        flag: &'static str,
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "drover-hub",
+    version,
+    about = "The Drover hub: agents dial out to it; operators and tools talk to it"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: CliCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum CliCommand {
+    /// Run the hub (HTTPS: the agents' tunnel endpoint and the hub's CA).
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Directory for the hub's state [env: DROVER_DATA_DIR] [default: ./drover-data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on [env: DROVER_LISTEN] [default: 0.0.0.0:8443]
+    #[arg(long)]
+    listen: Option<String>,
+    /// URL agents reach the hub at [env: DROVER_SERVER_URL] [default: https://HOSTNAME:PORT]
+    #[arg(long)]
+    server_url: Option<String>,
+}
+
+const DEFAULT_DATA_DIR: &str = "./drover-data";
+const DEFAULT_LISTEN: &str = "0.0.0.0:8443";
+
+/// Parses `args` (the program name first) with `env` as the environment.
+pub fn parse<I, S>(args: I, env: &HashMap<String, String>) -> Result<Command, ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args)?;
+    match cli.command {
+        CliCommand::Serve(args) => serve_config(args, env).map(Command::Serve),
+    }
+}
+
+fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
+    let pick = |flag: Option<String>, var: &str, default: &str| {
+        flag.or_else(|| env.get(var).filter(|v| !v.is_empty()).cloned())
+            .unwrap_or_else(|| default.to_owned())
+    };
+    let data_dir = args
+        .data_dir
+        .or_else(|| {
+            env.get("DROVER_DATA_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let listen_text = pick(args.listen, "DROVER_LISTEN", DEFAULT_LISTEN);
+    let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Invalid {
+        flag: "--listen",
+        var: "DROVER_LISTEN",
+        value: listen_text.clone(),
+        reason: "expected IP:PORT, e.g. 0.0.0.0:8443 or [::]:8443".into(),
+    })?;
+    let server_url = args
+        .server_url
+        .or_else(|| {
+            env.get("DROVER_SERVER_URL")
+                .filter(|v| !v.is_empty())
+                .cloned()
+        })
+        .map(|url| check_server_url(&url))
+        .transpose()?;
+    Ok(Config {
+        data_dir,
+        listen,
+        server_url,
+        host_name: host_name(env),
+    })
+}
+
+fn check_server_url(url: &str) -> Result<String, ConfigError> {
+    let invalid = |reason: &str| ConfigError::Invalid {
+        flag: "--server-url",
+        var: "DROVER_SERVER_URL",
+        value: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| invalid("expected https://HOST[:PORT]"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(invalid("the hub only serves HTTPS; use https://"));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    if !matches!(uri.path(), "" | "/") {
+        return Err(invalid("a path is not supported; give https://HOST[:PORT]"));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+/// This machine's name, as the default host of the server URL.
+fn host_name(env: &HashMap<String, String>) -> String {
+    env.get("HOSTNAME")
+        .filter(|h| !h.is_empty())
+        .cloned()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The host part of a server URL (no brackets for IPv6).
+pub fn url_host(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    Some(
+        uri.host()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let argv = ["drover-hub", "serve"]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string());
+        parse(argv, &env).map(|Command::Serve(c)| c)
+    }
+
+    #[test]
+    fn no_flags_gives_the_documented_defaults() {
+        let config = serve(&[], &[("HOSTNAME", "hub1")]).unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("./drover-data"));
+        assert_eq!(config.listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(config.server_url_for(8443), "https://hub1:8443");
+    }
+
+    #[test]
+    fn flags_beat_environment_variables() {
+        let env = [
+            ("DROVER_LISTEN", "127.0.0.1:9000"),
+            ("DROVER_DATA_DIR", "/var/lib/drover"),
+        ];
+        let config = serve(&["--listen", "127.0.0.1:9443"], &env).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(config.data_dir, PathBuf::from("/var/lib/drover"));
+    }
+
+    #[test]
+    fn a_bad_value_names_the_flag_and_the_variable() {
+        let err = serve(&[], &[("DROVER_LISTEN", "8443")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--listen") && err.contains("DROVER_LISTEN"),
+            "{err}"
+        );
+        let err = serve(&["--server-url", "http://hub"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--server-url") && err.contains("https://"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_flag_is_a_usage_error() {
+        assert!(matches!(
+            serve(&["--lisen", "x"], &[]),
+            Err(ConfigError::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn url_host_strips_ipv6_brackets() {
+        assert_eq!(url_host("https://[::1]:8443").as_deref(), Some("::1"));
+        assert_eq!(
+            url_host("https://hub.example.com").as_deref(),
+            Some("hub.example.com")
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! Files that must never be seen half-written: write a temporary file beside the target,
+//! flush it to disk, then rename it over the target and flush the directory.
+
+use std::{
+    fs,
+    io::{self, Write},
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
+    path::Path,
+};
+
+/// Replaces `path` with `data` atomically; the file gets permission bits `mode`.
+pub(crate) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        // `mode` above is filtered by the umask; set it exactly.
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_whole_file_with_the_given_mode() {
+        let dir = std::env::temp_dir().join(format!("drover-fsutil-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret.pem");
+        write_atomic(&path, b"first version, longer", 0o600).unwrap();
+        write_atomic(&path, b"second", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"second");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file left behind"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

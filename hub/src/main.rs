@@ -1,0 +1,73 @@
+//! `drover-hub`: parse the configuration, start the hub, stop it on SIGINT/SIGTERM.
+
+use std::{collections::HashMap, process::ExitCode};
+
+use tokio_util::sync::CancellationToken;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Exit code for a bad flag or variable, as clap uses for a bad command line.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let command = match hub::config::parse(std::env::args_os(), &env) {
+        Ok(command) => command,
+        // Prints help or version (exit 0) or the usage error (exit 2).
+        Err(hub::ConfigError::Usage(e)) => e.exit(),
+        Err(e) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("drover-hub: {e}");
+            }
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let hub::Command::Serve(config) = command;
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: hub::Config) -> anyhow::Result<()> {
+    // Handlers first: a SIGTERM sent as soon as the hub says it is up must stop it cleanly.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let shutdown = CancellationToken::new();
+    let hub = hub::Hub::start(config, shutdown.clone()).await?;
+    tracing::info!(
+        url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
+        "Drover hub is up; agents pin the CA by this checksum"
+    );
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("stopping: closing agent sessions and draining requests");
+    shutdown.cancel();
+    hub.wait().await;
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! The hub's certificate authority and serving certificate. The CA is created on first start
+//! and kept in the data directory (its key readable by the hub's user only); agents pin it by
+//! checksum. The serving certificate is issued afresh at every start for the names the hub is
+//! reached by, so changing `--server-url` needs no manual step.
+
+use std::{io, path::Path, sync::Arc};
+
+use tunnel::tls::{self, CertificateAuthority};
+
+use crate::fsutil::write_atomic;
+
+/// What the listener and `/cacerts` need.
+#[derive(Debug, Clone)]
+pub struct Pki {
+    /// The CA certificate exactly as served at `/cacerts`.
+    pub ca_pem: Arc<str>,
+    /// sha256 of `ca_pem`, the value agents are installed with.
+    pub ca_checksum: String,
+    pub server_config: Arc<rustls::ServerConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot read or write {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the CA in {dir} cannot be used ({source}); restore ca.pem and ca-key.pem from a backup, or move them away to create a new CA (agents must then be re-registered)"
+    )]
+    BadCa {
+        dir: String,
+        #[source]
+        source: tls::TlsError,
+    },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PkiError + '_ {
+    move |source| PkiError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Loads the CA from `data_dir/tls`, creating it on first start, and issues a serving
+/// certificate for `names` (DNS names or IP addresses).
+pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError> {
+    let dir = data_dir.join("tls");
+    std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
+    let cert_path = dir.join("ca.pem");
+    let key_path = dir.join("ca-key.pem");
+    let ca = if cert_path.exists() {
+        let cert = std::fs::read_to_string(&cert_path).map_err(io_error(&cert_path))?;
+        let key = std::fs::read_to_string(&key_path).map_err(io_error(&key_path))?;
+        CertificateAuthority::from_pem(&cert, &key).map_err(|source| PkiError::BadCa {
+            dir: dir.display().to_string(),
+            source,
+        })?
+    } else {
+        let ca = CertificateAuthority::generate("Drover hub CA")?;
+        // Key first: a crash between the two writes leaves no CA certificate without its key.
+        write_atomic(&key_path, ca.pem().key_pem.as_bytes(), 0o600).map_err(io_error(&key_path))?;
+        write_atomic(&cert_path, ca.pem().cert_pem.as_bytes(), 0o644)
+            .map_err(io_error(&cert_path))?;
+        tracing::info!(dir = %dir.display(), "created the hub's certificate authority");
+        ca
+    };
+    let leaf = ca.issue_server(names)?;
+    let server_config = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+    let ca_pem: Arc<str> = ca.pem().cert_pem.clone().into();
+    Ok(Pki {
+        ca_checksum: tls::ca_checksum(ca_pem.as_bytes()),
+        ca_pem,
+        server_config,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_survives_a_restart_and_a_broken_one_is_reported() {
+        let dir = std::env::temp_dir().join(format!("drover-pki-{}", std::process::id()));
+        let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let first = load_or_create(&dir, &names).unwrap();
+        let second = load_or_create(&dir, &names).unwrap();
+        assert_eq!(first.ca_checksum, second.ca_checksum);
+
+        std::fs::write(dir.join("tls/ca-key.pem"), "not a key").unwrap();
+        let err = load_or_create(&dir, &names).unwrap_err().to_string();
+        assert!(err.contains("restore ca.pem and ca-key.pem"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

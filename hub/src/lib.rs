@@ -20,6 +20,7 @@ use tunnel::{Acceptor, AcceptorConfig, AuthError, AuthFuture, Registry};
 pub mod config;
 mod fsutil;
 pub mod pki;
+pub mod store;
 
 pub use config::{Command, Config, ConfigError};
 

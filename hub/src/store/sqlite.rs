@@ -1,0 +1,498 @@
+//! The embedded store: one SQLite file in the data directory, in WAL mode with full sync, so a
+//! write is on disk before it is acknowledged. Writes are serialised on one connection (a hub's
+//! write rate is modest; durability and order matter more), and the change log that watches
+//! replay lives in the same transaction as the change itself.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use futures::StreamExt;
+use ring::rand::{SecureRandom, SystemRandom};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use tokio::sync::broadcast;
+
+use super::{
+    BoxFuture, EventType, LabelSelector, Object, Op, Store, StoreError, WatchEvent, WatchStream,
+    now_rfc3339,
+};
+
+/// Live changes buffered per watcher before a slow one is told to relist (`Gone`).
+const WATCH_BUFFER: usize = 8192;
+
+/// How many revisions of change log are kept for watches to resume from.
+pub const DEFAULT_RETAIN: u64 = 100_000;
+
+#[derive(Debug, Clone)]
+struct Change {
+    revision: u64,
+    event: WatchEvent,
+}
+
+/// The SQLite store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conn: Mutex<Connection>,
+    live: broadcast::Sender<Arc<Change>>,
+    retain: u64,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with_retention(path, DEFAULT_RETAIN)
+    }
+
+    /// As [`SqliteStore::open`], keeping `retain` revisions of change log.
+    pub fn open_with_retention(path: &Path, retain: u64) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|e| {
+            StoreError::Backend(format!("cannot open the store at {}: {e}", path.display()))
+        })?;
+        // WAL lets readers run during a write; FULL makes each commit durable before it returns.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(backend)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS objects (
+                 kind TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (kind, name)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS changes (
+                 revision INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+                 type TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (revision, seq)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT OR IGNORE INTO meta VALUES ('revision', 0), ('compacted', 0);",
+        )
+        .map_err(backend)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                live: broadcast::channel(WATCH_BUFFER).0,
+                retain: retain.max(1),
+            }),
+        })
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner, &mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.lock();
+            f(&inner, &mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic mid-transaction rolls the transaction back when it is dropped, so the
+        // connection is still consistent.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn meta(conn: &Connection, key: &str) -> Result<u64, StoreError> {
+    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|v| v as u64)
+    .map_err(backend)
+}
+
+fn decode(body: &str) -> Result<Object, StoreError> {
+    serde_json::from_str(body)
+        .map_err(|e| StoreError::Backend(format!("unreadable object in the store: {e}")))
+}
+
+fn encode(object: &Object) -> Result<String, StoreError> {
+    serde_json::to_string(object).map_err(backend)
+}
+
+fn load(tx: &Transaction<'_>, kind: &str, name: &str) -> Result<Option<Object>, StoreError> {
+    let body: Option<String> = tx
+        .query_row(
+            "SELECT body FROM objects WHERE kind = ?1 AND name = ?2",
+            params![kind, name],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(backend)?;
+    body.as_deref().map(decode).transpose()
+}
+
+fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    let _ = SystemRandom::new().fill(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40; // version 4
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+fn check_name(object: &Object) -> Result<(), StoreError> {
+    let name = &object.metadata.name;
+    if object.kind.is_empty() {
+        return Err(StoreError::Invalid("an object needs a kind".into()));
+    }
+    if name.is_empty() || name.len() > 253 || name.contains('/') {
+        return Err(StoreError::Invalid(format!(
+            "{} name {name:?} is not valid: 1 to 253 characters, no '/'",
+            object.kind
+        )));
+    }
+    Ok(())
+}
+
+/// Applies the ops inside `tx`; returns the written objects and the changes to log.
+fn apply(
+    tx: &Transaction<'_>,
+    ops: Vec<Op>,
+    revision: u64,
+) -> Result<(Vec<Object>, Vec<WatchEvent>), StoreError> {
+    let rv = revision.to_string();
+    let now = now_rfc3339();
+    let mut written = Vec::with_capacity(ops.len());
+    let mut events = Vec::with_capacity(ops.len());
+    let put = |object: &Object| -> Result<(), StoreError> {
+        tx.execute(
+            "INSERT OR REPLACE INTO objects (kind, name, body) VALUES (?1, ?2, ?3)",
+            params![object.kind, object.metadata.name, encode(object)?],
+        )
+        .map(drop)
+        .map_err(backend)
+    };
+    let remove = |object: &Object| -> Result<(), StoreError> {
+        tx.execute(
+            "DELETE FROM objects WHERE kind = ?1 AND name = ?2",
+            params![object.kind, object.metadata.name],
+        )
+        .map(drop)
+        .map_err(backend)
+    };
+    for op in ops {
+        let (event, object) = match op {
+            Op::Create(mut object) => {
+                check_name(&object)?;
+                if load(tx, &object.kind, &object.metadata.name)?.is_some() {
+                    return Err(StoreError::AlreadyExists {
+                        kind: object.kind,
+                        name: object.metadata.name,
+                    });
+                }
+                let m = &mut object.metadata;
+                m.uid = new_uid();
+                m.resource_version = rv.clone();
+                m.generation = 1;
+                m.creation_timestamp = now.clone();
+                m.deletion_timestamp = None;
+                put(&object)?;
+                (EventType::Added, object)
+            }
+            Op::Update(mut object) => {
+                check_name(&object)?;
+                let Some(current) = load(tx, &object.kind, &object.metadata.name)? else {
+                    return Err(StoreError::NotFound {
+                        kind: object.kind,
+                        name: object.metadata.name,
+                    });
+                };
+                let sent = &object.metadata.resource_version;
+                if !sent.is_empty() && *sent != current.metadata.resource_version {
+                    return Err(StoreError::Conflict {
+                        kind: object.kind,
+                        name: object.metadata.name,
+                        sent: sent.clone(),
+                        current: current.metadata.resource_version,
+                    });
+                }
+                let spec_changed = object.spec != current.spec;
+                let m = &mut object.metadata;
+                // Identity and history are the store's, whatever the caller sent.
+                m.uid = current.metadata.uid.clone();
+                m.creation_timestamp = current.metadata.creation_timestamp.clone();
+                m.deletion_timestamp = current.metadata.deletion_timestamp.clone();
+                m.generation = current.metadata.generation + u64::from(spec_changed);
+                m.resource_version = rv.clone();
+                if m.deletion_timestamp.is_some() && m.finalizers.is_empty() {
+                    // The last finalizer is gone: the deletion asked for earlier happens now.
+                    remove(&object)?;
+                    (EventType::Deleted, object)
+                } else {
+                    put(&object)?;
+                    (EventType::Modified, object)
+                }
+            }
+            Op::Delete {
+                kind,
+                name,
+                resource_version,
+            } => {
+                let Some(mut object) = load(tx, &kind, &name)? else {
+                    return Err(StoreError::NotFound { kind, name });
+                };
+                if let Some(expected) = resource_version
+                    && expected != object.revision()
+                {
+                    return Err(StoreError::Conflict {
+                        kind,
+                        name,
+                        sent: expected.to_string(),
+                        current: object.metadata.resource_version,
+                    });
+                }
+                object.metadata.resource_version = rv.clone();
+                if object.metadata.finalizers.is_empty() {
+                    remove(&object)?;
+                    (EventType::Deleted, object)
+                } else {
+                    object
+                        .metadata
+                        .deletion_timestamp
+                        .get_or_insert_with(|| now.clone());
+                    put(&object)?;
+                    (EventType::Modified, object)
+                }
+            }
+        };
+        events.push(WatchEvent {
+            kind: event,
+            object: object.clone(),
+        });
+        written.push(object);
+    }
+    Ok((written, events))
+}
+
+fn event_name(kind: EventType) -> &'static str {
+    match kind {
+        EventType::Added => "ADDED",
+        EventType::Modified => "MODIFIED",
+        EventType::Deleted => "DELETED",
+    }
+}
+
+fn event_kind(name: &str) -> Result<EventType, StoreError> {
+    match name {
+        "ADDED" => Ok(EventType::Added),
+        "MODIFIED" => Ok(EventType::Modified),
+        "DELETED" => Ok(EventType::Deleted),
+        other => Err(StoreError::Backend(format!(
+            "unknown change type {other:?} in the log"
+        ))),
+    }
+}
+
+impl Store for SqliteStore {
+    fn get(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Object, StoreError>> {
+        let (kind, name) = (kind.to_owned(), name.to_owned());
+        Box::pin(self.blocking(move |_, conn| {
+            let body: Option<String> = conn
+                .query_row(
+                    "SELECT body FROM objects WHERE kind = ?1 AND name = ?2",
+                    params![kind, name],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(backend)?;
+            match body {
+                Some(body) => decode(&body),
+                None => Err(StoreError::NotFound { kind, name }),
+            }
+        }))
+    }
+
+    fn list(
+        &self,
+        kind: &str,
+        selector: &LabelSelector,
+    ) -> BoxFuture<'_, Result<(Vec<Object>, u64), StoreError>> {
+        let (kind, selector) = (kind.to_owned(), selector.clone());
+        Box::pin(self.blocking(move |_, conn| {
+            let tx = conn.transaction().map_err(backend)?;
+            let revision = meta(&tx, "revision")?;
+            let mut objects = Vec::new();
+            {
+                let mut stmt = tx
+                    .prepare_cached("SELECT body FROM objects WHERE kind = ?1 ORDER BY name")
+                    .map_err(backend)?;
+                let rows = stmt
+                    .query_map([&kind], |r| r.get::<_, String>(0))
+                    .map_err(backend)?;
+                for body in rows {
+                    let object = decode(&body.map_err(backend)?)?;
+                    if selector.matches(&object.metadata.labels) {
+                        objects.push(object);
+                    }
+                }
+            }
+            tx.commit().map_err(backend)?;
+            Ok((objects, revision))
+        }))
+    }
+
+    fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
+        Box::pin(self.blocking(move |inner, conn| {
+            if ops.is_empty() {
+                return Ok(Vec::new());
+            }
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            let revision = meta(&tx, "revision")? + 1;
+            let (written, events) = apply(&tx, ops, revision)?;
+            {
+                let mut log = tx
+                    .prepare_cached("INSERT INTO changes (revision, seq, kind, type, body) VALUES (?1, ?2, ?3, ?4, ?5)")
+                    .map_err(backend)?;
+                for (seq, event) in events.iter().enumerate() {
+                    log.execute(params![
+                        revision as i64,
+                        seq as i64,
+                        event.object.kind,
+                        event_name(event.kind),
+                        encode(&event.object)?
+                    ])
+                    .map_err(backend)?;
+                }
+            }
+            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'revision'", [revision as i64])
+                .map_err(backend)?;
+            // Compact in steps, not at every write.
+            if revision % inner.retain.clamp(1, 1024) == 0 && revision > inner.retain {
+                let keep_from = revision - inner.retain;
+                tx.execute("DELETE FROM changes WHERE revision < ?1", [keep_from as i64])
+                    .map_err(backend)?;
+                tx.execute("UPDATE meta SET value = ?1 WHERE key = 'compacted'", [keep_from as i64])
+                    .map_err(backend)?;
+            }
+            tx.commit().map_err(backend)?;
+            // Published while the connection is still locked, so watchers see commit order.
+            for event in events {
+                let _ = inner.live.send(Arc::new(Change { revision, event }));
+            }
+            Ok(written)
+        }))
+    }
+
+    fn watch(
+        &self,
+        kind: Option<&str>,
+        from: Option<u64>,
+    ) -> BoxFuture<'_, Result<WatchStream, StoreError>> {
+        let kind = kind.map(str::to_owned);
+        Box::pin(async move {
+            let filter = kind.clone();
+            let (replay, live, current) = self
+                .blocking(move |inner, conn| {
+                    // Subscribing under the lock: nothing can commit between the replay's end and
+                    // the first live change.
+                    let live = inner.live.subscribe();
+                    let tx = conn.transaction().map_err(backend)?;
+                    let current = meta(&tx, "revision")?;
+                    let compacted = meta(&tx, "compacted")?;
+                    let mut replay = Vec::new();
+                    match from {
+                        None => {
+                            let mut stmt = tx.prepare_cached("SELECT body FROM objects WHERE ?1 IS NULL OR kind = ?1 ORDER BY kind, name").map_err(backend)?;
+                            let rows = stmt.query_map([&filter], |r| r.get::<_, String>(0)).map_err(backend)?;
+                            for body in rows {
+                                replay.push(WatchEvent {
+                                    kind: EventType::Added,
+                                    object: decode(&body.map_err(backend)?)?,
+                                });
+                            }
+                        }
+                        Some(from) if from + 1 < compacted => {
+                            return Err(StoreError::Gone {
+                                requested: from,
+                                oldest: compacted,
+                            });
+                        }
+                        Some(from) => {
+                            let mut stmt = tx
+                                .prepare_cached(
+                                    "SELECT type, body FROM changes WHERE revision > ?1 AND (?2 IS NULL OR kind = ?2) \
+                                     ORDER BY revision, seq",
+                                )
+                                .map_err(backend)?;
+                            let rows = stmt
+                                .query_map(params![from as i64, filter], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                                .map_err(backend)?;
+                            for row in rows {
+                                let (kind, body) = row.map_err(backend)?;
+                                replay.push(WatchEvent {
+                                    kind: event_kind(&kind)?,
+                                    object: decode(&body)?,
+                                });
+                            }
+                        }
+                    }
+                    tx.commit().map_err(backend)?;
+                    Ok((replay, live, current.max(from.unwrap_or(0))))
+                })
+                .await?;
+            let replayed = futures::stream::iter(replay.into_iter().map(Ok));
+            // Live changes after the replayed ones; after a lag, one `Gone` and the end.
+            let live = futures::stream::unfold(Some((live, current)), move |state| {
+                let kind = kind.clone();
+                async move {
+                    let (mut live, mut seen) = state?;
+                    loop {
+                        match live.recv().await {
+                            Ok(change) if change.revision <= current => continue,
+                            Ok(change) => {
+                                seen = change.revision;
+                                if kind
+                                    .as_deref()
+                                    .is_none_or(|k| k == change.event.object.kind)
+                                {
+                                    return Some((Ok(change.event.clone()), Some((live, seen))));
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                let gone = StoreError::Gone {
+                                    requested: seen,
+                                    oldest: seen + 1,
+                                };
+                                return Some((Err(gone), None));
+                            }
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        }
+                    }
+                }
+            });
+            let stream: WatchStream = Box::pin(replayed.chain(live));
+            Ok(stream)
+        })
+    }
+
+    fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.blocking(|_, conn| meta(conn, "revision")))
+    }
+}

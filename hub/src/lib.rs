@@ -17,8 +17,10 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::{Acceptor, AcceptorConfig, AuthError, AuthFuture, Registry};
 
+pub mod auth;
 pub mod config;
 mod fsutil;
+pub mod model;
 pub mod pki;
 pub mod store;
 

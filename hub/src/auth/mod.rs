@@ -1,0 +1,309 @@
+//! Who is calling, and what they may do. A request carries a bearer token (API token) or the
+//! dashboard's session cookie; both name a Token object whose secret hash must match. Roles
+//! come from RoleBindings: `admin` everywhere, or `cluster-owner`, `cluster-member`,
+//! `read-only` on one cluster. Every request is checked, every time.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::{
+    model::{Kind, Role, RoleBindingSpec, TokenSpec, UserSpec, expired},
+    store::{LabelSelector, Object, Store, StoreError},
+};
+
+pub mod secret;
+
+/// The dashboard's session cookie.
+pub const SESSION_COOKIE: &str = "drover_session";
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub user: String,
+    pub admin: bool,
+    /// The strongest role held on each cluster.
+    pub clusters: BTreeMap<String, Role>,
+    /// The Token object that authenticated this request.
+    pub token: String,
+}
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Delete,
+}
+
+impl Verb {
+    fn reads(self) -> bool {
+        matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("store failure while authenticating: {0}")]
+    Store(String),
+}
+
+/// Finds the token in the request: `Authorization: Bearer`, else the session cookie.
+pub fn credential(headers: &HeaderMap) -> Option<&str> {
+    if let Some(token) = tunnel::bearer_token(headers) {
+        return Some(token);
+    }
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+}
+
+const BAD_TOKEN: &str =
+    "the token is invalid, expired or revoked; log in again or create a new API token";
+
+/// Resolves a token value to the user it acts for, with that user's roles.
+pub async fn principal(store: &dyn Store, value: &str) -> Result<Principal, AuthError> {
+    let bad = || AuthError::Unauthenticated(BAD_TOKEN.into());
+    let (secret::TokenKind::Token, name, token_secret) =
+        secret::parse_token(value).ok_or_else(bad)?
+    else {
+        return Err(bad());
+    };
+    let token = match store.get(Kind::Token.name(), name).await {
+        Ok(token) => token,
+        Err(StoreError::NotFound { .. }) => return Err(bad()),
+        Err(e) => return Err(AuthError::Store(e.to_string())),
+    };
+    let spec: TokenSpec = serde_json::from_value(token.spec.clone()).map_err(|_| bad())?;
+    if !secret::same(
+        secret::token_hash(token_secret).as_bytes(),
+        spec.secret_hash.as_bytes(),
+    ) || expired(&token.spec)
+        || token.metadata.deletion_timestamp.is_some()
+    {
+        return Err(bad());
+    }
+    // Agent credentials open tunnels, not the API.
+    let Some(user) = spec.user else {
+        return Err(AuthError::Unauthenticated(
+            "agent credentials cannot call the API".into(),
+        ));
+    };
+    let user_object = match store.get(Kind::User.name(), &user).await {
+        Ok(u) => u,
+        Err(StoreError::NotFound { .. }) => return Err(bad()),
+        Err(e) => return Err(AuthError::Store(e.to_string())),
+    };
+    let user_spec: UserSpec = serde_json::from_value(user_object.spec).map_err(|_| bad())?;
+    if user_spec.disabled {
+        return Err(AuthError::Unauthenticated(format!(
+            "user {user:?} is disabled"
+        )));
+    }
+    let (bindings, _) = store
+        .list(Kind::RoleBinding.name(), &LabelSelector::everything())
+        .await
+        .map_err(|e| AuthError::Store(e.to_string()))?;
+    let (admin, clusters) = roles_of(&bindings, &user);
+    Ok(Principal {
+        user,
+        admin,
+        clusters,
+        token: token.metadata.name,
+    })
+}
+
+/// How much a role may do; a user with several roles on a cluster has the strongest.
+fn rank(role: Role) -> u8 {
+    match role {
+        Role::Admin => 4,
+        Role::ClusterOwner => 3,
+        Role::ClusterMember => 2,
+        Role::ReadOnly => 1,
+    }
+}
+
+/// The roles `user` holds through `bindings`.
+pub fn roles_of(bindings: &[Object], user: &str) -> (bool, BTreeMap<String, Role>) {
+    let mut admin = false;
+    let mut clusters: BTreeMap<String, Role> = BTreeMap::new();
+    for binding in bindings {
+        let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec.clone()) else {
+            continue;
+        };
+        if spec.user.as_deref() != Some(user) {
+            continue;
+        }
+        match (spec.role, spec.cluster) {
+            (Role::Admin, _) => admin = true,
+            (role, Some(cluster)) => {
+                let entry = clusters.entry(cluster).or_insert(role);
+                if rank(role) > rank(*entry) {
+                    *entry = role;
+                }
+            }
+            (_, None) => {}
+        }
+    }
+    (admin, clusters)
+}
+
+fn spec_str<'a>(object: &'a Object, field: &str) -> Option<&'a str> {
+    object.spec.get(field).and_then(Value::as_str)
+}
+
+/// The cluster an object belongs to, for cluster roles.
+fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
+    match kind {
+        Kind::Cluster => Some(&object.metadata.name),
+        Kind::Host | Kind::RegistrationToken | Kind::RoleBinding | Kind::Plan => {
+            spec_str(object, "cluster")
+        }
+        Kind::Token => object
+            .spec
+            .get("agent")
+            .and_then(|a| a.get("cluster"))
+            .and_then(Value::as_str),
+        Kind::User | Kind::Setting => None,
+    }
+}
+
+/// May `principal` do `verb` to `object` of `kind`? For `List`/`Watch`, call per item and keep
+/// the allowed ones; for `Create`, pass the object to be created.
+pub fn authorize(
+    principal: &Principal,
+    verb: Verb,
+    kind: Kind,
+    object: &Object,
+) -> Result<(), AuthError> {
+    if principal.admin {
+        return Ok(());
+    }
+    let role = cluster_of(kind, object)
+        .and_then(|c| principal.clusters.get(c))
+        .copied();
+    let owner = role == Some(Role::ClusterOwner);
+    let allowed = match kind {
+        // Creating clusters and hosts is for admins (hosts arrive through registration).
+        Kind::Cluster | Kind::Host => match verb {
+            v if v.reads() => role.is_some(),
+            Verb::Update | Verb::Delete => owner,
+            _ => false,
+        },
+        Kind::RegistrationToken => owner,
+        Kind::RoleBinding => match verb {
+            v if v.reads() => role.is_some(),
+            _ => owner,
+        },
+        Kind::Plan => verb.reads() && role.is_some(),
+        Kind::User => verb == Verb::Get && object.metadata.name == principal.user,
+        Kind::Token => {
+            let mine = spec_str(object, "user") == Some(principal.user.as_str());
+            let agent = object.spec.get("agent").is_some();
+            match verb {
+                Verb::Update => false,
+                Verb::Create => mine,
+                _ => mine || (agent && owner),
+            }
+        }
+        Kind::Setting => verb.reads(),
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(AuthError::Forbidden(forbidden_message(
+            principal, verb, kind, object,
+        )))
+    }
+}
+
+fn forbidden_message(principal: &Principal, verb: Verb, kind: Kind, object: &Object) -> String {
+    let what = format!("{:?} {} {:?}", verb, kind.name(), object.metadata.name).to_lowercase();
+    match cluster_of(kind, object) {
+        Some(cluster) => format!(
+            "user {:?} may not {what}: that needs {} on cluster {cluster:?}; ask an admin or the cluster's owner",
+            principal.user,
+            if verb.reads() {
+                "a role"
+            } else {
+                "the cluster-owner role"
+            }
+        ),
+        None => format!(
+            "user {:?} may not {what}: that needs the admin role",
+            principal.user
+        ),
+    }
+}
+
+/// Failed logins allowed per user and per address in one window.
+const LOGIN_FAILURES: u32 = 5;
+const LOGIN_WINDOW: Duration = Duration::from_secs(60);
+
+/// Counts failed logins per user name and per client address; past the limit, logins for that
+/// key are refused until the window ends, even with the right password.
+#[derive(Debug, Default)]
+pub struct LoginLimiter {
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl LoginLimiter {
+    fn keys(user: &str, addr: Option<IpAddr>) -> Vec<String> {
+        let mut keys = vec![format!("user:{user}")];
+        if let Some(addr) = addr {
+            keys.push(format!("addr:{addr}"));
+        }
+        keys
+    }
+
+    /// `Err(retry_after)` if logins for this user or address are blocked now.
+    pub fn check(&self, user: &str, addr: Option<IpAddr>) -> Result<(), Duration> {
+        let now = Instant::now();
+        let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for key in Self::keys(user, addr) {
+            if let Some((start, failures)) = windows.get(&key)
+                && *failures >= LOGIN_FAILURES
+                && now.duration_since(*start) < LOGIN_WINDOW
+            {
+                return Err(LOGIN_WINDOW - now.duration_since(*start));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn failed(&self, user: &str, addr: Option<IpAddr>) {
+        let now = Instant::now();
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget old windows so the map cannot grow without bound.
+        windows.retain(|_, (start, _)| now.duration_since(*start) < LOGIN_WINDOW);
+        for key in Self::keys(user, addr) {
+            let entry = windows.entry(key).or_insert((now, 0));
+            entry.1 += 1;
+        }
+    }
+
+    pub fn succeeded(&self, user: &str) {
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.remove(&format!("user:{user}"));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,673 @@
+//! The kinds the hub stores, their specs as Rust types (validated on every write, and the
+//! source of the OpenAPI document), and the `state` each object shows, derived from its
+//! conditions as Rancher's API derives it.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::store::{Object, ObjectMeta};
+
+/// A condition, as Kubernetes shapes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+/// The status every kind shares: conditions, plus kind-specific fields kept as given.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Status {
+    pub fn of(object: &Object) -> Status {
+        serde_json::from_value(object.status.clone()).unwrap_or_default()
+    }
+
+    /// Sets a condition; `lastTransitionTime` moves only when the status changes.
+    pub fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str) {
+        let status = if status { "True" } else { "False" }.to_owned();
+        let now = crate::store::now_rfc3339();
+        match self.conditions.iter_mut().find(|c| c.kind == kind) {
+            Some(c) => {
+                if c.status != status {
+                    c.last_transition_time = now;
+                }
+                c.status = status;
+                c.reason = reason.to_owned();
+                c.message = message.to_owned();
+            }
+            None => self.conditions.push(Condition {
+                kind: kind.to_owned(),
+                status,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                last_transition_time: now,
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterType {
+    /// An existing cluster; the hub's import manifest installs the agents into it.
+    Imported,
+    /// A cluster the hub installs (K3s or RKE2) on registered hosts.
+    Custom,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    K3s,
+    Rke2,
+}
+
+/// A downstream Kubernetes cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    #[serde(rename = "type")]
+    pub cluster_type: ClusterType,
+    /// For custom clusters: what to install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Distribution>,
+    /// For custom clusters: the distribution's version, e.g. `v1.33.4+k3s1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// For custom clusters: hosts changed at once during an upgrade (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// Roles a host takes in its cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRoles {
+    #[serde(default)]
+    pub etcd: bool,
+    #[serde(default)]
+    pub control_plane: bool,
+    #[serde(default)]
+    pub worker: bool,
+}
+
+/// A machine running the system-agent, registered to a custom cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostSpec {
+    pub cluster: String,
+    #[serde(default)]
+    pub roles: HostRoles,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub internal_address: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    /// `key=value:Effect`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
+}
+
+/// A secret that lets agents of one cluster register. Only its hash is stored; the value is
+/// shown once, inside the commands returned when it is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistrationTokenSpec {
+    pub cluster: String,
+    /// RFC 3339; none means it does not expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// sha256 of the secret, hex. Never returned by the API.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(skip)]
+    pub secret_hash: String,
+}
+
+/// A person (or a script) who logs in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserSpec {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name: String,
+    #[serde(default)]
+    pub disabled: bool,
+    /// Only on create or to change it; never returned. At least 12 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// The KDF's output (argon2id, PHC string). Never returned by the API.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(skip)]
+    pub password_hash: String,
+}
+
+/// Which agent a credential belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRef {
+    /// `cluster-agent`, `node-agent` or `system-agent`.
+    pub kind: String,
+    /// The agent's identity in the tunnel registry.
+    pub id: String,
+    pub cluster: String,
+}
+
+/// A bearer credential: a user's API token, a login session, or an agent's credential. Only
+/// its hash is stored; the value is shown once, when it is created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenSpec {
+    /// The user this token acts as (absent for agent credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// A login session (dashboard cookie) rather than an API token.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session: bool,
+    /// RFC 3339; none means it does not expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(skip)]
+    pub secret_hash: String,
+}
+
+/// Roles: `admin` is global; the others apply to one cluster.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Admin,
+    ClusterOwner,
+    ClusterMember,
+    ReadOnly,
+}
+
+/// Grants a role to a user (or a group) on one cluster, or globally for `admin`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoleBindingSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    pub role: Role,
+    /// Required for cluster roles; absent for `admin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+/// What one host must look like (filled in by the provisioning work).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanSpec {
+    pub host: String,
+    /// The host's cluster (for access checks).
+    pub cluster: String,
+    #[serde(default)]
+    pub plan: Value,
+}
+
+/// A hub-wide setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SettingSpec {
+    pub value: String,
+}
+
+/// The kinds, with their URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Cluster,
+    Host,
+    RegistrationToken,
+    User,
+    Token,
+    RoleBinding,
+    Plan,
+    Setting,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::Cluster,
+        Kind::Host,
+        Kind::RegistrationToken,
+        Kind::User,
+        Kind::Token,
+        Kind::RoleBinding,
+        Kind::Plan,
+        Kind::Setting,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Cluster => "Cluster",
+            Kind::Host => "Host",
+            Kind::RegistrationToken => "RegistrationToken",
+            Kind::User => "User",
+            Kind::Token => "Token",
+            Kind::RoleBinding => "RoleBinding",
+            Kind::Plan => "Plan",
+            Kind::Setting => "Setting",
+        }
+    }
+
+    /// The collection's path segment under `/v1/`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Cluster => "clusters",
+            Kind::Host => "hosts",
+            Kind::RegistrationToken => "registrationtokens",
+            Kind::User => "users",
+            Kind::Token => "tokens",
+            Kind::RoleBinding => "rolebindings",
+            Kind::Plan => "plans",
+            Kind::Setting => "settings",
+        }
+    }
+
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The JSON Schema of this kind's spec.
+    pub fn spec_schema(self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        match self {
+            Kind::Cluster => generator.subschema_for::<ClusterSpec>(),
+            Kind::Host => generator.subschema_for::<HostSpec>(),
+            Kind::RegistrationToken => generator.subschema_for::<RegistrationTokenSpec>(),
+            Kind::User => generator.subschema_for::<UserSpec>(),
+            Kind::Token => generator.subschema_for::<TokenSpec>(),
+            Kind::RoleBinding => generator.subschema_for::<RoleBindingSpec>(),
+            Kind::Plan => generator.subschema_for::<PlanSpec>(),
+            Kind::Setting => generator.subschema_for::<SettingSpec>(),
+        }
+    }
+
+    /// Checks `spec` parses as this kind's spec and holds sensible values; returns it
+    /// normalised (as its type serialises it). The message says what to fix.
+    pub fn validate_spec(self, spec: &Value) -> Result<Value, String> {
+        fn check<T: serde::de::DeserializeOwned + Serialize>(
+            spec: &Value,
+            more: impl FnOnce(&T) -> Result<(), String>,
+        ) -> Result<Value, String> {
+            let typed: T =
+                serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+            more(&typed)?;
+            serde_json::to_value(&typed).map_err(|e| e.to_string())
+        }
+        match self {
+            Kind::Cluster => check::<ClusterSpec>(spec, |s| {
+                match s.cluster_type {
+                ClusterType::Custom if s.distribution.is_none() => {
+                    Err("spec.distribution: a custom cluster needs \"k3s\" or \"rke2\"".into())
+                }
+                ClusterType::Custom if s.version.as_deref().is_none_or(str::is_empty) => {
+                    Err("spec.version: a custom cluster needs the distribution's version, e.g. v1.33.4+k3s1".into())
+                }
+                ClusterType::Imported if s.distribution.is_some() || s.version.is_some() => Err(
+                    "spec.distribution and spec.version are for custom clusters; an imported cluster keeps its own"
+                        .into(),
+                ),
+                _ if s.concurrency == Some(0) => Err("spec.concurrency must be at least 1".into()),
+                _ => Ok(()),
+            }
+            }),
+            Kind::Host => check::<HostSpec>(spec, |s| {
+                if s.cluster.is_empty() {
+                    return Err("spec.cluster: name the cluster this host belongs to".into());
+                }
+                for taint in &s.taints {
+                    let ok = taint.split_once(':').is_some_and(|(kv, effect)| {
+                        !kv.is_empty()
+                            && matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+                    });
+                    if !ok {
+                        return Err(format!(
+                            "spec.taints: {taint:?} must be key=value:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute"
+                        ));
+                    }
+                }
+                Ok(())
+            }),
+            Kind::RegistrationToken => {
+                check::<RegistrationTokenSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
+            }
+            Kind::User => check::<UserSpec>(spec, |s| match &s.password {
+                Some(p) if p.chars().count() < 12 => {
+                    Err("spec.password must have at least 12 characters".into())
+                }
+                _ => Ok(()),
+            }),
+            Kind::Token => check::<TokenSpec>(spec, |s| match (&s.user, &s.agent) {
+                (Some(_), None) | (None, Some(_)) => Ok(()),
+                _ => Err("a token acts as exactly one of spec.user or spec.agent".into()),
+            }),
+            Kind::RoleBinding => check::<RoleBindingSpec>(spec, |s| {
+                if s.user.is_some() == s.group.is_some() {
+                    return Err(
+                        "a role binding names exactly one of spec.user or spec.group".into(),
+                    );
+                }
+                match (s.role, &s.cluster) {
+                    (Role::Admin, Some(_)) => {
+                        Err("spec.cluster: admin is a global role; leave the cluster out".into())
+                    }
+                    (Role::Admin, None) => Ok(()),
+                    (_, None) => {
+                        Err("spec.cluster: cluster roles need the cluster they apply to".into())
+                    }
+                    (_, Some(c)) => non_empty("spec.cluster", c),
+                }
+            }),
+            Kind::Plan => check::<PlanSpec>(spec, |s| {
+                non_empty("spec.host", &s.host)?;
+                non_empty("spec.cluster", &s.cluster)
+            }),
+            Kind::Setting => check::<SettingSpec>(spec, |_| Ok(())),
+        }
+    }
+
+    /// Removes what the API never returns (secret hashes, passwords).
+    pub fn redact(self, object: &mut Object) {
+        if let Value::Object(spec) = &mut object.spec {
+            for field in ["secretHash", "passwordHash", "password"] {
+                spec.remove(field);
+            }
+        }
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        Err(format!("{field} must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks an object name: lowercase letters, digits and '-', starting with a letter, ending
+/// with a letter or digit, at most 63 characters (it becomes part of URLs and DNS names).
+pub fn validate_name(kind: Kind, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} name {name:?} is not valid: use 1-63 lowercase letters, digits and '-', starting with a letter",
+            kind.name()
+        ))
+    }
+}
+
+/// What an object shows as its state, as Rancher's API summarises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct State {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// True when the state is an error the user should look at.
+    #[serde(default)]
+    pub error: bool,
+    /// True while the object is on its way somewhere (provisioning, updating, removing).
+    #[serde(default)]
+    pub transitioning: bool,
+}
+
+impl State {
+    fn new(state: &str, message: impl Into<String>, error: bool, transitioning: bool) -> Self {
+        Self {
+            state: state.to_owned(),
+            message: message.into(),
+            error,
+            transitioning,
+        }
+    }
+}
+
+/// Derives the state from metadata and conditions. In order: being removed; an error; cut off;
+/// still provisioning or updating; active when every condition holds.
+pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value) -> State {
+    if meta.deletion_timestamp.is_some() {
+        let waiting = meta.finalizers.join(", ");
+        return State::new("removing", format!("waiting for {waiting}"), false, true);
+    }
+    let failed = |c: &Condition| {
+        c.status == "False" && (c.reason.contains("Error") || c.reason.contains("Failed"))
+    };
+    if let Some(c) = status.conditions.iter().find(|c| failed(c)) {
+        return State::new("error", c.message.clone(), true, false);
+    }
+    if let Some(c) = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Connected" && c.status == "False")
+    {
+        return State::new("disconnected", c.message.clone(), false, false);
+    }
+    for (condition, state) in [("Provisioned", "provisioning"), ("Updated", "updating")] {
+        if let Some(c) = status
+            .conditions
+            .iter()
+            .find(|c| c.kind == condition && c.status != "True")
+        {
+            return State::new(state, c.message.clone(), false, true);
+        }
+    }
+    if let Some(c) = status.conditions.iter().find(|c| c.status != "True") {
+        return State::new(
+            "unavailable",
+            format!("{}: {}", c.kind, c.message),
+            false,
+            false,
+        );
+    }
+    match kind {
+        Kind::Cluster | Kind::Host if !status.conditions.iter().any(|c| c.kind == "Connected") => {
+            let who = if kind == Kind::Cluster {
+                "the cluster-agent"
+            } else {
+                "the system-agent"
+            };
+            State::new(
+                "pending",
+                format!("waiting for {who} to connect"),
+                false,
+                true,
+            )
+        }
+        Kind::User if spec.get("disabled").and_then(Value::as_bool) == Some(true) => {
+            State::new("inactive", "this user is disabled", false, false)
+        }
+        Kind::Token | Kind::RegistrationToken if expired(spec) => {
+            State::new("expired", "this token has expired", false, false)
+        }
+        _ => State::new("active", "", false, false),
+    }
+}
+
+/// Whether `spec.expiresAt` lies in the past.
+pub fn expired(spec: &Value) -> bool {
+    spec.get("expiresAt")
+        .and_then(Value::as_str)
+        .and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        })
+        .is_some_and(|t| t <= time::OffsetDateTime::now_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state_of(kind: Kind, conditions: &[(&str, &str, &str)]) -> State {
+        let mut status = Status::default();
+        for (t, s, r) in conditions {
+            status.conditions.push(Condition {
+                kind: t.to_string(),
+                status: s.to_string(),
+                reason: r.to_string(),
+                message: format!("{t} says {s}"),
+                last_transition_time: String::new(),
+            });
+        }
+        derive_state(kind, &ObjectMeta::default(), &status, &json!({}))
+    }
+
+    #[test]
+    fn state_follows_conditions_in_rancher_order() {
+        assert_eq!(state_of(Kind::Cluster, &[]).state, "pending");
+        assert_eq!(
+            state_of(Kind::Cluster, &[("Connected", "True", "")]).state,
+            "active"
+        );
+        assert_eq!(
+            state_of(Kind::Cluster, &[("Connected", "False", "Disconnected")]).state,
+            "disconnected"
+        );
+        let err = state_of(
+            Kind::Cluster,
+            &[
+                ("Connected", "True", ""),
+                ("Provisioned", "False", "InstallFailed"),
+            ],
+        );
+        assert_eq!((err.state.as_str(), err.error), ("error", true));
+        assert_eq!(
+            state_of(
+                Kind::Host,
+                &[("Connected", "True", ""), ("Provisioned", "Unknown", "")]
+            )
+            .state,
+            "provisioning"
+        );
+        assert_eq!(state_of(Kind::Setting, &[]).state, "active");
+    }
+
+    #[test]
+    fn a_deleting_object_is_removing() {
+        let meta = ObjectMeta {
+            deletion_timestamp: Some("2026-01-01T00:00:00Z".into()),
+            finalizers: vec!["drover.io/agents".into()],
+            ..ObjectMeta::default()
+        };
+        let s = derive_state(Kind::Cluster, &meta, &Status::default(), &json!({}));
+        assert_eq!(s.state, "removing");
+        assert!(s.message.contains("drover.io/agents"));
+    }
+
+    #[test]
+    fn specs_are_checked_with_messages_that_name_the_field() {
+        let cases = [
+            (
+                Kind::Cluster,
+                json!({"type": "custom"}),
+                "spec.distribution",
+            ),
+            (
+                Kind::Cluster,
+                json!({"type": "custom", "distribution": "k3s"}),
+                "spec.version",
+            ),
+            (
+                Kind::Cluster,
+                json!({"type": "imported", "version": "v1"}),
+                "custom clusters",
+            ),
+            (Kind::Cluster, json!({"type": "hosted"}), "unknown variant"),
+            (
+                Kind::Cluster,
+                json!({"type": "imported", "colour": "red"}),
+                "unknown field",
+            ),
+            (
+                Kind::Host,
+                json!({"cluster": "a", "taints": ["x=y"]}),
+                "key=value:Effect",
+            ),
+            (Kind::User, json!({"password": "short"}), "12 characters"),
+            (
+                Kind::RoleBinding,
+                json!({"user": "u", "role": "admin", "cluster": "a"}),
+                "global role",
+            ),
+            (
+                Kind::RoleBinding,
+                json!({"user": "u", "role": "read-only"}),
+                "need the cluster",
+            ),
+            (
+                Kind::RoleBinding,
+                json!({"role": "read-only", "cluster": "a"}),
+                "exactly one",
+            ),
+        ];
+        for (kind, spec, expect) in cases {
+            let err = kind.validate_spec(&spec).unwrap_err();
+            assert!(err.contains(expect), "{kind:?} {spec}: {err}");
+        }
+        assert!(
+            Kind::Cluster
+                .validate_spec(
+                    &json!({"type": "custom", "distribution": "rke2", "version": "v1.33.4+rke2r1"})
+                )
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn names_must_be_dns_labels() {
+        for good in ["a", "prod-1", "c0"] {
+            assert!(validate_name(Kind::Cluster, good).is_ok(), "{good}");
+        }
+        for bad in ["", "Prod", "1a", "a-", "a_b", &"a".repeat(64)] {
+            assert!(validate_name(Kind::Cluster, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn redaction_removes_secrets() {
+        let mut object = Object::new("Token", "t", json!({"user": "u", "secretHash": "abc"}));
+        Kind::Token.redact(&mut object);
+        assert_eq!(object.spec, json!({"user": "u"}));
+    }
+}

@@ -10,6 +10,10 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Serve(Config),
+    /// Give the `admin` user a new password (printed once).
+    ResetAdminPassword {
+        data_dir: PathBuf,
+    },
 }
 
 /// Everything `drover-hub serve` needs.
@@ -63,8 +67,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum CliCommand {
-    /// Run the hub (HTTPS: the agents' tunnel endpoint and the hub's CA).
+    /// Run the hub (HTTPS: the API, the agents' tunnel endpoint and the hub's CA).
     Serve(ServeArgs),
+    /// Set a new random password for the `admin` user and print it (works while the hub runs).
+    ResetAdminPassword(DataDirArgs),
+}
+
+#[derive(Args, Debug)]
+struct DataDirArgs {
+    /// Directory for the hub's state [env: DROVER_DATA_DIR] [default: ./drover-data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -92,6 +105,9 @@ where
     let cli = Cli::try_parse_from(args)?;
     match cli.command {
         CliCommand::Serve(args) => serve_config(args, env).map(Command::Serve),
+        CliCommand::ResetAdminPassword(args) => Ok(Command::ResetAdminPassword {
+            data_dir: data_dir(args.data_dir, env),
+        }),
     }
 }
 
@@ -130,6 +146,15 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         server_url,
         host_name: host_name(env),
     })
+}
+
+fn data_dir(flag: Option<PathBuf>, env: &HashMap<String, String>) -> PathBuf {
+    flag.or_else(|| {
+        env.get("DROVER_DATA_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
 }
 
 fn check_server_url(url: &str) -> Result<String, ConfigError> {
@@ -192,7 +217,10 @@ mod tests {
             .iter()
             .chain(args)
             .map(|s| s.to_string());
-        parse(argv, &env).map(|Command::Serve(c)| c)
+        match parse(argv, &env)? {
+            Command::Serve(c) => Ok(c),
+            other => panic!("expected serve, got {other:?}"),
+        }
     }
 
     #[test]

@@ -17,11 +17,14 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::{Acceptor, AcceptorConfig, AuthError, AuthFuture, Registry};
 
+pub mod api;
 pub mod auth;
+pub mod bootstrap;
 pub mod config;
 mod fsutil;
 pub mod model;
 pub mod pki;
+pub mod registration;
 pub mod store;
 
 pub use config::{Command, Config, ConfigError};
@@ -37,6 +40,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Pki(#[from] pki::PkiError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }
 
 /// What request handlers share.
@@ -53,6 +58,8 @@ pub struct Hub {
     url: String,
     ca_checksum: String,
     registry: Registry,
+    store: Arc<dyn store::Store>,
+    bootstrap_password: Option<String>,
     task: JoinHandle<()>,
 }
 
@@ -84,6 +91,10 @@ impl Hub {
         }
         names.dedup();
         let pki = pki::load_or_create(&config.data_dir, &names)?;
+        let store: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
+            &config.data_dir.join("state.db"),
+        )?);
+        let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 
         let registry = Registry::default();
         let acceptor = Acceptor::new(
@@ -92,10 +103,17 @@ impl Hub {
             registry.clone(),
             shutdown.clone(),
         );
+        let api = api::Api {
+            store: store.clone(),
+            limiter: Arc::default(),
+            server_url: url.clone(),
+            ca_checksum: pki.ca_checksum.clone(),
+        };
         let app = router(AppState {
             ca_pem: pki.ca_pem.clone(),
             acceptor,
-        });
+        })
+        .merge(api::router(api));
         let task = tokio::spawn(tunnel::listener::serve(
             listener,
             pki.server_config.clone(),
@@ -107,8 +125,20 @@ impl Hub {
             url,
             ca_checksum: pki.ca_checksum,
             registry,
+            store,
+            bootstrap_password,
             task,
         })
+    }
+
+    /// The bootstrap admin password, on the start that created it; never again.
+    pub fn bootstrap_password(&self) -> Option<&str> {
+        self.bootstrap_password.as_deref()
+    }
+
+    /// The hub's store.
+    pub fn store(&self) -> &Arc<dyn store::Store> {
+        &self.store
     }
 
     /// The address the listener is bound to (the real port when 0 was asked for).

@@ -42,8 +42,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let hub::Command::Serve(config) = command;
-    match runtime.block_on(serve(config)) {
+    let result = match command {
+        hub::Command::Serve(config) => runtime.block_on(serve(config)),
+        hub::Command::ResetAdminPassword { data_dir } => {
+            runtime.block_on(reset_admin_password(&data_dir))
+        }
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -58,6 +63,17 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let shutdown = CancellationToken::new();
     let hub = hub::Hub::start(config, shutdown.clone()).await?;
+    if let Some(password) = hub.bootstrap_password() {
+        // Shown this once, on the terminal, never in the log: only its hash is stored.
+        #[allow(clippy::print_stdout)]
+        {
+            println!(
+                "\nFirst start: log in at {} as \"admin\" with password\n\n    {password}\n\n\
+                 It is not shown again; `drover-hub reset-admin-password` sets a new one.\n",
+                hub.url()
+            );
+        }
+    }
     tracing::info!(
         url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
         "Drover hub is up; agents pin the CA by this checksum"
@@ -69,5 +85,15 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
     tracing::info!("stopping: closing agent sessions and draining requests");
     shutdown.cancel();
     hub.wait().await;
+    Ok(())
+}
+
+async fn reset_admin_password(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let store = hub::store::sqlite::SqliteStore::open(&data_dir.join("state.db"))?;
+    let password = hub::bootstrap::reset_admin_password(&store).await?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("New password for \"admin\":\n\n    {password}\n\nIt is not shown again.");
+    }
     Ok(())
 }

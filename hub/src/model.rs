@@ -402,10 +402,21 @@ impl Kind {
 
     /// Removes what the API never returns (secret hashes, passwords).
     pub fn redact(self, object: &mut Object) {
-        if let Value::Object(spec) = &mut object.spec {
-            for field in ["secretHash", "passwordHash", "password"] {
-                spec.remove(field);
-            }
+        redact_spec(&mut object.spec);
+    }
+
+    /// As [`Kind::redact`], on an object already turned into JSON.
+    pub fn redact_value(self, object: &mut Value) {
+        if let Some(spec) = object.get_mut("spec") {
+            redact_spec(spec);
+        }
+    }
+}
+
+fn redact_spec(spec: &mut Value) {
+    if let Value::Object(spec) = spec {
+        for field in ["secretHash", "passwordHash", "password"] {
+            spec.remove(field);
         }
     }
 }

@@ -1,0 +1,123 @@
+//! One error shape for the whole API, as Kubernetes answers (`kind: Status`), whose message
+//! tells the caller what to fix.
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+
+use crate::{auth::AuthError, store::StoreError};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: StatusCode,
+    pub reason: &'static str,
+    pub message: String,
+    /// Seconds to wait, for 429.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusBody {
+    pub kind: &'static str,
+    pub api_version: &'static str,
+    pub status: &'static str,
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NotFound", message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "Unauthorized", message)
+    }
+
+    pub fn body(&self) -> StatusBody {
+        StatusBody {
+            kind: "Status",
+            api_version: "v1",
+            status: "Failure",
+            code: self.code.as_u16(),
+            reason: self.reason.to_owned(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.code, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after
+            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        if self.code == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"drover\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let message = e.to_string();
+        match e {
+            StoreError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "NotFound", message),
+            StoreError::AlreadyExists { .. } => {
+                Self::new(StatusCode::CONFLICT, "AlreadyExists", message)
+            }
+            StoreError::Conflict { .. } => Self::new(StatusCode::CONFLICT, "Conflict", message),
+            StoreError::Gone { .. } => Self::new(StatusCode::GONE, "Expired", message),
+            StoreError::Invalid(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+            }
+            StoreError::Backend(detail) => {
+                tracing::error!(error = %detail, "store failure");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "the hub could not read or write its store; nothing was changed by this request; \
+                     check the hub's log and disk, then retry",
+                )
+            }
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(m) => Self::unauthorized(m),
+            AuthError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "Forbidden", m),
+            AuthError::Store(detail) => ApiError::from(StoreError::Backend(detail)),
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The REST API under `/v1/`: list, get, create, update, patch, delete and watch for every
+//! kind, login and logout. Every request is authenticated and authorised before it touches the
+//! store, and secrets never leave it (only hashes are stored; values are shown once).
+
+use std::{net::IpAddr, sync::Arc};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    auth::{self, LoginLimiter, Principal, Verb, authorize, secret},
+    model::{Kind, Status, derive_state},
+    store::{LabelSelector, Object, Store},
+};
+
+mod error;
+mod objects;
+mod watch;
+
+pub use error::ApiError;
+
+/// The API's version in `apiVersion`.
+pub const API_VERSION: &str = "drover.io/v1";
+
+/// What handlers share.
+#[derive(Clone, Debug)]
+pub struct Api {
+    pub store: Arc<dyn Store>,
+    pub limiter: Arc<LoginLimiter>,
+    /// Where agents reach the hub, for registration commands.
+    pub server_url: String,
+    pub ca_checksum: String,
+}
+
+pub fn router(api: Api) -> Router {
+    Router::new()
+        .route("/v1/login", post(login))
+        .route("/v1/logout", post(logout))
+        .route("/v1/me", get(me))
+        .route(
+            "/v1/{plural}",
+            get(objects::list_or_watch).post(objects::create),
+        )
+        .route(
+            "/v1/{plural}/{name}",
+            get(objects::get_one)
+                .put(objects::update)
+                .patch(objects::patch)
+                .delete(objects::delete),
+        )
+        .with_state(api)
+}
+
+impl Api {
+    /// The caller, or 401 with what to do.
+    pub async fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let Some(value) = auth::credential(headers) else {
+            return Err(ApiError::unauthorized(
+                "log in first: send Authorization: Bearer <API token> (drover-hub login prints one), \
+                 or use the dashboard's session",
+            ));
+        };
+        Ok(auth::principal(self.store.as_ref(), value).await?)
+    }
+}
+
+/// The kind a path segment names, or 404 listing the kinds there are.
+pub fn kind_of(plural: &str) -> Result<Kind, ApiError> {
+    Kind::from_plural(plural).ok_or_else(|| {
+        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
+        ApiError::not_found(format!(
+            "no kind {plural:?} here; the API serves /v1/{{{}}}",
+            known.join(",")
+        ))
+    })
+}
+
+/// An object as the API shows it: secrets removed, `apiVersion` and the derived `state` added.
+pub fn present(kind: Kind, mut object: Object) -> Value {
+    kind.redact(&mut object);
+    let status = Status::of(&object);
+    let state = derive_state(kind, &object.metadata, &status, &object.spec);
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": object.kind,
+        "metadata": object.metadata,
+        "spec": object.spec,
+        "status": if object.status.is_null() { json!({}) } else { object.status },
+        "state": state,
+    })
+}
+
+/// Checks one object against the caller's rights.
+pub fn allow(
+    principal: &Principal,
+    verb: Verb,
+    kind: Kind,
+    object: &Object,
+) -> Result<(), ApiError> {
+    Ok(authorize(principal, verb, kind, object)?)
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    // Debug is written by hand below: the password never reaches a log.
+    pub username: String,
+    pub password: String,
+    /// `true` (default) for a dashboard session (cookie, 16 h); `false` for an API token
+    /// (30 days) for scripts and the CLI.
+    #[serde(default = "yes")]
+    pub session: Option<bool>,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+impl std::fmt::Debug for LoginRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("username", &self.username)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+fn yes() -> Option<bool> {
+    Some(true)
+}
+
+const SESSION_HOURS: i64 = 16;
+const API_TOKEN_DAYS: i64 = 30;
+
+async fn login(
+    State(api): State<Api>,
+    remote: Option<axum::Extension<tunnel::listener::RemoteAddr>>,
+    body: Result<Json<LoginRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body.map_err(|e| {
+        ApiError::bad_request(format!(
+            "login body: {e}; send {{\"username\", \"password\"}}"
+        ))
+    })?;
+    let addr: Option<IpAddr> = remote.map(|r| r.0.0.ip());
+    if let Err(wait) = api.limiter.check(&request.username, addr) {
+        let mut err = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            format!(
+                "too many failed logins; try again in {} s",
+                wait.as_secs() + 1
+            ),
+        );
+        err.retry_after = Some(wait.as_secs() + 1);
+        return Err(err);
+    }
+    let refused = || ApiError::unauthorized("wrong username or password");
+    let user = match api.store.get(Kind::User.name(), &request.username).await {
+        Ok(user) => Some(user),
+        Err(crate::store::StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let hash = user
+        .as_ref()
+        .and_then(|u| u.spec.get("passwordHash"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        // Hash something anyway, so a missing user takes as long as a wrong password.
+        .unwrap_or_else(|| "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into());
+    let password = request.password.clone();
+    let ok = tokio::task::spawn_blocking(move || secret::verify_password(&password, &hash))
+        .await
+        .unwrap_or(false);
+    let disabled = user
+        .as_ref()
+        .and_then(|u| u.spec.get("disabled"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !ok || user.is_none() || disabled {
+        api.limiter.failed(&request.username, addr);
+        tracing::info!(user = %request.username, addr = ?addr, "failed login");
+        return Err(refused());
+    }
+    api.limiter.succeeded(&request.username);
+    let session = request.session.unwrap_or(true);
+    let lifetime = if session {
+        time::Duration::hours(SESSION_HOURS)
+    } else {
+        time::Duration::days(API_TOKEN_DAYS)
+    };
+    let expires_at = (time::OffsetDateTime::now_utc() + lifetime)
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let token = secret::new_token(secret::TokenKind::Token);
+    let description = request.description.unwrap_or_else(|| {
+        if session {
+            "dashboard session"
+        } else {
+            "API token from login"
+        }
+        .to_owned()
+    });
+    let object = Object::new(
+        Kind::Token.name(),
+        &token.name,
+        json!({
+            "user": request.username,
+            "description": description,
+            "session": session,
+            "expiresAt": expires_at,
+            "secretHash": token.hash,
+        }),
+    );
+    api.store.create(object).await?;
+    let mut response = Json(json!({
+        "token": token.value,
+        "expiresAt": expires_at,
+        "user": request.username,
+    }))
+    .into_response();
+    if session {
+        let cookie = format!(
+            "{}={}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+            auth::SESSION_COOKIE,
+            token.value,
+            lifetime.whole_seconds()
+        );
+        if let Ok(value) = cookie.parse() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::SET_COOKIE, value);
+        }
+    }
+    Ok(response)
+}
+
+/// Ends the caller's session (or revokes the API token used for this request).
+async fn logout(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    api.store
+        .delete(Kind::Token.name(), &principal.token, None)
+        .await?;
+    let clear = format!(
+        "{}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
+        auth::SESSION_COOKIE
+    );
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Ok(value) = clear.parse() {
+        response
+            .headers_mut()
+            .insert(axum::http::header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+async fn me(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let p = api.principal(&headers).await?;
+    Ok(Json(json!({
+        "user": p.user,
+        "admin": p.admin,
+        "clusters": p.clusters,
+    })))
+}
+
+/// Query parameters of list and watch.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListParams {
+    #[serde(default)]
+    pub label_selector: Option<String>,
+    #[serde(default)]
+    pub watch: Option<bool>,
+    #[serde(default)]
+    pub resource_version: Option<String>,
+}
+
+impl ListParams {
+    pub fn selector(&self) -> Result<LabelSelector, ApiError> {
+        LabelSelector::parse(self.label_selector.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))
+    }
+
+    pub fn revision(&self) -> Result<Option<u64>, ApiError> {
+        match self.resource_version.as_deref() {
+            None | Some("") | Some("0") => Ok(None),
+            Some(rv) => rv.parse().map(Some).map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a number"))
+            }),
+        }
+    }
+}
+
+/// Parameters of delete.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteParams {
+    #[serde(default)]
+    pub resource_version: Option<u64>,
+}
+
+pub(crate) type PathKindName = Path<(String, String)>;
+pub(crate) type QueryList = Query<ListParams>;
+
+#[cfg(test)]
+mod tests;

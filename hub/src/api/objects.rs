@@ -1,0 +1,386 @@
+//! The generic verbs on `/v1/{plural}[/{name}]`, with each kind's own rules on the way in.
+
+use axum::{
+    Json,
+    extract::{Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Map, Value, json};
+
+use super::{Api, ApiError, DeleteParams, PathKindName, QueryList, allow, kind_of, present, watch};
+use crate::{
+    auth::{Principal, Verb, secret},
+    model::{ClusterSpec, Kind, validate_name},
+    registration,
+    store::{Object, ObjectMeta, Op, StoreError},
+};
+
+type JsonBody = Result<Json<Value>, axum::extract::rejection::JsonRejection>;
+
+fn body(body: JsonBody) -> Result<Value, ApiError> {
+    let Json(value) = body.map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be a JSON object with metadata and spec",
+        ));
+    }
+    Ok(value)
+}
+
+pub(super) async fn list_or_watch(
+    State(api): State<Api>,
+    axum::extract::Path(plural): axum::extract::Path<String>,
+    Query(params): QueryList,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let selector = params.selector()?;
+    if params.watch.unwrap_or(false) {
+        return watch::serve(api, principal, kind, selector, params.revision()?).await;
+    }
+    let (objects, revision) = api.store.list(kind.name(), &selector).await?;
+    let items: Vec<Value> = objects
+        .into_iter()
+        .filter(|o| allow(&principal, Verb::List, kind, o).is_ok())
+        .map(|o| present(kind, o))
+        .collect();
+    Ok(Json(json!({
+        "apiVersion": super::API_VERSION,
+        "kind": format!("{}List", kind.name()),
+        "metadata": {"resourceVersion": revision.to_string()},
+        "items": items,
+    }))
+    .into_response())
+}
+
+pub(super) async fn get_one(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let object = api.store.get(kind.name(), &name).await?;
+    allow(&principal, Verb::Get, kind, &object)?;
+    Ok(Json(present(kind, object)))
+}
+
+/// The caller's metadata fields that the store keeps (the rest is the store's).
+fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
+    let mut meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(map) = &mut meta {
+        map.insert("name".into(), Value::String(name.to_owned()));
+    }
+    let mut meta: ObjectMeta = serde_json::from_value(meta)
+        .map_err(|e| ApiError::bad_request(format!("metadata: {e}")))?;
+    meta.name = name.to_owned();
+    for (key, value) in &meta.labels {
+        crate::store::selector::key_of(key).map_err(ApiError::invalid)?;
+        crate::store::selector::value_of(value).map_err(ApiError::invalid)?;
+    }
+    Ok(meta)
+}
+
+/// The spec as given, minus anything only the hub may write.
+fn spec_from(value: &Value) -> Value {
+    let mut spec = value.get("spec").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(map) = &mut spec {
+        map.remove("secretHash");
+        map.remove("passwordHash");
+    }
+    spec
+}
+
+fn kind_matches(value: &Value, kind: Kind) -> Result<(), ApiError> {
+    match value.get("kind").and_then(Value::as_str) {
+        Some(k) if k != kind.name() => Err(ApiError::bad_request(format!(
+            "the body is a {k} but the URL is for {}; send it to /v1/{}",
+            kind.name(),
+            Kind::from_name(k).map_or("…", Kind::plural)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+async fn must_exist(api: &Api, kind: Kind, name: &str, field: &str) -> Result<(), ApiError> {
+    match api.store.get(kind.name(), name).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::invalid(format!(
+            "{field}: {} {name:?} does not exist; create it first",
+            kind.name()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn set(spec: &mut Value, field: &str, value: Value) {
+    if let Value::Object(map) = spec {
+        map.insert(field.to_owned(), value);
+    }
+}
+
+async fn hash_password(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || secret::hash_password(&password))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                e.to_string(),
+            )
+        })
+}
+
+/// Kind-specific rules for a new or replaced spec: references must exist, passwords are hashed,
+/// secret hashes are kept from `current`. Returns the spec to store.
+async fn checked_spec(
+    api: &Api,
+    kind: Kind,
+    spec: Value,
+    current: Option<&Object>,
+) -> Result<Value, ApiError> {
+    let mut spec = kind.validate_spec(&spec).map_err(ApiError::invalid)?;
+    // What only the hub writes survives an update untouched.
+    if let (Some(current), Value::Object(map)) = (current, &mut spec) {
+        for field in ["secretHash", "passwordHash"] {
+            if let Some(v) = current.spec.get(field) {
+                map.insert(field.to_owned(), v.clone());
+            }
+        }
+    }
+    match kind {
+        Kind::User => {
+            let password = spec
+                .get("password")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Value::Object(map) = &mut spec {
+                map.remove("password");
+            }
+            match password {
+                Some(p) => set(
+                    &mut spec,
+                    "passwordHash",
+                    Value::String(hash_password(p).await?),
+                ),
+                None if current.is_none() => {
+                    return Err(ApiError::invalid(
+                        "spec.password: a new user needs a password of at least 12 characters",
+                    ));
+                }
+                None => {}
+            }
+        }
+        Kind::Host | Kind::RegistrationToken | Kind::Plan => {
+            let cluster = spec
+                .get("cluster")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            must_exist(api, Kind::Cluster, &cluster, "spec.cluster").await?;
+        }
+        Kind::RoleBinding => {
+            if let Some(cluster) = spec.get("cluster").and_then(Value::as_str) {
+                must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+            }
+            if let Some(user) = spec.get("user").and_then(Value::as_str) {
+                must_exist(api, Kind::User, user, "spec.user").await?;
+            }
+        }
+        _ => {}
+    }
+    Ok(spec)
+}
+
+pub(super) async fn create(
+    State(api): State<Api>,
+    axum::extract::Path(plural): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body_result: JsonBody,
+) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let value = body(body_result)?;
+    kind_matches(&value, kind)?;
+    let mut spec = spec_from(&value);
+    let mut shown_once = Map::new();
+    let mut also = Vec::new();
+
+    // Token-like kinds are named by the hub: the name is half of the secret's lookup.
+    let new_secret = match kind {
+        Kind::Token => Some(secret::new_token(secret::TokenKind::Token)),
+        Kind::RegistrationToken => Some(secret::new_token(secret::TokenKind::Registration)),
+        _ => None,
+    };
+    let name = match &new_secret {
+        Some(token) => token.name.clone(),
+        None => value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::invalid("metadata.name: every object needs a name"))?
+            .to_owned(),
+    };
+    validate_name(kind, &name).map_err(ApiError::invalid)?;
+    if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
+        set(&mut spec, "user", Value::String(principal.user.clone()));
+    }
+    let mut spec = checked_spec(&api, kind, spec, None).await?;
+    if let Some(token) = &new_secret {
+        set(&mut spec, "secretHash", Value::String(token.hash.clone()));
+        shown_once.insert("token".into(), Value::String(token.value.clone()));
+    }
+    let mut object = Object {
+        kind: kind.name().to_owned(),
+        metadata: metadata_from(&value, &name)?,
+        spec,
+        status: Value::Null,
+    };
+    object.metadata.finalizers.clear();
+    allow(&principal, Verb::Create, kind, &object)?;
+
+    match kind {
+        Kind::Cluster => {
+            // A new cluster comes with its first registration token and commands.
+            let cluster: ClusterSpec = serde_json::from_value(object.spec.clone())
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            let token = secret::new_token(secret::TokenKind::Registration);
+            also.push(Op::Create(registration::token_object(&name, &token)));
+            shown_once.insert(
+                "registration".into(),
+                registration::commands(&api, cluster.cluster_type, &token.value),
+            );
+        }
+        Kind::RegistrationToken => {
+            let cluster_name = object
+                .spec
+                .get("cluster")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let cluster = api.store.get(Kind::Cluster.name(), cluster_name).await?;
+            let cluster: ClusterSpec = serde_json::from_value(cluster.spec)
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            let value = shown_once
+                .get("token")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            shown_once.insert(
+                "registration".into(),
+                registration::commands(&api, cluster.cluster_type, &value),
+            );
+        }
+        _ => {}
+    }
+
+    let mut ops = vec![Op::Create(object)];
+    ops.extend(also);
+    let written = api.store.transact(ops).await?;
+    let Some(created) = written.into_iter().next() else {
+        return Err(StoreError::Backend("creation returned nothing".into()).into());
+    };
+    let mut presented = present(kind, created);
+    if let Value::Object(map) = &mut presented {
+        map.extend(shown_once);
+    }
+    Ok((StatusCode::CREATED, Json(presented)).into_response())
+}
+
+/// Replaces `current` with what `value` describes (metadata the caller may set, and spec).
+async fn replace(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    current: Object,
+    value: Value,
+) -> Result<Json<Value>, ApiError> {
+    kind_matches(&value, kind)?;
+    allow(principal, Verb::Update, kind, &current)?;
+    let name = current.metadata.name.clone();
+    if let Some(other) = value.pointer("/metadata/name").and_then(Value::as_str)
+        && other != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
+        )));
+    }
+    let spec = checked_spec(api, kind, spec_from(&value), Some(&current)).await?;
+    let object = Object {
+        kind: kind.name().to_owned(),
+        metadata: metadata_from(&value, &name)?,
+        spec,
+        // Status belongs to the hub's controllers.
+        status: current.status.clone(),
+    };
+    // Moving an object (say, a host to another cluster) needs rights on both ends.
+    allow(principal, Verb::Update, kind, &object)?;
+    let updated = api.store.update(object).await?;
+    Ok(Json(present(kind, updated)))
+}
+
+pub(super) async fn update(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+    body_result: JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let value = body(body_result)?;
+    let current = api.store.get(kind.name(), &name).await?;
+    replace(&api, &principal, kind, current, value).await
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (key, value) in p {
+                if value.is_null() {
+                    t.remove(key);
+                } else {
+                    merge_patch(t.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
+    }
+}
+
+pub(super) async fn patch(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+    body_result: JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let patch = body(body_result)?;
+    let current = api.store.get(kind.name(), &name).await?;
+    allow(&principal, Verb::Get, kind, &current)?;
+    // Patch what the caller sees; without a resourceVersion in the patch, the one just read
+    // still guards against a concurrent writer.
+    let mut value =
+        serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    kind.redact_value(&mut value);
+    merge_patch(&mut value, &patch);
+    replace(&api, &principal, kind, current, value).await
+}
+
+pub(super) async fn delete(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    Query(params): Query<DeleteParams>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let current = api.store.get(kind.name(), &name).await?;
+    allow(&principal, Verb::Delete, kind, &current)?;
+    let deleted = api
+        .store
+        .delete(kind.name(), &name, params.resource_version)
+        .await?;
+    Ok(Json(present(kind, deleted)))
+}

@@ -1,0 +1,520 @@
+//! The API through its router (no sockets), on a real SQLite store in a temporary directory.
+
+use std::{path::PathBuf, sync::Arc};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Method, Request, StatusCode},
+};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::*;
+use crate::{bootstrap, store::sqlite::SqliteStore};
+
+struct TestApi {
+    router: Router,
+    admin: String,
+    dir: PathBuf,
+}
+
+impl Drop for TestApi {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn setup() -> TestApi {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("drover-api-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    let password = bootstrap::first_admin(store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    let api = Api {
+        store,
+        limiter: Arc::default(),
+        server_url: "https://hub.example:8443".into(),
+        ca_checksum: "c".repeat(64),
+    };
+    let router = router(api);
+    let mut t = TestApi {
+        router,
+        admin: String::new(),
+        dir,
+    };
+    t.admin = t.login("admin", &password).await;
+    t
+}
+
+impl TestApi {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(v) => {
+                request = request.header("content-type", "application/json");
+                Body::from(v.to_string())
+            }
+            None => Body::empty(),
+        };
+        let response = self
+            .router
+            .clone()
+            .oneshot(request.body(body).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, value)
+    }
+
+    async fn login(&self, user: &str, password: &str) -> String {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                "/v1/login",
+                None,
+                Some(json!({"username": user, "password": password, "session": false})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    async fn create(&self, token: &str, plural: &str, body: Value) -> Value {
+        let (status, value) = self
+            .call(
+                Method::POST,
+                &format!("/v1/{plural}"),
+                Some(token),
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{value}");
+        value
+    }
+
+    /// A user with `role` on `cluster` (or none); returns their API token.
+    async fn user(&self, name: &str, role: Option<(&str, &str)>) -> String {
+        let password = "a long enough password";
+        self.create(
+            &self.admin,
+            "users",
+            json!({"metadata": {"name": name}, "spec": {"password": password}}),
+        )
+        .await;
+        if let Some((role, cluster)) = role {
+            self.create(
+                &self.admin,
+                "rolebindings",
+                json!({"metadata": {"name": format!("{name}-{role}")}, "spec": {"user": name, "role": role, "cluster": cluster}}),
+            )
+            .await;
+        }
+        self.login(name, password).await
+    }
+}
+
+fn imported(name: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"type": "imported"}})
+}
+
+#[tokio::test]
+async fn anonymous_requests_get_401_in_the_status_shape() {
+    let t = setup().await;
+    let (status, body) = t.call(Method::GET, "/v1/clusters", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["code"], 401);
+    assert!(
+        body["message"].as_str().unwrap().contains("Bearer"),
+        "{body}"
+    );
+    let (status, _) = t
+        .call(Method::GET, "/v1/clusters", Some("drt_tnope.secret"), None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn wrong_passwords_are_refused_then_rate_limited() {
+    let t = setup().await;
+    let wrong = json!({"username": "admin", "password": "not the password"});
+    for _ in 0..5 {
+        let (status, body) = t
+            .call(Method::POST, "/v1/login", None, Some(wrong.clone()))
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let (status, body) = t.call(Method::POST, "/v1/login", None, Some(wrong)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("try again"));
+}
+
+#[tokio::test]
+async fn an_imported_cluster_comes_with_its_import_command() {
+    let t = setup().await;
+    let created = t.create(&t.admin, "clusters", imported("prod")).await;
+    let command = created["registration"]["importCommand"].as_str().unwrap();
+    assert!(
+        command.starts_with("kubectl apply -f https://hub.example:8443/v3/import/drr_"),
+        "{command}"
+    );
+    assert!(command.ends_with(".yaml"));
+    assert_eq!(created["state"]["state"], "pending");
+    assert_eq!(created["metadata"]["generation"], 1);
+
+    // The token's value is never shown again; its object exists without the hash.
+    let (_, tokens) = t
+        .call(Method::GET, "/v1/registrationtokens", Some(&t.admin), None)
+        .await;
+    let items = tokens["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["spec"], json!({"cluster": "prod"}));
+    assert!(!tokens.to_string().contains("secretHash"));
+}
+
+#[tokio::test]
+async fn a_custom_cluster_comes_with_its_host_command() {
+    let t = setup().await;
+    let created = t
+        .create(
+            &t.admin,
+            "clusters",
+            json!({"metadata": {"name": "edge"}, "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}}),
+        )
+        .await;
+    let command = created["registration"]["hostCommand"].as_str().unwrap();
+    assert!(command.contains(
+        "system-agent-install.sh | sudo sh -s - --server https://hub.example:8443 --token drr_"
+    ));
+    assert!(command.contains(&format!("--ca-checksum {}", "c".repeat(64))));
+}
+
+#[tokio::test]
+async fn invalid_objects_get_422_naming_the_field() {
+    let t = setup().await;
+    let cases = [
+        (
+            "clusters",
+            json!({"metadata": {"name": "x"}, "spec": {"type": "custom"}}),
+            "spec.distribution",
+        ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "Bad_Name"}, "spec": {"type": "imported"}}),
+            "name",
+        ),
+        (
+            "clusters",
+            json!({"spec": {"type": "imported"}}),
+            "metadata.name",
+        ),
+        (
+            "hosts",
+            json!({"metadata": {"name": "h"}, "spec": {"cluster": "nowhere"}}),
+            "does not exist",
+        ),
+        (
+            "users",
+            json!({"metadata": {"name": "u"}, "spec": {}}),
+            "needs a password",
+        ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "y", "labels": {"bad key!": "v"}}, "spec": {"type": "imported"}}),
+            "label key",
+        ),
+    ];
+    for (plural, body, expect) in cases {
+        let (status, value) = t
+            .call(
+                Method::POST,
+                &format!("/v1/{plural}"),
+                Some(&t.admin),
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+        assert!(
+            value["message"].as_str().unwrap().contains(expect),
+            "{value}"
+        );
+    }
+    let (status, value) = t
+        .call(Method::GET, "/v1/widgets", Some(&t.admin), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        value["message"].as_str().unwrap().contains("clusters"),
+        "{value}"
+    );
+}
+
+#[tokio::test]
+async fn updates_use_optimistic_concurrency_and_patches_merge() {
+    let t = setup().await;
+    let created = t.create(&t.admin, "clusters", imported("a")).await;
+    let mut stale = created.clone();
+    let mut fresh = created.clone();
+    fresh["spec"]["description"] = json!("first writer");
+    let (status, first) = t
+        .call(Method::PUT, "/v1/clusters/a", Some(&t.admin), Some(fresh))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["metadata"]["generation"], 2);
+    stale["spec"]["description"] = json!("second writer");
+    let (status, conflict) = t
+        .call(Method::PUT, "/v1/clusters/a", Some(&t.admin), Some(stale))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(conflict["reason"], "Conflict");
+
+    let patch = json!({"metadata": {"labels": {"env": "prod"}}});
+    let (status, patched) = t
+        .call(Method::PATCH, "/v1/clusters/a", Some(&t.admin), Some(patch))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(patched["metadata"]["labels"]["env"], "prod");
+    assert_eq!(
+        patched["spec"]["description"], "first writer",
+        "a patch keeps what it does not name"
+    );
+    t.create(&t.admin, "clusters", imported("b")).await;
+    let (_, list) = t
+        .call(
+            Method::GET,
+            "/v1/clusters?labelSelector=env%3Dprod",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a"]);
+    let (status, _) = t
+        .call(
+            Method::GET,
+            "/v1/clusters?labelSelector=env+in+(",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn secrets_are_shown_once_and_never_returned() {
+    let t = setup().await;
+    let alice = t.user("alice", None).await;
+    let (status, me) = t
+        .call(Method::GET, "/v1/users/alice", Some(&alice), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        me["spec"].get("passwordHash").is_none() && me["spec"].get("password").is_none(),
+        "{me}"
+    );
+    let created = t
+        .create(&alice, "tokens", json!({"spec": {"description": "ci"}}))
+        .await;
+    let value = created["token"].as_str().unwrap().to_owned();
+    assert!(value.starts_with("drt_"));
+    let (_, list) = t.call(Method::GET, "/v1/tokens", Some(&alice), None).await;
+    assert!(!list.to_string().contains(value.split('.').nth(1).unwrap()));
+    assert!(!list.to_string().contains("secretHash"));
+
+    // A forged hash in the body is ignored: the token still needs its real secret.
+    let name = created["metadata"]["name"].as_str().unwrap();
+    let (status, _) = t
+        .call(
+            Method::PATCH,
+            &format!("/v1/tokens/{name}"),
+            Some(&t.admin),
+            Some(json!({"spec": {"secretHash": "00"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = t.call(Method::GET, "/v1/me", Some(&value), None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Revoked: refused from then on.
+    let (status, _) = t
+        .call(
+            Method::DELETE,
+            &format!("/v1/tokens/{name}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = t.call(Method::GET, "/v1/me", Some(&value), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn logout_ends_the_session() {
+    let t = setup().await;
+    let token = t.user("bob", None).await;
+    let (status, _) = t.call(Method::POST, "/v1/logout", Some(&token), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = t.call(Method::GET, "/v1/me", Some(&token), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// Every role × every verb on its own cluster and on another, and anonymous, through the API.
+#[tokio::test]
+async fn rbac_matrix_through_the_api() {
+    let t = setup().await;
+    t.create(&t.admin, "clusters", imported("mine")).await;
+    t.create(&t.admin, "clusters", imported("theirs")).await;
+    let users = [
+        ("owner", Some("cluster-owner")),
+        ("member", Some("cluster-member")),
+        ("viewer", Some("read-only")),
+        ("nobody", None),
+    ];
+    for (name, role) in users {
+        let token = t.user(name, role.map(|r| (r, "mine"))).await;
+        let token = Some(token.as_str());
+        for cluster in ["mine", "theirs"] {
+            let has_role = role.is_some() && cluster == "mine";
+            let owner = role == Some("cluster-owner") && cluster == "mine";
+            let path = format!("/v1/clusters/{cluster}");
+            let (get, _) = t.call(Method::GET, &path, token, None).await;
+            assert_eq!(get.is_success(), has_role, "{name} get {cluster}: {get}");
+            let patch = json!({"spec": {"description": name}});
+            let (update, _) = t.call(Method::PATCH, &path, token, Some(patch)).await;
+            assert_eq!(
+                update.is_success(),
+                owner,
+                "{name} update {cluster}: {update}"
+            );
+            let token_body = json!({"spec": {"cluster": cluster}});
+            let (reg, _) = t
+                .call(
+                    Method::POST,
+                    "/v1/registrationtokens",
+                    token,
+                    Some(token_body),
+                )
+                .await;
+            assert_eq!(
+                reg.is_success(),
+                owner,
+                "{name} registration token for {cluster}: {reg}"
+            );
+            if !has_role {
+                assert_eq!(get, StatusCode::FORBIDDEN);
+            }
+        }
+        let (list, body) = t.call(Method::GET, "/v1/clusters", token, None).await;
+        assert_eq!(list, StatusCode::OK);
+        let visible = body["items"].as_array().unwrap().len();
+        assert_eq!(
+            visible,
+            usize::from(role.is_some()),
+            "{name} sees only clusters it has a role on"
+        );
+        let (create, _) = t
+            .call(
+                Method::POST,
+                "/v1/clusters",
+                token,
+                Some(imported(&format!("{name}-new"))),
+            )
+            .await;
+        assert_eq!(create, StatusCode::FORBIDDEN, "{name} create cluster");
+        let (delete, _) = t
+            .call(Method::DELETE, "/v1/clusters/theirs", token, None)
+            .await;
+        assert_eq!(
+            delete,
+            StatusCode::FORBIDDEN,
+            "{name} delete another's cluster"
+        );
+        let (users_list, _) = t.call(Method::GET, "/v1/users", token, None).await;
+        assert!(users_list.is_success(), "list is allowed but filtered");
+    }
+    for (method, path) in [
+        (Method::GET, "/v1/clusters/mine"),
+        (Method::DELETE, "/v1/clusters/mine"),
+        (Method::GET, "/v1/users"),
+    ] {
+        let (status, _) = t.call(method.clone(), path, None, None).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "anonymous {method} {path}"
+        );
+    }
+    let owner = t.login("owner", "a long enough password").await;
+    let (status, _) = t
+        .call(Method::DELETE, "/v1/clusters/mine", Some(&owner), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "an owner deletes its cluster");
+}
+
+#[tokio::test]
+async fn a_watch_streams_changes_as_server_sent_events() {
+    let t = setup().await;
+    t.create(&t.admin, "clusters", imported("a")).await;
+    let request = Request::get("/v1/clusters?watch=true")
+        .header("authorization", format!("Bearer {}", t.admin))
+        .body(Body::empty())
+        .unwrap();
+    let response = t.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let mut next_event = async || loop {
+        let frame = body.frame().await.unwrap().unwrap();
+        let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+        if let Some(data) = text.lines().find_map(|l| l.strip_prefix("data: ")) {
+            return serde_json::from_str::<Value>(data).unwrap();
+        }
+    };
+    let first = next_event().await;
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("a"))
+    );
+    t.create(&t.admin, "clusters", imported("b")).await;
+    let second = next_event().await;
+    assert_eq!(
+        (
+            second["type"].as_str(),
+            second["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("b"))
+    );
+    assert!(second["object"]["state"]["state"].is_string());
+}

@@ -1,0 +1,84 @@
+//! The first administrator. On the first start, with no users at all, the hub creates `admin`
+//! with a random password that it prints once; only its hash is kept. `drover-hub
+//! reset-admin-password` sets a new one when it is lost.
+
+use serde_json::json;
+
+use crate::{
+    auth::secret,
+    model::Kind,
+    store::{LabelSelector, Object, Op, Store, StoreError},
+};
+
+pub const ADMIN: &str = "admin";
+const ADMIN_BINDING: &str = "admin-is-admin";
+
+fn admin_binding() -> Object {
+    Object::new(
+        Kind::RoleBinding.name(),
+        ADMIN_BINDING,
+        json!({"user": ADMIN, "role": "admin"}),
+    )
+}
+
+async fn hashed(password: &str) -> Result<String, StoreError> {
+    let password = password.to_owned();
+    tokio::task::spawn_blocking(move || secret::hash_password(&password))
+        .await
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Creates `admin` if the store has no user; returns the password to show, once.
+pub async fn first_admin(store: &dyn Store) -> Result<Option<String>, StoreError> {
+    let (users, _) = store
+        .list(Kind::User.name(), &LabelSelector::everything())
+        .await?;
+    if !users.is_empty() {
+        return Ok(None);
+    }
+    let password = secret::random_password();
+    let user = Object::new(
+        Kind::User.name(),
+        ADMIN,
+        json!({"displayName": "Administrator", "passwordHash": hashed(&password).await?}),
+    );
+    match store
+        .transact(vec![Op::Create(user), Op::Create(admin_binding())])
+        .await
+    {
+        Ok(_) => Ok(Some(password)),
+        // Another process created it first: that one shows the password.
+        Err(StoreError::AlreadyExists { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives `admin` a new random password (creating the user and its admin binding if they are
+/// gone, and enabling it); returns the password to show, once.
+pub async fn reset_admin_password(store: &dyn Store) -> Result<String, StoreError> {
+    let password = secret::random_password();
+    let hash = hashed(&password).await?;
+    let mut ops = Vec::new();
+    match store.get(Kind::User.name(), ADMIN).await {
+        Ok(mut user) => {
+            if let serde_json::Value::Object(spec) = &mut user.spec {
+                spec.insert("passwordHash".into(), hash.into());
+                spec.insert("disabled".into(), false.into());
+            }
+            ops.push(Op::Update(user));
+        }
+        Err(StoreError::NotFound { .. }) => ops.push(Op::Create(Object::new(
+            Kind::User.name(),
+            ADMIN,
+            json!({"displayName": "Administrator", "passwordHash": hash}),
+        ))),
+        Err(e) => return Err(e),
+    }
+    if let Err(StoreError::NotFound { .. }) =
+        store.get(Kind::RoleBinding.name(), ADMIN_BINDING).await
+    {
+        ops.push(Op::Create(admin_binding()));
+    }
+    store.transact(ops).await?;
+    Ok(password)
+}

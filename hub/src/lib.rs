@@ -15,8 +15,9 @@ use axum::{
 };
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use tunnel::{Acceptor, AcceptorConfig, AuthError, AuthFuture, Registry};
+use tunnel::{Acceptor, AcceptorConfig, Registry};
 
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod bootstrap;
@@ -99,10 +100,15 @@ impl Hub {
         let registry = Registry::default();
         let acceptor = Acceptor::new(
             AcceptorConfig::default(),
-            authenticate,
+            agents::authenticator(store.clone()),
             registry.clone(),
             shutdown.clone(),
         );
+        tokio::spawn(agents::run_controllers(
+            store.clone(),
+            registry.clone(),
+            shutdown.clone(),
+        ));
         let api = api::Api {
             store: store.clone(),
             limiter: Arc::default(),
@@ -113,7 +119,12 @@ impl Hub {
             ca_pem: pki.ca_pem.clone(),
             acceptor,
         })
-        .merge(api::router(api));
+        .merge(api::router(api.clone()))
+        .merge(
+            Router::new()
+                .route("/v3/register", axum::routing::post(agents::register))
+                .with_state(api),
+        );
         let task = tokio::spawn(tunnel::listener::serve(
             listener,
             pki.server_config.clone(),
@@ -173,18 +184,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     Ok(())
 }
 
-/// No agent credential exists yet: registering clusters and hosts (which issues them) is the
-/// next piece of the hub. Until then every agent is refused, with that reason.
-fn authenticate(_request: &http::request::Parts) -> AuthFuture {
-    Box::pin(async {
-        Err(AuthError(
-            "this hub has no agent registrations yet (cluster and host registration is not built); \
-             no credential can be valid"
-                .into(),
-        ))
-    })
-}
-
 fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -214,9 +213,12 @@ mod tests {
 
     fn app() -> Router {
         let shutdown = CancellationToken::new();
+        let refuse_all = |_: &http::request::Parts| -> tunnel::AuthFuture {
+            Box::pin(async { Err(tunnel::AuthError("no agents in this test".into())) })
+        };
         let acceptor = Acceptor::new(
             AcceptorConfig::default(),
-            authenticate,
+            refuse_all,
             Registry::default(),
             shutdown,
         );

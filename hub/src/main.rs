@@ -63,16 +63,22 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let shutdown = CancellationToken::new();
     let hub = hub::Hub::start(config, shutdown.clone()).await?;
-    if let Some(password) = hub.bootstrap_password() {
-        // Shown this once, on the terminal, never in the log: only its hash is stored.
-        #[allow(clippy::print_stdout)]
-        {
+    // For people (and scripts) on stdout; the log on stderr says the same for machines.
+    #[allow(clippy::print_stdout)]
+    {
+        if let Some(password) = hub.bootstrap_password() {
+            // Shown this once, never logged: only its hash is stored.
             println!(
-                "\nFirst start: log in at {} as \"admin\" with password\n\n    {password}\n\n\
-                 It is not shown again; `drover-hub reset-admin-password` sets a new one.\n",
-                hub.url()
+                "First start: log in as \"admin\" with password\n\n    {password}\n\n\
+                 It is not shown again; `drover-hub reset-admin-password` sets a new one.\n"
             );
         }
+        println!(
+            "Drover hub is up\n  URL:          {}\n  listening on: {}\n  CA checksum:  {}",
+            hub.url(),
+            hub.local_addr(),
+            hub.ca_checksum()
+        );
     }
     tracing::info!(
         url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),

@@ -16,7 +16,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
@@ -59,6 +59,8 @@ pub struct HubProcess {
     child: Child,
     pub addr: SocketAddr,
     pub ca_checksum: String,
+    /// The bootstrap admin password, if this start printed one.
+    pub admin_password: Option<String>,
     /// Every line the hub has written to stderr so far.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -71,42 +73,56 @@ impl HubProcess {
             .arg(data_dir)
             .env("DROVER_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start drover-hub");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let log = Arc::new(Mutex::new(Vec::new()));
-        let up = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                log.lock().unwrap().push(line.clone());
-                if line.contains("hub is up") {
-                    return line;
-                }
-            }
-            panic!(
-                "drover-hub exited before it was up: {:?}",
-                log.lock().unwrap()
-            );
-        })
-        .await
-        .expect("drover-hub up within 60 s");
         let sink = log.clone();
+        let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
         tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
+            while let Ok(Some(line)) = errors.next_line().await {
                 sink.lock().unwrap().push(line);
             }
         });
-        let field = |name: &str| {
-            up.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name}= in {up:?}"))
-                .to_owned()
+        // stdout: the first-start password block, then "Drover hub is up" and its three lines.
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = out.next_line().await.unwrap() {
+                let done = line.trim_start().starts_with("CA checksum:");
+                printed.push(line);
+                if done {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .expect("drover-hub up within 60 s");
+        assert!(
+            read,
+            "drover-hub exited before it was up: {:?}",
+            log.lock().unwrap()
+        );
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        let value = |label: &str| {
+            printed
+                .iter()
+                .find_map(|l| l.trim_start().strip_prefix(label))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_else(|| panic!("no {label} in {printed:?}"))
         };
+        let admin_password = printed
+            .iter()
+            .position(|l| l.contains("with password"))
+            .and_then(|i| printed.iter().skip(i + 1).find(|l| !l.trim().is_empty()))
+            .map(|l| l.trim().to_owned());
         Self {
-            addr: field("listen").parse().unwrap(),
-            ca_checksum: field("ca_checksum"),
+            addr: value("listening on:").parse().unwrap(),
+            ca_checksum: value("CA checksum:"),
+            admin_password,
             child,
             log,
         }
@@ -114,6 +130,11 @@ impl HubProcess {
 
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash or power cut would.
+    pub async fn kill(mut self) {
+        self.child.kill().await.unwrap();
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns whether it exited cleanly.
@@ -132,25 +153,151 @@ impl HubProcess {
     }
 }
 
-/// GET `path` from `addr` over TLS without verifying the certificate (for checks of what the
-/// server sends, such as `/cacerts`, whose bytes the caller verifies).
-pub async fn https_get(addr: SocketAddr, path: &str) -> (u16, Bytes) {
+/// An HTTP/1.1 connection to the hub over TLS, without verifying the certificate (checks of
+/// what the server sends, such as `/cacerts`, verify the bytes themselves).
+async fn connect(
+    addr: SocketAddr,
+) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>> {
+    try_connect(addr).await.unwrap()
+}
+
+async fn try_connect(
+    addr: SocketAddr,
+) -> Result<hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>, String> {
     let config = tunnel::tls::unverified_client_config();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
     let tls = tokio_rustls::TlsConnector::from(config)
         .connect("127.0.0.1".try_into().unwrap(), tcp)
         .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .map_err(|e| e.to_string())?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> http::Request<http_body_util::Full<Bytes>> {
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, addr.to_string());
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let body = match body {
+        Some(v) => {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
+            Bytes::from(v.to_string())
+        }
+        None => Bytes::new(),
+    };
+    request.body(http_body_util::Full::new(body)).unwrap()
+}
+
+/// GET `path` without credentials; returns the status and the raw body.
+pub async fn https_get(addr: SocketAddr, path: &str) -> (u16, Bytes) {
+    let mut sender = connect(addr).await;
+    let response = sender
+        .send_request(request(addr, "GET", path, None, None))
         .await
         .unwrap();
-    tokio::spawn(conn);
-    let request = http::Request::get(path)
-        .header(http::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
     let status = response.status().as_u16();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, body)
+}
+
+/// A JSON request; returns the status and the body as JSON (`Null` if empty).
+pub async fn api(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    try_api(addr, method, path, token, body).await.unwrap()
+}
+
+/// As [`api`], reporting connection failures (a hub being killed) instead of panicking.
+pub async fn try_api(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> Result<(u16, serde_json::Value), String> {
+    let mut sender = try_connect(addr).await?;
+    let response = sender
+        .send_request(request(addr, method, path, token, body.as_ref()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let value = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Ok((status, value))
+}
+
+/// Logs in as `user`; returns an API token.
+pub async fn login(addr: SocketAddr, user: &str, password: &str) -> String {
+    let body = serde_json::json!({"username": user, "password": password, "session": false});
+    let (status, value) = api(addr, "POST", "/v1/login", None, Some(body)).await;
+    assert_eq!(status, 200, "{value}");
+    value["token"].as_str().unwrap().to_owned()
+}
+
+/// Watches `path` (server-sent events) until `wanted` accepts an event's data; panics after
+/// `within`. This is how tests wait for the hub to reach a state, without polling.
+pub async fn wait_for_event(
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+    within: Duration,
+    mut wanted: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut sender = connect(addr).await;
+    let response = sender
+        .send_request(request(addr, "GET", path, Some(token), None))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut pending = String::new();
+    tokio::time::timeout(within, async {
+        loop {
+            let frame = body.frame().await.expect("watch ended").unwrap();
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            pending.push_str(&String::from_utf8_lossy(&data));
+            while let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    let value: serde_json::Value = serde_json::from_str(data).unwrap();
+                    if wanted(&value) {
+                        return value;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no matching event on {path} within {within:?}"))
 }

@@ -1,0 +1,477 @@
+//! Agents and the hub: a registration token is exchanged once (`POST /v3/register`) for a
+//! credential of the agent's own; the tunnel accepts only such credentials, so a registration
+//! token can be rotated or revoked without touching installed agents, and revoking one agent's
+//! credential ends its session within a moment. Connected agents show on their Cluster or Host
+//! as condition `Connected`.
+
+use std::sync::Arc;
+
+use axum::{
+    Json,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEvent};
+
+use crate::{
+    api::{Api, ApiError},
+    auth::secret::{self, TokenKind},
+    model::{AgentRef, ClusterSpec, ClusterType, HostRoles, Kind, Status, expired},
+    store::{LabelSelector, Object, Op, Store, StoreError},
+};
+
+pub const CLUSTER_AGENT: &str = "cluster-agent";
+pub const NODE_AGENT: &str = "node-agent";
+pub const SYSTEM_AGENT: &str = "system-agent";
+
+/// Where an agent's identity says it belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Belongs {
+    Cluster(String),
+    Host(String),
+}
+
+/// `cluster/<c>[/…]`, `node/<c>[/…]` → the cluster; `host/<id>` → the host.
+pub fn belongs(peer_id: &str) -> Option<Belongs> {
+    let mut parts = peer_id.splitn(3, '/');
+    match (parts.next(), parts.next()) {
+        (Some("cluster" | "node"), Some(c)) if !c.is_empty() => {
+            Some(Belongs::Cluster(c.to_owned()))
+        }
+        (Some("host"), Some(h)) if !h.is_empty() => Some(Belongs::Host(h.to_owned())),
+        _ => None,
+    }
+}
+
+/// Whether a session may claim `claimed` under a credential issued for `issued`: the same id,
+/// or (for the agents that run several copies) the issued id followed by `/name`.
+fn covers(issued: &str, claimed: &str) -> bool {
+    claimed == issued
+        || claimed
+            .strip_prefix(issued)
+            .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+}
+
+/// The tunnel's authenticator: the bearer must be an agent credential that covers the claimed
+/// identity and kind.
+pub fn authenticator(
+    store: Arc<dyn Store>,
+) -> impl Fn(&http::request::Parts) -> AuthFuture + Send + Sync + 'static {
+    move |parts| {
+        let store = store.clone();
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let value = tunnel::bearer_token(&parts.headers).map(str::to_owned);
+        let (claimed_id, claimed_kind) = (
+            header(tunnel::AGENT_ID_HEADER),
+            header(tunnel::AGENT_KIND_HEADER),
+        );
+        Box::pin(async move {
+            let refuse = |m: &str| Err(TunnelAuthError(m.to_owned()));
+            let Some(value) = value else {
+                return refuse("send the agent's credential as Authorization: Bearer");
+            };
+            match secret::parse_token(&value) {
+                Some((TokenKind::Registration, ..)) => refuse(
+                    "a registration token cannot open a tunnel; exchange it for the agent's credential at POST /v3/register first",
+                ),
+                Some((TokenKind::Token, name, token_secret)) => {
+                    let token = match store.get(Kind::Token.name(), name).await {
+                        Ok(t) => t,
+                        Err(StoreError::NotFound { .. }) => {
+                            return refuse(
+                                "unknown or revoked agent credential; register the agent again",
+                            );
+                        }
+                        Err(e) => {
+                            return refuse(&format!(
+                                "the hub cannot check credentials right now: {e}"
+                            ));
+                        }
+                    };
+                    let hash = token
+                        .spec
+                        .get("secretHash")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if !secret::same(secret::token_hash(token_secret).as_bytes(), hash.as_bytes())
+                        || expired(&token.spec)
+                    {
+                        return refuse(
+                            "unknown or revoked agent credential; register the agent again",
+                        );
+                    }
+                    let Some(agent) = token
+                        .spec
+                        .get("agent")
+                        .and_then(|a| serde_json::from_value::<AgentRef>(a.clone()).ok())
+                    else {
+                        return refuse("this is a user's token, not an agent credential");
+                    };
+                    if agent.kind != claimed_kind || !covers(&agent.id, &claimed_id) {
+                        return refuse(&format!(
+                            "this credential is for a {} with identity {}, not a {claimed_kind} with identity {claimed_id}",
+                            agent.kind, agent.id
+                        ));
+                    }
+                    Ok(Peer {
+                        id: claimed_id,
+                        kind: claimed_kind,
+                    })
+                }
+                None => refuse("malformed agent credential"),
+            }
+        })
+    }
+}
+
+/// What an agent sends to register.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// `cluster-agent`, `node-agent` or `system-agent`.
+    pub kind: String,
+    /// For a system-agent: the host's stable id (kept in the agent's directory).
+    #[serde(default)]
+    pub host_id: Option<String>,
+    /// For a system-agent: how the host joins its cluster.
+    #[serde(default)]
+    pub host: Option<RegisterHost>,
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterHost {
+    #[serde(default)]
+    pub roles: HostRoles,
+    #[serde(default)]
+    pub node_name: String,
+    #[serde(default)]
+    pub address: String,
+    #[serde(default)]
+    pub internal_address: String,
+    #[serde(default)]
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<String>,
+}
+
+/// `POST /v3/register`: registration token in, agent credential and identity out.
+pub async fn register(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    body: Result<Json<RegisterRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(request) =
+        body.map_err(|e| ApiError::bad_request(format!("registration body: {e}")))?;
+    let bad = || {
+        ApiError::unauthorized(
+            "unknown, expired or revoked registration token; get a new command from the hub",
+        )
+    };
+    let value = tunnel::bearer_token(&headers).ok_or_else(bad)?;
+    let Some((TokenKind::Registration, name, token_secret)) = secret::parse_token(value) else {
+        return Err(bad());
+    };
+    let registration = match api.store.get(Kind::RegistrationToken.name(), name).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound { .. }) => return Err(bad()),
+        Err(e) => return Err(e.into()),
+    };
+    let hash = registration
+        .spec
+        .get("secretHash")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !secret::same(secret::token_hash(token_secret).as_bytes(), hash.as_bytes())
+        || expired(&registration.spec)
+    {
+        return Err(bad());
+    }
+    let cluster_name = registration
+        .spec
+        .get("cluster")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let cluster = api.store.get(Kind::Cluster.name(), &cluster_name).await?;
+    let cluster_spec: ClusterSpec =
+        serde_json::from_value(cluster.spec).map_err(|e| ApiError::invalid(e.to_string()))?;
+
+    let mut ops = Vec::new();
+    let id = match request.kind.as_str() {
+        CLUSTER_AGENT => format!("cluster/{cluster_name}"),
+        NODE_AGENT => format!("node/{cluster_name}"),
+        SYSTEM_AGENT => {
+            if cluster_spec.cluster_type != ClusterType::Custom {
+                return Err(ApiError::invalid(format!(
+                    "cluster {cluster_name:?} is imported; system-agents register only to custom clusters"
+                )));
+            }
+            let host_id = request.host_id.clone().unwrap_or_default();
+            if host_id.len() < 8
+                || !host_id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                return Err(ApiError::invalid(
+                    "hostId: the host's stable id (8 or more letters, digits or '-') is required",
+                ));
+            }
+            let host_name = format!(
+                "h-{}",
+                host_id
+                    .to_ascii_lowercase()
+                    .chars()
+                    .take(20)
+                    .collect::<String>()
+            );
+            let host = request.host.unwrap_or_default();
+            let spec = json!({
+                "cluster": cluster_name,
+                "roles": host.roles,
+                "nodeName": host.node_name,
+                "address": host.address,
+                "internalAddress": host.internal_address,
+                "nodeLabels": host.node_labels,
+                "taints": host.taints,
+            });
+            let spec = Kind::Host.validate_spec(&spec).map_err(ApiError::invalid)?;
+            match api.store.get(Kind::Host.name(), &host_name).await {
+                // Running the installer again re-registers the same host.
+                Ok(mut existing) => {
+                    existing.spec = spec;
+                    ops.push(Op::Update(existing));
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    ops.push(Op::Create(Object::new(Kind::Host.name(), &host_name, spec)))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let id = format!("host/{host_name}");
+            // One credential per host: earlier ones go.
+            let (tokens, _) = api
+                .store
+                .list(Kind::Token.name(), &LabelSelector::everything())
+                .await?;
+            for old in tokens {
+                if old.spec.pointer("/agent/id").and_then(Value::as_str) == Some(id.as_str()) {
+                    ops.push(Op::Delete {
+                        kind: Kind::Token.name().into(),
+                        name: old.metadata.name,
+                        resource_version: None,
+                    });
+                }
+            }
+            id
+        }
+        other => {
+            return Err(ApiError::invalid(format!(
+                "kind: {other:?} is not an agent kind (cluster-agent, node-agent, system-agent)"
+            )));
+        }
+    };
+    let credential = secret::new_token(TokenKind::Token);
+    ops.push(Op::Create(Object::new(
+        Kind::Token.name(),
+        &credential.name,
+        json!({
+            "agent": {"kind": request.kind, "id": id, "cluster": cluster_name},
+            "description": format!("{} credential", request.kind),
+            "secretHash": credential.hash,
+        }),
+    )));
+    api.store.transact(ops).await?;
+    tracing::info!(kind = %request.kind, %id, cluster = %cluster_name, "agent registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"credential": credential.value, "id": id, "cluster": cluster_name})),
+    ))
+}
+
+/// Keeps each Cluster's and Host's `Connected` condition true to the registry, and ends the
+/// session of any agent whose credential is revoked. Runs until `shutdown`.
+pub async fn run_controllers(
+    store: Arc<dyn Store>,
+    registry: Registry,
+    shutdown: CancellationToken,
+) {
+    tokio::join!(
+        connected_conditions(store.clone(), registry.clone(), shutdown.clone()),
+        revocations(store, registry, shutdown),
+    );
+}
+
+async fn connected_conditions(
+    store: Arc<dyn Store>,
+    registry: Registry,
+    shutdown: CancellationToken,
+) {
+    let mut events = registry.subscribe();
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        let (info, reason) = match event {
+            Ok(SessionEvent::Connected(info)) => (info, None),
+            Ok(SessionEvent::Disconnected { info, reason }) => (info, Some(reason)),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if info.peer.kind != CLUSTER_AGENT && info.peer.kind != SYSTEM_AGENT {
+            continue;
+        }
+        let Some(target) = belongs(&info.peer.id) else {
+            continue;
+        };
+        // Another copy of the agent may still be connected.
+        let still = registry.sessions().into_iter().any(|s| {
+            s.info().peer.kind == info.peer.kind
+                && belongs(&s.info().peer.id).as_ref() == Some(&target)
+        });
+        let (kind, name) = match &target {
+            Belongs::Cluster(c) => (Kind::Cluster, c.clone()),
+            Belongs::Host(h) => (Kind::Host, h.clone()),
+        };
+        let (status, why, message) = match (&reason, still) {
+            (None, _) | (Some(_), true) => (
+                true,
+                "AgentConnected",
+                format!("{} connected", info.peer.kind),
+            ),
+            (Some(reason), false) => (
+                false,
+                "Disconnected",
+                format!("{} disconnected: {reason}", info.peer.kind),
+            ),
+        };
+        if let Err(e) = set_condition(
+            store.as_ref(),
+            kind,
+            &name,
+            "Connected",
+            status,
+            why,
+            &message,
+        )
+        .await
+        {
+            tracing::warn!(%name, error = %e, "cannot record the agent's connection");
+        }
+    }
+}
+
+/// Sets one condition on an object, retrying on concurrent writes.
+pub async fn set_condition(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    condition: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    for _ in 0..10 {
+        let mut object = match store.get(kind.name(), name).await {
+            Ok(o) => o,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut status = Status::of(&object);
+        status.set_condition(condition, value, reason, message);
+        object.status =
+            serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
+        match store.update(object).await {
+            Err(StoreError::Conflict { .. }) => continue,
+            other => return other.map(drop),
+        }
+    }
+    Err(StoreError::Backend(format!(
+        "{} {name}: too many concurrent writers",
+        kind.name()
+    )))
+}
+
+async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: CancellationToken) {
+    loop {
+        let mut watch = match store.watch(Some(Kind::Token.name()), None).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch credentials; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = watch.next() => event,
+            };
+            match event {
+                Some(Ok(event)) if event.kind == crate::store::EventType::Deleted => {
+                    let Some(id) = event
+                        .object
+                        .spec
+                        .pointer("/agent/id")
+                        .and_then(Value::as_str)
+                    else {
+                        continue;
+                    };
+                    for session in registry.sessions() {
+                        if covers(id, &session.info().peer.id) {
+                            tracing::info!(peer = %session.info().peer.id, "credential revoked; closing its session");
+                            session.close();
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                // Fell behind or the store hiccuped: watch again from the current state.
+                Some(Err(_)) | None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_map_to_what_they_belong_to() {
+        assert_eq!(
+            belongs("cluster/prod"),
+            Some(Belongs::Cluster("prod".into()))
+        );
+        assert_eq!(
+            belongs("cluster/prod/pod-1"),
+            Some(Belongs::Cluster("prod".into()))
+        );
+        assert_eq!(
+            belongs("node/prod/n1"),
+            Some(Belongs::Cluster("prod".into()))
+        );
+        assert_eq!(belongs("host/h-abc"), Some(Belongs::Host("h-abc".into())));
+        assert_eq!(belongs("cluster/"), None);
+        assert_eq!(belongs("other/x"), None);
+    }
+
+    #[test]
+    fn a_credential_covers_its_id_and_named_copies_only() {
+        assert!(covers("cluster/a", "cluster/a"));
+        assert!(covers("cluster/a", "cluster/a/pod-1"));
+        assert!(!covers("cluster/a", "cluster/ab"));
+        assert!(!covers("cluster/a", "cluster/a/"));
+        assert!(!covers("cluster/a", "cluster/b"));
+    }
+}

@@ -1,0 +1,266 @@
+//! Agents meeting the real hub: registration, credentials, the Connected condition, revocation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::{HubProcess, api, login, temp_dir, wait_for_event};
+use tunnel::{AgentSession, ConnectError, Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+
+fn agent(hub: &HubProcess, credential: &str, id: &str, kind: &str) -> Connector {
+    let identity = Peer {
+        id: id.into(),
+        kind: kind.into(),
+    };
+    let config = ConnectorConfig::new(
+        hub.url(),
+        Secret::new(credential),
+        identity,
+        Trust::CaChecksum(hub.ca_checksum.clone()),
+    );
+    Connector::new(config).unwrap()
+}
+
+async fn register(hub: &HubProcess, registration_token: &str, kind: &str) -> (u16, Value) {
+    api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        Some(registration_token),
+        Some(json!({"kind": kind})),
+    )
+    .await
+}
+
+fn connected(event: &Value, cluster: &str, value: &str) -> bool {
+    let object = &event["object"];
+    object["metadata"]["name"] == cluster
+        && object["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Connected" && c["status"] == value)
+        })
+}
+
+#[tokio::test]
+async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revoked() {
+    let data = temp_dir("agents");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (status, cluster) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{cluster}");
+    let registration = cluster["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The registration token does not open a tunnel by itself.
+    let err = agent(&hub, &registration, "cluster/prod", "cluster-agent")
+        .connect()
+        .await
+        .unwrap_err();
+    match err {
+        ConnectError::Unauthorized {
+            status: 401,
+            message,
+        } => assert!(message.contains("/v3/register"), "{message}"),
+        other => panic!("expected 401, got {other}"),
+    }
+
+    // Exchanged, it yields the agent's own credential and identity.
+    let (status, reply) = register(&hub, &registration, "cluster-agent").await;
+    assert_eq!(status, 201, "{reply}");
+    assert_eq!(reply["id"], "cluster/prod");
+    let credential = reply["credential"].as_str().unwrap().to_owned();
+    let (status, _) = register(&hub, "drr_tnothing.wrong", "cluster-agent").await;
+    assert_eq!(status, 401);
+
+    // A credential proves only its own identity.
+    let err = agent(&hub, &credential, "cluster/staging", "cluster-agent")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
+
+    let watch = tokio::spawn({
+        let (addr, admin) = (hub.addr, admin.clone());
+        async move {
+            wait_for_event(
+                addr,
+                "/v1/clusters?watch=true",
+                &admin,
+                Duration::from_secs(30),
+                |e| connected(e, "prod", "True"),
+            )
+            .await
+        }
+    });
+    let session: AgentSession = agent(&hub, &credential, "cluster/prod/replica-1", "cluster-agent")
+        .connect()
+        .await
+        .unwrap();
+    let event = watch.await.unwrap();
+    assert_eq!(event["object"]["state"]["state"], "active");
+
+    // Revoking the registration token leaves registered agents alone.
+    let token_name = registration
+        .trim_start_matches("drr_")
+        .split('.')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, _) = api(
+        hub.addr,
+        "DELETE",
+        &format!("/v1/registrationtokens/{token_name}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    agent(&hub, &credential, "cluster/prod/replica-2", "cluster-agent")
+        .connect()
+        .await
+        .unwrap()
+        .session
+        .close();
+
+    // Revoking the agent's credential ends its session, and the cluster shows it.
+    let (_, tokens) = api(hub.addr, "GET", "/v1/tokens", Some(&admin), None).await;
+    let credential_name = tokens["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["spec"]["agent"]["id"] == "cluster/prod")
+        .map(|t| t["metadata"]["name"].as_str().unwrap().to_owned())
+        .unwrap();
+    let watch = tokio::spawn({
+        let (addr, admin) = (hub.addr, admin.clone());
+        async move {
+            wait_for_event(
+                addr,
+                "/v1/clusters?watch=true",
+                &admin,
+                Duration::from_secs(30),
+                |e| connected(e, "prod", "False"),
+            )
+            .await
+        }
+    });
+    let (status, _) = api(
+        hub.addr,
+        "DELETE",
+        &format!("/v1/tokens/{credential_name}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let reason = tokio::time::timeout(Duration::from_secs(10), session.session.ended())
+        .await
+        .expect("session closed after revocation");
+    assert!(!reason.is_empty());
+    let event = watch.await.unwrap();
+    assert_eq!(event["object"]["state"]["state"], "disconnected");
+    let err = agent(&hub, &credential, "cluster/prod", "cluster-agent")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
+
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(&data).unwrap();
+}
+
+#[tokio::test]
+async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
+    let data = temp_dir("hosts");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let body = json!({"metadata": {"name": "edge"}, "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}});
+    let (_, cluster) = api(hub.addr, "POST", "/v1/clusters", Some(&admin), Some(body)).await;
+    let registration = cluster["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = json!({"kind": "system-agent", "hostId": "0123456789abcdef", "host": {"roles": {"etcd": true, "controlPlane": true}, "nodeName": "n1"}});
+    let (status, reply) = api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        Some(&registration),
+        Some(host.clone()),
+    )
+    .await;
+    assert_eq!(status, 201, "{reply}");
+    assert_eq!(reply["id"], "host/h-0123456789abcdef");
+    let (status, object) = api(
+        hub.addr,
+        "GET",
+        "/v1/hosts/h-0123456789abcdef",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{object}");
+    assert_eq!(
+        object["spec"]["roles"],
+        json!({"etcd": true, "controlPlane": true, "worker": false})
+    );
+
+    // Registering again (the installer run twice) replaces the host's credential.
+    let first = reply["credential"].as_str().unwrap().to_owned();
+    let (status, again) = api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        Some(&registration),
+        Some(host),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let err = agent(&hub, &first, "host/h-0123456789abcdef", "system-agent")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ConnectError::Unauthorized { .. }),
+        "the old credential is revoked: {err}"
+    );
+    let second = again["credential"].as_str().unwrap();
+    agent(&hub, second, "host/h-0123456789abcdef", "system-agent")
+        .connect()
+        .await
+        .unwrap()
+        .session
+        .close();
+
+    // An imported cluster takes no hosts.
+    let (_, imported) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "imp"}, "spec": {"type": "imported"}})),
+    )
+    .await;
+    let token = imported["registration"]["token"].as_str().unwrap();
+    let (status, reply) = api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        Some(token),
+        Some(json!({"kind": "system-agent", "hostId": "0123456789abcdef"})),
+    )
+    .await;
+    assert_eq!(status, 422, "{reply}");
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(&data).unwrap();
+}

@@ -20,7 +20,7 @@ use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEv
 use crate::{
     api::{Api, ApiError},
     auth::secret::{self, TokenKind},
-    model::{AgentRef, ClusterSpec, ClusterType, HostRoles, Kind, Status, expired},
+    model::{AgentRef, ClusterType, HostRoles, Kind, Status, expired},
     store::{LabelSelector, Object, Op, Store, StoreError},
 };
 
@@ -174,39 +174,8 @@ pub async fn register(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Json(request) =
         body.map_err(|e| ApiError::bad_request(format!("registration body: {e}")))?;
-    let bad = || {
-        ApiError::unauthorized(
-            "unknown, expired or revoked registration token; get a new command from the hub",
-        )
-    };
-    let value = tunnel::bearer_token(&headers).ok_or_else(bad)?;
-    let Some((TokenKind::Registration, name, token_secret)) = secret::parse_token(value) else {
-        return Err(bad());
-    };
-    let registration = match api.store.get(Kind::RegistrationToken.name(), name).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound { .. }) => return Err(bad()),
-        Err(e) => return Err(e.into()),
-    };
-    let hash = registration
-        .spec
-        .get("secretHash")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if !secret::same(secret::token_hash(token_secret).as_bytes(), hash.as_bytes())
-        || expired(&registration.spec)
-    {
-        return Err(bad());
-    }
-    let cluster_name = registration
-        .spec
-        .get("cluster")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let cluster = api.store.get(Kind::Cluster.name(), &cluster_name).await?;
-    let cluster_spec: ClusterSpec =
-        serde_json::from_value(cluster.spec).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let value = tunnel::bearer_token(&headers).unwrap_or_default();
+    let (cluster_name, cluster_spec) = crate::registration::verify(&api, value).await?;
 
     let mut ops = Vec::new();
     let id = match request.kind.as_str() {

@@ -123,6 +123,7 @@ impl Hub {
         .merge(
             Router::new()
                 .route("/v3/register", axum::routing::post(agents::register))
+                .route("/v3/import/{file}", get(registration::import_manifest))
                 .with_state(api),
         );
         let task = tokio::spawn(tunnel::listener::serve(

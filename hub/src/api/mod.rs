@@ -22,6 +22,7 @@ use crate::{
 
 mod error;
 mod objects;
+pub mod openapi;
 mod watch;
 
 pub use error::ApiError;
@@ -44,6 +45,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/login", post(login))
         .route("/v1/logout", post(logout))
         .route("/v1/me", get(me))
+        .route("/v1/openapi.json", get(openapi_document))
         .route(
             "/v1/{plural}",
             get(objects::list_or_watch).post(objects::create),
@@ -259,6 +261,11 @@ async fn logout(State(api): State<Api>, headers: HeaderMap) -> Result<Response, 
             .insert(axum::http::header::SET_COOKIE, value);
     }
     Ok(response)
+}
+
+async fn openapi_document() -> Json<Value> {
+    static DOCUMENT: std::sync::LazyLock<Value> = std::sync::LazyLock::new(openapi::document);
+    Json(DOCUMENT.clone())
 }
 
 async fn me(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {

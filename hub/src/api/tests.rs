@@ -518,3 +518,169 @@ async fn a_watch_streams_changes_as_server_sent_events() {
     );
     assert!(second["object"]["state"]["state"].is_string());
 }
+
+#[tokio::test]
+async fn the_openapi_document_is_whole_and_describes_every_kind() {
+    let t = setup().await;
+    let (status, doc) = t.call(Method::GET, "/v1/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.0.3");
+    assert_eq!(openapi::dangling_refs(&doc), Vec::<String>::new());
+    for kind in Kind::ALL {
+        for path in [
+            format!("/v1/{}", kind.plural()),
+            format!("/v1/{}/{{name}}", kind.plural()),
+        ] {
+            assert!(doc["paths"].get(&path).is_some(), "{path} missing");
+        }
+        assert!(doc["components"]["schemas"].get(kind.name()).is_some());
+    }
+    // Secret fields are not part of the described shape.
+    let spec = doc["components"]["schemas"]["UserSpec"].to_string();
+    assert!(!spec.contains("passwordHash"), "{spec}");
+}
+
+/// One valid object of every kind, created through the API.
+fn example(kind: Kind) -> Value {
+    let spec = match kind {
+        Kind::Cluster => json!({"type": "imported"}),
+        Kind::Host | Kind::RegistrationToken => json!({"cluster": "c1"}),
+        Kind::User => json!({"password": "a long enough password"}),
+        Kind::Token => json!({"description": "ci"}),
+        Kind::RoleBinding => json!({"user": "admin", "role": "read-only", "cluster": "c1"}),
+        Kind::Plan => json!({"host": "h1", "cluster": "c1", "plan": {}}),
+        Kind::Setting => json!({"value": "x"}),
+    };
+    let name = if kind == Kind::Cluster {
+        "c1".to_owned()
+    } else {
+        format!("{}-1", kind.plural())
+    };
+    json!({"metadata": {"name": name, "labels": {"test": "yes"}}, "spec": spec})
+}
+
+#[tokio::test]
+async fn every_answer_conforms_to_the_openapi_document() {
+    let t = setup().await;
+    let doc = openapi::document();
+    let schema = |path: &str, method: &str, code: &str| {
+        doc["paths"][path][method]["responses"][code]["content"]["application/json"]["schema"]
+            .clone()
+    };
+    let check = |schema: Value, value: &Value, what: &str| {
+        openapi::conformance(&doc, &schema, value, what)
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{value:#}"));
+    };
+    for kind in Kind::ALL {
+        let (collection, item) = (
+            format!("/v1/{}", kind.plural()),
+            format!("/v1/{}/{{name}}", kind.plural()),
+        );
+        let (status, created) = t
+            .call(
+                Method::POST,
+                &collection,
+                Some(&t.admin),
+                Some(example(kind)),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        check(
+            schema(&collection, "post", "201"),
+            &created,
+            &format!("create {}", kind.name()),
+        );
+        let name = created["metadata"]["name"].as_str().unwrap().to_owned();
+        let url = format!("{collection}/{name}");
+        let (_, got) = t.call(Method::GET, &url, Some(&t.admin), None).await;
+        check(
+            schema(&item, "get", "200"),
+            &got,
+            &format!("get {}", kind.name()),
+        );
+        let (_, list) = t.call(Method::GET, &collection, Some(&t.admin), None).await;
+        check(
+            schema(&collection, "get", "200"),
+            &list,
+            &format!("list {}", kind.name()),
+        );
+        let (status, patched) = t
+            .call(
+                Method::PATCH,
+                &url,
+                Some(&t.admin),
+                Some(json!({"metadata": {"labels": {"patched": "yes"}}})),
+            )
+            .await;
+        if kind == Kind::Token {
+            assert_eq!(status, StatusCode::OK);
+        }
+        check(
+            schema(&item, "patch", "200"),
+            &patched,
+            &format!("patch {}", kind.name()),
+        );
+        let (status, missing) = t
+            .call(
+                Method::GET,
+                &format!("{collection}/nope"),
+                Some(&t.admin),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        check(schema(&item, "get", "404"), &missing, "not found");
+    }
+    // Deletions last: later kinds refer to the cluster.
+    for kind in Kind::ALL.iter().rev() {
+        let (_, list) = t
+            .call(
+                Method::GET,
+                &format!("/v1/{}?labelSelector=test%3Dyes", kind.plural()),
+                Some(&t.admin),
+                None,
+            )
+            .await;
+        for item in list["items"].as_array().unwrap() {
+            let url = format!(
+                "/v1/{}/{}",
+                kind.plural(),
+                item["metadata"]["name"].as_str().unwrap()
+            );
+            let (status, deleted) = t.call(Method::DELETE, &url, Some(&t.admin), None).await;
+            assert_eq!(status, StatusCode::OK, "{deleted}");
+            check(
+                schema(&format!("/v1/{}/{{name}}", kind.plural()), "delete", "200"),
+                &deleted,
+                "delete",
+            );
+        }
+    }
+    let (_, unauthorized) = t.call(Method::GET, "/v1/clusters", None, None).await;
+    check(schema("/v1/clusters", "get", "401"), &unauthorized, "401");
+}
+
+#[tokio::test]
+async fn the_conformance_check_catches_answers_that_do_not_match() {
+    let t = setup().await;
+    let doc = openapi::document();
+    let schema = doc["paths"]["/v1/clusters"]["post"]["responses"]["201"]["content"]["application/json"]["schema"].clone();
+    let good = t.create(&t.admin, "clusters", imported("z")).await;
+    assert!(openapi::conformance(&doc, &schema, &good, "good").is_ok());
+    let mut no_state = good.clone();
+    no_state.as_object_mut().unwrap().remove("state");
+    let mut bad_generation = good.clone();
+    bad_generation["metadata"]["generation"] = json!("one");
+    let mut bad_type = good.clone();
+    bad_type["spec"]["type"] = json!("hosted");
+    for (what, value) in [
+        ("no state", no_state),
+        ("generation", bad_generation),
+        ("type", bad_type),
+    ] {
+        assert!(
+            openapi::conformance(&doc, &schema, &value, what).is_err(),
+            "{what} slipped through"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+//! `GET /v1/openapi.json`: the API described as OpenAPI 3.0, built from the same Rust types the
+//! handlers parse and return, and from the same kind table the router serves, so the document
+//! cannot drift from the server.
+
+use schemars::{SchemaGenerator, generate::SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use super::{LoginRequest, error::StatusBody};
+use crate::{
+    agents::RegisterRequest,
+    model::{Kind, State, Status},
+    store::ObjectMeta,
+};
+
+fn reference(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn error_responses(codes: &[u16]) -> Map<String, Value> {
+    codes
+        .iter()
+        .map(|code| {
+            let description = match code {
+                400 => "The request cannot be parsed; the message says what to fix",
+                401 => "No valid credential; log in",
+                403 => "The caller's roles do not allow this",
+                404 => "No such object",
+                409 => "Already exists, or changed since it was read (resend with the current resourceVersion)",
+                410 => "The resourceVersion is too old to watch from; list again",
+                422 => "The object is not valid; the message names the field",
+                429 => "Too many failed logins; retry after the given time",
+                _ => "Error",
+            };
+            (
+                code.to_string(),
+                json!({"description": description, "content": {"application/json": {"schema": reference("Status")}}}),
+            )
+        })
+        .collect()
+}
+
+fn json_body(schema: Value) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+fn responses(success: (&str, Value), errors: &[u16]) -> Value {
+    let mut map = error_responses(errors);
+    map.insert(success.0.to_owned(), success.1);
+    Value::Object(map)
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut generator = SchemaGenerator::new(SchemaSettings::openapi3());
+    let mut schemas = Map::new();
+    generator.subschema_for::<ObjectMeta>();
+    generator.subschema_for::<Status>();
+    generator.subschema_for::<State>();
+    generator.subschema_for::<StatusBody>();
+    generator.subschema_for::<LoginRequest>();
+    generator.subschema_for::<RegisterRequest>();
+    let mut paths = Map::new();
+    for kind in Kind::ALL {
+        let name = kind.name();
+        let spec = kind.spec_schema(&mut generator);
+        schemas.insert(
+            name.to_owned(),
+            json!({
+                "type": "object",
+                "required": ["apiVersion", "kind", "metadata", "spec", "status", "state"],
+                "properties": {
+                    "apiVersion": {"type": "string", "enum": [super::API_VERSION]},
+                    "kind": {"type": "string", "enum": [name]},
+                    "metadata": reference("ObjectMeta"),
+                    "spec": spec,
+                    "status": reference("Status"),
+                    "state": reference("State"),
+                },
+            }),
+        );
+        schemas.insert(
+            format!("{name}List"),
+            json!({
+                "type": "object",
+                "required": ["apiVersion", "kind", "metadata", "items"],
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string", "enum": [format!("{name}List")]},
+                    "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+                    "items": {"type": "array", "items": reference(name)},
+                },
+            }),
+        );
+        let input = json!({
+            "type": "object",
+            "required": ["metadata", "spec"],
+            "properties": {
+                "metadata": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "resourceVersion": {"type": "string"},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "finalizers": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "spec": kind.spec_schema(&mut generator),
+            },
+        });
+        let plural = kind.plural();
+        let name_param =
+            json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+        paths.insert(
+            format!("/v1/{plural}"),
+            json!({
+                "get": {
+                    "operationId": format!("list{name}"),
+                    "summary": format!("List {plural} (or watch them with watch=true: text/event-stream)"),
+                    "parameters": [
+                        {"name": "labelSelector", "in": "query", "schema": {"type": "string"}},
+                        {"name": "watch", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "resourceVersion", "in": "query", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": format!("The {plural} the caller may see"),
+                            "content": {
+                                "application/json": {"schema": reference(&format!("{name}List"))},
+                                "text/event-stream": {"schema": {"type": "string"}},
+                            },
+                        },
+                        "400": error_responses(&[400])["400"],
+                        "401": error_responses(&[401])["401"],
+                        "404": error_responses(&[404])["404"],
+                        "410": error_responses(&[410])["410"],
+                    },
+                },
+                "post": {
+                    "operationId": format!("create{name}"),
+                    "requestBody": json_body(input.clone()),
+                    "responses": responses(("201", ok("Created", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                },
+            }),
+        );
+        paths.insert(
+            format!("/v1/{plural}/{{name}}"),
+            json!({
+                "parameters": [name_param],
+                "get": {
+                    "operationId": format!("get{name}"),
+                    "responses": responses(("200", ok("The object", reference(name))), &[401, 403, 404]),
+                },
+                "put": {
+                    "operationId": format!("replace{name}"),
+                    "requestBody": json_body(input),
+                    "responses": responses(("200", ok("Replaced", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                },
+                "patch": {
+                    "operationId": format!("patch{name}"),
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "responses": responses(("200", ok("Patched (JSON merge patch)", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                },
+                "delete": {
+                    "operationId": format!("delete{name}"),
+                    "parameters": [{"name": "resourceVersion", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+                    "responses": responses(("200", ok("Deleted, or marked for deletion while finalizers remain", reference(name))), &[400, 401, 403, 404, 409]),
+                },
+            }),
+        );
+    }
+    paths.insert(
+        "/v1/login".into(),
+        json!({"post": {
+            "operationId": "login",
+            "security": [],
+            "requestBody": json_body(reference("LoginRequest")),
+            "responses": responses(("200", ok("A token (and, for sessions, a cookie)", json!({
+                "type": "object",
+                "required": ["token", "expiresAt", "user"],
+                "properties": {"token": {"type": "string"}, "expiresAt": {"type": "string"}, "user": {"type": "string"}},
+            }))), &[400, 401, 429]),
+        }}),
+    );
+    paths.insert(
+        "/v1/logout".into(),
+        json!({"post": {"operationId": "logout", "responses": {"204": {"description": "Logged out"}, "401": error_responses(&[401])["401"]}}}),
+    );
+    paths.insert(
+        "/v1/me".into(),
+        json!({"get": {"operationId": "me", "responses": responses(("200", ok("The caller and their roles", json!({
+            "type": "object",
+            "required": ["user", "admin", "clusters"],
+            "properties": {"user": {"type": "string"}, "admin": {"type": "boolean"}, "clusters": {"type": "object", "additionalProperties": {"type": "string"}}},
+        }))), &[401])}}),
+    );
+    paths.insert(
+        "/v3/register".into(),
+        json!({"post": {
+            "operationId": "registerAgent",
+            "summary": "Exchange a registration token (as the bearer) for an agent credential",
+            "requestBody": json_body(reference("RegisterRequest")),
+            "responses": responses(("201", ok("The agent's credential, shown once", json!({
+                "type": "object",
+                "required": ["credential", "id", "cluster"],
+                "properties": {"credential": {"type": "string"}, "id": {"type": "string"}, "cluster": {"type": "string"}},
+            }))), &[400, 401, 404, 422]),
+        }}),
+    );
+    let mut definitions = generator.take_definitions(true);
+    // The error body is called Status in Kubernetes; the object status is ObjectStatus here.
+    if let Some(status) = definitions.remove("Status") {
+        definitions.insert("ObjectStatus".into(), status);
+    }
+    if let Some(body) = definitions.remove("StatusBody") {
+        definitions.insert("Status".into(), body);
+    }
+    for schema in schemas.values_mut() {
+        if let Some(status) = schema.pointer_mut("/properties/status") {
+            *status = reference("ObjectStatus");
+        }
+    }
+    definitions.extend(schemas);
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Drover hub API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Kube-shaped objects under /v1. Authenticate with Authorization: Bearer <token> (from /v1/login) or the dashboard's session cookie.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}, {"session": []}],
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": crate::auth::SESSION_COOKIE},
+            },
+            "schemas": definitions,
+        },
+        "paths": paths,
+    })
+}
+
+/// Every `$ref` in `value` that points nowhere in `document` (empty when the document holds).
+pub fn dangling_refs(document: &Value) -> Vec<String> {
+    fn walk(value: &Value, document: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(target)) = map.get("$ref") {
+                    let resolves = target
+                        .strip_prefix('#')
+                        .is_some_and(|p| document.pointer(p).is_some());
+                    if !resolves {
+                        out.push(target.clone());
+                    }
+                }
+                map.values().for_each(|v| walk(v, document, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, document, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(document, document, &mut out);
+    out
+}
+
+/// Checks `value` against `schema` (the subset of JSON Schema the document uses: `$ref`,
+/// `type` with `nullable`, `enum`, `const`, `required`, `properties`, `additionalProperties`,
+/// `items`, `anyOf`/`oneOf`/`allOf`). Returns where and why it does not conform.
+pub fn conformance(
+    document: &Value,
+    schema: &Value,
+    value: &Value,
+    at: &str,
+) -> Result<(), String> {
+    let Some(schema) = schema.as_object() else {
+        return Ok(());
+    };
+    if let Some(Value::String(target)) = schema.get("$ref") {
+        let resolved = target
+            .strip_prefix('#')
+            .and_then(|p| document.pointer(p))
+            .ok_or_else(|| format!("{at}: dangling $ref {target}"))?;
+        return conformance(document, resolved, value, at);
+    }
+    if value.is_null() && schema.get("nullable") == Some(&Value::Bool(true)) {
+        return Ok(());
+    }
+    if let Some(Value::Array(options)) = schema.get("enum")
+        && !options.contains(value)
+    {
+        return Err(format!("{at}: {value} is not one of {options:?}"));
+    }
+    if let Some(expected) = schema.get("const")
+        && expected != value
+    {
+        return Err(format!("{at}: {value} is not {expected}"));
+    }
+    if let Some(Value::String(kind)) = schema.get("type") {
+        let ok = match kind.as_str() {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "boolean" => value.is_boolean(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "null" => value.is_null(),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!("{at}: {value} is not of type {kind}"));
+        }
+    }
+    for key in ["allOf"] {
+        if let Some(Value::Array(all)) = schema.get(key) {
+            for s in all {
+                conformance(document, s, value, at)?;
+            }
+        }
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(any)) = schema.get(key)
+            && !any
+                .iter()
+                .any(|s| conformance(document, s, value, at).is_ok())
+        {
+            return Err(format!("{at}: {value} matches none of the {key} schemas"));
+        }
+    }
+    if let Value::Object(object) = value {
+        if let Some(Value::Array(required)) = schema.get("required") {
+            for field in required.iter().filter_map(Value::as_str) {
+                if !object.contains_key(field) {
+                    return Err(format!("{at}: required field {field:?} is missing"));
+                }
+            }
+        }
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for (field, v) in object {
+            match properties.and_then(|p| p.get(field)) {
+                Some(s) => conformance(document, s, v, &format!("{at}.{field}"))?,
+                None => match schema.get("additionalProperties") {
+                    Some(Value::Bool(false)) => {
+                        return Err(format!("{at}: unexpected field {field:?}"));
+                    }
+                    Some(s @ Value::Object(_)) => {
+                        conformance(document, s, v, &format!("{at}.{field}"))?
+                    }
+                    _ => {}
+                },
+            }
+        }
+    }
+    if let (Value::Array(items), Some(item_schema)) = (value, schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            conformance(document, item_schema, item, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}

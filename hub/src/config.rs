@@ -14,6 +14,14 @@ pub enum Command {
     ResetAdminPassword {
         data_dir: PathBuf,
     },
+    /// Talk to a running hub's API.
+    Client {
+        request: crate::cli::Request,
+        config: PathBuf,
+        output: crate::cli::Output,
+        /// Read the login password from the first line of stdin.
+        password_stdin: bool,
+    },
 }
 
 /// Everything `drover-hub serve` needs.
@@ -71,6 +79,103 @@ enum CliCommand {
     Serve(ServeArgs),
     /// Set a new random password for the `admin` user and print it (works while the hub runs).
     ResetAdminPassword(DataDirArgs),
+    /// Log in to a hub and keep the token for the other commands.
+    Login(LoginArgs),
+    /// Create, list, show or delete clusters.
+    Cluster(ClusterArgs),
+    /// Print a kubeconfig that reaches CLUSTER through the hub.
+    Kubeconfig(KubeconfigArgs),
+    /// Create, list or revoke your API tokens.
+    Token(TokenArgs),
+}
+
+#[derive(Args, Debug)]
+struct ClientOpts {
+    /// Where the login is kept [env: DROVER_CONFIG] [default: ~/.config/drover/cli.json]
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Output format
+    #[arg(short, long, value_enum, default_value = "table", global = true)]
+    output: crate::cli::Output,
+}
+
+#[derive(Args, Debug)]
+struct LoginArgs {
+    /// The hub, e.g. https://hub.example.com:8443 [env: DROVER_SERVER_URL]
+    #[arg(long)]
+    server: Option<String>,
+    #[arg(long, default_value = "admin")]
+    username: String,
+    /// Read the password from stdin's first line (else from DROVER_PASSWORD)
+    #[arg(long)]
+    password_stdin: bool,
+    /// Refuse to log in unless the hub's CA has this sha256 (as printed by `drover-hub serve`)
+    #[arg(long)]
+    ca_checksum: Option<String>,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Create a cluster and print the command that registers it
+    Create {
+        name: String,
+        /// imported (an existing cluster) or custom (installed by the hub on hosts)
+        #[arg(long = "type", default_value = "imported")]
+        cluster_type: String,
+        /// For custom clusters: k3s or rke2
+        #[arg(long)]
+        distribution: Option<String>,
+        /// For custom clusters: e.g. v1.33.4+k3s1
+        #[arg(long = "kubernetes-version")]
+        version: Option<String>,
+    },
+    /// List the clusters you may see
+    List,
+    /// Show one cluster
+    Get { name: String },
+    /// Delete a cluster
+    Delete { name: String },
+}
+
+#[derive(Args, Debug)]
+struct KubeconfigArgs {
+    cluster: String,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Create an API token (shown once)
+    Create {
+        #[arg(long, default_value = "API token")]
+        description: String,
+        /// RFC 3339 time it stops working, e.g. 2027-01-01T00:00:00Z
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// List your tokens
+    List,
+    /// Revoke a token by name
+    Revoke { name: String },
 }
 
 #[derive(Args, Debug)]
@@ -108,6 +213,92 @@ where
         CliCommand::ResetAdminPassword(args) => Ok(Command::ResetAdminPassword {
             data_dir: data_dir(args.data_dir, env),
         }),
+        CliCommand::Login(args) => {
+            use crate::cli::Request;
+            let server = args
+                .server
+                .or_else(|| env.get("DROVER_SERVER_URL").cloned())
+                .ok_or_else(|| ConfigError::Invalid {
+                    flag: "--server",
+                    var: "DROVER_SERVER_URL",
+                    value: String::new(),
+                    reason: "say which hub to log in to, e.g. https://hub.example.com:8443".into(),
+                })?;
+            let server = check_server_url(&server).map_err(|_| ConfigError::Invalid {
+                flag: "--server",
+                var: "DROVER_SERVER_URL",
+                value: server.clone(),
+                reason: "expected https://HOST[:PORT]".into(),
+            })?;
+            let password = env.get("DROVER_PASSWORD").cloned().unwrap_or_default();
+            if password.is_empty() && !args.password_stdin {
+                return Err(ConfigError::Invalid {
+                    flag: "--password-stdin",
+                    var: "DROVER_PASSWORD",
+                    value: String::new(),
+                    reason:
+                        "give the password on stdin with --password-stdin, or in DROVER_PASSWORD"
+                            .into(),
+                });
+            }
+            Ok(Command::Client {
+                request: Request::Login {
+                    server,
+                    username: args.username,
+                    password,
+                    ca_checksum: args.ca_checksum,
+                },
+                config: crate::cli::config_path(args.opts.config, env),
+                output: args.opts.output,
+                password_stdin: args.password_stdin,
+            })
+        }
+        CliCommand::Cluster(args) => {
+            use crate::cli::Request;
+            let request = match args.command {
+                ClusterCommand::Create {
+                    name,
+                    cluster_type,
+                    distribution,
+                    version,
+                } => {
+                    let mut spec = serde_json::json!({"type": cluster_type});
+                    if let Some(d) = distribution {
+                        spec["distribution"] = d.into();
+                    }
+                    if let Some(v) = version {
+                        spec["version"] = v.into();
+                    }
+                    Request::ClusterCreate { name, spec }
+                }
+                ClusterCommand::List => Request::ClusterList,
+                ClusterCommand::Get { name } => Request::ClusterGet { name },
+                ClusterCommand::Delete { name } => Request::ClusterDelete { name },
+            };
+            Ok(client(request, args.opts, env))
+        }
+        CliCommand::Kubeconfig(args) => Ok(client(
+            crate::cli::Request::Kubeconfig {
+                cluster: args.cluster,
+            },
+            args.opts,
+            env,
+        )),
+        CliCommand::Token(args) => {
+            use crate::cli::Request;
+            let request = match args.command {
+                TokenCommand::Create {
+                    description,
+                    expires_at,
+                } => Request::TokenCreate {
+                    description,
+                    expires_at,
+                },
+                TokenCommand::List => Request::TokenList,
+                TokenCommand::Revoke { name } => Request::TokenRevoke { name },
+            };
+            Ok(client(request, args.opts, env))
+        }
     }
 }
 
@@ -146,6 +337,19 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         server_url,
         host_name: host_name(env),
     })
+}
+
+fn client(
+    request: crate::cli::Request,
+    opts: ClientOpts,
+    env: &HashMap<String, String>,
+) -> Command {
+    Command::Client {
+        request,
+        config: crate::cli::config_path(opts.config, env),
+        output: opts.output,
+        password_stdin: false,
+    }
 }
 
 fn data_dir(flag: Option<PathBuf>, env: &HashMap<String, String>) -> PathBuf {

@@ -21,6 +21,7 @@ pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod bootstrap;
+pub mod cli;
 pub mod config;
 mod fsutil;
 pub mod model;
@@ -114,6 +115,7 @@ impl Hub {
             limiter: Arc::default(),
             server_url: url.clone(),
             ca_checksum: pki.ca_checksum.clone(),
+            ca_pem: pki.ca_pem.clone(),
         };
         let app = router(AppState {
             ca_pem: pki.ca_pem.clone(),

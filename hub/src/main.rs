@@ -47,6 +47,42 @@ fn main() -> ExitCode {
         hub::Command::ResetAdminPassword { data_dir } => {
             runtime.block_on(reset_admin_password(&data_dir))
         }
+        hub::Command::Client {
+            mut request,
+            config,
+            output,
+            password_stdin,
+        } => {
+            if let (true, hub::cli::Request::Login { password, .. }) =
+                (password_stdin, &mut request)
+            {
+                let mut line = String::new();
+                if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {
+                    #[allow(clippy::print_stderr)]
+                    {
+                        eprintln!("drover-hub: --password-stdin: no password on stdin");
+                    }
+                    return ExitCode::from(EXIT_USAGE);
+                }
+                *password = line.trim_end_matches(['\r', '\n']).to_owned();
+            }
+            return match runtime.block_on(hub::cli::run(request, &config, output)) {
+                Ok(text) => {
+                    #[allow(clippy::print_stdout)]
+                    {
+                        print!("{text}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    #[allow(clippy::print_stderr)]
+                    {
+                        eprintln!("drover-hub: {e}");
+                    }
+                    ExitCode::from(e.exit_code())
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ use crate::{
 };
 
 mod error;
+mod kubeconfig;
 mod objects;
 pub mod openapi;
 mod watch;
@@ -38,6 +39,8 @@ pub struct Api {
     /// Where agents reach the hub, for registration commands.
     pub server_url: String,
     pub ca_checksum: String,
+    /// The hub's CA, for kubeconfigs.
+    pub ca_pem: Arc<str>,
 }
 
 pub fn router(api: Api) -> Router {
@@ -46,6 +49,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/logout", post(logout))
         .route("/v1/me", get(me))
         .route("/v1/openapi.json", get(openapi_document))
+        .route("/v1/clusters/{name}/kubeconfig", post(kubeconfig::create))
         .route(
             "/v1/{plural}",
             get(objects::list_or_watch).post(objects::create),

@@ -42,6 +42,7 @@ async fn setup() -> TestApi {
         limiter: Arc::default(),
         server_url: "https://hub.example:8443".into(),
         ca_checksum: "c".repeat(64),
+        ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
     };
     let router = router(api);
     let mut t = TestApi {

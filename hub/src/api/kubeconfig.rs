@@ -1,0 +1,61 @@
+//! `POST /v1/clusters/{name}/kubeconfig`: a kubeconfig for the caller that points `kubectl` at
+//! the hub's authentication proxy for that cluster (`/k8s/clusters/{name}`), with a new API
+//! token of the caller's own, so it can be revoked on its own.
+
+use axum::{
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use base64::Engine as _;
+use serde_json::json;
+
+use super::{Api, ApiError, allow};
+use crate::{
+    auth::{Verb, secret},
+    model::Kind,
+    store::Object,
+};
+
+const KUBECONFIG_TOKEN_DAYS: i64 = 90;
+
+pub(super) async fn create(
+    State(api): State<Api>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let cluster = api.store.get(Kind::Cluster.name(), &name).await?;
+    allow(&principal, Verb::Get, Kind::Cluster, &cluster)?;
+    let token = secret::new_token(secret::TokenKind::Token);
+    let expires = (time::OffsetDateTime::now_utc() + time::Duration::days(KUBECONFIG_TOKEN_DAYS))
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    api.store
+        .create(Object::new(
+            Kind::Token.name(),
+            &token.name,
+            json!({
+                "user": principal.user,
+                "description": format!("kubeconfig for cluster {name}"),
+                "expiresAt": expires,
+                "secretHash": token.hash,
+            }),
+        ))
+        .await?;
+    let ca = base64::engine::general_purpose::STANDARD.encode(api.ca_pem.as_bytes());
+    let user = format!("{}@{name}", principal.user);
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n  - name: {name}\n    cluster:\n      server: {url}/k8s/clusters/{name}\n      certificate-authority-data: {ca}\nusers:\n  - name: {user}\n    user:\n      token: {value}\ncontexts:\n  - name: {name}\n    context:\n      cluster: {name}\n      user: {user}\ncurrent-context: {name}\n",
+        url = api.server_url,
+        value = token.value,
+    );
+    Ok((
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/yaml")],
+        kubeconfig,
+    )
+        .into_response())
+}

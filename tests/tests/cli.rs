@@ -1,0 +1,200 @@
+//! `drover-hub` as a command-line client of a running hub: what people type and scripts parse.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{io::Write, path::Path, process::Stdio};
+
+use serde_json::Value;
+use tests::{HubProcess, binary, temp_dir};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn cli(config: &Path, args: &[&str], stdin: &str) -> Run {
+    let mut child = std::process::Command::new(binary("drover-hub"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DROVER_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+#[tokio::test]
+async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_command_line() {
+    let data = temp_dir("cli");
+    let hub = HubProcess::start(&data).await;
+    let password = hub.admin_password.clone().unwrap();
+    let config = data.join("cli.json");
+    let url = hub.url();
+
+    // Not logged in yet: exit code 4.
+    let r = cli(&config, &["cluster", "list"], "");
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("drover-hub login"), "{}", r.stderr);
+
+    // A wrong CA checksum refuses the login (3); a wrong password is refused by the hub (1).
+    let wrong_ca = "0".repeat(64);
+    let r = cli(
+        &config,
+        &[
+            "login",
+            "--server",
+            &url,
+            "--password-stdin",
+            "--ca-checksum",
+            &wrong_ca,
+        ],
+        &password,
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let r = cli(
+        &config,
+        &["login", "--server", &url, "--password-stdin"],
+        "not-the-password\n",
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let r = cli(
+        &config,
+        &[
+            "login",
+            "--server",
+            &url,
+            "--password-stdin",
+            "--ca-checksum",
+            &hub.ca_checksum,
+        ],
+        &format!("{password}\n"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("Logged in"), "{}", r.stdout);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&config).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    let r = cli(&config, &["cluster", "create", "prod"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The command names the hub by its server URL (here the machine's name), not how we reached it.
+    assert!(
+        r.stdout.contains("kubectl apply -f https://") && r.stdout.contains("/v3/import/drr_"),
+        "{}",
+        r.stdout
+    );
+    let r = cli(
+        &config,
+        &[
+            "cluster",
+            "create",
+            "edge",
+            "--type",
+            "custom",
+            "--distribution",
+            "k3s",
+            "--kubernetes-version",
+            "v1.33.4+k3s1",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("system-agent-install.sh"), "{}", r.stdout);
+    let r = cli(&config, &["cluster", "create", "prod"], "");
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
+
+    let r = cli(&config, &["cluster", "list"], "");
+    assert!(r.stdout.starts_with("NAME"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("prod ") && l.contains("pending")),
+        "{}",
+        r.stdout
+    );
+    let r = cli(&config, &["cluster", "list", "-o", "json"], "");
+    let list: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+    let r = cli(&config, &["cluster", "get", "prod", "-o", "yaml"], "");
+    let prod: Value = serde_saphyr::from_str(&r.stdout).unwrap();
+    assert_eq!(prod["spec"]["type"], "imported");
+
+    let r = cli(&config, &["kubeconfig", "prod"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let kubeconfig: Value = serde_saphyr::from_str(&r.stdout).unwrap();
+    let server = kubeconfig["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .unwrap();
+    assert!(
+        server.starts_with("https://") && server.ends_with("/k8s/clusters/prod"),
+        "{server}"
+    );
+    assert!(
+        kubeconfig["users"][0]["user"]["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("drt_")
+    );
+
+    let r = cli(&config, &["token", "create", "--description", "ci"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let value = r
+        .stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("drt_"))
+        .unwrap()
+        .to_owned();
+    let name = value
+        .trim_start_matches("drt_")
+        .split('.')
+        .next()
+        .unwrap()
+        .to_owned();
+    let r = cli(&config, &["token", "list"], "");
+    assert!(
+        r.stdout.contains(&name) && r.stdout.contains("ci"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !r.stdout.contains(&value),
+        "a token's value is never listed"
+    );
+    let r = cli(&config, &["token", "revoke", &name], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let r = cli(&config, &["cluster", "delete", "prod"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cli(&config, &["cluster", "get", "prod"], "");
+    assert_eq!(r.code, 1);
+
+    let r = cli(&config, &["cluster", "frobnicate"], "");
+    assert_eq!(r.code, 2);
+
+    assert!(hub.terminate().await);
+    // The hub is gone: exit code 3.
+    let r = cli(&config, &["cluster", "list"], "");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    std::fs::remove_dir_all(&data).unwrap();
+}

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod hub_scenario;
 mod load;
 mod tunnel_scenario;
 
@@ -23,6 +24,8 @@ struct Cli {
 enum Scenario {
     /// The tunnel against raw rustls over TCP: throughput both ways, round trips, 100 streams.
     Tunnel(tunnel_scenario::Args),
+    /// `drover-hub serve`: time from exec to /readyz, idle memory (needs the release hub binary).
+    Hub(hub_scenario::Args),
 }
 
 #[global_allocator]
@@ -39,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let report = match cli.scenario {
         Scenario::Tunnel(args) => runtime.block_on(tunnel_scenario::run(args))?,
+        Scenario::Hub(args) => runtime.block_on(hub_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

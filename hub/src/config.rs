@@ -36,6 +36,8 @@ pub struct Config {
     pub server_url: Option<String>,
     /// This machine's name, for the default server URL.
     pub host_name: String,
+    /// A serving certificate chain (PEM) and its key to use instead of one from the hub's CA.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Config {
@@ -196,6 +198,13 @@ struct ServeArgs {
     /// URL agents reach the hub at [env: DROVER_SERVER_URL] [default: https://HOSTNAME:PORT]
     #[arg(long)]
     server_url: Option<String>,
+    /// Serving certificate chain, PEM, leaf first; its last certificate is served at /cacerts
+    /// for agents to pin [env: DROVER_TLS_CERT] [default: issued by the hub's own CA]
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The serving certificate's private key, PEM [env: DROVER_TLS_KEY]
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -331,11 +340,35 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         })
         .map(|url| check_server_url(&url))
         .transpose()?;
+    let path = |flag: Option<PathBuf>, var: &str| {
+        flag.or_else(|| env.get(var).filter(|v| !v.is_empty()).map(PathBuf::from))
+    };
+    let tls = match (
+        path(args.tls_cert, "DROVER_TLS_CERT"),
+        path(args.tls_key, "DROVER_TLS_KEY"),
+    ) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (cert, _) => {
+            let (flag, var) = if cert.is_some() {
+                ("--tls-key", "DROVER_TLS_KEY")
+            } else {
+                ("--tls-cert", "DROVER_TLS_CERT")
+            };
+            return Err(ConfigError::Invalid {
+                flag,
+                var,
+                value: String::new(),
+                reason: "--tls-cert and --tls-key go together".into(),
+            });
+        }
+    };
     Ok(Config {
         data_dir,
         listen,
         server_url,
         host_name: host_name(env),
+        tls,
     })
 }
 
@@ -461,6 +494,23 @@ mod tests {
         assert!(
             err.contains("--server-url") && err.contains("https://"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_certificate_needs_its_key() {
+        let err = serve(&["--tls-cert", "/etc/hub.pem"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--tls-key"), "{err}");
+        let config = serve(
+            &[],
+            &[("DROVER_TLS_CERT", "/c.pem"), ("DROVER_TLS_KEY", "/k.pem")],
+        )
+        .unwrap();
+        assert_eq!(
+            config.tls,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
         );
     }
 

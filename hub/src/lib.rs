@@ -24,6 +24,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod config;
 mod fsutil;
+pub mod metrics;
 pub mod model;
 pub mod pki;
 pub mod registration;
@@ -51,6 +52,14 @@ pub enum StartError {
 struct AppState {
     ca_pem: Arc<str>,
     acceptor: Acceptor,
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics::render(state.acceptor.registry()),
+    )
+        .into_response()
 }
 
 /// A running hub.
@@ -92,7 +101,16 @@ impl Hub {
             names.push(addr.ip().to_string());
         }
         names.dedup();
-        let pki = pki::load_or_create(&config.data_dir, &names)?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| {
+            StartError::Pki(pki::PkiError::Io {
+                path: config.data_dir.display().to_string(),
+                source,
+            })
+        })?;
+        let pki = match &config.tls {
+            Some((cert, key)) => pki::from_files(cert, key)?,
+            None => pki::load_or_create(&config.data_dir, &names)?,
+        };
         let store: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
             &config.data_dir.join("state.db"),
         )?);
@@ -128,6 +146,7 @@ impl Hub {
                 .route("/v3/import/{file}", get(registration::import_manifest))
                 .with_state(api),
         );
+        let app = app.layer(axum::middleware::from_fn(metrics::count_requests));
         let task = tokio::spawn(tunnel::listener::serve(
             listener,
             pki.server_config.clone(),
@@ -193,6 +212,7 @@ fn router(state: AppState) -> Router {
         .route("/readyz", get(|| async { "ok\n" }))
         .route("/cacerts", get(cacerts))
         .route("/v3/connect", any(connect))
+        .route("/metrics", get(metrics_text))
         .with_state(state)
 }
 

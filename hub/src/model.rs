@@ -95,6 +95,7 @@ pub struct ClusterSpec {
     pub version: Option<String>,
     /// For custom clusters: hosts changed at once during an upgrade (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub concurrency: Option<u32>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
@@ -129,6 +130,7 @@ pub struct HostSpec {
     pub node_labels: BTreeMap<String, String>,
     /// `key=value:Effect`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^[^:]+:(NoSchedule|PreferNoSchedule|NoExecute)$")))]
     pub taints: Vec<String>,
 }
 
@@ -157,6 +159,7 @@ pub struct UserSpec {
     pub disabled: bool,
     /// Only on create or to change it; never returned. At least 12 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 12))]
     pub password: Option<String>,
     /// The KDF's output (argon2id, PHC string). Never returned by the API.
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -46,6 +46,24 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PkiError + '_ {
     }
 }
 
+/// Uses an operator's certificate chain and key. `/cacerts` then serves the chain's last
+/// certificate (its CA, when the file holds the chain), which agents pin by checksum.
+pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
+    let chain = std::fs::read(cert).map_err(io_error(cert))?;
+    let key_pem = std::fs::read(key).map_err(io_error(key))?;
+    let server_config = tls::server_config(&chain, &key_pem)?;
+    let text = String::from_utf8_lossy(&chain);
+    let last = text
+        .rfind("-----BEGIN CERTIFICATE-----")
+        .map(|i| text[i..].trim_end().to_owned() + "\n")
+        .unwrap_or_default();
+    Ok(Pki {
+        ca_checksum: tls::ca_checksum(last.as_bytes()),
+        ca_pem: last.into(),
+        server_config,
+    })
+}
+
 /// Loads the CA from `data_dir/tls`, creating it on first start, and issues a serving
 /// certificate for `names` (DNS names or IP addresses).
 pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError> {
@@ -82,6 +100,25 @@ pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_operators_chain_serves_its_last_certificate_for_pinning() {
+        let dir = std::env::temp_dir().join(format!("drover-pki-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = tls::CertificateAuthority::generate("operator CA").unwrap();
+        let leaf = ca.issue_server(&["hub.example.com".into()]).unwrap();
+        std::fs::write(dir.join("hub.pem"), &leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("hub-key.pem"), &leaf.key_pem).unwrap();
+        let pki = from_files(&dir.join("hub.pem"), &dir.join("hub-key.pem")).unwrap();
+        assert_eq!(&*pki.ca_pem, ca.pem().cert_pem.as_str());
+        assert_eq!(
+            pki.ca_checksum,
+            tls::ca_checksum(ca.pem().cert_pem.as_bytes())
+        );
+        std::fs::write(dir.join("hub-key.pem"), "garbage").unwrap();
+        assert!(from_files(&dir.join("hub.pem"), &dir.join("hub-key.pem")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_ca_survives_a_restart_and_a_broken_one_is_reported() {

@@ -109,6 +109,24 @@ async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revok
     let event = watch.await.unwrap();
     assert_eq!(event["object"]["state"]["state"], "active");
 
+    // /metrics counts it, and the requests so far, by route template (never by object name).
+    let (status, metrics) = tests::https_get(hub.addr, "/metrics").await;
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains("drover_tunnel_sessions{kind=\"cluster-agent\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("drover_api_requests_total{route=\"/v1/{plural}\",code=\"201\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("drover_store_operation_seconds_count"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("prod"), "no object names in labels");
+
     // Revoking the registration token leaves registered agents alone.
     let token_name = registration
         .trim_start_matches("drr_")

@@ -14,6 +14,7 @@ mod connector;
 mod header;
 mod inbound;
 pub mod listener;
+pub mod metrics;
 mod readahead;
 mod registry;
 mod session;

@@ -407,6 +407,8 @@ impl fmt::Debug for TunnelStream {
 
 impl TunnelStream {
     fn new(stream: yamux::Stream, session: SessionInfo) -> Self {
+        crate::metrics::STREAMS_OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::STREAMS_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
             io: stream.compat(),
             session,
@@ -416,6 +418,12 @@ impl TunnelStream {
     /// The session this stream belongs to.
     pub fn session(&self) -> &SessionInfo {
         &self.session
+    }
+}
+
+impl Drop for TunnelStream {
+    fn drop(&mut self) {
+        crate::metrics::STREAMS_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

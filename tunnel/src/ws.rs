@@ -359,6 +359,7 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
+            crate::metrics::BYTES_SENT.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             self.writer.written += n;
         }
         if self.writer.open.is_none() {
@@ -415,6 +416,8 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             }
             Poll::Ready(Ok(())) if n == 0 => Poll::Ready(Ok(false)),
             Poll::Ready(Ok(())) => {
+                crate::metrics::BYTES_RECEIVED
+                    .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                 self.keepalive.heard_from_peer();
                 Poll::Ready(Ok(true))
             }
@@ -522,6 +525,8 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
                             "the connection ended inside a WebSocket frame",
                         )));
                     }
+                    crate::metrics::BYTES_RECEIVED
+                        .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                     this.keepalive.heard_from_peer();
                     n
                 } else {

@@ -17,6 +17,11 @@ use crate::{
 };
 
 type JsonBody = Result<Json<Value>, axum::extract::rejection::JsonRejection>;
+type QueryRejection = axum::extract::rejection::QueryRejection;
+
+fn query_error(e: QueryRejection) -> ApiError {
+    ApiError::bad_request(format!("query parameters: {}", e.body_text()))
+}
 
 fn body(body: JsonBody) -> Result<Value, ApiError> {
     let Json(value) = body.map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
@@ -31,14 +36,16 @@ fn body(body: JsonBody) -> Result<Value, ApiError> {
 pub(super) async fn list_or_watch(
     State(api): State<Api>,
     axum::extract::Path(plural): axum::extract::Path<String>,
-    Query(params): QueryList,
+    params: Result<QueryList, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
+    let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
     let selector = params.selector()?;
+    let revision = params.revision()?;
     if params.watch.unwrap_or(false) {
-        return watch::serve(api, principal, kind, selector, params.revision()?).await;
+        return watch::serve(api, principal, kind, selector, revision).await;
     }
     let (objects, revision) = api.store.list(kind.name(), &selector).await?;
     let items: Vec<Value> = objects
@@ -76,6 +83,12 @@ fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
     let mut meta: ObjectMeta = serde_json::from_value(meta)
         .map_err(|e| ApiError::bad_request(format!("metadata: {e}")))?;
     meta.name = name.to_owned();
+    if !meta.resource_version.chars().all(|c| c.is_ascii_digit()) {
+        return Err(ApiError::invalid(format!(
+            "metadata.resourceVersion {:?} is not a resourceVersion; send back the one you read, or none",
+            meta.resource_version
+        )));
+    }
     for (key, value) in &meta.labels {
         crate::store::selector::key_of(key).map_err(ApiError::invalid)?;
         crate::store::selector::value_of(value).map_err(ApiError::invalid)?;
@@ -84,13 +97,16 @@ fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
 }
 
 /// The spec as given, minus anything only the hub may write.
-fn spec_from(value: &Value) -> Value {
-    let mut spec = value.get("spec").cloned().unwrap_or_else(|| json!({}));
+fn spec_from(value: &Value) -> Result<Value, ApiError> {
+    let mut spec = value
+        .get("spec")
+        .cloned()
+        .ok_or_else(|| ApiError::invalid("spec: every object needs a spec (`{}` for defaults)"))?;
     if let Value::Object(map) = &mut spec {
         map.remove("secretHash");
         map.remove("passwordHash");
     }
-    spec
+    Ok(spec)
 }
 
 fn kind_matches(value: &Value, kind: Kind) -> Result<(), ApiError> {
@@ -204,7 +220,7 @@ pub(super) async fn create(
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
     kind_matches(&value, kind)?;
-    let mut spec = spec_from(&value);
+    let mut spec = spec_from(&value)?;
     let mut shown_once = Map::new();
     let mut also = Vec::new();
 
@@ -305,7 +321,7 @@ async fn replace(
             "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
         )));
     }
-    let spec = checked_spec(api, kind, spec_from(&value), Some(&current)).await?;
+    let spec = checked_spec(api, kind, spec_from(&value)?, Some(&current)).await?;
     let object = Object {
         kind: kind.name().to_owned(),
         metadata: metadata_from(&value, &name)?,
@@ -371,10 +387,11 @@ pub(super) async fn patch(
 pub(super) async fn delete(
     State(api): State<Api>,
     axum::extract::Path((plural, name)): PathKindName,
-    Query(params): Query<DeleteParams>,
+    params: Result<Query<DeleteParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let principal = api.principal(&headers).await?;
+    let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
     let current = api.store.get(kind.name(), &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;

@@ -95,15 +95,20 @@ pub fn document() -> Value {
                 },
             }),
         );
+        // The hub names tokens itself (the name is half of the secret's lookup).
+        let required = match kind {
+            Kind::Token | Kind::RegistrationToken => json!(["spec"]),
+            _ => json!(["metadata", "spec"]),
+        };
         let input = json!({
             "type": "object",
-            "required": ["metadata", "spec"],
+            "required": required,
             "properties": {
                 "metadata": {
                     "type": "object",
                     "properties": {
-                        "name": {"type": "string"},
-                        "resourceVersion": {"type": "string"},
+                        "name": {"type": "string", "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                        "resourceVersion": {"type": "string", "pattern": "^[0-9]*$"},
                         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
                         "finalizers": {"type": "array", "items": {"type": "string"}},
@@ -124,14 +129,23 @@ pub fn document() -> Value {
                     "parameters": [
                         {"name": "labelSelector", "in": "query", "schema": {"type": "string"}},
                         {"name": "watch", "in": "query", "schema": {"type": "boolean"}},
-                        {"name": "resourceVersion", "in": "query", "schema": {"type": "string"}},
+                        {"name": "resourceVersion", "in": "query", "schema": {"type": "string", "pattern": "^[0-9]*$"}},
                     ],
                     "responses": {
                         "200": {
                             "description": format!("The {plural} the caller may see"),
                             "content": {
                                 "application/json": {"schema": reference(&format!("{name}List"))},
-                                "text/event-stream": {"schema": {"type": "string"}},
+                                // One server-sent event: `event` is the change's type, `data` is
+                                // {"type", "object"} as JSON.
+                                "text/event-stream": {"schema": {
+                                    "type": "object",
+                                    "required": ["data"],
+                                    "properties": {
+                                        "event": {"type": "string", "enum": ["ADDED", "MODIFIED", "DELETED", "ERROR"]},
+                                        "data": {"type": "string"},
+                                    },
+                                }},
                             },
                         },
                         "400": error_responses(&[400])["400"],

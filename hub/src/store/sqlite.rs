@@ -94,8 +94,11 @@ impl SqliteStore {
     {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let mut conn = inner.lock();
-            f(&inner, &mut conn)
+            let result = f(&inner, &mut conn);
+            crate::metrics::STORE_SECONDS.observe(started.elapsed());
+            result
         })
         .await
         .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?

@@ -1,0 +1,141 @@
+//! `GET /metrics` in Prometheus' text format: agents connected by kind, tunnel streams and
+//! bytes, API requests by route and status code, and store operation latency. Counters are
+//! process-wide atomics; connected agents are read from the registry at scrape time.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    extract::{MatchedPath, Request},
+    middleware::Next,
+    response::Response,
+};
+use tunnel::Registry;
+
+/// A histogram with fixed bucket bounds (seconds).
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    buckets: [AtomicU64; 12],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+const STORE_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+impl Histogram {
+    const fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: [const { AtomicU64::new(0) }; 12],
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| seconds <= *b)
+            .unwrap_or(self.bounds.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in self.bounds.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.buckets[self.bounds.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "{name}_sum {sum}\n{name}_count {}",
+            self.count.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// Time spent in each store operation.
+pub static STORE_SECONDS: Histogram = Histogram::new(STORE_BOUNDS);
+
+/// API requests by (route, status code).
+static API_REQUESTS: Mutex<BTreeMap<(String, u16), u64>> = Mutex::new(BTreeMap::new());
+
+/// Middleware counting every request by its route template (never the raw path, which would
+/// put object names into metric labels) and status code.
+pub async fn count_requests(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let code = response.status().as_u16();
+    let mut counts = API_REQUESTS.lock().unwrap_or_else(|p| p.into_inner());
+    *counts.entry((route, code)).or_insert(0) += 1;
+    response
+}
+
+/// The whole exposition.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for kind in ["cluster-agent", "node-agent", "system-agent"] {
+        by_kind.insert(kind.to_owned(), 0);
+    }
+    for session in registry.sessions() {
+        *by_kind.entry(session.info().peer.kind.clone()).or_insert(0) += 1;
+    }
+    out.push_str("# HELP drover_tunnel_sessions Agents connected now, by kind.\n# TYPE drover_tunnel_sessions gauge\n");
+    for (kind, n) in &by_kind {
+        let _ = writeln!(out, "drover_tunnel_sessions{{kind=\"{kind}\"}} {n}");
+    }
+    let t = tunnel::metrics::counters();
+    let _ = write!(
+        out,
+        "# HELP drover_tunnel_streams_open Tunnel streams open now.\n# TYPE drover_tunnel_streams_open gauge\n\
+         drover_tunnel_streams_open {}\n\
+         # HELP drover_tunnel_streams_opened_total Tunnel streams opened since start.\n# TYPE drover_tunnel_streams_opened_total counter\n\
+         drover_tunnel_streams_opened_total {}\n\
+         # HELP drover_tunnel_bytes_total Bytes through tunnel connections since start.\n# TYPE drover_tunnel_bytes_total counter\n\
+         drover_tunnel_bytes_total{{direction=\"sent\"}} {}\ndrover_tunnel_bytes_total{{direction=\"received\"}} {}\n",
+        t.streams_open, t.streams_opened, t.bytes_sent, t.bytes_received
+    );
+    out.push_str("# HELP drover_api_requests_total API requests by route and status code.\n# TYPE drover_api_requests_total counter\n");
+    for ((route, code), n) in API_REQUESTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+    {
+        let route = route.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "drover_api_requests_total{{route=\"{route}\",code=\"{code}\"}} {n}"
+        );
+    }
+    STORE_SECONDS.render(
+        "drover_store_operation_seconds",
+        "Time spent in store operations.",
+        &mut out,
+    );
+    out
+}

@@ -23,8 +23,9 @@ async fn ready(addr: std::net::SocketAddr) -> bool {
     let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
         return false;
     };
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
     let Ok(tls) = tokio_rustls::TlsConnector::from(tunnel::tls::unverified_client_config())
-        .connect("127.0.0.1".try_into().expect("an IP is a server name"), tcp)
+        .connect(name, tcp)
         .await
     else {
         return false;

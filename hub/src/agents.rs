@@ -20,7 +20,7 @@ use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEv
 use crate::{
     api::{Api, ApiError},
     auth::secret::{self, TokenKind},
-    model::{AgentRef, ClusterType, HostRoles, Kind, Status, expired},
+    model::{AgentRef, ClusterType, HostRoles, Kind, Status},
     store::{LabelSelector, Object, Op, Store, StoreError},
 };
 
@@ -99,14 +99,7 @@ pub fn authenticator(
                             ));
                         }
                     };
-                    let hash = token
-                        .spec
-                        .get("secretHash")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    if !secret::same(secret::token_hash(token_secret).as_bytes(), hash.as_bytes())
-                        || expired(&token.spec)
-                    {
+                    if !secret::opens(&token, token_secret) {
                         return refuse(
                             "unknown or revoked agent credential; register the agent again",
                         );

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::{
     api::{Api, ApiError},
     auth::secret::{self, NewToken, TokenKind},
-    model::{ClusterSpec, ClusterType, Kind, expired},
+    model::{ClusterSpec, ClusterType, Kind},
     store::{Object, StoreError},
 };
 
@@ -33,14 +33,7 @@ pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), Api
         Err(StoreError::NotFound { .. }) => return Err(bad()),
         Err(e) => return Err(e.into()),
     };
-    let hash = registration
-        .spec
-        .get("secretHash")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if !secret::same(secret::token_hash(token_secret).as_bytes(), hash.as_bytes())
-        || expired(&registration.spec)
-    {
+    if !secret::opens(&registration, token_secret) {
         return Err(bad());
     }
     let cluster = registration

@@ -42,6 +42,22 @@ fn connected(event: &Value, cluster: &str, value: &str) -> bool {
         })
 }
 
+/// Waits, in the background, for cluster `prod` to show `Connected` = `value`.
+fn watch_connected(
+    hub: &HubProcess,
+    admin: &str,
+    value: &'static str,
+) -> tokio::task::JoinHandle<Value> {
+    let (addr, admin) = (hub.addr, admin.to_owned());
+    tokio::spawn(async move {
+        let within = Duration::from_secs(30);
+        wait_for_event(addr, "/v1/clusters?watch=true", &admin, within, |e| {
+            connected(e, "prod", value)
+        })
+        .await
+    })
+}
+
 #[tokio::test]
 async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revoked() {
     let data = temp_dir("agents");
@@ -89,19 +105,7 @@ async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revok
         .unwrap_err();
     assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
 
-    let watch = tokio::spawn({
-        let (addr, admin) = (hub.addr, admin.clone());
-        async move {
-            wait_for_event(
-                addr,
-                "/v1/clusters?watch=true",
-                &admin,
-                Duration::from_secs(30),
-                |e| connected(e, "prod", "True"),
-            )
-            .await
-        }
-    });
+    let watch = watch_connected(&hub, &admin, "True");
     let session: AgentSession = agent(&hub, &credential, "cluster/prod/replica-1", "cluster-agent")
         .connect()
         .await
@@ -159,19 +163,7 @@ async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revok
         .find(|t| t["spec"]["agent"]["id"] == "cluster/prod")
         .map(|t| t["metadata"]["name"].as_str().unwrap().to_owned())
         .unwrap();
-    let watch = tokio::spawn({
-        let (addr, admin) = (hub.addr, admin.clone());
-        async move {
-            wait_for_event(
-                addr,
-                "/v1/clusters?watch=true",
-                &admin,
-                Duration::from_secs(30),
-                |e| connected(e, "prod", "False"),
-            )
-            .await
-        }
-    });
+    let watch = watch_connected(&hub, &admin, "False");
     let (status, _) = api(
         hub.addr,
         "DELETE",

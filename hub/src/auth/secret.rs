@@ -91,6 +91,19 @@ pub fn token_hash(secret: &str) -> String {
         .collect()
 }
 
+/// Whether `secret` opens the stored token `object`: its hash matches, it has not expired and
+/// it is not being deleted.
+pub fn opens(object: &crate::store::Object, secret: &str) -> bool {
+    let hash = object
+        .spec
+        .get("secretHash")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    same(token_hash(secret).as_bytes(), hash.as_bytes())
+        && !crate::model::expired(&object.spec)
+        && object.metadata.deletion_timestamp.is_none()
+}
+
 /// What a bearer token refers to, by its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenKind {

@@ -130,8 +130,8 @@ fn encode(object: &Object) -> Result<String, StoreError> {
     serde_json::to_string(object).map_err(backend)
 }
 
-fn load(tx: &Transaction<'_>, kind: &str, name: &str) -> Result<Option<Object>, StoreError> {
-    let body: Option<String> = tx
+fn load(conn: &Connection, kind: &str, name: &str) -> Result<Option<Object>, StoreError> {
+    let body: Option<String> = conn
         .query_row(
             "SELECT body FROM objects WHERE kind = ?1 AND name = ?2",
             params![kind, name],
@@ -315,18 +315,7 @@ impl Store for SqliteStore {
     fn get(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Object, StoreError>> {
         let (kind, name) = (kind.to_owned(), name.to_owned());
         Box::pin(self.blocking(move |_, conn| {
-            let body: Option<String> = conn
-                .query_row(
-                    "SELECT body FROM objects WHERE kind = ?1 AND name = ?2",
-                    params![kind, name],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(backend)?;
-            match body {
-                Some(body) => decode(&body),
-                None => Err(StoreError::NotFound { kind, name }),
-            }
+            load(conn, &kind, &name)?.ok_or(StoreError::NotFound { kind, name })
         }))
     }
 

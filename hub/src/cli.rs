@@ -14,13 +14,21 @@ use serde_json::{Value, json};
 use crate::fsutil::write_atomic;
 
 /// What the CLI keeps between runs (mode 0600: it holds a token).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Saved {
     pub server: String,
     pub token: String,
     /// The hub's CA, as fetched and checked at login.
     pub ca_pem: String,
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Saved")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A CLI failure, with the exit code it maps to.
@@ -61,7 +69,8 @@ pub enum Request {
     Login {
         server: String,
         username: String,
-        password: String,
+        /// Redacted in `Debug`, like every credential.
+        password: tunnel::Secret,
         ca_checksum: Option<String>,
     },
     ClusterCreate {
@@ -125,7 +134,7 @@ pub async fn run(
             config,
             &server,
             &username,
-            &password,
+            password.expose(),
             ca_checksum.as_deref(),
         )
         .await;

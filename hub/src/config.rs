@@ -254,7 +254,7 @@ where
                 request: Request::Login {
                     server,
                     username: args.username,
-                    password,
+                    password: tunnel::Secret::new(password),
                     ca_checksum: args.ca_checksum,
                 },
                 config: crate::cli::config_path(args.opts.config, env),

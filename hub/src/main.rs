@@ -64,7 +64,7 @@ fn main() -> ExitCode {
                     }
                     return ExitCode::from(EXIT_USAGE);
                 }
-                *password = line.trim_end_matches(['\r', '\n']).to_owned();
+                *password = tunnel::Secret::new(line.trim_end_matches(['\r', '\n']));
             }
             return match runtime.block_on(hub::cli::run(request, &config, output)) {
                 Ok(text) => {

@@ -123,11 +123,19 @@ impl TokenKind {
 }
 
 /// A new token: the object name to store it under, and the full value to show once.
-#[derive(Debug)]
 pub struct NewToken {
     pub name: String,
     pub value: String,
     pub hash: String,
+}
+
+impl std::fmt::Debug for NewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The value is a credential: never in a log.
+        f.debug_struct("NewToken")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Creates a token value `<prefix><name>.<secret>`. The name is a valid object name; the

@@ -90,8 +90,8 @@ fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
         )));
     }
     for (key, value) in &meta.labels {
-        crate::store::selector::key_of(key).map_err(ApiError::invalid)?;
-        crate::store::selector::value_of(value).map_err(ApiError::invalid)?;
+        kubeshape::selector::key_of(key).map_err(ApiError::invalid)?;
+        kubeshape::selector::value_of(value).map_err(ApiError::invalid)?;
     }
     Ok(meta)
 }

@@ -11,10 +11,9 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub mod selector;
 pub mod sqlite;
 
-pub use selector::LabelSelector;
+pub use kubeshape::LabelSelector;
 
 /// Identity and bookkeeping of an object, as Kubernetes shapes it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

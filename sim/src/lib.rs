@@ -1,5 +1,6 @@
-//! Simulated downstream clusters and hosts (a Kubernetes-API-speaking cluster and a stand-in
-//! K3s/RKE2 installer), because real kube-apiserver and K3s binaries cannot be had here.
-//!
-//! Not built yet: the import issue (issue 4) brings the simulated cluster, the provisioning
-//! issue (issue 5) the stand-in installer.
+//! Simulated downstream clusters and hosts, because real kube-apiserver and K3s binaries cannot
+//! be had on these machines: a Kubernetes-API-speaking cluster ([`cluster`]) that real
+//! `kubectl` accepts, and (with the provisioning work) a stand-in K3s/RKE2 installer. Used by
+//! tests, benchmarks and the demo; every other code path in Drover is the real one.
+
+pub mod cluster;

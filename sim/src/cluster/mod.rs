@@ -1,0 +1,396 @@
+//! A simulated Kubernetes API server, for tests, benchmarks and the demo: real kube-apiserver and
+//! K3s binaries cannot be had on these machines. It speaks enough of the API over HTTPS (its
+//! own CA, bearer tokens) for `kubectl` 1.32 and the `kube` crate: version, discovery, the
+//! common core/apps/coordination/RBAC kinds, create/get/list/update/patch/delete, list and
+//! watch with resourceVersion and label/field selectors, Tables for `kubectl get`,
+//! impersonation for identities allowed it (recorded per request), and generated pod logs.
+//! Nothing runs: pods are Running as soon as they exist, deployments are as ready as asked.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use axum::http::Method;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tunnel::tls::{self, CertificateAuthority};
+
+mod discovery;
+mod patch;
+mod resources;
+mod server;
+mod store;
+mod table;
+
+pub use discovery::GIT_VERSION;
+
+/// Who a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+    /// May send `Impersonate-*` headers.
+    pub impersonator: bool,
+}
+
+/// One request, as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// Who the request acted as (after impersonation); empty if unauthenticated.
+    pub user: String,
+    pub groups: Vec<String>,
+    /// Who impersonated, if anyone.
+    pub impersonated_by: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub code: u16,
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub listen: SocketAddr,
+    /// Nodes to create at start.
+    pub nodes: usize,
+    /// Pods to create at start, spread over the nodes, in namespaces `load-0`…`load-9`.
+    pub pods: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 0).into(),
+            nodes: 3,
+            pods: 0,
+        }
+    }
+}
+
+const AUDIT_LEN: usize = 10_000;
+
+/// Shared state of one simulated cluster.
+#[derive(Debug)]
+pub(crate) struct Sim {
+    store: store::Store,
+    tokens: Mutex<HashMap<String, Identity>>,
+    audit: Mutex<VecDeque<AuditEntry>>,
+    counter: AtomicU64,
+}
+
+impl Sim {
+    fn identity(&self, token: &str) -> Option<Identity> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()
+    }
+
+    fn record(
+        &self,
+        who: Option<&Identity>,
+        impersonated_by: Option<String>,
+        method: &Method,
+        path: &str,
+        code: u16,
+    ) {
+        let mut audit = self.audit.lock().unwrap_or_else(|p| p.into_inner());
+        if audit.len() == AUDIT_LEN {
+            audit.pop_front();
+        }
+        audit.push_back(AuditEntry {
+            user: who.map(|w| w.user.clone()).unwrap_or_default(),
+            groups: who.map(|w| w.groups.clone()).unwrap_or_default(),
+            impersonated_by,
+            method: method.to_string(),
+            path: path.to_owned(),
+            code,
+        });
+    }
+
+    fn audit(&self) -> Vec<AuditEntry> {
+        self.audit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn next(&self) -> u64 {
+        self.counter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn random_suffix(&self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = self.next().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xdead_beef;
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                n /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    /// What a real cluster's controllers would have filled in by the time anyone looks.
+    fn defaults(&self, resource: &resources::Resource, object: &mut Value) {
+        match resource.plural {
+            "pods" => {
+                let n = self.next();
+                if object.pointer("/spec/nodeName").is_none() {
+                    let nodes = self.store.list("nodes", None).0;
+                    if let Some(node) = nodes.get((n as usize) % nodes.len().max(1)) {
+                        object["spec"]["nodeName"] = node["metadata"]["name"].clone();
+                    }
+                }
+                let containers: Vec<Value> = object
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                object["status"] = json!({
+                    "phase": "Running",
+                    "podIP": format!("10.42.{}.{}", (n / 250) % 250, n % 250 + 2),
+                    "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": containers.iter().map(|c| json!({
+                        "name": c["name"], "image": c["image"], "ready": true, "restartCount": 0,
+                        "started": true, "state": {"running": {"startedAt": "2026-11-01T00:00:00Z"}},
+                    })).collect::<Vec<_>>(),
+                });
+            }
+            "namespaces" => object["status"] = json!({"phase": "Active"}),
+            "services" => {
+                let n = self.next();
+                if object.pointer("/spec/type").is_none() {
+                    object["spec"]["type"] = json!("ClusterIP");
+                }
+                if object.pointer("/spec/clusterIP").is_none() {
+                    object["spec"]["clusterIP"] =
+                        json!(format!("10.43.{}.{}", (n / 250) % 250, n % 250 + 2));
+                }
+            }
+            "nodes" if object.get("status").is_none() => object["status"] = node_status(),
+            "deployments" | "daemonsets" => deployment_status(object),
+            _ => {}
+        }
+    }
+
+    /// Keeps derived state true after a write (a deployment's status follows its replicas).
+    fn after_write(&self, resource: &resources::Resource, object: &Value) {
+        if resource.plural == "deployments" {
+            let replicas = object
+                .pointer("/spec/replicas")
+                .and_then(Value::as_u64)
+                .unwrap_or(1);
+            if object.pointer("/status/replicas").and_then(Value::as_u64) != Some(replicas)
+                || object.pointer("/status/observedGeneration")
+                    != object.pointer("/metadata/generation")
+            {
+                let key = (
+                    object["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    object["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                let _ = self.store.update(&resource.key(), &key, None, |current| {
+                    let mut next = current.clone();
+                    deployment_status(&mut next);
+                    next
+                });
+            }
+        }
+    }
+
+    fn after_delete(&self, _resource: &resources::Resource, _object: &Value) {}
+}
+
+fn node_status() -> Value {
+    json!({
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+        "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+        "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+        "nodeInfo": {"kubeletVersion": GIT_VERSION, "osImage": "drover-sim", "architecture": "amd64", "operatingSystem": "linux"},
+    })
+}
+
+fn deployment_status(object: &mut Value) {
+    let replicas = object
+        .pointer("/spec/replicas")
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    let generation = object
+        .pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1));
+    object["status"] = json!({
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "updatedReplicas": replicas,
+        "availableReplicas": replicas,
+        "desiredNumberScheduled": replicas,
+        "currentNumberScheduled": replicas,
+        "numberReady": replicas,
+    });
+}
+
+/// A running simulated cluster.
+#[derive(Debug)]
+pub struct SimCluster {
+    addr: SocketAddr,
+    ca_pem: String,
+    sim: Arc<Sim>,
+    task: JoinHandle<()>,
+}
+
+/// The token of the built-in admin (`kubernetes-admin`, `system:masters`, may impersonate).
+pub const ADMIN_TOKEN: &str = "sim-admin-token";
+
+impl SimCluster {
+    pub async fn start(
+        config: SimConfig,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<SimCluster> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let ca = CertificateAuthority::generate("drover-sim cluster CA")
+            .map_err(std::io::Error::other)?;
+        let mut names = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "kubernetes.default.svc".to_owned(),
+        ];
+        if !addr.ip().is_unspecified() {
+            names.push(addr.ip().to_string());
+        }
+        names.dedup();
+        let leaf = ca.issue_server(&names).map_err(std::io::Error::other)?;
+        let tls_config = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())
+            .map_err(std::io::Error::other)?;
+        let sim = Arc::new(Sim {
+            store: store::Store::default(),
+            tokens: Mutex::new(HashMap::new()),
+            audit: Mutex::new(VecDeque::new()),
+            counter: AtomicU64::new(0),
+        });
+        sim.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            ADMIN_TOKEN.to_owned(),
+            Identity {
+                user: "kubernetes-admin".into(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+                impersonator: true,
+            },
+        );
+        seed(&sim, &config);
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(sim.clone());
+        let task = tokio::spawn(tunnel::listener::serve(listener, tls_config, app, shutdown));
+        Ok(SimCluster {
+            addr,
+            ca_pem: ca.pem().cert_pem.clone(),
+            sim,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// Adds a bearer token for `identity`.
+    pub fn add_token(&self, token: &str, identity: Identity) {
+        self.sim
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_owned(), identity);
+    }
+
+    /// Every request so far (the last 10,000), oldest first.
+    pub fn audit(&self) -> Vec<AuditEntry> {
+        self.sim.audit()
+    }
+
+    /// A kubeconfig for `token`, trusting this cluster's CA.
+    pub fn kubeconfig(&self, token: &str) -> String {
+        use base64::Engine as _;
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n  - name: sim\n    cluster:\n      server: {}\n      certificate-authority-data: {ca}\nusers:\n  - name: sim\n    user:\n      token: {token}\ncontexts:\n  - name: sim\n    context:\n      cluster: sim\n      user: sim\ncurrent-context: sim\n",
+            self.url()
+        )
+    }
+
+    /// Waits until the server has stopped (after its shutdown token was cancelled).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// The namespaces every cluster has, the nodes and the load pods.
+fn seed(sim: &Sim, config: &SimConfig) {
+    let namespaces = ["default", "kube-system", "kube-public", "kube-node-lease"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(
+            (0..10)
+                .filter(|_| config.pods > 0)
+                .map(|i| format!("load-{i}")),
+        );
+    sim.store.seed(
+        "namespaces",
+        namespaces.map(|name| json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}, "status": {"phase": "Active"}})),
+    );
+    sim.store.seed(
+        "nodes",
+        (0..config.nodes).map(|i| {
+            let mut labels = json!({"kubernetes.io/hostname": format!("node-{i}"), "kubernetes.io/os": "linux"});
+            if i == 0 {
+                labels["node-role.kubernetes.io/control-plane"] = json!("true");
+            }
+            json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": format!("node-{i}"), "labels": labels}, "status": node_status()})
+        }),
+    );
+    let nodes = config.nodes.max(1);
+    sim.store.seed(
+        "pods",
+        (0..config.pods).map(|i| {
+            let app = format!("app-{}", i % 100);
+            json!({
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"name": format!("pod-{i}"), "namespace": format!("load-{}", i % 10), "labels": {"app": app}},
+                "spec": {"nodeName": format!("node-{}", i % nodes), "containers": [{"name": "main", "image": "registry.example/app:1"}]},
+                "status": {
+                    "phase": "Running",
+                    "podIP": format!("10.42.{}.{}", (i / 250) % 250, i % 250 + 2),
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": "main", "image": "registry.example/app:1", "ready": true, "restartCount": 0, "started": true, "state": {"running": {"startedAt": "2026-11-01T00:00:00Z"}}}],
+                },
+            })
+        }),
+    );
+}

@@ -1,0 +1,184 @@
+//! The resources the simulated API server serves, as discovery describes them.
+
+/// One resource type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resource {
+    /// "" for the core group.
+    pub(crate) group: &'static str,
+    pub(crate) version: &'static str,
+    pub(crate) plural: &'static str,
+    pub(crate) singular: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) namespaced: bool,
+    pub(crate) short_names: &'static [&'static str],
+    /// Subresources, e.g. "status", "scale", "log".
+    pub(crate) subresources: &'static [&'static str],
+}
+
+impl Resource {
+    /// `v1` or `apps/v1`.
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The key objects of this resource are stored under: `pods`, `apps/deployments`.
+    pub(crate) fn key(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.plural)
+        }
+    }
+}
+
+const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The verbs discovery lists for every resource here.
+pub(crate) fn verbs() -> &'static [&'static str] {
+    ALL_VERBS
+}
+
+macro_rules! resource {
+    ($group:expr, $plural:expr, $singular:expr, $kind:expr, $namespaced:expr, [$($short:expr),*], [$($sub:expr),*]) => {
+        Resource {
+            group: $group,
+            version: "v1",
+            plural: $plural,
+            singular: $singular,
+            kind: $kind,
+            namespaced: $namespaced,
+            short_names: &[$($short),*],
+            subresources: &[$($sub),*],
+        }
+    };
+}
+
+/// Every resource served.
+pub(crate) const RESOURCES: &[Resource] = &[
+    resource!(
+        "",
+        "namespaces",
+        "namespace",
+        "Namespace",
+        false,
+        ["ns"],
+        ["status"]
+    ),
+    resource!("", "nodes", "node", "Node", false, ["no"], ["status"]),
+    resource!("", "pods", "pod", "Pod", true, ["po"], ["status", "log"]),
+    resource!(
+        "",
+        "services",
+        "service",
+        "Service",
+        true,
+        ["svc"],
+        ["status"]
+    ),
+    resource!("", "configmaps", "configmap", "ConfigMap", true, ["cm"], []),
+    resource!("", "secrets", "secret", "Secret", true, [], []),
+    resource!(
+        "",
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        true,
+        ["sa"],
+        []
+    ),
+    resource!("", "events", "event", "Event", true, ["ev"], []),
+    resource!(
+        "apps",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        ["deploy"],
+        ["status", "scale"]
+    ),
+    resource!(
+        "apps",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        true,
+        ["ds"],
+        ["status"]
+    ),
+    resource!(
+        "coordination.k8s.io",
+        "leases",
+        "lease",
+        "Lease",
+        true,
+        [],
+        []
+    ),
+    resource!(
+        "rbac.authorization.k8s.io",
+        "roles",
+        "role",
+        "Role",
+        true,
+        [],
+        []
+    ),
+    resource!(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+        [],
+        []
+    ),
+    resource!(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        false,
+        [],
+        []
+    ),
+    resource!(
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        [],
+        []
+    ),
+];
+
+/// The groups other than core, in discovery order.
+pub(crate) fn groups() -> Vec<&'static str> {
+    let mut groups: Vec<&str> = Vec::new();
+    for r in RESOURCES {
+        if !r.group.is_empty() && !groups.contains(&r.group) {
+            groups.push(r.group);
+        }
+    }
+    groups
+}
+
+/// The resource `plural` of `group`/`version`.
+pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}

@@ -1,0 +1,239 @@
+//! `Table` responses (server-side printing), which is what `kubectl get` asks for: the columns
+//! kube-apiserver prints for the common kinds, NAME and AGE for the rest.
+
+use serde_json::{Value, json};
+
+use super::resources::Resource;
+
+fn age(object: &Value) -> String {
+    let Some(created) = object
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+    else {
+        return "<unknown>".into();
+    };
+    let Ok(created) =
+        time::OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+    else {
+        return "<unknown>".into();
+    };
+    let secs = (time::OffsetDateTime::now_utc() - created)
+        .whole_seconds()
+        .max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn s<'a>(object: &'a Value, pointer: &str) -> &'a str {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn n(object: &Value, pointer: &str) -> u64 {
+    object.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn count(object: &Value, pointer: &str) -> usize {
+    match object.pointer(pointer) {
+        Some(Value::Object(m)) => m.len(),
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
+    }
+}
+
+fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
+    let mut columns = vec![("Name", "string")];
+    columns.extend(match resource.plural {
+        "pods" => vec![
+            ("Ready", "string"),
+            ("Status", "string"),
+            ("Restarts", "string"),
+        ],
+        "nodes" => vec![("Status", "string"), ("Roles", "string")],
+        "deployments" => vec![
+            ("Ready", "string"),
+            ("Up-to-date", "integer"),
+            ("Available", "integer"),
+        ],
+        "daemonsets" => vec![
+            ("Desired", "integer"),
+            ("Current", "integer"),
+            ("Ready", "integer"),
+        ],
+        "services" => vec![
+            ("Type", "string"),
+            ("Cluster-IP", "string"),
+            ("External-IP", "string"),
+            ("Port(s)", "string"),
+        ],
+        "namespaces" => vec![("Status", "string")],
+        "configmaps" => vec![("Data", "integer")],
+        "secrets" => vec![("Type", "string"), ("Data", "integer")],
+        "events" => vec![
+            ("Type", "string"),
+            ("Reason", "string"),
+            ("Object", "string"),
+            ("Message", "string"),
+        ],
+        "leases" => vec![("Holder", "string")],
+        _ => vec![],
+    });
+    columns.push(("Age", "string"));
+    if resource.plural == "nodes" {
+        columns.push(("Version", "string"));
+    }
+    columns
+}
+
+fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
+    let mut cells = vec![json!(s(o, "/metadata/name"))];
+    match resource.plural {
+        "pods" => {
+            let statuses = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array);
+            let total = o
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let ready = statuses.map_or(0, |c| c.iter().filter(|c| c["ready"] == true).count());
+            let restarts: u64 = statuses.map_or(0, |c| {
+                c.iter()
+                    .map(|c| c["restartCount"].as_u64().unwrap_or(0))
+                    .sum()
+            });
+            cells.extend([
+                json!(format!("{ready}/{total}")),
+                json!(s(o, "/status/phase")),
+                json!(restarts.to_string()),
+            ]);
+        }
+        "nodes" => {
+            let ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+            let roles: Vec<&str> = o
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|l| {
+                    l.keys()
+                        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let roles = if roles.is_empty() {
+                "<none>".to_owned()
+            } else {
+                roles.join(",")
+            };
+            cells.extend([
+                json!(if ready { "Ready" } else { "NotReady" }),
+                json!(roles),
+            ]);
+        }
+        "deployments" => cells.extend([
+            json!(format!(
+                "{}/{}",
+                n(o, "/status/readyReplicas"),
+                n(o, "/spec/replicas")
+            )),
+            json!(n(o, "/status/updatedReplicas")),
+            json!(n(o, "/status/availableReplicas")),
+        ]),
+        "daemonsets" => cells.extend([
+            json!(n(o, "/status/desiredNumberScheduled")),
+            json!(n(o, "/status/currentNumberScheduled")),
+            json!(n(o, "/status/numberReady")),
+        ]),
+        "services" => {
+            let ports: Vec<String> = o
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| {
+                            format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let ports = if ports.is_empty() {
+                "<none>".to_owned()
+            } else {
+                ports.join(",")
+            };
+            cells.extend([
+                json!(s(o, "/spec/type")),
+                json!(s(o, "/spec/clusterIP")),
+                json!("<none>"),
+                json!(ports),
+            ]);
+        }
+        "namespaces" => cells.push(json!(s(o, "/status/phase"))),
+        "configmaps" => cells.push(json!(count(o, "/data"))),
+        "secrets" => cells.extend([json!(s(o, "/type")), json!(count(o, "/data"))]),
+        "events" => cells.extend([
+            json!(s(o, "/type")),
+            json!(s(o, "/reason")),
+            json!(format!(
+                "{}/{}",
+                s(o, "/involvedObject/kind").to_lowercase(),
+                s(o, "/involvedObject/name")
+            )),
+            json!(s(o, "/message")),
+        ]),
+        "leases" => cells.push(json!(s(o, "/spec/holderIdentity"))),
+        _ => {}
+    }
+    cells.push(json!(age(o)));
+    if resource.plural == "nodes" {
+        cells.push(json!(s(o, "/status/nodeInfo/kubeletVersion")));
+    }
+    cells
+}
+
+/// A Table of `objects`; `with_columns` false for watch events after the first.
+pub(crate) fn table<'a>(
+    resource: &Resource,
+    objects: impl IntoIterator<Item = &'a Value>,
+    revision: u64,
+    with_columns: bool,
+) -> Value {
+    let definitions: Vec<Value> = if with_columns {
+        columns(resource)
+            .into_iter()
+            .map(|(name, kind)| {
+                json!({"name": name, "type": kind, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": 0})
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let rows: Vec<Value> = objects
+        .into_iter()
+        .map(|o| {
+            let mut partial = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
+            if let Value::Object(m) = &mut partial["metadata"] {
+                m.remove("managedFields");
+            }
+            json!({"cells": cells(resource, o), "object": partial})
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": revision.to_string()},
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}

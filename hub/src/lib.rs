@@ -27,6 +27,7 @@ mod fsutil;
 pub mod metrics;
 pub mod model;
 pub mod pki;
+pub mod proxy;
 pub mod registration;
 pub mod store;
 
@@ -144,7 +145,15 @@ impl Hub {
             Router::new()
                 .route("/v3/register", axum::routing::post(agents::register))
                 .route("/v3/import/{file}", get(registration::import_manifest))
-                .with_state(api),
+                .with_state(api.clone()),
+        )
+        .merge(
+            Router::new()
+                .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
+                .with_state(proxy::ProxyState {
+                    api,
+                    registry: registry.clone(),
+                }),
         );
         let app = app.layer(axum::middleware::from_fn(metrics::count_requests));
         let task = tokio::spawn(tunnel::listener::serve(

@@ -14,3 +14,7 @@ pub mod tunnel {
 /// The tunnel protocol version this build speaks. A hub refuses a `Hello` carrying another
 /// version; bump it only for changes an older peer cannot understand.
 pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;
+
+/// The in-process service of a cluster-agent that forwards the hub's proxied Kubernetes API
+/// requests to its API server (opened with `Session::open_service`).
+pub const KUBE_API_SERVICE: &str = "kube-api";

@@ -255,6 +255,23 @@ pub async fn try_api(
     Ok((status, value))
 }
 
+/// A request whose answer is text (a kubeconfig, a manifest); returns the status and the text.
+pub async fn api_text(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut sender = connect(addr).await;
+    let response = sender
+        .send_request(request(addr, method, path, token, None))
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Logs in as `user`; returns an API token.
 pub async fn login(addr: SocketAddr, user: &str, password: &str) -> String {
     let body = serde_json::json!({"username": user, "password": password, "session": false});

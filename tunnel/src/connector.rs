@@ -32,6 +32,14 @@ use crate::{
 
 /// Largest `/cacerts` body accepted.
 const MAX_CACERTS_LEN: usize = 1024 * 1024;
+fn request_path<B>(request: &http::Request<B>) -> String {
+    request
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default()
+}
+
 /// Largest refusal body read from a failed upgrade.
 const MAX_REFUSAL_LEN: usize = 64 * 1024;
 
@@ -443,6 +451,40 @@ impl Connector {
                 authority: target.authority.clone(),
                 source,
             })
+    }
+
+    /// Sends one HTTP request to the hub over a connection verified as the tunnel's are (the
+    /// CA checksum or system roots), e.g. an agent's registration. The path is the request's
+    /// URI; the `Host` header is set here.
+    pub async fn request(
+        &self,
+        mut request: http::Request<http_body_util::Full<Bytes>>,
+    ) -> Result<http::Response<Bytes>, ConnectError> {
+        let target = &self.inner.target;
+        let url = format!("https://{}{}", target.authority, request_path(&request));
+        let failed = |reason: String| ConnectError::Upgrade {
+            url: url.clone(),
+            reason,
+        };
+        let tls = self.open_tls(self.tls_config().await?).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        tokio::spawn(conn);
+        if let Ok(host) = http::HeaderValue::from_str(&target.authority) {
+            request.headers_mut().insert(header::HOST, host);
+        }
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, MAX_CACERTS_LEN)
+            .collect()
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .to_bytes();
+        Ok(http::Response::from_parts(parts, body))
     }
 
     /// Downloads `/cacerts` without verifying the chain; the caller checks its checksum before

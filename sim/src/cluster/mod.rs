@@ -168,6 +168,19 @@ impl Sim {
                 });
             }
             "namespaces" => object["status"] = json!({"phase": "Active"}),
+            "secrets" => {
+                // As kube-apiserver does: stringData is write-only, folded into data.
+                if let Some(Value::Object(plain)) =
+                    object.as_object_mut().and_then(|o| o.remove("stringData"))
+                {
+                    use base64::Engine as _;
+                    for (key, value) in plain {
+                        let encoded = base64::engine::general_purpose::STANDARD
+                            .encode(value.as_str().unwrap_or_default());
+                        object["data"][key] = json!(encoded);
+                    }
+                }
+            }
             "services" => {
                 let n = self.next();
                 if object.pointer("/spec/type").is_none() {

@@ -1,0 +1,248 @@
+//! The authentication proxy: `https://HUB/k8s/clusters/<cluster>/<kube path>`.
+//!
+//! The caller is authenticated and must hold a role on the cluster; their own `Authorization`,
+//! `Impersonate-*` and hop-by-hop headers are dropped; `Impersonate-User` (and
+//! `Impersonate-Group` for their roles) are set; the request goes through the cluster-agent's
+//! tunnel to its `kube-api` service, which forwards it with the agent's own credential.
+//! Responses stream (watches are not buffered) and upgrades (`exec`, `attach`,
+//! `port-forward`) are spliced through.
+
+use std::time::Duration;
+
+use axum::{
+    body::Body,
+    extract::{Path, Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use hyper_util::rt::TokioIo;
+use tunnel::{Registry, Session};
+
+use crate::{
+    agents::{self, Belongs},
+    api::{Api, ApiError, allow},
+    auth::Verb,
+    model::{Kind, Role, Status},
+};
+
+pub use proto::KUBE_API_SERVICE;
+
+/// Who a proxied request acts as downstream: the user, and groups for their hub roles so
+/// downstream RBAC can bind them.
+pub const GROUP_PREFIX: &str = "drover:";
+
+#[derive(Clone, Debug)]
+pub struct ProxyState {
+    pub api: Api,
+    pub registry: Registry,
+}
+
+/// A cluster-agent session of `cluster`, if one is connected.
+pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
+    registry.sessions().into_iter().find(|s| {
+        let peer = &s.info().peer;
+        peer.kind == agents::CLUSTER_AGENT
+            && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
+    })
+}
+
+/// Headers that describe one hop, not the request (RFC 9110 §7.6.1).
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+    )
+}
+
+fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn from_api(e: ApiError) -> Response {
+    kube_status(e.code, e.reason, e.message)
+}
+
+pub async fn handle(
+    State(state): State<ProxyState>,
+    Path((cluster, rest)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let principal = match state.api.principal(request.headers()).await {
+        Ok(p) => p,
+        Err(e) => return from_api(e),
+    };
+    let object = match state.api.store.get(Kind::Cluster.name(), &cluster).await {
+        Ok(o) => o,
+        Err(e) => return from_api(e.into()),
+    };
+    // Any role on the cluster lets a user through; what they may do there is the cluster's
+    // RBAC's to decide, for the identity set below.
+    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
+        return from_api(e);
+    }
+    let Some(session) = agent_session(&state.registry, &cluster) else {
+        let status = Status::of(&object);
+        let since = status
+            .conditions
+            .iter()
+            .find(|c| c.kind == "Connected")
+            .map(|c| format!(" since {}", c.last_transition_time))
+            .unwrap_or_else(|| " yet (its agent has never connected)".to_owned());
+        return kube_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("cluster {cluster:?} is not connected{since}; check its cluster-agent"),
+        );
+    };
+
+    let (mut parts, body) = request.into_parts();
+    let upgrade = parts.headers.contains_key(header::UPGRADE);
+    let on_upgrade = upgrade
+        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+        .flatten();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    for (name, value) in &parts.headers {
+        let lower = name.as_str();
+        if lower == "authorization"
+            || lower.starts_with("impersonate-")
+            || lower == "cookie"
+            || (hop_by_hop(name) && !upgrade)
+        {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    }
+    let Ok(user) = HeaderValue::from_str(&principal.user) else {
+        return kube_status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the user name cannot be sent as a header".into(),
+        );
+    };
+    headers.insert("impersonate-user", user);
+    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
+    if principal.admin {
+        groups.push(format!("{GROUP_PREFIX}admin"));
+    }
+    if let Some(role) = principal.clusters.get(&cluster) {
+        let role = match role {
+            Role::Admin => "admin",
+            Role::ClusterOwner => "cluster-owner",
+            Role::ClusterMember => "cluster-member",
+            Role::ReadOnly => "read-only",
+        };
+        groups.push(format!("{GROUP_PREFIX}{role}"));
+    }
+    for group in groups {
+        if let Ok(value) = HeaderValue::from_str(&group) {
+            headers.append("impersonate-group", value);
+        }
+    }
+
+    let stream = match session.open_service(KUBE_API_SERVICE).await {
+        Ok(s) => s,
+        Err(e) => {
+            return kube_status(
+                StatusCode::BAD_GATEWAY,
+                "BadGateway",
+                format!("cannot reach cluster {cluster:?} through its agent: {e}"),
+            );
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    {
+        Ok(pair) => pair,
+        Err(e) => {
+            return kube_status(
+                StatusCode::BAD_GATEWAY,
+                "BadGateway",
+                format!("cluster {cluster:?}: {e}"),
+            );
+        }
+    };
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut outbound = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("/{rest}{query}"))
+        .body(body)
+        .unwrap_or_default();
+    *outbound.headers_mut() = headers;
+    let mut response =
+        match tokio::time::timeout(Duration::from_secs(60), sender.send_request(outbound)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return kube_status(
+                    StatusCode::BAD_GATEWAY,
+                    "BadGateway",
+                    format!("cluster {cluster:?}: {e}"),
+                );
+            }
+            Err(_) => {
+                return kube_status(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "Timeout",
+                    format!("cluster {cluster:?} did not answer within 60 s"),
+                );
+            }
+        };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_side) = on_upgrade
+    {
+        let agent_side = hyper::upgrade::on(&mut response);
+        tokio::spawn(async move {
+            if let (Ok(client), Ok(agent)) = (client_side.await, agent_side.await) {
+                let _ = tokio::io::copy_bidirectional(
+                    &mut TokioIo::new(client),
+                    &mut TokioIo::new(agent),
+                )
+                .await;
+            }
+        });
+    }
+    let (mut parts, body) = response.into_parts();
+    let keep_upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    parts
+        .headers
+        .retain_mut_compat(|name| keep_upgrade || !hop_by_hop(name));
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// `HeaderMap::retain` without a value borrow, for the one filter above.
+trait RetainCompat {
+    fn retain_mut_compat(&mut self, keep: impl Fn(&HeaderName) -> bool);
+}
+
+impl RetainCompat for HeaderMap {
+    fn retain_mut_compat(&mut self, keep: impl Fn(&HeaderName) -> bool) {
+        let drop: Vec<HeaderName> = self.keys().filter(|n| !keep(n)).cloned().collect();
+        for name in drop {
+            self.remove(name);
+        }
+    }
+}

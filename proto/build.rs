@@ -2,7 +2,10 @@
 //! `protoc`, so a fresh machine needs nothing installed to build.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/drover/tunnel/v1/tunnel.proto"];
+    let files = [
+        "proto/drover/tunnel/v1/tunnel.proto",
+        "proto/drover/cluster/v1/cluster.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

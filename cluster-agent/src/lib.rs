@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
 
+mod facts;
 pub mod kube;
 mod kube_api;
 
@@ -181,14 +182,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Agen
     tunnel.allow =
         AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
     let target = Arc::new(config.kube.clone());
+    let for_service = target.clone();
     tunnel.services = Services::default().add(proto::KUBE_API_SERVICE, move |stream| {
-        kube_api::serve(stream, target.clone())
+        kube_api::serve(stream, for_service.clone())
     });
     let connector = Connector::new(tunnel)?;
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, shutdown.clone()));
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, "serving the hub");
+        tokio::spawn(facts::report(session, target.clone()));
     }
     let _ = runner.await;
     Ok(())

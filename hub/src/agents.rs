@@ -344,6 +344,19 @@ pub async fn set_condition(
     reason: &str,
     message: &str,
 ) -> Result<(), StoreError> {
+    update_status(store, kind, name, |status| {
+        status.set_condition(condition, value, reason, message)
+    })
+    .await
+}
+
+/// Changes an object's status, retrying on concurrent writes; a missing object is left alone.
+pub async fn update_status(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    mut change: impl FnMut(&mut Status),
+) -> Result<(), StoreError> {
     for _ in 0..10 {
         let mut object = match store.get(kind.name(), name).await {
             Ok(o) => o,
@@ -351,7 +364,7 @@ pub async fn set_condition(
             Err(e) => return Err(e),
         };
         let mut status = Status::of(&object);
-        status.set_condition(condition, value, reason, message);
+        change(&mut status);
         object.status =
             serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
         match store.update(object).await {
@@ -363,6 +376,50 @@ pub async fn set_condition(
         "{} {name}: too many concurrent writers",
         kind.name()
     )))
+}
+
+/// The gRPC service cluster-agents report their cluster's facts to (on the control channel).
+#[derive(Debug, Clone)]
+pub struct FactsService {
+    pub store: Arc<dyn Store>,
+}
+
+#[tonic::async_trait]
+impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
+    async fn report_facts(
+        &self,
+        request: tonic::Request<proto::cluster::v1::ClusterFacts>,
+    ) -> Result<tonic::Response<proto::cluster::v1::FactsAck>, tonic::Status> {
+        let peer = request
+            .extensions()
+            .get::<tunnel::SessionInfo>()
+            .map(|i| i.peer.clone())
+            .ok_or_else(|| tonic::Status::internal("facts outside a tunnel session"))?;
+        let (CLUSTER_AGENT, Some(Belongs::Cluster(cluster))) =
+            (peer.kind.as_str(), belongs(&peer.id))
+        else {
+            return Err(tonic::Status::permission_denied(
+                "only cluster-agents report cluster facts",
+            ));
+        };
+        let facts = request.into_inner();
+        update_status(self.store.as_ref(), Kind::Cluster, &cluster, |status| {
+            status
+                .extra
+                .insert("kubernetesVersion".into(), json!(facts.kubernetes_version));
+            status.extra.insert(
+                "nodes".into(),
+                json!({"total": facts.nodes_total, "ready": facts.nodes_ready}),
+            );
+            status.extra.insert(
+                "capacity".into(),
+                json!({"cpuMillicores": facts.cpu_millicores, "memoryBytes": facts.memory_bytes}),
+            );
+        })
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        Ok(tonic::Response::new(proto::cluster::v1::FactsAck {}))
+    }
 }
 
 async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: CancellationToken) {

@@ -118,8 +118,18 @@ impl Hub {
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 
         let registry = Registry::default();
+        let acceptor_config = AcceptorConfig {
+            routes: tonic::service::Routes::new(
+                proto::cluster::v1::cluster_agent_server::ClusterAgentServer::new(
+                    agents::FactsService {
+                        store: store.clone(),
+                    },
+                ),
+            ),
+            ..AcceptorConfig::default()
+        };
         let acceptor = Acceptor::new(
-            AcceptorConfig::default(),
+            acceptor_config,
             agents::authenticator(store.clone()),
             registry.clone(),
             shutdown.clone(),

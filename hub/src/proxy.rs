@@ -61,6 +61,24 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// Whether a request only reads: GET/HEAD without an upgrade (`exec`, `attach` and
+/// `port-forward` upgrade and act on the workload), or a question about the caller's own
+/// permissions (`kubectl auth can-i`).
+fn reads(method: &http::Method, path: &str, upgrade: bool) -> bool {
+    if upgrade {
+        return false;
+    }
+    match *method {
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS => true,
+        http::Method::POST => {
+            path.starts_with("apis/authorization.k8s.io/")
+                && (path.ends_with("/selfsubjectaccessreviews")
+                    || path.ends_with("/selfsubjectrulesreviews"))
+        }
+        _ => false,
+    }
+}
+
 fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
     let body = serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -113,6 +131,21 @@ pub async fn handle(
 
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
+    // `read-only` is enforced here as well as by the cluster's RBAC, so it holds on clusters
+    // whose RBAC Drover does not manage.
+    let read_only = !principal.admin && principal.clusters.get(&cluster) == Some(&Role::ReadOnly);
+    if read_only && !reads(&parts.method, &rest, upgrade) {
+        return kube_status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "user {:?} is read-only on cluster {cluster:?}: {} {} is not allowed",
+                principal.user,
+                parts.method,
+                parts.uri.path()
+            ),
+        );
+    }
     let on_upgrade = upgrade
         .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
         .flatten();

@@ -11,6 +11,14 @@ pub mod tunnel {
     }
 }
 
+/// What cluster-agents report to the hub.
+pub mod cluster {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("drover.cluster.v1");
+    }
+}
+
 /// The tunnel protocol version this build speaks. A hub refuses a `Hello` carrying another
 /// version; bump it only for changes an older peer cannot understand.
 pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;

@@ -216,20 +216,32 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
                 "/v1/clusters?watch=true",
                 &admin,
                 Duration::from_secs(30),
+                // Connected, and the agent's first facts report has arrived.
                 |e| {
-                    e["object"]["status"]["conditions"]
-                        .as_array()
-                        .is_some_and(|cs| {
-                            cs.iter()
-                                .any(|c| c["type"] == "Connected" && c["status"] == "True")
-                        })
+                    let status = &e["object"]["status"];
+                    status["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Connected" && c["status"] == "True")
+                    }) && status["nodes"]["total"].as_u64() == Some(2)
                 },
             )
             .await
         }
     });
     let agent = tokio::spawn(cluster_agent::run(config, shutdown.clone()));
-    connected.await.unwrap();
+    let cluster = connected.await.unwrap();
+    let status = &cluster["object"]["status"];
+    assert_eq!(status["nodes"]["ready"].as_u64(), Some(2), "{cluster:#}");
+    assert!(
+        status["kubernetesVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{cluster:#}"
+    );
+    assert!(
+        status["capacity"]["cpuMillicores"].as_u64() > Some(0),
+        "{cluster:#}"
+    );
 
     // A cluster-member works with the cluster through the hub, as themselves.
     let member = user_kubeconfig(&hub, &admin, &dir, "mia", Some("cluster-member")).await;
@@ -322,7 +334,7 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     let before = sim.audit().len();
     let (ok, _, stderr) = kubectl(&outsider, &["get", "pods", "-A"]).await;
     assert!(
-        !ok && stderr.contains("Forbidden") || stderr.contains("forbidden"),
+        !ok && (stderr.contains("Forbidden") || stderr.contains("forbidden")),
         "{stderr}"
     );
     assert_eq!(
@@ -331,6 +343,15 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         "the refused request never reached the cluster"
     );
     assert!(!sim.audit().iter().any(|e| e.user == "otto"));
+
+    // A read-only user reads, and the hub refuses their writes before the cluster sees them.
+    let reader = user_kubeconfig(&hub, &admin, &dir, "rita", Some("read-only")).await;
+    kubectl_ok(&reader, &["get", "pods", "-n", "load-0"]).await;
+    let (ok, _, stderr) = kubectl(&reader, &["delete", "pod", "pod-0", "-n", "load-0"]).await;
+    assert!(!ok && stderr.contains("read-only"), "{stderr}");
+    let rita = sim.audit().into_iter().filter(|e| e.user == "rita");
+    assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method == "GET"));
+    kubectl_ok(&sim_admin, &["get", "pod", "pod-0", "-n", "load-0"]).await;
 
     shutdown.cancel();
     let _ = agent.await;

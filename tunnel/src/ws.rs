@@ -95,6 +95,9 @@ const HEADER_SLOT: usize = 14;
 const HEADER_READ: usize = 4096;
 /// A write buffer larger than this is given back once it has been flushed with little in it.
 const IDLE_WRITE_CAPACITY: usize = 16 * 1024;
+/// Most bytes read ahead of the user while the socket will not take our writes (see
+/// `WsIo::absorb`). A peer's unsent bytes are its socket buffers plus a batch, a few MiB.
+const ABSORB_LIMIT: usize = 8 * 1024 * 1024;
 
 fn protocol_error(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("WebSocket: {message}"))
@@ -394,6 +397,27 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
         Ok(())
     }
 
+    /// Called when the socket will not take our bytes: reads what the peer has sent into the
+    /// read buffer, so that the peer's own writes keep moving even while our user is not
+    /// reading. yamux stops reading while a reply it owes (a pong) cannot be written; two peers
+    /// that both do so with full sockets would otherwise wait on each other for ever. What is
+    /// read here is handed out by `poll_read` first; the task is woken so it gets there.
+    fn absorb(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let mut got = false;
+        while !self.reader.done && self.reader.buf.len() < ABSORB_LIMIT {
+            match self.poll_fill(cx) {
+                Poll::Ready(Ok(true)) => got = true,
+                // End of stream: `poll_read` reads it again and reports it.
+                Poll::Ready(Ok(false)) | Poll::Pending => break,
+                Poll::Ready(Err(e)) => return Err(e),
+            }
+        }
+        if got {
+            cx.waker().wake_by_ref();
+        }
+        Ok(())
+    }
+
     /// Reads more bytes into the read buffer, for frame headers and control frames; payloads
     /// are read past it. `Ok(false)` at end of stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
@@ -587,7 +611,10 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
         }
         // Hold no more than one batch unwritten: past that, wait for the socket.
         if this.writer.buf.len() - this.writer.written >= batch {
-            ready!(this.poll_drain(cx))?;
+            if this.poll_drain(cx)?.is_pending() {
+                this.absorb(cx)?;
+                return Poll::Pending;
+            }
         }
         if this.writer.open.is_none() {
             let key = this.new_mask();
@@ -615,7 +642,10 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
         this.seal();
-        ready!(this.poll_drain(cx))?;
+        if this.poll_drain(cx)?.is_pending() {
+            this.absorb(cx)?;
+            return Poll::Pending;
+        }
         Pin::new(&mut this.io).poll_flush(cx)
     }
 

@@ -193,6 +193,41 @@ async fn a_byte_stream_survives_backpressure_and_arbitrary_flush_points() {
     assert!(got == expected, "bytes differ");
 }
 
+#[tokio::test]
+async fn two_peers_that_write_before_they_read_do_not_wait_on_each_other() {
+    // Each side writes far more than the pipe holds before it reads anything, as yamux does
+    // while a pong it owes cannot be sent. The socket must keep draining meanwhile.
+    const LEN: usize = 2 * 1024 * 1024;
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let side = |mut io: WsIo<DuplexStream>, seed: u8| async move {
+        let sent: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(seed)).collect();
+        io.write_all(&sent).await.unwrap();
+        io.flush().await.unwrap();
+        let mut got = vec![0u8; LEN];
+        io.read_exact(&mut got).await.unwrap();
+        got
+    };
+    let both = futures::future::join(
+        tokio::spawn(side(ours(a, Role::Client), 3)),
+        tokio::spawn(side(ours(b, Role::Server), 7)),
+    );
+    let (from_b, from_a) = tokio::time::timeout(std::time::Duration::from_secs(30), both)
+        .await
+        .expect("the two writers waited on each other");
+    assert!(
+        from_b.unwrap()
+            == (0..LEN)
+                .map(|i| (i as u8).wrapping_mul(7))
+                .collect::<Vec<_>>()
+    );
+    assert!(
+        from_a.unwrap()
+            == (0..LEN)
+                .map(|i| (i as u8).wrapping_mul(3))
+                .collect::<Vec<_>>()
+    );
+}
+
 async fn read_error(raw: &[u8], role: Role) -> io::Error {
     let (mut a, b) = tokio::io::duplex(1 << 20);
     a.write_all(raw).await.unwrap();

@@ -610,11 +610,10 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
             this.seal();
         }
         // Hold no more than one batch unwritten: past that, wait for the socket.
-        if this.writer.buf.len() - this.writer.written >= batch {
-            if this.poll_drain(cx)?.is_pending() {
-                this.absorb(cx)?;
-                return Poll::Pending;
-            }
+        if this.writer.buf.len() - this.writer.written >= batch && this.poll_drain(cx)?.is_pending()
+        {
+            this.absorb(cx)?;
+            return Poll::Pending;
         }
         if this.writer.open.is_none() {
             let key = this.new_mask();

@@ -15,6 +15,8 @@ pub struct KubeTarget {
     pub host: String,
     pub port: u16,
     pub tls: Arc<rustls::ClientConfig>,
+    /// The CA certificates (DER) the API server is verified against, for the `kube` client.
+    pub ca: Vec<Vec<u8>>,
     pub token: Secret,
 }
 
@@ -107,6 +109,11 @@ impl KubeTarget {
             .host()
             .ok_or_else(|| invalid(format!("server {server:?} has no host")))?;
         let roots = tunnel::tls::roots_from_pem(ca_pem).map_err(|e| invalid(e.to_string()))?;
+        let ca = tunnel::tls::certs_from_pem(ca_pem)
+            .map_err(|e| invalid(e.to_string()))?
+            .into_iter()
+            .map(|c| c.to_vec())
+            .collect();
         let mut tls = (*tunnel::tls::client_config(roots)).clone();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Self {
@@ -114,8 +121,25 @@ impl KubeTarget {
             host: host.trim_matches(['[', ']']).to_owned(),
             port: uri.port_u16().unwrap_or(443),
             tls: Arc::new(tls),
+            ca,
             token: Secret::new(token),
         })
+    }
+
+    /// A `kube` client for the same API server, credential and CA.
+    pub fn client(&self) -> Result<kube::Client, String> {
+        let url = self
+            .server
+            .parse()
+            .map_err(|_| format!("server {:?} is not a URL", self.server))?;
+        let mut config = kube::Config::new(url);
+        config.root_cert = Some(self.ca.clone());
+        let mut bearer = http::HeaderValue::from_str(&format!("Bearer {}", self.token.expose()))
+            .map_err(|_| "the API server token cannot be sent as a header".to_owned())?;
+        // Keeps it out of Debug output.
+        bearer.set_sensitive(true);
+        config.headers.push((http::header::AUTHORIZATION, bearer));
+        kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
     /// GETs `path` from the API server with the agent's credential; returns the JSON.

@@ -5,6 +5,12 @@
 //! session whose `kube-api` service forwards the hub's proxied requests to the cluster's API
 //! server with the agent's own credential. The only address the hub may dial through it is
 //! that API server.
+//!
+//! Its replicas elect a leader with a `coordination.k8s.io` Lease; only the leader holds a
+//! session, so the hub always has one way into the cluster, and a standby takes over when
+//! the leader's lease runs out. The leader also keeps watch-driven caches of nodes,
+//! namespaces, pods, deployments, services and events, served to the hub as the
+//! `cluster-cache` service.
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc};
 
@@ -14,9 +20,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
 
+pub mod cache;
 mod facts;
 pub mod kube;
 mod kube_api;
+pub mod lease;
 
 pub use kube::KubeTarget;
 
@@ -39,6 +47,8 @@ pub struct Config {
     pub kube: KubeTarget,
     /// Where the credential is kept between restarts.
     pub state_dir: PathBuf,
+    /// The Lease the replicas elect their leader with.
+    pub lease: lease::LeaseConfig,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -49,7 +59,9 @@ pub struct ConfigError(pub String);
 impl Config {
     /// Reads `DROVER_SERVER`, `DROVER_TOKEN`, `DROVER_CA_CHECKSUM`, `DROVER_CLUSTER`,
     /// `DROVER_POD_NAME` (default: the host name), `DROVER_STATE_DIR` (default
-    /// `/var/lib/drover`), and the API server from the pod's service account or `KUBECONFIG`.
+    /// `/var/lib/drover`), `DROVER_NAMESPACE` (the lease's; default: the pod's, else
+    /// `drover-system`), `DROVER_LEASE_SECONDS` (default 15), and the API server from the pod's
+    /// service account or `KUBECONFIG`.
     pub fn from_env(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let need = |name: &str| {
             env.get(name)
@@ -71,16 +83,45 @@ impl Config {
                     .map_err(|e| ConfigError(e.to_string()))?
             }
         };
+        let name = env
+            .get("DROVER_POD_NAME")
+            .or_else(|| env.get("HOSTNAME"))
+            .cloned()
+            .unwrap_or_else(|| "cluster-agent".into());
+        let lease_seconds = match env.get("DROVER_LEASE_SECONDS") {
+            None => 15,
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|s| (2..=3600).contains(s))
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "DROVER_LEASE_SECONDS={v:?}: give a whole number of seconds from 2 to 3600"
+                    ))
+                })?,
+        };
+        let namespace = env
+            .get("DROVER_NAMESPACE")
+            .cloned()
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .filter(|_| env.contains_key("KUBERNETES_SERVICE_HOST"))
+                    .map(|ns| ns.trim().to_owned())
+            })
+            .unwrap_or_else(|| "drover-system".into());
         Ok(Self {
+            lease: lease::LeaseConfig {
+                namespace,
+                name: "drover-cluster-agent".into(),
+                identity: name.clone(),
+                duration: std::time::Duration::from_secs(lease_seconds),
+            },
             server: need("DROVER_SERVER")?,
             token: Secret::new(need("DROVER_TOKEN")?),
             ca_checksum: env.get("DROVER_CA_CHECKSUM").cloned().unwrap_or_default(),
             cluster: need("DROVER_CLUSTER")?,
-            name: env
-                .get("DROVER_POD_NAME")
-                .or_else(|| env.get("HOSTNAME"))
-                .cloned()
-                .unwrap_or_else(|| "cluster-agent".into()),
+            name,
             kube,
             state_dir: env
                 .get("DROVER_STATE_DIR")
@@ -105,6 +146,8 @@ pub enum AgentError {
     State(String, std::io::Error),
     #[error(transparent)]
     Connect(#[from] tunnel::ConnectError),
+    #[error("cannot use the cluster's API server: {0}")]
+    Kube(String),
 }
 
 /// The credential: kept from an earlier registration, exchanged now, or given as is.
@@ -171,24 +214,71 @@ fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Runs the agent until `shutdown`.
+/// Runs the agent until `shutdown`: stands by until this replica holds the lease, then serves
+/// the hub (tunnel, caches, facts) for as long as it keeps the lease.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
     let credential = credential(&config).await?;
+    let client = config.kube.client().map_err(AgentError::Kube)?;
+    let mut elector = lease::Elector::new(client.clone(), config.lease.clone());
+    loop {
+        if !elector.acquire(&shutdown).await {
+            return Ok(());
+        }
+        tracing::info!(lease = %config.lease.name, identity = %config.lease.identity, "leading: serving the hub");
+        let leading = shutdown.child_token();
+        let served = {
+            let keep = elector.keep(leading.clone());
+            let serve = serve(&config, &credential, &client, leading.clone());
+            tokio::pin!(serve);
+            tokio::select! {
+                () = keep => {
+                    // Lost the lease: stop serving at once.
+                    leading.cancel();
+                    serve.await
+                }
+                result = &mut serve => {
+                    leading.cancel();
+                    result
+                }
+            }
+        };
+        if shutdown.is_cancelled() {
+            elector.release().await;
+            return served;
+        }
+        served?;
+        tracing::warn!("no longer leading; standing by");
+    }
+}
+
+/// Serves the hub until `leading` is cancelled.
+async fn serve(
+    config: &Config,
+    credential: &Secret,
+    client: &::kube::Client,
+    leading: CancellationToken,
+) -> Result<(), AgentError> {
     let identity = Peer {
         id: format!("cluster/{}/{}", config.cluster, config.name),
         kind: KIND.into(),
     };
-    let mut tunnel = ConnectorConfig::new(&config.server, credential, identity, config.trust());
+    let mut tunnel =
+        ConnectorConfig::new(&config.server, credential.clone(), identity, config.trust());
     tunnel.allow =
         AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
     let target = Arc::new(config.kube.clone());
-    let for_service = target.clone();
-    tunnel.services = Services::default().add(proto::KUBE_API_SERVICE, move |stream| {
-        kube_api::serve(stream, for_service.clone())
-    });
+    let caches = cache::Caches::start(client, &leading);
+    let for_api = target.clone();
+    tunnel.services = Services::default()
+        .add(proto::KUBE_API_SERVICE, move |stream| {
+            kube_api::serve(stream, for_api.clone())
+        })
+        .add(proto::CLUSTER_CACHE_SERVICE, move |stream| {
+            cache::serve(stream, caches.clone())
+        });
     let connector = Connector::new(tunnel)?;
     let (tx, mut sessions) = mpsc::channel(1);
-    let runner = tokio::spawn(connector.run(tx, shutdown.clone()));
+    let runner = tokio::spawn(connector.run(tx, leading));
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, "serving the hub");
         tokio::spawn(facts::report(session, target.clone()));

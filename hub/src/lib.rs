@@ -160,6 +160,7 @@ impl Hub {
         .merge(
             Router::new()
                 .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
+                .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
                 .with_state(proxy::ProxyState {
                     api,
                     registry: registry.clone(),

@@ -21,7 +21,7 @@ use tunnel::{Registry, Session};
 use crate::{
     agents::{self, Belongs},
     api::{Api, ApiError, allow},
-    auth::Verb,
+    auth::{Principal, Verb},
     model::{Kind, Role, Status},
 };
 
@@ -38,12 +38,19 @@ pub struct ProxyState {
 }
 
 /// A cluster-agent session of `cluster`, if one is connected.
+///
+/// When there are several (a new leader connected before the old one's session was seen to
+/// end, e.g. after a network cut), the newest wins: the old leader has lost its lease.
 pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
-    registry.sessions().into_iter().find(|s| {
-        let peer = &s.info().peer;
-        peer.kind == agents::CLUSTER_AGENT
-            && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
-    })
+    registry
+        .sessions()
+        .into_iter()
+        .filter(|s| {
+            let peer = &s.info().peer;
+            peer.kind == agents::CLUSTER_AGENT
+                && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
+        })
+        .max_by_key(|s| s.info().id)
 }
 
 /// Headers that describe one hop, not the request (RFC 9110 §7.6.1).
@@ -96,25 +103,24 @@ fn from_api(e: ApiError) -> Response {
     kube_status(e.code, e.reason, e.message)
 }
 
-pub async fn handle(
-    State(state): State<ProxyState>,
-    Path((cluster, rest)): Path<(String, String)>,
-    request: Request,
-) -> Response {
-    let principal = match state.api.principal(request.headers()).await {
-        Ok(p) => p,
-        Err(e) => return from_api(e),
-    };
-    let object = match state.api.store.get(Kind::Cluster.name(), &cluster).await {
-        Ok(o) => o,
-        Err(e) => return from_api(e.into()),
-    };
+/// The caller, and the session of the cluster's agent, if the caller holds a role on the
+/// cluster and the agent is connected; otherwise the response that says which is missing.
+async fn authorize(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    cluster: &str,
+) -> Result<(Principal, Session), Response> {
+    let principal = state.api.principal(headers).await.map_err(from_api)?;
+    let object = state
+        .api
+        .store
+        .get(Kind::Cluster.name(), cluster)
+        .await
+        .map_err(|e| from_api(e.into()))?;
     // Any role on the cluster lets a user through; what they may do there is the cluster's
-    // RBAC's to decide, for the identity set below.
-    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
-        return from_api(e);
-    }
-    let Some(session) = agent_session(&state.registry, &cluster) else {
+    // RBAC's to decide, for the identity the proxy sets.
+    allow(&principal, Verb::Get, Kind::Cluster, &object).map_err(from_api)?;
+    let Some(session) = agent_session(&state.registry, cluster) else {
         let status = Status::of(&object);
         let since = status
             .conditions
@@ -122,11 +128,109 @@ pub async fn handle(
             .find(|c| c.kind == "Connected")
             .map(|c| format!(" since {}", c.last_transition_time))
             .unwrap_or_else(|| " yet (its agent has never connected)".to_owned());
-        return kube_status(
+        return Err(kube_status(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
             format!("cluster {cluster:?} is not connected{since}; check its cluster-agent"),
+        ));
+    };
+    Ok((principal, session))
+}
+
+/// An HTTP/1 connection to one of the agent's services, over a new tunnel stream.
+async fn connect(
+    session: &Session,
+    service: &str,
+    cluster: &str,
+) -> Result<hyper::client::conn::http1::SendRequest<Body>, Response> {
+    let stream = session.open_service(service).await.map_err(|e| {
+        kube_status(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("cannot reach cluster {cluster:?} through its agent: {e}"),
+        )
+    })?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| {
+            kube_status(
+                StatusCode::BAD_GATEWAY,
+                "BadGateway",
+                format!("cluster {cluster:?}: {e}"),
+            )
+        })?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(sender)
+}
+
+/// Sends `request` and waits for the response head (not the body, which streams).
+async fn send(
+    sender: &mut hyper::client::conn::http1::SendRequest<Body>,
+    request: http::Request<Body>,
+    cluster: &str,
+) -> Result<http::Response<hyper::body::Incoming>, Response> {
+    match tokio::time::timeout(Duration::from_secs(60), sender.send_request(request)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(kube_status(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("cluster {cluster:?}: {e}"),
+        )),
+        Err(_) => Err(kube_status(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("cluster {cluster:?} did not answer within 60 s"),
+        )),
+    }
+}
+
+/// `GET /v1/clusters/{cluster}/cache/{resource}?namespace=&labelSelector=`: a list answered
+/// from the cluster-agent's watch-driven cache, without a request to the cluster's API server.
+/// Any role on the cluster may read it.
+pub async fn cache(
+    State(state): State<ProxyState>,
+    Path((cluster, resource)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let (_, session) = match authorize(&state, request.headers(), &cluster).await {
+        Ok(pair) => pair,
+        Err(response) => return response,
+    };
+    let mut sender = match connect(&session, proto::CLUSTER_CACHE_SERVICE, &cluster).await {
+        Ok(sender) => sender,
+        Err(response) => return response,
+    };
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let Ok(outbound) = http::Request::get(format!("/{resource}{query}"))
+        .header(header::HOST, "cluster-cache")
+        .body(Body::empty())
+    else {
+        return kube_status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("{resource:?} is not a resource name"),
         );
+    };
+    match send(&mut sender, outbound, &cluster).await {
+        Ok(response) => response.map(Body::new),
+        Err(response) => response,
+    }
+}
+
+pub async fn handle(
+    State(state): State<ProxyState>,
+    Path((cluster, rest)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let (principal, session) = match authorize(&state, request.headers(), &cluster).await {
+        Ok(pair) => pair,
+        Err(response) => return response,
     };
 
     let (mut parts, body) = request.into_parts();
@@ -196,54 +300,20 @@ pub async fn handle(
         }
     }
 
-    let stream = match session.open_service(KUBE_API_SERVICE).await {
-        Ok(s) => s,
-        Err(e) => {
-            return kube_status(
-                StatusCode::BAD_GATEWAY,
-                "BadGateway",
-                format!("cannot reach cluster {cluster:?} through its agent: {e}"),
-            );
-        }
+    let mut sender = match connect(&session, KUBE_API_SERVICE, &cluster).await {
+        Ok(sender) => sender,
+        Err(response) => return response,
     };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    {
-        Ok(pair) => pair,
-        Err(e) => {
-            return kube_status(
-                StatusCode::BAD_GATEWAY,
-                "BadGateway",
-                format!("cluster {cluster:?}: {e}"),
-            );
-        }
-    };
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
     let mut outbound = http::Request::builder()
         .method(parts.method.clone())
         .uri(format!("/{rest}{query}"))
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let mut response =
-        match tokio::time::timeout(Duration::from_secs(60), sender.send_request(outbound)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return kube_status(
-                    StatusCode::BAD_GATEWAY,
-                    "BadGateway",
-                    format!("cluster {cluster:?}: {e}"),
-                );
-            }
-            Err(_) => {
-                return kube_status(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "Timeout",
-                    format!("cluster {cluster:?} did not answer within 60 s"),
-                );
-            }
-        };
+    let mut response = match send(&mut sender, outbound, &cluster).await {
+        Ok(response) => response,
+        Err(response) => return response,
+    };
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_side) = on_upgrade
     {

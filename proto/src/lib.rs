@@ -26,3 +26,7 @@ pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;
 /// The in-process service of a cluster-agent that forwards the hub's proxied Kubernetes API
 /// requests to its API server (opened with `Session::open_service`).
 pub const KUBE_API_SERVICE: &str = "kube-api";
+
+/// The in-process service of a cluster-agent that answers list queries from its watch-driven
+/// caches: HTTP/1 `GET /<resource>?namespace=&labelSelector=`, a Kubernetes List in JSON.
+pub const CLUSTER_CACHE_SERVICE: &str = "cluster-cache";

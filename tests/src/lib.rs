@@ -15,6 +15,8 @@ use std::{
     time::Duration,
 };
 
+pub mod imported;
+
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;

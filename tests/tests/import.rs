@@ -4,209 +4,46 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{path::Path, process::Stdio, time::Duration};
+use std::{process::Stdio, time::Duration};
 
-use base64::Engine as _;
-use serde_json::{Value, json};
-use sim::cluster::{ADMIN_TOKEN, Identity, SimCluster, SimConfig};
-use tests::{HubProcess, api, login, temp_dir, wait_for_event};
-use tokio_util::sync::CancellationToken;
-
-const AGENT_TOKEN: &str = "sa-drover-agent-token";
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .expect("kubectl (v1.32) must be installed");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let (ok, stdout, stderr) = kubectl(kubeconfig, args).await;
-    assert!(ok, "kubectl {args:?}: {stderr}");
-    stdout
-}
-
-/// A user with `role` on `cluster`, and a kubeconfig for them from the hub (aimed at the
-/// address the test reaches the hub by).
-async fn user_kubeconfig(
-    hub: &HubProcess,
-    admin: &str,
-    dir: &Path,
-    name: &str,
-    role: Option<&str>,
-) -> std::path::PathBuf {
-    let password = "a long enough password";
-    let (status, _) = api(
-        hub.addr,
-        "POST",
-        "/v1/users",
-        Some(admin),
-        Some(json!({"metadata": {"name": name}, "spec": {"password": password}})),
-    )
-    .await;
-    assert_eq!(status, 201);
-    if let Some(role) = role {
-        let binding = json!({"metadata": {"name": format!("{name}-{role}")}, "spec": {"user": name, "role": role, "cluster": "prod"}});
-        assert_eq!(
-            api(
-                hub.addr,
-                "POST",
-                "/v1/rolebindings",
-                Some(admin),
-                Some(binding)
-            )
-            .await
-            .0,
-            201
-        );
-    }
-    let token = login(hub.addr, name, password).await;
-    // Without a role the hub issues no kubeconfig; the user's own API token stands in.
-    let issuer = if role.is_some() {
-        token.clone()
-    } else {
-        admin.to_owned()
-    };
-    let (status, kubeconfig) = tests::api_text(
-        hub.addr,
-        "POST",
-        "/v1/clusters/prod/kubeconfig",
-        Some(&issuer),
-    )
-    .await;
-    assert_eq!(status, 201, "{kubeconfig}");
-    let issued = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .unwrap()
-        .to_owned();
-    let kubeconfig = if role.is_some() {
-        kubeconfig
-    } else {
-        kubeconfig.replace(&issued, &token)
-    };
-    let server = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .to_owned();
-    let reachable = format!("{}/k8s/clusters/prod", hub.url());
-    let path = dir.join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, kubeconfig.replace(&server, &reachable)).unwrap();
-    path
-}
+use sim::cluster::SimConfig;
+use tests::{
+    imported::{AGENT_USER, Imported, kubectl, kubectl_ok, user_kubeconfig},
+    wait_for_event,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
-    let dir = temp_dir("import");
-    let hub = HubProcess::start(&dir.join("hub")).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let (_, cluster) = api(
-        hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
-    )
-    .await;
-    let registration = cluster["registration"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-
     // The downstream cluster, and the hub's manifest applied to it with kubectl.
-    let shutdown = CancellationToken::new();
-    let sim = SimCluster::start(
+    let imported = Imported::start(
+        "import",
         SimConfig {
             nodes: 2,
             pods: 10,
             ..SimConfig::default()
         },
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
-    sim.add_token(
-        AGENT_TOKEN,
-        Identity {
-            user: "system:serviceaccount:drover-system:drover-agent".into(),
-            groups: vec![
-                "system:serviceaccounts".into(),
-                "system:authenticated".into(),
-            ],
-            impersonator: true,
-        },
-    );
-    let sim_admin = dir.join("sim-admin.kubeconfig");
-    std::fs::write(&sim_admin, sim.kubeconfig(ADMIN_TOKEN)).unwrap();
-    let (_, manifest) =
-        tests::https_get(hub.addr, &format!("/v3/import/{registration}.yaml")).await;
-    let manifest_path = dir.join("import.yaml");
-    std::fs::write(&manifest_path, &manifest).unwrap();
-    let applied = kubectl_ok(
-        &sim_admin,
-        &["apply", "-f", manifest_path.to_str().unwrap()],
     )
     .await;
     assert!(
-        applied.contains("deployment.apps/drover-cluster-agent created"),
-        "{applied}"
+        imported
+            .applied
+            .contains("deployment.apps/drover-cluster-agent created"),
+        "{}",
+        imported.applied
     );
-
-    // The cluster-agent starts with the values the manifest put in its Secret.
-    let secret = kubectl_ok(
-        &sim_admin,
-        &[
-            "get",
-            "secret",
-            "drover-credentials",
-            "-n",
-            "drover-system",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    let secret: Value = serde_json::from_str(&secret).unwrap();
-    let value = |key: &str| {
-        let encoded = secret["data"][key].as_str().unwrap();
-        String::from_utf8(
-            base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .unwrap(),
-        )
-        .unwrap()
-    };
-    assert_eq!(value("token"), registration);
-    let env = std::collections::HashMap::from([
-        // The manifest names the hub by its server URL; the test reaches it on 127.0.0.1.
-        ("DROVER_SERVER".to_owned(), hub.url()),
-        ("DROVER_TOKEN".to_owned(), value("token")),
-        ("DROVER_CA_CHECKSUM".to_owned(), value("ca-checksum")),
-        ("DROVER_CLUSTER".to_owned(), "prod".to_owned()),
-        (
-            "DROVER_POD_NAME".to_owned(),
-            "drover-cluster-agent-0".to_owned(),
-        ),
-        (
-            "DROVER_STATE_DIR".to_owned(),
-            dir.join("agent-state").display().to_string(),
-        ),
-        ("KUBECONFIG".to_owned(), {
-            let path = dir.join("agent.kubeconfig");
-            std::fs::write(&path, sim.kubeconfig(AGENT_TOKEN)).unwrap();
-            path.display().to_string()
-        }),
-    ]);
+    // The cluster-agent starts with the values the manifest gives its pod.
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    assert_eq!(env["DROVER_TOKEN"], imported.registration);
+    assert_eq!(env["DROVER_CLUSTER"], "prod");
+    let Imported {
+        dir,
+        hub,
+        admin,
+        sim,
+        sim_admin,
+        shutdown,
+        ..
+    } = imported;
     let config = cluster_agent::Config::from_env(&env).unwrap();
     let connected = tokio::spawn({
         let (addr, admin) = (hub.addr, admin.clone());
@@ -309,8 +146,11 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         .filter(|e| e.user == "mia")
         .collect::<Vec<_>>();
     assert!(acted_as_mia.len() >= 4, "{acted_as_mia:?}");
-    assert!(acted_as_mia.iter().all(|e| e.impersonated_by.as_deref()
-        == Some("system:serviceaccount:drover-system:drover-agent")));
+    assert!(
+        acted_as_mia
+            .iter()
+            .all(|e| e.impersonated_by.as_deref() == Some(AGENT_USER))
+    );
     assert!(
         acted_as_mia
             .iter()

@@ -1,0 +1,282 @@
+//! Watch-driven caches of the cluster's nodes, namespaces, pods, deployments, services and
+//! events (kube-runtime reflectors), and the `cluster-cache` service that answers the hub's
+//! list queries from them, so that listing a big cluster costs the API server nothing.
+
+use std::{convert::Infallible, fmt::Debug, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Event, Namespace, Node, Pod, Service},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
+};
+use kubeshape::LabelSelector;
+use serde::{Serialize, de::DeserializeOwned};
+use tokio_util::sync::CancellationToken;
+use tunnel::TunnelStream;
+
+/// How long a query waits for a cache's first full list before answering 503.
+const SYNC_WAIT: Duration = Duration::from_secs(5);
+
+/// The resources cached, by the name queries use.
+pub const RESOURCES: [&str; 6] = [
+    "nodes",
+    "namespaces",
+    "pods",
+    "deployments",
+    "services",
+    "events",
+];
+
+/// One reflector per resource; cheap to clone (the stores are shared).
+#[derive(Clone)]
+pub struct Caches {
+    nodes: Store<Node>,
+    namespaces: Store<Namespace>,
+    pods: Store<Pod>,
+    deployments: Store<Deployment>,
+    services: Store<Service>,
+    events: Store<Event>,
+}
+
+impl Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches")
+            .field("pods", &self.pods.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a reflector for `K`, running until `stop`; its errors are retried with backoff.
+fn reflect<K>(client: &Client, stop: &CancellationToken) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let api = Api::<K>::all(client.clone());
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let drive = stream.for_each(|event| {
+            if let Err(e) = event {
+                tracing::warn!(resource = %K::plural(&()), error = %e, "cache watch failed; retrying");
+            }
+            std::future::ready(())
+        });
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = drive => {}
+        }
+    });
+    reader
+}
+
+impl Caches {
+    /// Starts watching; the caches fill in the background and stop with `stop`.
+    pub fn start(client: &Client, stop: &CancellationToken) -> Self {
+        Self {
+            nodes: reflect(client, stop),
+            namespaces: reflect(client, stop),
+            pods: reflect(client, stop),
+            deployments: reflect(client, stop),
+            services: reflect(client, stop),
+            events: reflect(client, stop),
+        }
+    }
+
+    /// Answers one query: a Kubernetes List (`PodList`, …) of the matching objects, sorted by
+    /// namespace and name.
+    pub async fn list(&self, resource: &str, query: &Query) -> Result<Vec<u8>, CacheError> {
+        match resource {
+            "nodes" => list(&self.nodes, false, query).await,
+            "namespaces" => list(&self.namespaces, false, query).await,
+            "pods" => list(&self.pods, true, query).await,
+            "deployments" => list(&self.deployments, true, query).await,
+            "services" => list(&self.services, true, query).await,
+            "events" => list(&self.events, true, query).await,
+            other => Err(CacheError::NotFound(format!(
+                "{other:?} is not cached; the cached resources are {}",
+                RESOURCES.join(", ")
+            ))),
+        }
+    }
+}
+
+/// What a list query asks for.
+#[derive(Debug, Default)]
+pub struct Query {
+    pub namespace: Option<String>,
+    pub selector: Option<LabelSelector>,
+}
+
+impl Query {
+    /// Parses `namespace=` and `labelSelector=`; anything else is refused, so a misspelt
+    /// parameter is not silently ignored.
+    pub fn parse(query: &str) -> Result<Self, CacheError> {
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            match key.as_ref() {
+                "namespace" if !value.is_empty() => parsed.namespace = Some(value.into_owned()),
+                "namespace" => {}
+                "labelSelector" => {
+                    parsed.selector = Some(LabelSelector::parse(&value).map_err(|e| {
+                        CacheError::BadRequest(format!("labelSelector {value:?}: {e}"))
+                    })?);
+                }
+                other => {
+                    return Err(CacheError::BadRequest(format!(
+                        "unknown query parameter {other:?}; use namespace= and labelSelector="
+                    )));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotReady(String),
+}
+
+impl CacheError {
+    fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+            Self::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+        }
+    }
+}
+
+async fn list<K>(store: &Store<K>, namespaced: bool, query: &Query) -> Result<Vec<u8>, CacheError>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
+{
+    let plural = K::plural(&());
+    if query.namespace.is_some() && !namespaced {
+        return Err(CacheError::BadRequest(format!(
+            "{plural} are cluster-scoped; leave out namespace="
+        )));
+    }
+    if tokio::time::timeout(SYNC_WAIT, store.wait_until_ready())
+        .await
+        .map_or(true, |r| r.is_err())
+    {
+        return Err(CacheError::NotReady(format!(
+            "the cache of {plural} has not finished its first list yet; try again shortly"
+        )));
+    }
+    let mut items: Vec<Arc<K>> = store.state_filter(|o| {
+        query
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| o.meta().namespace.as_ref() == Some(ns))
+            && query
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.matches(o.labels()))
+    });
+    items.sort_by(|a, b| {
+        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+    });
+    let kind = format!("{}List", K::kind(&()));
+    let api_version = K::api_version(&());
+    let mut out = Vec::with_capacity(64 + items.len() * 1024);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &kind).map_err(internal)?;
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, &api_version).map_err(internal)?;
+    out.extend_from_slice(b",\"metadata\":{},\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, item.as_ref()).map_err(internal)?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+fn internal(e: serde_json::Error) -> CacheError {
+    // Serialising a typed object cannot fail; if it ever does, say so rather than panic.
+    CacheError::NotReady(format!("cannot encode the list: {e}"))
+}
+
+/// Serves one tunnel stream of the `cluster-cache` service.
+pub(crate) async fn serve(stream: TunnelStream, caches: Caches) {
+    let service = hyper::service::service_fn(move |request| answer(caches.clone(), request));
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "cluster-cache stream ended");
+    }
+}
+
+async fn answer(
+    caches: Caches,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let resource = request.uri().path().trim_start_matches('/').to_owned();
+    let result = if request.method() != http::Method::GET {
+        Err(CacheError::BadRequest(
+            "the cache answers GET only".to_owned(),
+        ))
+    } else {
+        match Query::parse(request.uri().query().unwrap_or_default()) {
+            Ok(query) => caches.list(&resource, &query).await,
+            Err(e) => Err(e),
+        }
+    };
+    let (status, body) = match result {
+        Ok(body) => (StatusCode::OK, body),
+        Err(e) => {
+            let (status, reason) = e.status();
+            let body = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": e.to_string(), "reason": reason, "code": status.as_u16(),
+            });
+            (status, body.to_string().into_bytes())
+        }
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_say_what_is_wrong_with_them() {
+        let q = Query::parse("namespace=load-1&labelSelector=app%3Dweb%2Ctier%21%3Ddb").unwrap();
+        assert_eq!(q.namespace.as_deref(), Some("load-1"));
+        assert!(q.selector.is_some());
+        let e = Query::parse("labelSelectr=app").unwrap_err().to_string();
+        assert!(e.contains("labelSelectr"), "{e}");
+        let e = Query::parse("labelSelector=a%3D%3D%3Db")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("labelSelector"), "{e}");
+    }
+}

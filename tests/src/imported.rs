@@ -1,0 +1,240 @@
+//! A hub with one imported (simulated) cluster `prod`: the hub's import manifest applied to
+//! the simulated cluster with the real kubectl, and the cluster-agent's settings read back from
+//! the Secret that manifest created, as a pod would see them.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sim::cluster::{ADMIN_TOKEN, Identity, SimCluster, SimConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::{HubProcess, api, login, temp_dir};
+
+/// The token the simulated cluster knows the agent's service account by.
+pub const AGENT_TOKEN: &str = "sa-drover-agent-token";
+/// Who that token is.
+pub const AGENT_USER: &str = "system:serviceaccount:drover-system:drover-agent";
+
+/// Runs kubectl (v1.32, installed on every machine here) with `kubeconfig`: success, stdout,
+/// stderr.
+pub async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("kubectl (v1.32) must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// kubectl that must succeed; its stdout.
+pub async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let (ok, stdout, stderr) = kubectl(kubeconfig, args).await;
+    assert!(ok, "kubectl {args:?}: {stderr}");
+    stdout
+}
+
+#[derive(Debug)]
+pub struct Imported {
+    pub dir: PathBuf,
+    pub hub: HubProcess,
+    /// The hub admin's token.
+    pub admin: String,
+    pub registration: String,
+    pub sim: SimCluster,
+    /// A kubeconfig straight to the simulated cluster as its admin.
+    pub sim_admin: PathBuf,
+    /// What `kubectl apply` of the manifest printed.
+    pub applied: String,
+    /// Stops the simulated cluster (and whatever the test hangs on it).
+    pub shutdown: CancellationToken,
+}
+
+impl Imported {
+    pub async fn start(label: &str, sim: SimConfig) -> Self {
+        let dir = temp_dir(label);
+        let hub = HubProcess::start(&dir.join("hub")).await;
+        let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+        let (_, cluster) = api(
+            hub.addr,
+            "POST",
+            "/v1/clusters",
+            Some(&admin),
+            Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
+        )
+        .await;
+        let registration = cluster["registration"]["token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        let shutdown = CancellationToken::new();
+        let sim = SimCluster::start(sim, shutdown.clone()).await.unwrap();
+        sim.add_token(
+            AGENT_TOKEN,
+            Identity {
+                user: AGENT_USER.into(),
+                groups: vec![
+                    "system:serviceaccounts".into(),
+                    "system:authenticated".into(),
+                ],
+                impersonator: true,
+            },
+        );
+        let sim_admin = dir.join("sim-admin.kubeconfig");
+        std::fs::write(&sim_admin, sim.kubeconfig(ADMIN_TOKEN)).unwrap();
+        let (_, manifest) =
+            crate::https_get(hub.addr, &format!("/v3/import/{registration}.yaml")).await;
+        let manifest_path = dir.join("import.yaml");
+        std::fs::write(&manifest_path, &manifest).unwrap();
+        let applied = kubectl_ok(
+            &sim_admin,
+            &["apply", "-f", manifest_path.to_str().unwrap()],
+        )
+        .await;
+        Self {
+            dir,
+            hub,
+            admin,
+            registration,
+            sim,
+            sim_admin,
+            applied,
+            shutdown,
+        }
+    }
+
+    /// The environment of a cluster-agent pod named `pod`, as Kubernetes would build it from
+    /// the manifest's Deployment and Secret; and (outside a real pod) a kubeconfig with the
+    /// service account's token, and a state directory of its own.
+    pub async fn agent_env(&self, pod: &str) -> HashMap<String, String> {
+        let get = |kind: &'static str, name: &'static str| async move {
+            let json = kubectl_ok(
+                &self.sim_admin,
+                &["get", kind, name, "-n", "drover-system", "-o", "json"],
+            )
+            .await;
+            serde_json::from_str::<Value>(&json).unwrap()
+        };
+        let secret = get("secret", "drover-credentials").await;
+        let deployment = get("deployment", "drover-cluster-agent").await;
+        let mut env = HashMap::new();
+        for var in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+        {
+            let name = var["name"].as_str().unwrap().to_owned();
+            let from = &var["valueFrom"];
+            let value = if let Some(value) = var["value"].as_str() {
+                value.to_owned()
+            } else if let Some(key) = from["secretKeyRef"]["key"].as_str() {
+                assert_eq!(from["secretKeyRef"]["name"], "drover-credentials");
+                let encoded = secret["data"][key].as_str().unwrap();
+                String::from_utf8(
+                    base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .unwrap(),
+                )
+                .unwrap()
+            } else if from["fieldRef"]["fieldPath"] == "metadata.name" {
+                pod.to_owned()
+            } else {
+                panic!("the test does not know how to fill {var}");
+            };
+            env.insert(name, value);
+        }
+        // The manifest names the hub by its server URL; the test reaches it on 127.0.0.1.
+        assert!(env.contains_key("DROVER_SERVER"));
+        env.insert("DROVER_SERVER".to_owned(), self.hub.url());
+        let kubeconfig = self.dir.join("agent.kubeconfig");
+        std::fs::write(&kubeconfig, self.sim.kubeconfig(AGENT_TOKEN)).unwrap();
+        env.extend([
+            (
+                "DROVER_STATE_DIR".to_owned(),
+                self.dir.join(pod).display().to_string(),
+            ),
+            ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+        ]);
+        env
+    }
+}
+
+/// A user with `role` on `cluster`, and a kubeconfig for them from the hub (aimed at the
+/// address the test reaches the hub by).
+pub async fn user_kubeconfig(
+    hub: &HubProcess,
+    admin: &str,
+    dir: &Path,
+    name: &str,
+    role: Option<&str>,
+) -> PathBuf {
+    let password = "a long enough password";
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/users",
+        Some(admin),
+        Some(json!({"metadata": {"name": name}, "spec": {"password": password}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    if let Some(role) = role {
+        let binding = json!({"metadata": {"name": format!("{name}-{role}")}, "spec": {"user": name, "role": role, "cluster": "prod"}});
+        assert_eq!(
+            api(
+                hub.addr,
+                "POST",
+                "/v1/rolebindings",
+                Some(admin),
+                Some(binding)
+            )
+            .await
+            .0,
+            201
+        );
+    }
+    let token = login(hub.addr, name, password).await;
+    // Without a role the hub issues no kubeconfig; the user's own API token stands in.
+    let issuer = if role.is_some() {
+        token.clone()
+    } else {
+        admin.to_owned()
+    };
+    let (status, kubeconfig) = crate::api_text(
+        hub.addr,
+        "POST",
+        "/v1/clusters/prod/kubeconfig",
+        Some(&issuer),
+    )
+    .await;
+    assert_eq!(status, 201, "{kubeconfig}");
+    let issued = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap()
+        .to_owned();
+    let kubeconfig = if role.is_some() {
+        kubeconfig
+    } else {
+        kubeconfig.replace(&issued, &token)
+    };
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_owned();
+    let reachable = format!("{}/k8s/clusters/prod", hub.url());
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, kubeconfig.replace(&server, &reachable)).unwrap();
+    path
+}

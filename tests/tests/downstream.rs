@@ -1,0 +1,270 @@
+//! The cluster-agent's work inside an imported (simulated) cluster: its watch-driven cache
+//! answers the hub's list queries exactly as the API server would, and of its two replicas one
+//! leads (holds the Lease and the hub's session) while the other takes over when it dies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use sim::cluster::SimConfig;
+use tests::{
+    api, binary,
+    imported::{Imported, kubectl, kubectl_ok, user_kubeconfig},
+    wait_for_event,
+};
+
+/// Waits until the hub shows cluster `prod` as connected.
+async fn until_connected(imported: &Imported) {
+    wait_for_event(
+        imported.hub.addr,
+        "/v1/clusters?watch=true",
+        &imported.admin,
+        Duration::from_secs(60),
+        |e| {
+            e["object"]["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Connected" && c["status"] == "True")
+                })
+        },
+    )
+    .await;
+}
+
+/// (namespace, name, resourceVersion) of each item of a List, sorted.
+fn identities(list: &Value) -> Vec<(String, String, String)> {
+    let mut ids: Vec<_> = list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a List: {list:.300}"))
+        .iter()
+        .map(|o| {
+            let meta = &o["metadata"];
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&meta["namespace"]),
+                text(&meta["name"]),
+                text(&meta["resourceVersion"]),
+            )
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A list straight from the simulated API server, through kubectl.
+async fn direct(kubeconfig: &Path, path: &str) -> Value {
+    let json = kubectl_ok(kubeconfig, &["get", "--raw", path]).await;
+    serde_json::from_str(&json).unwrap()
+}
+
+/// A list from the hub's cache endpoint for cluster `prod`.
+async fn cached(imported: &Imported, resource_and_query: &str) -> (u16, Value) {
+    api(
+        imported.hub.addr,
+        "GET",
+        &format!("/v1/clusters/prod/cache/{resource_and_query}"),
+        Some(&imported.admin),
+        None,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cached_list_of_30000_pods_matches_a_direct_list() {
+    let imported = Imported::start(
+        "cache",
+        SimConfig {
+            nodes: 100,
+            pods: 30_000,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let config =
+        cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-0").await)
+            .unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    until_connected(&imported).await;
+
+    // The whole list, then filtered by namespace and by label, as the API server has it.
+    for (cache_query, api_path, expected) in [
+        ("pods", "/api/v1/pods", 30_000),
+        (
+            "pods?namespace=load-3",
+            "/api/v1/namespaces/load-3/pods",
+            3_000,
+        ),
+        (
+            "pods?labelSelector=app%3Dapp-7",
+            "/api/v1/pods?labelSelector=app%3Dapp-7",
+            300,
+        ),
+        (
+            "pods?namespace=load-7&labelSelector=app+in+%28app-7%2Capp-17%29",
+            "/api/v1/namespaces/load-7/pods?labelSelector=app+in+%28app-7%2Capp-17%29",
+            600,
+        ),
+        ("nodes", "/api/v1/nodes", 100),
+        ("namespaces", "/api/v1/namespaces", 0),
+    ] {
+        let want = identities(&direct(&imported.sim_admin, api_path).await);
+        let (status, list) = cached(&imported, cache_query).await;
+        assert_eq!(status, 200, "{cache_query}: {list:.300}");
+        assert!(
+            list["kind"].as_str().unwrap().ends_with("List"),
+            "{list:.300}"
+        );
+        let got = identities(&list);
+        if expected > 0 {
+            assert_eq!(got.len(), expected, "{cache_query}");
+        }
+        assert!(
+            got == want,
+            "{cache_query}: the cache and the API server differ"
+        );
+    }
+
+    // A change on the cluster reaches the cache through its watch.
+    kubectl_ok(
+        &imported.sim_admin,
+        &["label", "pod", "pod-3", "-n", "load-3", "cached=yes"],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, list) = cached(&imported, "pods?labelSelector=cached%3Dyes").await;
+        if identities(&list).iter().map(|i| &i.1).eq(["pod-3"].iter()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the label never reached the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Mistakes are named; a user with no role on the cluster is refused.
+    let (status, answer) = cached(&imported, "pods?labelSelectr=app").await;
+    assert_eq!(status, 400);
+    assert!(answer["message"].as_str().unwrap().contains("labelSelectr"));
+    let (status, answer) = cached(&imported, "configmaps").await;
+    assert_eq!(status, 404);
+    assert!(answer["message"].as_str().unwrap().contains("pods"));
+    let (status, _) = cached(&imported, "nodes?namespace=load-1").await;
+    assert_eq!(status, 400);
+    let (status, _) = api(
+        imported.hub.addr,
+        "GET",
+        "/v1/clusters/prod/cache/pods",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    imported.shutdown.cancel();
+    agent.await.unwrap().unwrap();
+}
+
+/// Who holds the agent's Lease, as the cluster records it.
+async fn holder(imported: &Imported) -> String {
+    kubectl_ok(
+        &imported.sim_admin,
+        &[
+            "get",
+            "lease",
+            "drover-cluster-agent",
+            "-n",
+            "drover-system",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leading_replica_dies_the_other_takes_over() {
+    const LEASE_SECONDS: u64 = 3;
+    let imported = Imported::start(
+        "failover",
+        SimConfig {
+            pods: 10,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let member = user_kubeconfig(
+        &imported.hub,
+        &imported.admin,
+        &imported.dir,
+        "mia",
+        Some("cluster-member"),
+    )
+    .await;
+
+    // Two replicas of the real binary, as the Deployment runs them.
+    let mut replicas = HashMap::new();
+    for pod in ["drover-cluster-agent-a", "drover-cluster-agent-b"] {
+        let mut env = imported.agent_env(pod).await;
+        env.insert("DROVER_LEASE_SECONDS".into(), LEASE_SECONDS.to_string());
+        let log = std::fs::File::create(imported.dir.join(format!("{pod}.log"))).unwrap();
+        let child = tokio::process::Command::new(binary("drover-cluster-agent"))
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        replicas.insert(pod.to_owned(), child);
+    }
+    until_connected(&imported).await;
+    let pods = kubectl_ok(&member, &["get", "pods", "-A", "--no-headers"]).await;
+    assert_eq!(pods.lines().count(), 10, "{pods}");
+
+    let leader = holder(&imported).await;
+    assert!(replicas.contains_key(&leader), "lease held by {leader:?}");
+    let mut dead = replicas.remove(&leader).unwrap();
+    dead.start_kill().unwrap();
+    dead.wait().await.unwrap();
+    let killed = Instant::now();
+
+    // Without restarting the hub, requests work again once the standby leads.
+    let standby = replicas.keys().next().unwrap().clone();
+    let deadline = killed + Duration::from_secs(LEASE_SECONDS * 5 + 30);
+    loop {
+        let (ok, stdout, _) = kubectl(
+            &member,
+            &["get", "pods", "-A", "--no-headers", "--request-timeout=5s"],
+        )
+        .await;
+        if ok && stdout.lines().count() == 10 && holder(&imported).await == standby {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby never took over; its log:\n{}",
+            std::fs::read_to_string(imported.dir.join(format!("{standby}.log"))).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "takeover: requests work again {} ms after the leader was killed (lease {LEASE_SECONDS} s)",
+        killed.elapsed().as_millis()
+    );
+
+    for (_, mut child) in replicas {
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+    }
+    imported.shutdown.cancel();
+}

@@ -2,6 +2,9 @@
 //! carrying `Impersonate-*` for the user) are sent on to the API server with the agent's own
 //! credential; responses stream back (watches included) and upgrades (`exec`, `attach`,
 //! `port-forward`) are spliced through. The hub never holds the agent's credential.
+//!
+//! Connections to the API server are kept and reused (a TLS handshake per request would cost
+//! more than the request); an upgrade gets a connection of its own.
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -9,16 +12,67 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tunnel::TunnelStream;
+use tunnel::{TunnelStream, pool::Http1Pool};
 
 use crate::kube::KubeTarget;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
+/// The API server, and the connections to it kept for reuse.
+#[derive(Debug, Clone)]
+pub(crate) struct Upstream {
+    target: Arc<KubeTarget>,
+    pool: Http1Pool<Body>,
+    /// The agent's own credential and the API server's address, as sent on every request.
+    authorization: Option<HeaderValue>,
+    host: Option<HeaderValue>,
+}
+
+impl Upstream {
+    pub(crate) fn new(target: KubeTarget) -> Self {
+        let mut authorization =
+            HeaderValue::from_str(&format!("Bearer {}", target.token.expose())).ok();
+        if let Some(value) = &mut authorization {
+            // Keeps it out of any Debug output.
+            value.set_sensitive(true);
+        }
+        let host = HeaderValue::from_str(&target.address()).ok();
+        Self {
+            target: Arc::new(target),
+            pool: Http1Pool::default(),
+            authorization,
+            host,
+        }
+    }
+
+    /// A new TLS connection to the API server.
+    async fn connect(&self) -> Result<SendRequest<Body>, String> {
+        let target = &self.target;
+        let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        let name = rustls_pki_types::ServerName::try_from(target.host.clone())
+            .map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(target.tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(sender)
+    }
+}
+
 /// Serves one tunnel stream.
-pub(crate) async fn serve(stream: TunnelStream, target: Arc<KubeTarget>) {
-    let service = hyper::service::service_fn(move |request| forward(target.clone(), request));
+pub(crate) async fn serve(stream: TunnelStream, upstream: Upstream) {
+    let service = hyper::service::service_fn(move |request| forward(upstream.clone(), request));
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
@@ -46,9 +100,10 @@ fn failure(code: StatusCode, message: String) -> Response<Body> {
 }
 
 async fn forward(
-    target: Arc<KubeTarget>,
+    upstream: Upstream,
     mut request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let target = &upstream.target;
     let unreachable = |e: String| {
         failure(
             StatusCode::BAD_GATEWAY,
@@ -60,41 +115,29 @@ async fn forward(
     };
     let upgrade = request.headers().contains_key(header::UPGRADE);
     let from_hub = upgrade.then(|| hyper::upgrade::on(&mut request));
-    let tcp = match tokio::net::TcpStream::connect((target.host.as_str(), target.port)).await {
-        Ok(tcp) => tcp,
-        Err(e) => return Ok(unreachable(e.to_string())),
+    let kept = if upgrade { None } else { upstream.pool.take() };
+    let mut sender = match kept {
+        Some(sender) => sender,
+        None => match upstream.connect().await {
+            Ok(sender) => sender,
+            Err(e) => return Ok(unreachable(e)),
+        },
     };
-    let _ = tcp.set_nodelay(true);
-    let name = match rustls_pki_types::ServerName::try_from(target.host.clone()) {
-        Ok(name) => name,
-        Err(e) => return Ok(unreachable(e.to_string())),
-    };
-    let tls = match tokio_rustls::TlsConnector::from(target.tls.clone())
-        .connect(name, tcp)
-        .await
-    {
-        Ok(tls) => tls,
-        Err(e) => return Ok(unreachable(format!("TLS: {e}"))),
-    };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tls)).await {
-        Ok(pair) => pair,
-        Err(e) => return Ok(unreachable(e.to_string())),
-    };
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
     let headers = request.headers_mut();
     headers.remove(header::AUTHORIZATION);
-    if let Ok(bearer) = HeaderValue::from_str(&format!("Bearer {}", target.token.expose())) {
-        headers.insert(header::AUTHORIZATION, bearer);
+    if let Some(bearer) = &upstream.authorization {
+        headers.insert(header::AUTHORIZATION, bearer.clone());
     }
-    if let Ok(host) = HeaderValue::from_str(&target.address()) {
-        headers.insert(header::HOST, host);
+    if let Some(host) = &upstream.host {
+        headers.insert(header::HOST, host.clone());
     }
-    let mut response = match sender.send_request(request).await {
+    let mut response = match sender.send_request(request.map(BodyExt::boxed)).await {
         Ok(response) => response,
         Err(e) => return Ok(unreachable(e.to_string())),
     };
+    if !upgrade {
+        upstream.pool.put(sender);
+    }
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(from_hub) = from_hub
     {

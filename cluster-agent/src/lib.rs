@@ -268,10 +268,10 @@ async fn serve(
         AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
     let target = Arc::new(config.kube.clone());
     let caches = cache::Caches::start(client, &leading);
-    let for_api = target.clone();
+    let upstream = kube_api::Upstream::new(config.kube.clone());
     tunnel.services = Services::default()
         .add(proto::KUBE_API_SERVICE, move |stream| {
-            kube_api::serve(stream, for_api.clone())
+            kube_api::serve(stream, upstream.clone())
         })
         .add(proto::CLUSTER_CACHE_SERVICE, move |stream| {
             cache::serve(stream, caches.clone())

@@ -112,9 +112,13 @@ impl Hub {
             Some((cert, key)) => pki::from_files(cert, key)?,
             None => pki::load_or_create(&config.data_dir, &names)?,
         };
-        let store: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
+        let sqlite: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
             &config.data_dir.join("state.db"),
         )?);
+        let known = Arc::new(auth::known::Known::default());
+        let store: Arc<dyn store::Store> =
+            Arc::new(auth::known::Tracked::new(sqlite, known.clone()));
+        tokio::spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 
         let registry = Registry::default();
@@ -142,6 +146,7 @@ impl Hub {
         let api = api::Api {
             store: store.clone(),
             limiter: Arc::default(),
+            known,
             server_url: url.clone(),
             ca_checksum: pki.ca_checksum.clone(),
             ca_pem: pki.ca_pem.clone(),
@@ -161,10 +166,12 @@ impl Hub {
             Router::new()
                 .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
                 .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
-                .with_state(proxy::ProxyState {
+                // Shared, not cloned per request: the proxy's hot path.
+                .with_state(Arc::new(proxy::ProxyState {
                     api,
                     registry: registry.clone(),
-                }),
+                    pools: proxy::Pools::default(),
+                })),
         );
         let app = app.layer(axum::middleware::from_fn(metrics::count_requests));
         let task = tokio::spawn(tunnel::listener::serve(

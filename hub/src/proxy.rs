@@ -7,7 +7,11 @@
 //! Responses stream (watches are not buffered) and upgrades (`exec`, `attach`,
 //! `port-forward`) are spliced through.
 
-use std::time::Duration;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use axum::{
     body::Body,
@@ -15,8 +19,9 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tunnel::{Registry, Session};
+use tunnel::{Registry, Session, pool::Http1Pool};
 
 use crate::{
     agents::{self, Belongs},
@@ -35,6 +40,29 @@ pub const GROUP_PREFIX: &str = "drover:";
 pub struct ProxyState {
     pub api: Api,
     pub registry: Registry,
+    pub pools: Pools,
+}
+
+/// Kept HTTP/1 connections over tunnel streams, per agent session and service, so that a
+/// request does not wait for a new stream's acknowledgement.
+#[derive(Clone, Debug, Default)]
+pub struct Pools(Arc<Mutex<HashMap<PoolKey, Http1Pool<Body>>>>);
+
+/// A session's id and one of its agent's services.
+type PoolKey = (u64, &'static str);
+
+impl Pools {
+    fn of(&self, registry: &Registry, session: &Session, service: &'static str) -> Http1Pool<Body> {
+        let mut pools = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (session.info().id, service);
+        if let Some(pool) = pools.get(&key) {
+            return pool.clone();
+        }
+        // A new session: forget the pools of sessions that have ended.
+        let live: HashSet<u64> = registry.sessions().iter().map(|s| s.info().id).collect();
+        pools.retain(|(id, _), _| live.contains(id));
+        pools.entry(key).or_default().clone()
+    }
 }
 
 /// A cluster-agent session of `cluster`, if one is connected.
@@ -113,8 +141,8 @@ async fn authorize(
     let principal = state.api.principal(headers).await.map_err(from_api)?;
     let object = state
         .api
-        .store
-        .get(Kind::Cluster.name(), cluster)
+        .known
+        .cluster(state.api.store.as_ref(), cluster)
         .await
         .map_err(|e| from_api(e.into()))?;
     // Any role on the cluster lets a user through; what they may do there is the cluster's
@@ -137,12 +165,17 @@ async fn authorize(
     Ok((principal, session))
 }
 
-/// An HTTP/1 connection to one of the agent's services, over a new tunnel stream.
+/// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,
+/// else over a new tunnel stream.
 async fn connect(
     session: &Session,
     service: &str,
     cluster: &str,
-) -> Result<hyper::client::conn::http1::SendRequest<Body>, Response> {
+    pool: Option<&Http1Pool<Body>>,
+) -> Result<SendRequest<Body>, Response> {
+    if let Some(sender) = pool.and_then(Http1Pool::take) {
+        return Ok(sender);
+    }
     let stream = session.open_service(service).await.map_err(|e| {
         kube_status(
             StatusCode::BAD_GATEWAY,
@@ -167,7 +200,7 @@ async fn connect(
 
 /// Sends `request` and waits for the response head (not the body, which streams).
 async fn send(
-    sender: &mut hyper::client::conn::http1::SendRequest<Body>,
+    sender: &mut SendRequest<Body>,
     request: http::Request<Body>,
     cluster: &str,
 ) -> Result<http::Response<hyper::body::Incoming>, Response> {
@@ -190,7 +223,7 @@ async fn send(
 /// from the cluster-agent's watch-driven cache, without a request to the cluster's API server.
 /// Any role on the cluster may read it.
 pub async fn cache(
-    State(state): State<ProxyState>,
+    State(state): State<Arc<ProxyState>>,
     Path((cluster, resource)): Path<(String, String)>,
     request: Request,
 ) -> Response {
@@ -198,7 +231,17 @@ pub async fn cache(
         Ok(pair) => pair,
         Err(response) => return response,
     };
-    let mut sender = match connect(&session, proto::CLUSTER_CACHE_SERVICE, &cluster).await {
+    let pool = state
+        .pools
+        .of(&state.registry, &session, proto::CLUSTER_CACHE_SERVICE);
+    let mut sender = match connect(
+        &session,
+        proto::CLUSTER_CACHE_SERVICE,
+        &cluster,
+        Some(&pool),
+    )
+    .await
+    {
         Ok(sender) => sender,
         Err(response) => return response,
     };
@@ -218,13 +261,16 @@ pub async fn cache(
         );
     };
     match send(&mut sender, outbound, &cluster).await {
-        Ok(response) => response.map(Body::new),
+        Ok(response) => {
+            pool.put(sender);
+            response.map(Body::new)
+        }
         Err(response) => response,
     }
 }
 
 pub async fn handle(
-    State(state): State<ProxyState>,
+    State(state): State<Arc<ProxyState>>,
     Path((cluster, rest)): Path<(String, String)>,
     request: Request,
 ) -> Response {
@@ -300,7 +346,9 @@ pub async fn handle(
         }
     }
 
-    let mut sender = match connect(&session, KUBE_API_SERVICE, &cluster).await {
+    // Upgraded connections become the exec/attach/port-forward stream: never reused.
+    let pool = (!upgrade).then(|| state.pools.of(&state.registry, &session, KUBE_API_SERVICE));
+    let mut sender = match connect(&session, KUBE_API_SERVICE, &cluster, pool.as_ref()).await {
         Ok(sender) => sender,
         Err(response) => return response,
     };
@@ -314,6 +362,9 @@ pub async fn handle(
         Ok(response) => response,
         Err(response) => return response,
     };
+    if let Some(pool) = pool {
+        pool.put(sender);
+    }
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_side) = on_upgrade
     {

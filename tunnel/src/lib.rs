@@ -15,6 +15,7 @@ mod header;
 mod inbound;
 pub mod listener;
 pub mod metrics;
+pub mod pool;
 mod readahead;
 mod registry;
 mod session;

@@ -36,6 +36,8 @@ pub const API_VERSION: &str = "drover.io/v1";
 pub struct Api {
     pub store: Arc<dyn Store>,
     pub limiter: Arc<LoginLimiter>,
+    /// Tokens, users, bindings and clusters kept between requests.
+    pub known: Arc<crate::auth::known::Known>,
     /// Where agents reach the hub, for registration commands.
     pub server_url: String,
     pub ca_checksum: String,
@@ -73,7 +75,7 @@ impl Api {
                  or use the dashboard's session",
             ));
         };
-        Ok(auth::principal(self.store.as_ref(), value).await?)
+        Ok(self.known.principal(self.store.as_ref(), value).await?)
     }
 }
 

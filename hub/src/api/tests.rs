@@ -12,7 +12,11 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::{bootstrap, store::sqlite::SqliteStore};
+use crate::{
+    auth::known::{Known, Tracked},
+    bootstrap,
+    store::sqlite::SqliteStore,
+};
 
 struct TestApi {
     router: Router,
@@ -32,7 +36,19 @@ async fn setup() -> TestApi {
     let dir = std::env::temp_dir().join(format!("drover-api-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    // As the hub runs it: callers are remembered between requests, so revocations, logouts
+    // and role changes below also check that nothing stale is served from memory.
+    let known = Arc::new(Known::default());
+    let store: Arc<dyn Store> = Arc::new(Tracked::new(sqlite, known.clone()));
+    tokio::spawn(
+        known
+            .clone()
+            .follow(store.clone(), tokio_util::sync::CancellationToken::new()),
+    );
+    while !known.following() {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
     let password = bootstrap::first_admin(store.as_ref())
         .await
         .unwrap()
@@ -40,6 +56,7 @@ async fn setup() -> TestApi {
     let api = Api {
         store,
         limiter: Arc::default(),
+        known,
         server_url: "https://hub.example:8443".into(),
         ca_checksum: "c".repeat(64),
         ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),

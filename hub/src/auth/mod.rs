@@ -18,6 +18,7 @@ use crate::{
     store::{LabelSelector, Object, Store, StoreError},
 };
 
+pub mod known;
 pub mod secret;
 
 /// The dashboard's session cookie.
@@ -80,6 +81,14 @@ const BAD_TOKEN: &str =
 
 /// Resolves a token value to the user it acts for, with that user's roles.
 pub async fn principal(store: &dyn Store, value: &str) -> Result<Principal, AuthError> {
+    principal_until(store, value).await.map(|(p, _)| p)
+}
+
+/// As [`principal`], with the moment the token expires (if it does).
+pub(crate) async fn principal_until(
+    store: &dyn Store,
+    value: &str,
+) -> Result<(Principal, Option<time::OffsetDateTime>), AuthError> {
     let bad = || AuthError::Unauthenticated(BAD_TOKEN.into());
     let (secret::TokenKind::Token, name, token_secret) =
         secret::parse_token(value).ok_or_else(bad)?
@@ -122,12 +131,22 @@ pub async fn principal(store: &dyn Store, value: &str) -> Result<Principal, Auth
         .await
         .map_err(|e| AuthError::Store(e.to_string()))?;
     let (admin, clusters) = roles_of(&bindings, &user);
-    Ok(Principal {
-        user,
-        admin,
-        clusters,
-        token: token.metadata.name,
-    })
+    let expires = token
+        .spec
+        .get("expiresAt")
+        .and_then(Value::as_str)
+        .and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        });
+    Ok((
+        Principal {
+            user,
+            admin,
+            clusters,
+            token: token.metadata.name,
+        },
+        expires,
+    ))
 }
 
 /// How much a role may do; a user with several roles on a cluster has the strongest.

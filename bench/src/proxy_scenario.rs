@@ -1,0 +1,446 @@
+//! Scenario `proxy`: Kubernetes requests through the hub's authentication proxy against the
+//! same requests straight to the API server, in one run.
+//!
+//! The API server is `drover-sim cluster` (real kube-apiserver binaries cannot be downloaded
+//! on these machines); hub, cluster-agent and simulated cluster all run in this process, with
+//! the real code paths between them: the client speaks HTTPS to the hub, the hub authenticates
+//! and authorizes the token, the request crosses the agent's tunnel session and the agent
+//! forwards it to the API server with its own credential and `Impersonate-User`.
+//!
+//! - latency: one client on one kept-alive connection, GET one pod, direct and through the hub
+//!   in alternating rounds;
+//! - throughput: 64 clients, each on its own kept-alive connection, GET one pod for a while;
+//! - list: all 30,000 pods, straight from the API server and from the agent's cache through
+//!   the hub (`/v1/clusters/<cluster>/cache/pods`), full body read.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use sim::cluster::{ADMIN_TOKEN, Identity, SimCluster, SimConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::load::{cpu_time, percentile_us};
+
+/// The token the agent's service account has on the simulated cluster.
+const AGENT_TOKEN: &str = "bench-agent-token";
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Sequential GETs per path for the latency figures.
+    #[arg(long, default_value_t = 4_000)]
+    requests: usize,
+    /// Concurrent clients for the throughput figures.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds each path is loaded for the throughput figures.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Pods in the simulated cluster (the list figures list them all).
+    #[arg(long, default_value_t = 30_000)]
+    pods: usize,
+    /// Lists per path; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    lists: usize,
+}
+
+/// One HTTPS endpoint and the bearer token sent to it.
+#[derive(Clone)]
+struct Target {
+    addr: SocketAddr,
+    token: String,
+}
+
+impl Target {
+    async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        // Both servers are on loopback with certificates from CAs made for this run; what is
+        // measured is the same whether or not the client checks them.
+        let tls = tokio_rustls::TlsConnector::from(tunnel::tls::unverified_client_config())
+            .connect(
+                rustls::pki_types::ServerName::IpAddress(self.addr.ip().into()),
+                tcp,
+            )
+            .await?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        Ok(sender)
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> http::Request<Full<Bytes>> {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, self.addr.to_string())
+            .header(http::header::ACCEPT, "application/json");
+        if !self.token.is_empty() {
+            request = request.header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            );
+        }
+        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        if !body.is_empty() {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        request
+            .body(Full::new(body))
+            .unwrap_or_else(|_| unreachable!("the bench's own requests are well formed"))
+    }
+
+    /// Sends one request on `sender`; the status and the whole body.
+    async fn send(
+        &self,
+        sender: &mut SendRequest<Full<Bytes>>,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Bytes)> {
+        sender.ready().await?;
+        let response = sender
+            .send_request(self.request(method, path, body))
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.into_body().collect().await?.to_bytes()))
+    }
+
+    /// One request on a new connection, expecting `want`; the body as JSON.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        want: u16,
+    ) -> anyhow::Result<Value> {
+        let mut sender = self.connect().await?;
+        let (status, bytes) = self.send(&mut sender, method, path, body.as_ref()).await?;
+        if status != want {
+            bail!(
+                "{method} {path}: HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
+
+/// The simulated cluster, a hub with it imported, and a connected cluster-agent.
+struct Setup {
+    direct: Target,
+    /// The hub's proxy with a kubeconfig token the hub issued to its admin.
+    hub: Target,
+    /// The hub's API with the admin's API token.
+    hub_api: Target,
+    data_dir: PathBuf,
+    shutdown: CancellationToken,
+}
+
+async fn setup(pods: usize) -> anyhow::Result<Setup> {
+    let shutdown = CancellationToken::new();
+    let sim = SimCluster::start(
+        SimConfig {
+            nodes: 100,
+            pods,
+            ..SimConfig::default()
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    sim.add_token(
+        AGENT_TOKEN,
+        Identity {
+            user: "system:serviceaccount:drover-system:drover-agent".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            impersonator: true,
+        },
+    );
+    let data_dir = std::env::temp_dir().join(format!("drover-bench-proxy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let hub = hub::Hub::start(
+        hub::Config {
+            data_dir: data_dir.join("hub"),
+            listen: ([127, 0, 0, 1], 0).into(),
+            server_url: None,
+            host_name: "127.0.0.1".into(),
+            tls: None,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let password = hub
+        .bootstrap_password()
+        .context("a new hub has a bootstrap password")?
+        .to_owned();
+    let mut hub_api = Target {
+        addr: hub.local_addr(),
+        token: String::new(),
+    };
+    let login = hub_api
+        .call(
+            "POST",
+            "/v1/login",
+            Some(json!({"username": "admin", "password": password, "session": false})),
+            200,
+        )
+        .await?;
+    hub_api.token = login["token"].as_str().context("login token")?.to_owned();
+    let cluster = hub_api
+        .call(
+            "POST",
+            "/v1/clusters",
+            Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
+            201,
+        )
+        .await?;
+    let registration = cluster["registration"]["token"]
+        .as_str()
+        .context("registration token")?
+        .to_owned();
+
+    let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
+        &sim.kubeconfig(AGENT_TOKEN),
+        "the simulated cluster",
+    )?;
+    let agent = cluster_agent::Config {
+        server: hub.url().to_owned(),
+        token: tunnel::Secret::new(registration),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        cluster: "prod".into(),
+        name: "bench-0".into(),
+        kube,
+        state_dir: data_dir.join("agent"),
+        lease: cluster_agent::lease::LeaseConfig {
+            namespace: "default".into(),
+            name: "drover-cluster-agent".into(),
+            identity: "bench-0".into(),
+            duration: Duration::from_secs(15),
+        },
+    };
+    tokio::spawn(cluster_agent::run(agent, shutdown.clone()));
+
+    // A kubeconfig token, as `kubectl` through the hub would send (the kubeconfig is YAML).
+    let mut sender = hub_api.connect().await?;
+    let (status, kubeconfig) = hub_api
+        .send(&mut sender, "POST", "/v1/clusters/prod/kubeconfig", None)
+        .await?;
+    if status != 201 {
+        bail!("no kubeconfig from the hub: HTTP {status}");
+    }
+    let kubeconfig_token = String::from_utf8_lossy(&kubeconfig).into_owned();
+    let token = kubeconfig_token
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .context("the kubeconfig has a token")?
+        .to_owned();
+    let hub_proxy = Target {
+        addr: hub.local_addr(),
+        token,
+    };
+    let direct = Target {
+        addr: sim.addr(),
+        token: ADMIN_TOKEN.into(),
+    };
+    // Until the agent leads and has connected, the proxy answers 503.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut sender = hub_proxy.connect().await?;
+        let (status, _) = hub_proxy
+            .send(&mut sender, "GET", &proxied(POD), None)
+            .await?;
+        if status == 200 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the cluster-agent did not connect within 60 s (last answer HTTP {status})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Setup {
+        direct,
+        hub: hub_proxy,
+        hub_api,
+        data_dir,
+        shutdown,
+    })
+}
+
+const POD: &str = "/api/v1/namespaces/load-0/pods/pod-0";
+
+fn proxied(path: &str) -> String {
+    format!("/k8s/clusters/prod{path}")
+}
+
+/// Round-trip times of `n` sequential GETs on one connection.
+async fn latencies(target: &Target, path: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut sender = target.connect().await?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        let (status, _) = target.send(&mut sender, "GET", path, None).await?;
+        times.push(start.elapsed());
+        if status != 200 {
+            bail!("GET {path}: HTTP {status}");
+        }
+    }
+    Ok(times)
+}
+
+/// Requests per second that `clients` connections complete together in `seconds`, and the
+/// CPU time this whole process (client, hub, agent and API server) spent per request.
+async fn throughput(
+    target: &Target,
+    path: &str,
+    clients: usize,
+    seconds: u64,
+) -> anyhow::Result<(f64, f64)> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut senders = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        senders.push(target.connect().await?);
+    }
+    let start = Instant::now();
+    let cpu_start = cpu_time().unwrap_or_default();
+    let mut tasks = Vec::with_capacity(clients);
+    for mut sender in senders {
+        let (target, path, done, stop) =
+            (target.clone(), path.to_owned(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (status, _) = target.send(&mut sender, "GET", &path, None).await?;
+                if status != 200 {
+                    bail!("GET {path}: HTTP {status}");
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    let elapsed = start.elapsed();
+    let cpu = cpu_time().unwrap_or_default().saturating_sub(cpu_start);
+    let done = done.load(Ordering::Relaxed).max(1) as f64;
+    Ok((done / elapsed.as_secs_f64(), cpu.as_secs_f64() * 1e6 / done))
+}
+
+/// Milliseconds to fetch and read a whole list, and how many items it held.
+async fn list_ms(target: &Target, path: &str) -> anyhow::Result<(f64, usize)> {
+    let mut sender = target.connect().await?;
+    let start = Instant::now();
+    let (status, body) = target.send(&mut sender, "GET", path, None).await?;
+    let elapsed = start.elapsed();
+    if status != 200 {
+        bail!(
+            "GET {path}: HTTP {status}: {:.300}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // Counted after the clock stops: parsing is the client's business, not the server's.
+    let items = serde_json::from_slice::<Value>(&body)?["items"]
+        .as_array()
+        .map_or(0, Vec::len);
+    Ok((elapsed.as_secs_f64() * 1e3, items))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
+    let setup = setup(args.pods).await?;
+    let hub_pod = proxied(POD);
+
+    // Warm both paths (connections, caches, allocator) before anything is timed.
+    latencies(&setup.direct, POD, 200).await?;
+    latencies(&setup.hub, &hub_pod, 200).await?;
+
+    // Latency: alternate the paths in rounds so noise hits both alike.
+    const ROUNDS: usize = 8;
+    let per_round = args.requests.div_ceil(ROUNDS);
+    let (mut direct, mut through_hub) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        direct.extend(latencies(&setup.direct, POD, per_round).await?);
+        through_hub.extend(latencies(&setup.hub, &hub_pod, per_round).await?);
+    }
+    let direct_p50 = percentile_us(&mut direct, 50.0);
+    let hub_p50 = percentile_us(&mut through_hub, 50.0);
+    let hub_p99 = percentile_us(&mut through_hub, 99.0);
+
+    // Throughput: direct, hub, direct, hub; the sums over both runs.
+    let half = args.seconds.div_ceil(2).max(1);
+    let (mut direct_rps, mut hub_rps, mut direct_cpu, mut hub_cpu) = (0.0, 0.0, 0.0, 0.0);
+    for _ in 0..2 {
+        let (rps, cpu) = throughput(&setup.direct, POD, args.clients, half).await?;
+        direct_rps += rps / 2.0;
+        direct_cpu += cpu / 2.0;
+        let (rps, cpu) = throughput(&setup.hub, &hub_pod, args.clients, half).await?;
+        hub_rps += rps / 2.0;
+        hub_cpu += cpu / 2.0;
+    }
+
+    // Lists of every pod, alternating.
+    let (mut direct_lists, mut cache_lists) = (Vec::new(), Vec::new());
+    for _ in 0..args.lists.max(1) {
+        let (ms, items) = list_ms(&setup.direct, "/api/v1/pods").await?;
+        if items != args.pods {
+            bail!("the API server listed {items} pods, not {}", args.pods);
+        }
+        direct_lists.push(ms);
+        let (ms, items) = list_ms(&setup.hub_api, "/v1/clusters/prod/cache/pods").await?;
+        if items != args.pods {
+            bail!("the cache listed {items} pods, not {}", args.pods);
+        }
+        cache_lists.push(ms);
+    }
+
+    setup.shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&setup.data_dir);
+    Ok(json!({
+        "scenario": "proxy",
+        "api_server": "drover-sim cluster (simulated; real kube-apiserver binaries cannot be downloaded here)",
+        "requests": args.requests,
+        "clients": args.clients,
+        "pods": args.pods,
+        "direct_p50_us": round1(direct_p50),
+        "hub_p50_us": round1(hub_p50),
+        "hub_p99_us": round1(hub_p99),
+        "overhead_p50_us": round1(hub_p50 - direct_p50),
+        "direct_rps": direct_rps.round(),
+        "hub_rps": hub_rps.round(),
+        "hub_rps_ratio": (hub_rps / direct_rps * 100.0).round() / 100.0,
+        // Client, hub, agent and API server share this machine's cores, so throughput here is
+        // the cores divided by the CPU time a request costs on its whole path.
+        "direct_cpu_us_per_request": round1(direct_cpu),
+        "hub_cpu_us_per_request": round1(hub_cpu),
+        "cores": std::thread::available_parallelism().map_or(0, usize::from),
+        "direct_list_ms": round1(median(&mut direct_lists)),
+        "cache_list_ms": round1(median(&mut cache_lists)),
+    }))
+}

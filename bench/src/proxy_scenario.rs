@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use sim::cluster::{ADMIN_TOKEN, Identity, SimCluster, SimConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::load::{cpu_time, percentile_us};
+use crate::load::percentile_us;
 
 /// The token the agent's service account has on the simulated cluster.
 const AGENT_TOKEN: &str = "bench-agent-token";
@@ -142,6 +142,56 @@ impl Target {
     }
 }
 
+/// Each part runs on a runtime of its own, as it would in its own process, with its threads
+/// named after it so that the CPU time each part spends can be told apart.
+// Short: Linux keeps 15 bytes of a thread's name.
+const PARTS: [&str; 3] = ["sim", "hub", "agent"];
+
+fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(format!("bench-{part}"))
+        .enable_all()
+        .build()?)
+}
+
+/// CPU time used so far by the threads whose name starts with `bench-<part>`, or by the rest
+/// (the client) when `part` is `None`.
+fn part_cpu(part: Option<&str>) -> Duration {
+    let mut ticks = 0u64;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let mine = match part {
+            Some(part) => name.starts_with(&format!("bench-{part}")),
+            None => !PARTS
+                .iter()
+                .any(|p| name.starts_with(&format!("bench-{p}"))),
+        };
+        if !mine {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let parse = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += parse(11) + parse(12);
+    }
+    // USER_HZ is 100 on every architecture Drover builds for.
+    Duration::from_millis(ticks * 10)
+}
+
 /// The simulated cluster, a hub with it imported, and a connected cluster-agent.
 struct Setup {
     direct: Target,
@@ -151,19 +201,26 @@ struct Setup {
     hub_api: Target,
     data_dir: PathBuf,
     shutdown: CancellationToken,
+    runtimes: Vec<tokio::runtime::Runtime>,
 }
 
 async fn setup(pods: usize) -> anyhow::Result<Setup> {
     let shutdown = CancellationToken::new();
-    let sim = SimCluster::start(
-        SimConfig {
-            nodes: 100,
-            pods,
-            ..SimConfig::default()
-        },
-        shutdown.clone(),
-    )
-    .await?;
+    let runtimes = PARTS
+        .iter()
+        .map(|p| runtime(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let [api_rt, hub_rt, agent_rt] = [&runtimes[0], &runtimes[1], &runtimes[2]];
+    let sim = api_rt
+        .spawn(SimCluster::start(
+            SimConfig {
+                nodes: 100,
+                pods,
+                ..SimConfig::default()
+            },
+            shutdown.clone(),
+        ))
+        .await??;
     sim.add_token(
         AGENT_TOKEN,
         Identity {
@@ -174,17 +231,18 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
     );
     let data_dir = std::env::temp_dir().join(format!("drover-bench-proxy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let hub = hub::Hub::start(
-        hub::Config {
-            data_dir: data_dir.join("hub"),
-            listen: ([127, 0, 0, 1], 0).into(),
-            server_url: None,
-            host_name: "127.0.0.1".into(),
-            tls: None,
-        },
-        shutdown.clone(),
-    )
-    .await?;
+    let hub = hub_rt
+        .spawn(hub::Hub::start(
+            hub::Config {
+                data_dir: data_dir.join("hub"),
+                listen: ([127, 0, 0, 1], 0).into(),
+                server_url: None,
+                host_name: "127.0.0.1".into(),
+                tls: None,
+            },
+            shutdown.clone(),
+        ))
+        .await??;
     let password = hub
         .bootstrap_password()
         .context("a new hub has a bootstrap password")?
@@ -234,7 +292,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
             duration: Duration::from_secs(15),
         },
     };
-    tokio::spawn(cluster_agent::run(agent, shutdown.clone()));
+    agent_rt.spawn(cluster_agent::run(agent, shutdown.clone()));
 
     // A kubeconfig token, as `kubectl` through the hub would send (the kubeconfig is YAML).
     let mut sender = hub_api.connect().await?;
@@ -279,6 +337,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
         hub_api,
         data_dir,
         shutdown,
+        runtimes,
     })
 }
 
@@ -303,14 +362,65 @@ async fn latencies(target: &Target, path: &str, n: usize) -> anyhow::Result<Vec<
     Ok(times)
 }
 
+/// CPU time per request, µs, of each part.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cpu {
+    client: f64,
+    api_server: f64,
+    hub: f64,
+    agent: f64,
+}
+
+impl Cpu {
+    fn now() -> [Duration; 4] {
+        [
+            part_cpu(None),
+            part_cpu(Some("sim")),
+            part_cpu(Some("hub")),
+            part_cpu(Some("agent")),
+        ]
+    }
+
+    fn per_request(start: [Duration; 4], end: [Duration; 4], requests: f64) -> Self {
+        let us = |i: usize| end[i].saturating_sub(start[i]).as_secs_f64() * 1e6 / requests;
+        Self {
+            client: us(0),
+            api_server: us(1),
+            hub: us(2),
+            agent: us(3),
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.client + self.api_server + self.hub + self.agent
+    }
+
+    fn add_half(&mut self, other: Self) {
+        self.client += other.client / 2.0;
+        self.api_server += other.api_server / 2.0;
+        self.hub += other.hub / 2.0;
+        self.agent += other.agent / 2.0;
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "client": round1(self.client),
+            "api_server": round1(self.api_server),
+            "hub": round1(self.hub),
+            "agent": round1(self.agent),
+            "total": round1(self.total()),
+        })
+    }
+}
+
 /// Requests per second that `clients` connections complete together in `seconds`, and the
-/// CPU time this whole process (client, hub, agent and API server) spent per request.
+/// CPU time each part spent per request.
 async fn throughput(
     target: &Target,
     path: &str,
     clients: usize,
     seconds: u64,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, Cpu)> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut senders = Vec::with_capacity(clients);
@@ -318,7 +428,7 @@ async fn throughput(
         senders.push(target.connect().await?);
     }
     let start = Instant::now();
-    let cpu_start = cpu_time().unwrap_or_default();
+    let cpu_start = Cpu::now();
     let mut tasks = Vec::with_capacity(clients);
     for mut sender in senders {
         let (target, path, done, stop) =
@@ -340,9 +450,9 @@ async fn throughput(
         task.await??;
     }
     let elapsed = start.elapsed();
-    let cpu = cpu_time().unwrap_or_default().saturating_sub(cpu_start);
     let done = done.load(Ordering::Relaxed).max(1) as f64;
-    Ok((done / elapsed.as_secs_f64(), cpu.as_secs_f64() * 1e6 / done))
+    let cpu = Cpu::per_request(cpu_start, Cpu::now(), done);
+    Ok((done / elapsed.as_secs_f64(), cpu))
 }
 
 /// Milliseconds to fetch and read a whole list, and how many items it held.
@@ -395,14 +505,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
 
     // Throughput: direct, hub, direct, hub; the sums over both runs.
     let half = args.seconds.div_ceil(2).max(1);
-    let (mut direct_rps, mut hub_rps, mut direct_cpu, mut hub_cpu) = (0.0, 0.0, 0.0, 0.0);
+    let (mut direct_rps, mut hub_rps) = (0.0, 0.0);
+    let (mut direct_cpu, mut hub_cpu) = (Cpu::default(), Cpu::default());
     for _ in 0..2 {
         let (rps, cpu) = throughput(&setup.direct, POD, args.clients, half).await?;
         direct_rps += rps / 2.0;
-        direct_cpu += cpu / 2.0;
+        direct_cpu.add_half(cpu);
         let (rps, cpu) = throughput(&setup.hub, &hub_pod, args.clients, half).await?;
         hub_rps += rps / 2.0;
-        hub_cpu += cpu / 2.0;
+        hub_cpu.add_half(cpu);
     }
 
     // Lists of every pod, alternating.
@@ -422,6 +533,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
 
     setup.shutdown.cancel();
     let _ = std::fs::remove_dir_all(&setup.data_dir);
+    for runtime in setup.runtimes {
+        // Dropping a runtime from async code is not allowed; this is the way out.
+        runtime.shutdown_background();
+    }
     Ok(json!({
         "scenario": "proxy",
         "api_server": "drover-sim cluster (simulated; real kube-apiserver binaries cannot be downloaded here)",
@@ -436,9 +551,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "hub_rps": hub_rps.round(),
         "hub_rps_ratio": (hub_rps / direct_rps * 100.0).round() / 100.0,
         // Client, hub, agent and API server share this machine's cores, so throughput here is
-        // the cores divided by the CPU time a request costs on its whole path.
-        "direct_cpu_us_per_request": round1(direct_cpu),
-        "hub_cpu_us_per_request": round1(hub_cpu),
+        // the cores divided by the CPU time a request costs on its whole path; by part:
+        "direct_cpu_us_per_request": direct_cpu.json(),
+        "hub_cpu_us_per_request": hub_cpu.json(),
         "cores": std::thread::available_parallelism().map_or(0, usize::from),
         "direct_list_ms": round1(median(&mut direct_lists)),
         "cache_list_ms": round1(median(&mut cache_lists)),

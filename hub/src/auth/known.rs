@@ -48,7 +48,7 @@ pub struct Known {
     watching: AtomicBool,
     /// By sha256 of the credential presented (the credential itself is never kept).
     principals: Mutex<HashMap<String, Entry<Principal>>>,
-    clusters: Mutex<HashMap<String, Entry<Object>>>,
+    clusters: Mutex<HashMap<String, Entry<Arc<Object>>>>,
 }
 
 impl std::fmt::Debug for Known {
@@ -88,13 +88,13 @@ impl Known {
         Ok(principal)
     }
 
-    /// Cluster `name` as the store has it.
-    pub async fn cluster(&self, store: &dyn Store, name: &str) -> Result<Object, StoreError> {
+    /// Cluster `name` as the store has it (shared: proxied requests only read it).
+    pub async fn cluster(&self, store: &dyn Store, name: &str) -> Result<Arc<Object>, StoreError> {
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(hit) = self.lookup(&self.clusters, name, generation) {
             return Ok(hit);
         }
-        let object = store.get(Kind::Cluster.name(), name).await?;
+        let object = Arc::new(store.get(Kind::Cluster.name(), name).await?);
         self.keep(
             &self.clusters,
             name.to_owned(),

@@ -84,11 +84,14 @@ pub fn random_password() -> String {
 
 /// sha256 of a token secret, hex.
 pub fn token_hash(secret: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, secret.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in digest.as_ref() {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    hex
 }
 
 /// Whether `secret` opens the stored token `object`: its hash matches, it has not expired and
@@ -192,6 +195,11 @@ mod tests {
         let (kind, name, secret) = parse_token(&token.value).unwrap();
         assert_eq!((kind, name), (TokenKind::Registration, token.name.as_str()));
         assert_eq!(token_hash(secret), token.hash);
+        // Hashes already stored must keep matching: lowercase hex of sha256.
+        assert_eq!(
+            token_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         assert!(crate::model::validate_name(crate::model::Kind::Token, name).is_ok());
         assert!(parse_token("drt_.x").is_none());
         assert!(parse_token("Bearer nope").is_none());

@@ -2,7 +2,9 @@
 //! events (kube-runtime reflectors), and the `cluster-cache` service that answers the hub's
 //! list queries from them, so that listing a big cluster costs the API server nothing.
 
-use std::{convert::Infallible, fmt::Debug, sync::Arc, time::Duration};
+use std::{
+    borrow::Cow, convert::Infallible, fmt::Debug, marker::PhantomData, sync::Arc, time::Duration,
+};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -14,12 +16,13 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Event, Namespace, Node, Pod, Service},
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
 };
 use kubeshape::LabelSelector;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Deserializer};
 use tokio_util::sync::CancellationToken;
 use tunnel::TunnelStream;
 
@@ -39,12 +42,94 @@ pub const RESOURCES: [&str; 6] = [
 /// One reflector per resource; cheap to clone (the stores are shared).
 #[derive(Clone)]
 pub struct Caches {
-    nodes: Store<Node>,
-    namespaces: Store<Namespace>,
-    pods: Store<Pod>,
-    deployments: Store<Deployment>,
-    services: Store<Service>,
-    events: Store<Event>,
+    nodes: Store<Cached<Node>>,
+    namespaces: Store<Cached<Namespace>>,
+    pods: Store<Cached<Pod>>,
+    deployments: Store<Cached<Deployment>>,
+    services: Store<Cached<Service>>,
+    events: Store<Cached<Event>>,
+}
+
+/// One cached object: its metadata, for filtering and sorting, and its JSON as the API server
+/// sent it. Keeping the text rather than the typed object (`K` only names the resource) costs
+/// a tenth of the memory (30,000 typed pods held over 300 MiB) and lets a list be written by
+/// concatenation.
+pub struct Cached<K> {
+    meta: ObjectMeta,
+    json: Box<str>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Cached<K> {
+    fn clone(&self) -> Self {
+        Self {
+            meta: self.meta.clone(),
+            json: self.json.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Debug for Cached<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cached")
+            .field("namespace", &self.meta.namespace)
+            .field("name", &self.meta.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'de, K: Resource<DynamicType = ()>> Deserialize<'de> for Cached<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Through a `Value`, not a `RawValue`: watch events arrive inside a tagged enum, which
+        // may hand the object over already parsed.
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        // Items of a list come without their kind, objects of a watch event with it: every
+        // cached object carries it, as `kubectl get -o json` shows them.
+        if let Some(object) = value.as_object_mut() {
+            object.insert("kind".into(), K::kind(&()).into_owned().into());
+            object.insert("apiVersion".into(), K::api_version(&()).into_owned().into());
+        }
+        let meta: ObjectMeta = match value.get("metadata") {
+            Some(meta) => ObjectMeta::deserialize(meta).map_err(serde::de::Error::custom)?,
+            None => ObjectMeta::default(),
+        };
+        let json = serde_json::to_string(&value).map_err(serde::de::Error::custom)?;
+        Ok(Self {
+            meta,
+            json: json.into_boxed_str(),
+            kind: PhantomData,
+        })
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for Cached<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind((): &()) -> Cow<'_, str> {
+        K::kind(&())
+    }
+
+    fn group((): &()) -> Cow<'_, str> {
+        K::group(&())
+    }
+
+    fn version((): &()) -> Cow<'_, str> {
+        K::version(&())
+    }
+
+    fn plural((): &()) -> Cow<'_, str> {
+        K::plural(&())
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
 }
 
 impl Debug for Caches {
@@ -56,12 +141,12 @@ impl Debug for Caches {
 }
 
 /// Starts a reflector for `K`, running until `stop`; its errors are retried with backoff.
-fn reflect<K>(client: &Client, stop: &CancellationToken) -> Store<K>
+fn reflect<K>(client: &Client, stop: &CancellationToken) -> Store<Cached<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + 'static,
 {
     let (reader, writer) = reflector::store();
-    let api = Api::<K>::all(client.clone());
+    let api = Api::<Cached<K>>::all(client.clone());
     let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     let stop = stop.clone();
     tokio::spawn(async move {
@@ -162,9 +247,13 @@ impl CacheError {
     }
 }
 
-async fn list<K>(store: &Store<K>, namespaced: bool, query: &Query) -> Result<Vec<u8>, CacheError>
+async fn list<K>(
+    store: &Store<Cached<K>>,
+    namespaced: bool,
+    query: &Query,
+) -> Result<Vec<u8>, CacheError>
 where
-    K: Resource<DynamicType = ()> + Clone + Serialize + 'static,
+    K: Resource<DynamicType = ()> + 'static,
 {
     let plural = K::plural(&());
     if query.namespace.is_some() && !namespaced {
@@ -180,7 +269,7 @@ where
             "the cache of {plural} has not finished its first list yet; try again shortly"
         )));
     }
-    let mut items: Vec<Arc<K>> = store.state_filter(|o| {
+    let mut items: Vec<Arc<Cached<K>>> = store.state_filter(|o| {
         query
             .namespace
             .as_ref()
@@ -196,7 +285,7 @@ where
     });
     let kind = format!("{}List", K::kind(&()));
     let api_version = K::api_version(&());
-    let mut out = Vec::with_capacity(64 + items.len() * 1024);
+    let mut out = Vec::with_capacity(64 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
     out.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut out, &kind).map_err(internal)?;
     out.extend_from_slice(b",\"apiVersion\":");
@@ -206,7 +295,7 @@ where
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, item.as_ref()).map_err(internal)?;
+        out.extend_from_slice(item.json.as_bytes());
     }
     out.extend_from_slice(b"]}");
     Ok(out)
@@ -266,6 +355,20 @@ async fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_object_keeps_its_json_and_names_its_kind() {
+        let item = r#"{"metadata":{"name":"web-1","namespace":"shop","labels":{"app":"web"},"resourceVersion":"7"},"spec":{"nodeName":"n1","unknownField":[1,2]}}"#;
+        let cached: Cached<Pod> = serde_json::from_str(item).unwrap();
+        assert_eq!(cached.meta.name.as_deref(), Some("web-1"));
+        assert_eq!(cached.labels().get("app").map(String::as_str), Some("web"));
+        let back: serde_json::Value = serde_json::from_str(&cached.json).unwrap();
+        assert_eq!(back["kind"], "Pod");
+        assert_eq!(back["apiVersion"], "v1");
+        // Fields the typed Pod does not know survive: the cache returns what the server sent.
+        assert_eq!(back["spec"]["unknownField"], serde_json::json!([1, 2]));
+        assert_eq!(back["metadata"]["resourceVersion"], "7");
+    }
 
     #[test]
     fn queries_say_what_is_wrong_with_them() {

@@ -11,6 +11,7 @@ use std::{convert::Infallible, sync::Arc};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -116,6 +117,7 @@ async fn forward(
     let upgrade = request.headers().contains_key(header::UPGRADE);
     let from_hub = upgrade.then(|| hyper::upgrade::on(&mut request));
     let kept = if upgrade { None } else { upstream.pool.take() };
+    let reused = kept.is_some();
     let mut sender = match kept {
         Some(sender) => sender,
         None => match upstream.connect().await {
@@ -131,9 +133,40 @@ async fn forward(
     if let Some(host) = &upstream.host {
         headers.insert(header::HOST, host.clone());
     }
+    // The API server may close a kept connection just as a request goes out on it. A GET or
+    // HEAD without a body is then sent again on a new connection, as Go's HTTP client does;
+    // anything else could have had an effect and gets the error.
+    let again = (reused
+        && matches!(*request.method(), http::Method::GET | http::Method::HEAD)
+        && request.body().is_end_stream())
+    .then(|| {
+        let mut copy = Request::new(());
+        *copy.method_mut() = request.method().clone();
+        *copy.uri_mut() = request.uri().clone();
+        *copy.headers_mut() = request.headers().clone();
+        copy
+    });
     let mut response = match sender.send_request(request.map(BodyExt::boxed)).await {
         Ok(response) => response,
-        Err(e) => return Ok(unreachable(e.to_string())),
+        Err(e) => {
+            let Some(copy) = again else {
+                return Ok(unreachable(e.to_string()));
+            };
+            tracing::debug!(error = %e, "a kept connection to the API server failed; retrying on a new one");
+            sender = match upstream.connect().await {
+                Ok(sender) => sender,
+                Err(e) => return Ok(unreachable(e)),
+            };
+            let retry = copy.map(|()| {
+                http_body_util::Empty::new()
+                    .map_err(|never| match never {})
+                    .boxed()
+            });
+            match sender.send_request(retry).await {
+                Ok(response) => response,
+                Err(e) => return Ok(unreachable(e.to_string())),
+            }
+        }
     };
     if !upgrade {
         upstream.pool.put(sender);

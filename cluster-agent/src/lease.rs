@@ -98,15 +98,21 @@ impl Elector {
                 () = leading.cancelled() => return,
                 () = tokio::time::sleep(self.config.retry()) => {}
             }
-            match self.try_acquire_or_renew().await {
-                Ok(true) => renewed = Instant::now(),
-                Ok(false) => {
+            // A request that hangs (a cut network) must not outlast the renew deadline.
+            let attempt =
+                tokio::time::timeout(self.config.retry(), self.try_acquire_or_renew()).await;
+            match attempt {
+                Ok(Ok(true)) => renewed = Instant::now(),
+                Ok(Ok(false)) => {
                     tracing::warn!(lease = %self.config.name, "another replica took the lease; stepping down");
                     leading.cancel();
                     return;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(lease = %self.config.name, error = %e, "cannot renew the lease")
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %self.config.name, "renewing the lease timed out")
                 }
             }
             if renewed.elapsed() >= self.config.renew_deadline() {

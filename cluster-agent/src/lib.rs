@@ -150,8 +150,65 @@ pub enum AgentError {
     Kube(String),
 }
 
-/// The credential: kept from an earlier registration, exchanged now, or given as is.
-async fn credential(config: &Config) -> Result<Secret, AgentError> {
+/// The Secret, in the lease's namespace, that the replicas keep the agent's credential in: a
+/// restarted pod has lost its state directory, and its registration token may have expired or
+/// been revoked since; without this the cluster would be cut off from the hub.
+pub const CREDENTIAL_SECRET: &str = "drover-agent-credential";
+
+type KubeSecret = k8s_openapi::api::core::v1::Secret;
+
+/// The credential kept in the cluster, if any.
+async fn kept_in_cluster(secrets: &::kube::Api<KubeSecret>) -> Result<Option<String>, AgentError> {
+    let kept = secrets
+        .get_opt(CREDENTIAL_SECRET)
+        .await
+        .map_err(|e| AgentError::Kube(format!("reading Secret {CREDENTIAL_SECRET}: {e}")))?;
+    Ok(kept
+        .and_then(|s| s.data?.remove("credential"))
+        .map(|b| String::from_utf8_lossy(&b.0).trim().to_owned())
+        .filter(|v| !v.is_empty()))
+}
+
+/// Keeps `value` in the cluster; if another replica kept one first, that one is used.
+async fn keep_in_cluster(
+    secrets: &::kube::Api<KubeSecret>,
+    value: String,
+) -> Result<String, AgentError> {
+    let secret = KubeSecret {
+        metadata: ::kube::api::ObjectMeta {
+            name: Some(CREDENTIAL_SECRET.into()),
+            labels: Some([("drover.io/managed".to_owned(), "true".to_owned())].into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "credential".to_owned(),
+                k8s_openapi::ByteString(value.clone().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    match secrets
+        .create(&::kube::api::PostParams::default(), &secret)
+        .await
+    {
+        Ok(_) => Ok(value),
+        Err(::kube::Error::Api(e)) if e.code == 409 => {
+            tracing::info!("another replica registered first; using its credential");
+            kept_in_cluster(secrets)
+                .await?
+                .ok_or_else(|| AgentError::Kube(format!("Secret {CREDENTIAL_SECRET} is empty")))
+        }
+        Err(e) => Err(AgentError::Kube(format!(
+            "keeping the credential in Secret {CREDENTIAL_SECRET}: {e}"
+        ))),
+    }
+}
+
+/// The credential: kept from an earlier registration (in the state directory, else in the
+/// cluster), exchanged now, or given as is.
+async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, AgentError> {
     let path = config.state_dir.join("credential");
     if let Ok(saved) = std::fs::read_to_string(&path)
         && !saved.trim().is_empty()
@@ -161,6 +218,19 @@ async fn credential(config: &Config) -> Result<Secret, AgentError> {
     if !config.token.expose().starts_with("drr_") {
         return Ok(config.token.clone());
     }
+    let secrets = ::kube::Api::<KubeSecret>::namespaced(client.clone(), &config.lease.namespace);
+    let value = match kept_in_cluster(&secrets).await? {
+        Some(value) => value,
+        None => keep_in_cluster(&secrets, register(config).await?).await?,
+    };
+    std::fs::create_dir_all(&config.state_dir)
+        .map_err(|e| AgentError::State(config.state_dir.display().to_string(), e))?;
+    write_secret(&path, &value).map_err(|e| AgentError::State(path.display().to_string(), e))?;
+    Ok(Secret::new(value))
+}
+
+/// Exchanges the registration token for a credential of the agent's own.
+async fn register(config: &Config) -> Result<String, AgentError> {
     let identity = Peer {
         id: format!("cluster/{}", config.cluster),
         kind: KIND.into(),
@@ -193,11 +263,13 @@ async fn credential(config: &Config) -> Result<Secret, AgentError> {
         )));
     }
     let value = reply["credential"].as_str().unwrap_or_default().to_owned();
-    std::fs::create_dir_all(&config.state_dir)
-        .map_err(|e| AgentError::State(config.state_dir.display().to_string(), e))?;
-    write_secret(&path, &value).map_err(|e| AgentError::State(path.display().to_string(), e))?;
-    tracing::info!(cluster = %config.cluster, "registered with the hub; credential kept");
-    Ok(Secret::new(value))
+    if value.is_empty() {
+        return Err(AgentError::Register(
+            "the hub answered without a credential".into(),
+        ));
+    }
+    tracing::info!(cluster = %config.cluster, "registered with the hub");
+    Ok(value)
 }
 
 fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
@@ -217,8 +289,8 @@ fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
 /// Runs the agent until `shutdown`: stands by until this replica holds the lease, then serves
 /// the hub (tunnel, caches, facts) for as long as it keeps the lease.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
-    let credential = credential(&config).await?;
     let client = config.kube.client().map_err(AgentError::Kube)?;
+    let credential = credential(&config, &client).await?;
     let mut elector = lease::Elector::new(client.clone(), config.lease.clone());
     loop {
         if !elector.acquire(&shutdown).await {

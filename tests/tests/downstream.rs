@@ -18,6 +18,7 @@ use tests::{
     imported::{Imported, kubectl, kubectl_ok, user_kubeconfig},
     wait_for_event,
 };
+use tokio_util::sync::CancellationToken;
 
 /// Waits until the hub shows cluster `prod` as connected.
 async fn until_connected(imported: &Imported) {
@@ -266,5 +267,84 @@ async fn when_the_leading_replica_dies_the_other_takes_over() {
         child.start_kill().unwrap();
         child.wait().await.unwrap();
     }
+    imported.shutdown.cancel();
+}
+
+/// Waits until the hub shows cluster `prod` with `Connected` = `status`.
+async fn until_connected_is(imported: &Imported, status: &str) {
+    wait_for_event(
+        imported.hub.addr,
+        "/v1/clusters?watch=true",
+        &imported.admin,
+        Duration::from_secs(60),
+        |e| {
+            e["object"]["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Connected" && c["status"] == status)
+                })
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_started_after_the_registration_token_is_revoked_still_connects() {
+    let imported = Imported::start("restart", SimConfig::default()).await;
+    // The first pod registers; the credential it gets is kept in the cluster.
+    let first =
+        cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-a").await)
+            .unwrap();
+    let stop = CancellationToken::new();
+    let agent = tokio::spawn(cluster_agent::run(first, stop.clone()));
+    until_connected_is(&imported, "True").await;
+    stop.cancel();
+    agent.await.unwrap().unwrap();
+    until_connected_is(&imported, "False").await;
+    let kept = kubectl_ok(
+        &imported.sim_admin,
+        &[
+            "get",
+            "secret",
+            cluster_agent::CREDENTIAL_SECRET,
+            "-n",
+            "drover-system",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(
+        kept.trim(),
+        format!("secret/{}", cluster_agent::CREDENTIAL_SECRET)
+    );
+
+    // The registration token in the manifest is revoked on the hub.
+    let name = imported
+        .registration
+        .strip_prefix("drr_")
+        .and_then(|rest| rest.split_once('.'))
+        .unwrap()
+        .0;
+    let (status, answer) = api(
+        imported.hub.addr,
+        "DELETE",
+        &format!("/v1/registrationtokens/{name}"),
+        Some(&imported.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+
+    // A new pod (its state directory empty, its token the revoked one) connects all the same.
+    let second =
+        cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-b").await)
+            .unwrap();
+    let stop = CancellationToken::new();
+    let agent = tokio::spawn(cluster_agent::run(second, stop.clone()));
+    until_connected_is(&imported, "True").await;
+    stop.cancel();
+    agent.await.unwrap().unwrap();
     imported.shutdown.cancel();
 }

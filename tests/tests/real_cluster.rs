@@ -135,4 +135,16 @@ async fn a_real_cluster_is_imported_listed_from_the_cache_and_reached_through_th
     )
     .await;
     kubectl_ok(Path::new(&real), &["delete", "-f", bindings_file]).await;
+    kubectl_ok(
+        Path::new(&real),
+        &[
+            "delete",
+            "secret",
+            cluster_agent::CREDENTIAL_SECRET,
+            "-n",
+            "default",
+            "--ignore-not-found",
+        ],
+    )
+    .await;
 }

@@ -59,9 +59,9 @@ pub struct ConfigError(pub String);
 impl Config {
     /// Reads `DROVER_SERVER`, `DROVER_TOKEN`, `DROVER_CA_CHECKSUM`, `DROVER_CLUSTER`,
     /// `DROVER_POD_NAME` (default: the host name), `DROVER_STATE_DIR` (default
-    /// `/var/lib/drover`), `DROVER_NAMESPACE` (the lease's; default: the pod's, else
-    /// `drover-system`), `DROVER_LEASE_SECONDS` (default 15), and the API server from the pod's
-    /// service account or `KUBECONFIG`.
+    /// `/var/lib/drover`), `DROVER_NAMESPACE` (the lease's and the credential Secret's;
+    /// default: the pod's, else `drover-system`), `DROVER_LEASE_SECONDS` (default 15), and the
+    /// API server from the pod's service account or `KUBECONFIG`.
     pub fn from_env(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let need = |name: &str| {
             env.get(name)

@@ -65,18 +65,7 @@ impl Imported {
         let dir = temp_dir(label);
         let hub = HubProcess::start(&dir.join("hub")).await;
         let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-        let (_, cluster) = api(
-            hub.addr,
-            "POST",
-            "/v1/clusters",
-            Some(&admin),
-            Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
-        )
-        .await;
-        let registration = cluster["registration"]["token"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let registration = crate::create_imported_cluster(hub.addr, &admin, "prod").await;
 
         let shutdown = CancellationToken::new();
         let sim = SimCluster::start(sim, shutdown.clone()).await.unwrap();

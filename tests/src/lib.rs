@@ -274,6 +274,23 @@ pub async fn api_text(
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Creates the imported cluster `name` as `admin`; returns its registration token.
+pub async fn create_imported_cluster(addr: SocketAddr, admin: &str, name: &str) -> String {
+    let (status, cluster) = api(
+        addr,
+        "POST",
+        "/v1/clusters",
+        Some(admin),
+        Some(serde_json::json!({"metadata": {"name": name}, "spec": {"type": "imported"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{cluster}");
+    cluster["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Logs in as `user`; returns an API token.
 pub async fn login(addr: SocketAddr, user: &str, password: &str) -> String {
     let body = serde_json::json!({"username": user, "password": password, "session": false});

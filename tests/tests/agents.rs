@@ -63,19 +63,7 @@ async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revok
     let data = temp_dir("agents");
     let hub = HubProcess::start(&data).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let (status, cluster) = api(
-        hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{cluster}");
-    let registration = cluster["registration"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
 
     // The registration token does not open a tunnel by itself.
     let err = agent(&hub, &registration, "cluster/prod", "cluster-agent")

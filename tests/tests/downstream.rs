@@ -22,21 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Waits until the hub shows cluster `prod` as connected.
 async fn until_connected(imported: &Imported) {
-    wait_for_event(
-        imported.hub.addr,
-        "/v1/clusters?watch=true",
-        &imported.admin,
-        Duration::from_secs(60),
-        |e| {
-            e["object"]["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Connected" && c["status"] == "True")
-                })
-        },
-    )
-    .await;
+    until_connected_is(imported, "True").await;
 }
 
 /// (namespace, name, resourceVersion) of each item of a List, sorted.

@@ -8,7 +8,7 @@
 
 use std::{path::Path, time::Duration};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tests::{
     HubProcess, api,
     imported::{kubectl_ok, user_kubeconfig},
@@ -24,16 +24,8 @@ async fn a_real_cluster_is_imported_listed_from_the_cache_and_reached_through_th
     let dir = temp_dir("real");
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let (status, cluster) = api(
-        hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{cluster}");
-    let registration = cluster["registration"]["token"].as_str().unwrap();
+    let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    let registration = registration.as_str();
 
     // The agent as it runs outside a pod: the registration token, and the cluster's API server
     // from KUBECONFIG. Its lease goes to `default`, under a name of this run's own.

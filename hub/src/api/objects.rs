@@ -348,22 +348,6 @@ pub(super) async fn update(
     replace(&api, &principal, kind, current, value).await
 }
 
-/// RFC 7386 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (key, value) in p {
-                if value.is_null() {
-                    t.remove(key);
-                } else {
-                    merge_patch(t.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        (target, patch) => *target = patch.clone(),
-    }
-}
-
 pub(super) async fn patch(
     State(api): State<Api>,
     axum::extract::Path((plural, name)): PathKindName,
@@ -380,7 +364,7 @@ pub(super) async fn patch(
     let mut value =
         serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
     kind.redact_value(&mut value);
-    merge_patch(&mut value, &patch);
+    kubeshape::patch::merge(&mut value, &patch);
     replace(&api, &principal, kind, current, value).await
 }
 

@@ -6,20 +6,7 @@
 use serde_json::{Map, Value};
 
 /// RFC 7386.
-pub(crate) fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (key, value) in p {
-                if value.is_null() {
-                    t.remove(key);
-                } else {
-                    merge(t.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        (target, patch) => *target = patch.clone(),
-    }
-}
+pub(crate) use kubeshape::patch::merge;
 
 /// The field lists of built-in types merge on (Kubernetes' `patchMergeKey`).
 fn merge_key(field: &str) -> Option<&'static str> {

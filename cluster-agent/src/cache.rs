@@ -195,6 +195,36 @@ impl Caches {
     }
 }
 
+impl Caches {
+    /// Every node, as JSON, once the cache has its first full list.
+    pub(crate) async fn nodes(&self) -> Result<Vec<serde_json::Value>, CacheError> {
+        ready(&self.nodes).await?;
+        Ok(self
+            .nodes
+            .state()
+            .iter()
+            .filter_map(|n| serde_json::from_str(&n.json).ok())
+            .collect())
+    }
+}
+
+/// Waits (a while) for a cache's first full list.
+async fn ready<K>(store: &Store<Cached<K>>) -> Result<(), CacheError>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    if tokio::time::timeout(SYNC_WAIT, store.wait_until_ready())
+        .await
+        .map_or(true, |r| r.is_err())
+    {
+        return Err(CacheError::NotReady(format!(
+            "the cache of {} has not finished its first list yet; try again shortly",
+            K::plural(&())
+        )));
+    }
+    Ok(())
+}
+
 /// What a list query asks for.
 #[derive(Debug, Default)]
 pub struct Query {
@@ -261,14 +291,7 @@ where
             "{plural} are cluster-scoped; leave out namespace="
         )));
     }
-    if tokio::time::timeout(SYNC_WAIT, store.wait_until_ready())
-        .await
-        .map_or(true, |r| r.is_err())
-    {
-        return Err(CacheError::NotReady(format!(
-            "the cache of {plural} has not finished its first list yet; try again shortly"
-        )));
-    }
+    ready(store).await?;
     let mut items: Vec<Arc<Cached<K>>> = store.state_filter(|o| {
         query
             .namespace

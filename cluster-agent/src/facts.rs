@@ -1,6 +1,6 @@
-//! The cluster's facts the hub shows (version, nodes, capacity), read from the API server with
-//! the agent's own credential and reported over the control channel at connect and then every
-//! half minute.
+//! The cluster's facts the hub shows (version, nodes, capacity): the version from the API
+//! server, the nodes from the agent's watch-driven cache (no list of every node each time),
+//! reported over the control channel at connect and then every half minute.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use proto::cluster::v1::{ClusterFacts, cluster_agent_client::ClusterAgentClient}
 use serde_json::Value;
 use tunnel::AgentSession;
 
-use crate::kube::KubeTarget;
+use crate::cache::Caches;
 
 /// How often facts are reported after the first time.
 const EVERY: Duration = Duration::from_secs(30);
@@ -40,10 +40,15 @@ pub(crate) fn quantity(text: &str, unit: f64) -> Option<f64> {
     text.parse::<f64>().ok().map(|n| n * unit)
 }
 
-pub(crate) async fn collect(kube: &KubeTarget) -> Result<ClusterFacts, String> {
-    let version = kube.get_json("/version").await?;
-    let nodes = kube.get_json("/api/v1/nodes").await?;
-    let items = nodes["items"].as_array().cloned().unwrap_or_default();
+pub(crate) async fn collect(
+    client: &::kube::Client,
+    caches: &Caches,
+) -> Result<ClusterFacts, String> {
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("GET /version: {e}"))?;
+    let items = caches.nodes().await.map_err(|e| e.to_string())?;
     let ready = items
         .iter()
         .filter(|n| {
@@ -66,10 +71,7 @@ pub(crate) async fn collect(kube: &KubeTarget) -> Result<ClusterFacts, String> {
             .sum::<f64>() as u64
     };
     Ok(ClusterFacts {
-        kubernetes_version: version["gitVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        kubernetes_version: version.git_version,
         nodes_total: items.len() as u32,
         nodes_ready: ready as u32,
         cpu_millicores: sum("cpu", 1000.0),
@@ -78,12 +80,12 @@ pub(crate) async fn collect(kube: &KubeTarget) -> Result<ClusterFacts, String> {
 }
 
 /// Reports facts for the life of `session`.
-pub(crate) async fn report(session: AgentSession, kube: std::sync::Arc<KubeTarget>) {
-    let mut client = ClusterAgentClient::new(session.channel.clone());
+pub(crate) async fn report(session: AgentSession, kube: ::kube::Client, caches: Caches) {
+    let mut hub = ClusterAgentClient::new(session.channel.clone());
     loop {
-        match collect(&kube).await {
+        match collect(&kube, &caches).await {
             Ok(facts) => {
-                if let Err(e) = client.report_facts(facts).await {
+                if let Err(e) = hub.report_facts(facts).await {
                     tracing::warn!(error = %e, "the hub did not take the cluster's facts");
                 }
             }

@@ -142,52 +142,6 @@ impl KubeTarget {
         kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
-    /// GETs `path` from the API server with the agent's credential; returns the JSON.
-    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, String> {
-        use http_body_util::BodyExt;
-        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| e.to_string())?;
-        let name =
-            rustls_pki_types::ServerName::try_from(self.host.clone()).map_err(|e| e.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let request = http::Request::get(path)
-            .header(http::header::HOST, self.address())
-            .header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.token.expose()),
-            )
-            .header(http::header::ACCEPT, "application/json")
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .map_err(|e| e.to_string())?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!(
-                "GET {path}: HTTP {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        serde_json::from_slice(&body).map_err(|e| format!("GET {path}: {e}"))
-    }
-
     /// `HOST:PORT`, the one address the agent lets the hub dial.
     pub fn address(&self) -> String {
         if self.host.contains(':') {

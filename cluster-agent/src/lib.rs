@@ -12,7 +12,7 @@
 //! namespaces, pods, deployments, services and events, served to the hub as the
 //! `cluster-cache` service.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc};
+use std::{collections::HashMap, path::PathBuf};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -338,22 +338,22 @@ async fn serve(
         ConnectorConfig::new(&config.server, credential.clone(), identity, config.trust());
     tunnel.allow =
         AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
-    let target = Arc::new(config.kube.clone());
     let caches = cache::Caches::start(client, &leading);
     let upstream = kube_api::Upstream::new(config.kube.clone());
     tunnel.services = Services::default()
         .add(proto::KUBE_API_SERVICE, move |stream| {
             kube_api::serve(stream, upstream.clone())
         })
-        .add(proto::CLUSTER_CACHE_SERVICE, move |stream| {
-            cache::serve(stream, caches.clone())
+        .add(proto::CLUSTER_CACHE_SERVICE, {
+            let caches = caches.clone();
+            move |stream| cache::serve(stream, caches.clone())
         });
     let connector = Connector::new(tunnel)?;
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, leading));
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, "serving the hub");
-        tokio::spawn(facts::report(session, target.clone()));
+        tokio::spawn(facts::report(session, client.clone(), caches.clone()));
     }
     let _ = runner.await;
     Ok(())

@@ -359,11 +359,8 @@ async fn answer(
         Ok(body) => (StatusCode::OK, body),
         Err(e) => {
             let (status, reason) = e.status();
-            let body = serde_json::json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": e.to_string(), "reason": reason, "code": status.as_u16(),
-            });
-            (status, body.to_string().into_bytes())
+            let body = kubeshape::status::failure(status.as_u16(), reason, &e.to_string());
+            (status, body.into_bytes())
         }
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));

@@ -83,12 +83,9 @@ pub(crate) async fn serve(stream: TunnelStream, upstream: Upstream) {
 }
 
 fn failure(code: StatusCode, message: String) -> Response<Body> {
-    let body = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": "ServiceUnavailable", "code": code.as_u16(),
-    });
+    let body = kubeshape::status::failure(code.as_u16(), "ServiceUnavailable", &message);
     let mut response = Response::new(
-        Full::new(Bytes::from(body.to_string()))
+        Full::new(Bytes::from(body))
             .map_err(|never| match never {})
             .boxed(),
     );

@@ -115,14 +115,10 @@ fn reads(method: &http::Method, path: &str, upgrade: bool) -> bool {
 }
 
 fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
-    let body = serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code.as_u16(),
-    });
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+        kubeshape::status::failure(code.as_u16(), reason, &message),
     )
         .into_response()
 }

@@ -21,19 +21,10 @@ use super::{
 
 /// A Kubernetes `Status` failure.
 pub(super) fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
-    let body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message.into(),
-        "reason": reason,
-        "code": code.as_u16(),
-    });
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+        kubeshape::status::failure(code.as_u16(), reason, &message.into()),
     )
         .into_response()
 }

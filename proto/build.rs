@@ -5,12 +5,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/drover/tunnel/v1/tunnel.proto",
         "proto/drover/cluster/v1/cluster.proto",
+        "proto/drover/plan/v1/plan.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    tonic_prost_build::configure().compile_with_config(config, &files, &["proto"])?;
+    // Plans are also JSON for people (the hub's API, a host's local plan directory): camelCase,
+    // every field optional, nothing unknown accepted, bytes as base64, enums by name.
+    let messages = [
+        "Plan",
+        "File",
+        "Instruction",
+        "PeriodicInstruction",
+        "Probe",
+        "InstructionResult",
+        "ProbeStatus",
+        "PlanStatus",
+    ];
+    let mut builder = tonic_prost_build::configure();
+    for message in messages {
+        builder = builder.message_attribute(
+            format!(".drover.plan.v1.{message}"),
+            "#[derive(serde::Serialize, serde::Deserialize)] \
+             #[serde(rename_all = \"camelCase\", default, deny_unknown_fields)]",
+        );
+    }
+    builder = builder
+        .field_attribute(
+            ".drover.plan.v1.File.content",
+            "#[serde(with = \"crate::json::base64_bytes\")]",
+        )
+        .field_attribute(
+            ".drover.plan.v1.PlanStatus.state",
+            "#[serde(with = \"crate::json::plan_state\")]",
+        );
+    builder.compile_with_config(config, &files, &["proto"])?;
     Ok(())
 }

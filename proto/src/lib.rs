@@ -19,6 +19,79 @@ pub mod cluster {
     }
 }
 
+/// Install plans and their status, between the hub and system-agents.
+pub mod plan {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("drover.plan.v1");
+
+        /// A plan's identity: hex sha256 of its protobuf encoding. The messages hold no maps,
+        /// so the encoding (fields in tag order) is canonical.
+        pub fn checksum(plan: &Plan) -> String {
+            use prost::Message as _;
+            let digest = ring::digest::digest(&ring::digest::SHA256, &plan.encode_to_vec());
+            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        }
+
+        impl PlanState {
+            /// The name people see in JSON (`in-progress`, `applied`, `failed`).
+            pub fn label(self) -> &'static str {
+                match self {
+                    PlanState::Unspecified => "",
+                    PlanState::InProgress => "in-progress",
+                    PlanState::Applied => "applied",
+                    PlanState::Failed => "failed",
+                }
+            }
+        }
+    }
+}
+
+/// Serde helpers the generated plan types name in their attributes.
+pub mod json {
+    /// `bytes` as base64 text.
+    pub mod base64_bytes {
+        use base64::Engine as _;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+            let text = String::deserialize(d)?;
+            base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|e| serde::de::Error::custom(format!("content is not base64: {e}")))
+        }
+    }
+
+    /// `PlanState` by its label.
+    pub mod plan_state {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        use crate::plan::v1::PlanState;
+
+        pub fn serialize<S: Serializer>(state: &i32, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(PlanState::try_from(*state).unwrap_or_default().label())
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+            let text = String::deserialize(d)?;
+            [
+                PlanState::InProgress,
+                PlanState::Applied,
+                PlanState::Failed,
+                PlanState::Unspecified,
+            ]
+            .into_iter()
+            .find(|s| s.label() == text)
+            .map(|s| s as i32)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown plan state {text:?}")))
+        }
+    }
+}
+
 /// The tunnel protocol version this build speaks. A hub refuses a `Hello` carrying another
 /// version; bump it only for changes an older peer cannot understand.
 pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;
@@ -30,3 +103,38 @@ pub const KUBE_API_SERVICE: &str = "kube-api";
 /// The in-process service of a cluster-agent that answers list queries from its watch-driven
 /// caches: HTTP/1 `GET /<resource>?namespace=&labelSelector=`, a Kubernetes List in JSON.
 pub const CLUSTER_CACHE_SERVICE: &str = "cluster-cache";
+
+#[cfg(test)]
+mod tests {
+    use super::plan::v1::{Plan, PlanState, PlanStatus, checksum};
+
+    #[test]
+    fn plans_read_as_json_for_people_and_keep_their_identity() {
+        let json = r#"{"files": [{"path": "/etc/x", "content": "aGVsbG8=", "permissions": "0600"}],
+                      "instructions": [{"name": "install", "command": "/bin/true", "env": ["A=b"]}],
+                      "maxFailures": 2}"#;
+        let plan: Plan = serde_json::from_str(json).unwrap();
+        assert_eq!(plan.files[0].content, b"hello");
+        assert_eq!(plan.instructions[0].env, ["A=b"]);
+        let again: Plan = serde_json::from_value(serde_json::to_value(&plan).unwrap()).unwrap();
+        assert_eq!(checksum(&again), checksum(&plan));
+        assert_eq!(checksum(&plan).len(), 64);
+        let mut other = plan.clone();
+        other.max_failures = 3;
+        assert_ne!(checksum(&other), checksum(&plan));
+
+        let err = serde_json::from_str::<Plan>(r#"{"instructions": [{"nmae": "x"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("nmae"), "{err}");
+        let err = serde_json::from_str::<Plan>(r#"{"files": [{"content": "%%"}]}"#).unwrap_err();
+        assert!(err.to_string().contains("base64"), "{err}");
+
+        let status = PlanStatus {
+            state: PlanState::Applied as i32,
+            ..PlanStatus::default()
+        };
+        let value = serde_json::to_value(&status).unwrap();
+        assert_eq!(value["state"], "applied");
+        let back: PlanStatus = serde_json::from_value(value).unwrap();
+        assert_eq!(back.state, PlanState::Applied as i32);
+    }
+}

@@ -1,4 +1,330 @@
-//! Drover's system-agent (installed on a bare host by `system-agent-install.sh`).
+//! Drover's system-agent, installed on a bare host by `system-agent-install.sh`.
 //!
-//! Not built yet: the provisioning issue (issue 5) gives it plans, applying and reporting.
-//! The crate exists so the workspace has its final shape.
+//! It registers the host with the hub once (exchanging the registration token for a credential
+//! of its own, kept with the host's stable id in its directory), holds a tunnel session, and
+//! applies the install plans the hub pushes: files, then one-time instructions in order, then
+//! periodic instructions and probes for as long as the plan stands. Every step is recorded on
+//! disk first (see [`record`]), so a crash never runs an applied plan twice and never loses a
+//! status the hub has not acknowledged. A local plan directory works with no hub at all.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+
+pub mod applier;
+pub mod exec;
+pub mod files;
+mod hub;
+pub mod local;
+pub mod probe;
+pub mod record;
+#[cfg(test)]
+mod testing;
+
+pub use applier::Retry;
+
+/// The agent kind this crate is.
+pub const KIND: &str = "system-agent";
+
+/// How the host joins its cluster (sent when registering).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSpec {
+    pub roles: Roles,
+    pub node_name: String,
+    pub address: String,
+    pub internal_address: String,
+    pub node_labels: BTreeMap<String, String>,
+    pub taints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Roles {
+    pub etcd: bool,
+    pub control_plane: bool,
+    pub worker: bool,
+}
+
+/// Everything the agent needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The hub, `https://HOST[:PORT]`; `None` with only a local plan directory.
+    pub server: Option<String>,
+    /// A registration token (`drr_…`, exchanged at first start) or the agent's credential.
+    pub token: Secret,
+    /// sha256 of the hub's CA; empty to trust the system's roots.
+    pub ca_checksum: String,
+    /// The agent's directory: the host id, the credential, the plan records.
+    pub dir: PathBuf,
+    pub host: HostSpec,
+    /// Plans in JSON files applied with no hub (`*.json`, one plan each).
+    pub local_plans: Option<PathBuf>,
+    pub retry: Retry,
+}
+
+/// A setting that is missing or unusable; names the variable.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Reads `DROVER_SERVER`, `DROVER_TOKEN`, `DROVER_CA_CHECKSUM`, `DROVER_DIR` (default
+    /// `/var/lib/drover/system-agent`), `DROVER_ROLES` (`etcd,controlplane,worker` or `all`),
+    /// `DROVER_NODE_NAME` (default: the host name), `DROVER_ADDRESS`,
+    /// `DROVER_INTERNAL_ADDRESS`, `DROVER_LABELS` (`k=v,k=v`), `DROVER_TAINTS`
+    /// (`k=v:Effect,…`), `DROVER_LOCAL_PLANS` (a directory), `DROVER_MAX_FAILURES` (default 5)
+    /// and `DROVER_RETRY_SECONDS` (the first retry's wait, default 5; it doubles up to 300).
+    pub fn from_env(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| env.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let server = get("DROVER_SERVER").map(str::to_owned);
+        let local_plans = get("DROVER_LOCAL_PLANS").map(PathBuf::from);
+        if server.is_none() && local_plans.is_none() {
+            return Err(ConfigError(
+                "DROVER_SERVER is required (or DROVER_LOCAL_PLANS, to apply local plans with no hub)"
+                    .into(),
+            ));
+        }
+        let token = get("DROVER_TOKEN").unwrap_or_default();
+        let mut roles = Roles::default();
+        for role in get("DROVER_ROLES").unwrap_or_default().split(',') {
+            match role.trim() {
+                "" => {}
+                "etcd" => roles.etcd = true,
+                "controlplane" | "control-plane" => roles.control_plane = true,
+                "worker" => roles.worker = true,
+                "all" => {
+                    roles = Roles {
+                        etcd: true,
+                        control_plane: true,
+                        worker: true,
+                    }
+                }
+                other => {
+                    return Err(ConfigError(format!(
+                        "DROVER_ROLES: {other:?} is not a role (etcd, controlplane, worker, all)"
+                    )));
+                }
+            }
+        }
+        let mut node_labels = BTreeMap::new();
+        for label in get("DROVER_LABELS").unwrap_or_default().split(',') {
+            let label = label.trim();
+            if label.is_empty() {
+                continue;
+            }
+            let Some((k, v)) = label.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                return Err(ConfigError(format!(
+                    "DROVER_LABELS: {label:?} must be key=value"
+                )));
+            };
+            node_labels.insert(k.to_owned(), v.to_owned());
+        }
+        let taints = get("DROVER_TAINTS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let number =
+            |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| match get(name) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| range.contains(n))
+                    .ok_or_else(|| {
+                        ConfigError(format!(
+                            "{name}={v:?}: give a whole number from {} to {}",
+                            range.start(),
+                            range.end()
+                        ))
+                    }),
+            };
+        let retry = Retry {
+            max_failures: number("DROVER_MAX_FAILURES", 5, 1..=1000)? as u32,
+            base: Duration::from_secs(number("DROVER_RETRY_SECONDS", 5, 1..=3600)?),
+            cap: Duration::from_secs(300),
+        };
+        Ok(Self {
+            server,
+            token: Secret::new(token),
+            ca_checksum: get("DROVER_CA_CHECKSUM").unwrap_or_default().to_owned(),
+            dir: get("DROVER_DIR").map_or_else(
+                || PathBuf::from("/var/lib/drover/system-agent"),
+                PathBuf::from,
+            ),
+            host: HostSpec {
+                roles,
+                node_name: get("DROVER_NODE_NAME")
+                    .map(str::to_owned)
+                    .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+                    .map(|n| n.trim().to_owned())
+                    .unwrap_or_default(),
+                address: get("DROVER_ADDRESS").unwrap_or_default().to_owned(),
+                internal_address: get("DROVER_INTERNAL_ADDRESS")
+                    .unwrap_or_default()
+                    .to_owned(),
+                node_labels,
+                taints,
+            },
+            local_plans,
+            retry,
+        })
+    }
+
+    fn trust(&self) -> Trust {
+        if self.ca_checksum.is_empty() {
+            Trust::SystemRoots
+        } else {
+            Trust::CaChecksum(self.ca_checksum.clone())
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("registering with the hub failed: {0}")]
+    Register(String),
+    #[error("cannot use the agent's directory {0}: {1}")]
+    State(String, std::io::Error),
+    #[error(transparent)]
+    Connect(#[from] tunnel::ConnectError),
+}
+
+/// The host's stable id: made once, kept in the agent's directory, sent at registration so
+/// that installing again re-registers the same host.
+pub fn host_id(dir: &std::path::Path) -> Result<String, AgentError> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    let path = dir.join("id");
+    let state = |e| AgentError::State(dir.display().to_string(), e);
+    if let Ok(id) = std::fs::read_to_string(&path)
+        && id.trim().len() >= 8
+    {
+        return Ok(id.trim().to_owned());
+    }
+    let mut bytes = [0u8; 10];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| state(std::io::Error::other("no randomness for the host id")))?;
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    record::write_file_atomically(&path, id.as_bytes(), 0o644).map_err(state)?;
+    Ok(id)
+}
+
+/// The identity and credential from an earlier registration, or from registering now.
+async fn registration(config: &Config, server: &str) -> Result<(String, Secret), AgentError> {
+    let path = config.dir.join("registration.json");
+    let state = |e| AgentError::State(config.dir.display().to_string(), e);
+    if let Ok(bytes) = std::fs::read(&path)
+        && let Ok(kept) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && let (Some(id), Some(credential)) = (kept["id"].as_str(), kept["credential"].as_str())
+    {
+        return Ok((id.to_owned(), Secret::new(credential)));
+    }
+    if !config.token.expose().starts_with("drr_") {
+        return Err(AgentError::Register(
+            "no credential kept and DROVER_TOKEN is not a registration token (drr_…); install with the hub's host command".into(),
+        ));
+    }
+    let host_id = host_id(&config.dir)?;
+    let connector = Connector::new(ConnectorConfig::new(
+        server,
+        config.token.clone(),
+        Peer {
+            id: String::new(),
+            kind: KIND.into(),
+        },
+        config.trust(),
+    ))?;
+    let body = serde_json::json!({"kind": KIND, "hostId": host_id, "host": config.host});
+    let request = http::Request::post("/v3/register")
+        .header(
+            http::header::AUTHORIZATION,
+            format!("Bearer {}", config.token.expose()),
+        )
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| AgentError::Register(e.to_string()))?;
+    let response = connector.request(request).await?;
+    let reply: serde_json::Value = serde_json::from_slice(response.body()).unwrap_or_default();
+    if !response.status().is_success() {
+        return Err(AgentError::Register(format!(
+            "HTTP {}: {}",
+            response.status(),
+            reply["message"].as_str().unwrap_or("no reason given")
+        )));
+    }
+    let (Some(id), Some(credential)) = (reply["id"].as_str(), reply["credential"].as_str()) else {
+        return Err(AgentError::Register(
+            "the hub answered without an identity and credential".into(),
+        ));
+    };
+    let kept = serde_json::json!({"id": id, "credential": credential, "cluster": reply["cluster"]});
+    record::write_file_atomically(&path, kept.to_string().as_bytes(), 0o600).map_err(state)?;
+    tracing::info!(%id, cluster = %reply["cluster"].as_str().unwrap_or_default(), "registered with the hub");
+    Ok((id.to_owned(), Secret::new(credential)))
+}
+
+/// Runs the agent until `shutdown`.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
+    std::fs::create_dir_all(&config.dir)
+        .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(dir) = &config.local_plans {
+        tasks.spawn(local::follow(
+            dir.clone(),
+            config.dir.join("local"),
+            config.retry,
+            shutdown.clone(),
+        ));
+    }
+    if let Some(server) = &config.server {
+        let (id, credential) = registration(&config, server).await?;
+        let record = record::Record::open(&config.dir.join("plan.json"))
+            .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
+        tasks.spawn(applier::drive(
+            record.clone(),
+            config.retry,
+            shutdown.clone(),
+        ));
+        let tunnel = ConnectorConfig::new(
+            server,
+            credential,
+            Peer {
+                id,
+                kind: KIND.into(),
+            },
+            config.trust(),
+        );
+        let connector = Connector::new(tunnel)?;
+        let (tx, mut sessions) = mpsc::channel(1);
+        tasks.spawn(connector.run(tx, shutdown.clone()));
+        tasks.spawn(async move {
+            while let Some(session) = sessions.recv().await {
+                tracing::info!(session = %session.hello.session_id, "connected to the hub");
+                tokio::spawn(hub::serve(session, record.clone()));
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Now, RFC 3339 in UTC.
+pub(crate) fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}

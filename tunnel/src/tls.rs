@@ -126,6 +126,35 @@ pub fn unverified_client_config() -> Arc<ClientConfig> {
     Arc::new(config)
 }
 
+/// A client config for checking someone else's HTTPS endpoint (a plan's probe): servers
+/// verified against `roots`, or not at all with `None` (the plan said `insecure`), and a client
+/// certificate chain and key (PEM) when the endpoint asks for one.
+pub fn probe_client_config(
+    roots: Option<RootCertStore>,
+    client: Option<(&[u8], &[u8])>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match roots {
+        Some(roots) => builder.with_root_certificates(roots),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyChain(provider))),
+    };
+    let mut config = match client {
+        Some((chain, key)) => {
+            let chain = certs_from_pem(chain)?;
+            let key =
+                PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Key(e.to_string()))?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 #[derive(Debug)]
 struct AnyChain(Arc<CryptoProvider>);
 

@@ -1,0 +1,275 @@
+//! Applying one plan slot: what to do with the plan given (apply it, retry it after a backoff,
+//! leave it, or keep its periodic instructions and probes going), and doing it. Every step is
+//! recorded before the next one starts, so a crash at any point is recovered from the record.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::future::join_all;
+use proto::plan::v1::{InstructionResult, Plan, PlanState, PlanStatus, ProbeStatus};
+use tokio_util::sync::CancellationToken;
+
+use crate::{exec, files, probe, record::Record};
+
+/// How failures are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts when the plan does not say (`maxFailures` 0).
+    pub max_failures: u32,
+    /// The wait after the first failure; it doubles with each failure after that.
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            max_failures: 5,
+            base: Duration::from_secs(5),
+            cap: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Retry {
+    fn max(&self, plan: &Plan) -> u32 {
+        if plan.max_failures == 0 {
+            self.max_failures
+        } else {
+            plan.max_failures
+        }
+    }
+
+    /// The wait before attempt `failures + 1`.
+    fn wait(&self, failures: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(failures.saturating_sub(1).min(31))
+            .unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.cap)
+    }
+}
+
+/// What the plan given calls for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// No plan, or it failed `max_failures` times: wait for a new one.
+    Nothing,
+    Apply,
+    RetryAfter(Duration),
+    /// Applied: keep its periodic instructions and probes going.
+    Monitor,
+}
+
+fn next(checksum: &str, plan: &Plan, status: &PlanStatus, retry: &Retry) -> Next {
+    if checksum.is_empty() {
+        return Next::Nothing;
+    }
+    if status.applied_checksum == checksum {
+        return Next::Monitor;
+    }
+    if status.checksum != checksum {
+        return Next::Apply;
+    }
+    match PlanState::try_from(status.state).unwrap_or_default() {
+        // Interrupted (a crash, a restart): run it again from the start.
+        PlanState::InProgress | PlanState::Unspecified | PlanState::Applied => Next::Apply,
+        PlanState::Failed if status.failure_count >= retry.max(plan) => Next::Nothing,
+        PlanState::Failed => Next::RetryAfter(retry.wait(status.failure_count)),
+    }
+}
+
+/// Drives `record`'s plan until `shutdown`: applies new plans, retries failed ones, and keeps
+/// the applied one's periodic instructions and probes reporting.
+pub async fn drive(record: Arc<Record>, retry: Retry, shutdown: CancellationToken) {
+    let mut desired = record.watch_desired();
+    loop {
+        desired.borrow_and_update();
+        let (checksum, plan) = record.desired();
+        let plan = plan.unwrap_or_default();
+        let step = next(&checksum, &plan, &record.status(), &retry);
+        let work = async {
+            match step {
+                Next::Nothing => std::future::pending().await,
+                Next::Apply => apply(&record, &checksum, &plan, &retry).await,
+                Next::RetryAfter(wait) => {
+                    tracing::info!(plan = %short(&checksum), ?wait, "retrying the failed plan after a wait");
+                    tokio::time::sleep(wait).await;
+                    apply(&record, &checksum, &plan, &retry).await;
+                }
+                Next::Monitor => monitor(&record, &plan).await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            // A new plan replaces whatever was going on (a running instruction is killed; the
+            // record says in-progress for the old plan, which is no longer wanted).
+            changed = desired.changed() => if changed.is_err() { return },
+            () = work => {}
+        }
+    }
+}
+
+fn short(checksum: &str) -> &str {
+    checksum.get(..12).unwrap_or(checksum)
+}
+
+/// One attempt at a plan: record in-progress, write the files, run the instructions in order,
+/// record applied or failed.
+async fn apply(record: &Record, checksum: &str, plan: &Plan, retry: &Retry) {
+    let max = retry.max(plan);
+    let recorded = record.record(|s| {
+        if s.checksum != checksum {
+            s.failure_count = 0;
+        }
+        s.checksum = checksum.to_owned();
+        s.state = PlanState::InProgress as i32;
+        s.max_failures = max;
+        s.results.clear();
+        s.periodic.clear();
+        s.probes.clear();
+        s.message.clear();
+    });
+    if let Err(e) = recorded {
+        tracing::error!(error = %e, "cannot record that a plan is in progress; not applying it");
+        return;
+    }
+    tracing::info!(plan = %short(checksum), "applying a plan");
+    let outcome = attempt(record, plan).await;
+    let finished = record.record(|s| match &outcome {
+        Ok(()) => {
+            s.state = PlanState::Applied as i32;
+            s.applied_checksum = checksum.to_owned();
+            s.failure_count = 0;
+        }
+        Err(message) => {
+            s.state = PlanState::Failed as i32;
+            s.failure_count += 1;
+            s.message = message.clone();
+        }
+    });
+    match (finished, outcome) {
+        (Err(e), _) => tracing::error!(error = %e, "cannot record the plan's outcome"),
+        (Ok(_), Ok(())) => tracing::info!(plan = %short(checksum), "plan applied"),
+        (Ok(s), Err(message)) => tracing::warn!(
+            plan = %short(checksum), failures = s.failure_count, max, "plan failed: {message}"
+        ),
+    }
+}
+
+async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
+    // Nothing is touched unless every entry makes sense.
+    plan.files.iter().try_for_each(files::check)?;
+    plan.instructions.iter().try_for_each(exec::check)?;
+    plan.periodic
+        .iter()
+        .filter_map(|p| p.instruction.as_ref())
+        .try_for_each(exec::check)?;
+    plan.probes.iter().try_for_each(probe::check)?;
+    for file in &plan.files {
+        files::apply(file)?;
+    }
+    for instruction in &plan.instructions {
+        let mut result = exec::run(instruction).await;
+        let failed = result.exit_code != 0;
+        if !failed && !instruction.save_output {
+            result.stdout.clear();
+            result.stderr.clear();
+        }
+        let message = format!(
+            "instruction {:?} exited with {}: {}",
+            result.name,
+            result.exit_code,
+            last_line(&result.stderr)
+        );
+        record
+            .record(|s| s.results.push(result))
+            .map_err(|e| format!("cannot record an instruction's result: {e}"))?;
+        if failed {
+            return Err(message);
+        }
+    }
+    Ok(())
+}
+
+fn last_line(text: &str) -> &str {
+    text.trim_end()
+        .lines()
+        .last()
+        .unwrap_or("no output on stderr")
+}
+
+/// Keeps the applied plan's periodic instructions and probes going; never returns.
+async fn monitor(record: &Record, plan: &Plan) {
+    let periodic = plan.periodic.iter().filter_map(|p| {
+        let instruction = p.instruction.clone()?;
+        let period = Duration::from_secs(if p.period_seconds == 0 {
+            60
+        } else {
+            p.period_seconds.into()
+        });
+        Some(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                ticks.tick().await;
+                let result = exec::run(&instruction).await;
+                keep_periodic(record, result);
+            }
+        })
+    });
+    let probes = plan.probes.iter().map(|p| async move {
+        let timing = probe::Timing::of(p);
+        tokio::time::sleep(timing.initial_delay).await;
+        let mut status = ProbeStatus {
+            name: p.name.clone(),
+            ..ProbeStatus::default()
+        };
+        let mut ticks = tokio::time::interval(timing.period);
+        loop {
+            ticks.tick().await;
+            let result = probe::once(p).await;
+            if probe::fold(&mut status, timing, result) {
+                let status = status.clone();
+                let kept =
+                    record.record(
+                        |s| match s.probes.iter_mut().find(|x| x.name == status.name) {
+                            Some(x) => *x = status,
+                            None => s.probes.push(status),
+                        },
+                    );
+                if let Err(e) = kept {
+                    tracing::warn!(error = %e, "cannot record a probe's health");
+                }
+            }
+        }
+    });
+    let periodic: Vec<_> = periodic.collect();
+    let probes: Vec<_> = probes.collect();
+    tokio::join!(join_all(periodic), join_all(probes));
+    std::future::pending::<()>().await;
+}
+
+/// Records a periodic instruction's run when its outcome differs from the last one kept.
+fn keep_periodic(record: &Record, result: InstructionResult) {
+    let same = |x: &InstructionResult| {
+        x.exit_code == result.exit_code && x.stdout == result.stdout && x.stderr == result.stderr
+    };
+    if record
+        .status()
+        .periodic
+        .iter()
+        .any(|x| x.name == result.name && same(x))
+    {
+        return;
+    }
+    let kept = record.record(
+        |s| match s.periodic.iter_mut().find(|x| x.name == result.name) {
+            Some(x) => *x = result,
+            None => s.periodic.push(result),
+        },
+    );
+    if let Err(e) = kept {
+        tracing::warn!(error = %e, "cannot record a periodic instruction's result");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+use std::path::{Path, PathBuf};
+
+use proto::plan::v1::{File, Instruction, PeriodicInstruction, Probe, checksum};
+
+use super::*;
+
+fn script(name: &str, script: &str) -> Instruction {
+    Instruction {
+        name: name.into(),
+        script: script.into(),
+        ..Instruction::default()
+    }
+}
+
+/// An instruction that appends a line to `counter` (so its runs can be counted) and then runs
+/// `then`.
+fn counted(name: &str, counter: &Path, then: &str) -> Instruction {
+    script(name, &format!("echo run >> {}; {then}", counter.display()))
+}
+
+fn runs(counter: &Path) -> usize {
+    std::fs::read_to_string(counter)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn fast() -> Retry {
+    Retry {
+        max_failures: 3,
+        base: Duration::from_millis(20),
+        cap: Duration::from_millis(100),
+    }
+}
+
+/// Drives `plan` on the record at `path` until `done` holds for the status (or 20 s pass).
+async fn drive_until(
+    path: &Path,
+    plan: &Plan,
+    retry: Retry,
+    done: impl Fn(&PlanStatus) -> bool,
+) -> PlanStatus {
+    drive_within(path, plan, retry, done, Duration::from_secs(20)).await
+}
+
+async fn drive_within(
+    path: &Path,
+    plan: &Plan,
+    retry: Retry,
+    done: impl Fn(&PlanStatus) -> bool,
+    within: Duration,
+) -> PlanStatus {
+    let record = Record::open(path).unwrap();
+    record
+        .set_desired(checksum(plan), Some(plan.clone()))
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(drive(record.clone(), retry, shutdown.clone()));
+    let deadline = tokio::time::Instant::now() + within;
+    let status = loop {
+        let status = record.status();
+        if done(&status) || tokio::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    shutdown.cancel();
+    task.await.unwrap();
+    status
+}
+
+fn applied(s: &PlanStatus) -> bool {
+    s.state == PlanState::Applied as i32
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn a_plan_writes_files_runs_instructions_in_order_and_never_runs_again() {
+    let dir = Dir(crate::testing::tempdir());
+    let counter = dir.0.join("runs");
+    let config = dir.0.join("etc/app/config");
+    let plan = Plan {
+        files: vec![File {
+            path: config.display().to_string(),
+            content: b"hello".to_vec(),
+            ..File::default()
+        }],
+        instructions: vec![
+            // Sees the file the plan wrote.
+            script("read", &format!("cat {}", config.display())),
+            Instruction {
+                save_output: true,
+                ..counted("install", &counter, "echo token-123")
+            },
+        ],
+        ..Plan::default()
+    };
+    let path = dir.0.join("plan.json");
+    let status = drive_until(&path, &plan, fast(), applied).await;
+    assert!(applied(&status), "{status:?}");
+    assert_eq!(status.applied_checksum, checksum(&plan));
+    let names: Vec<_> = status.results.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["read", "install"]);
+    assert_eq!(
+        status.results[0].stdout, "",
+        "output is kept only when asked"
+    );
+    assert_eq!(status.results[1].stdout, "token-123\n");
+    assert_eq!(runs(&counter), 1);
+
+    // A restart with the same plan runs nothing.
+    let again = drive_within(&path, &plan, fast(), |_| false, Duration::from_millis(500)).await;
+    assert_eq!(runs(&counter), 1);
+    assert_eq!(again.seq, status.seq);
+}
+
+#[tokio::test]
+async fn a_failing_instruction_stops_the_plan_and_is_retried_up_to_max_failures() {
+    let dir = Dir(crate::testing::tempdir());
+    let counter = dir.0.join("runs");
+    let after = dir.0.join("after");
+    let plan = Plan {
+        instructions: vec![
+            counted("install", &counter, "echo 'disk on fire' >&2; exit 1"),
+            counted("after", &after, "true"),
+        ],
+        ..Plan::default()
+    };
+    let status = drive_until(&dir.0.join("plan.json"), &plan, fast(), |s| {
+        s.failure_count >= 3
+    })
+    .await;
+    assert_eq!(status.state, PlanState::Failed as i32);
+    assert_eq!((status.failure_count, status.max_failures), (3, 3));
+    assert!(
+        status.message.contains("install") && status.message.contains("disk on fire"),
+        "{}",
+        status.message
+    );
+    assert_eq!(status.results.len(), 1);
+    assert_eq!(status.results[0].exit_code, 1);
+    assert_eq!(status.results[0].stderr, "disk on fire\n");
+    // Give a fourth attempt time to (wrongly) happen.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(runs(&counter), 3, "stops at max failures");
+    assert_eq!(runs(&after), 0, "nothing after the failing instruction ran");
+}
+
+#[tokio::test]
+async fn a_plan_interrupted_by_a_crash_runs_again_from_the_start() {
+    let dir = Dir(crate::testing::tempdir());
+    let counter = dir.0.join("runs");
+    let plan = Plan {
+        instructions: vec![counted("install", &counter, "true")],
+        ..Plan::default()
+    };
+    let path = dir.0.join("plan.json");
+    // What a crash mid-plan leaves behind.
+    let record = Record::open(&path).unwrap();
+    record
+        .set_desired(checksum(&plan), Some(plan.clone()))
+        .unwrap();
+    record
+        .record(|s| {
+            s.checksum = checksum(&plan);
+            s.state = PlanState::InProgress as i32;
+        })
+        .unwrap();
+    drop(record);
+    let status = drive_until(&path, &plan, fast(), applied).await;
+    assert!(applied(&status), "{status:?}");
+    assert_eq!(runs(&counter), 1);
+}
+
+#[tokio::test]
+async fn a_new_plan_replaces_a_failing_one_and_bad_entries_fail_before_anything_runs() {
+    let dir = Dir(crate::testing::tempdir());
+    let counter = dir.0.join("runs");
+    let bad = Plan {
+        files: vec![File {
+            path: "relative".into(),
+            ..File::default()
+        }],
+        instructions: vec![counted("x", &counter, "true")],
+        max_failures: 1,
+        ..Plan::default()
+    };
+    let path = dir.0.join("plan.json");
+    let status = drive_until(&path, &bad, fast(), |s| s.failure_count >= 1).await;
+    assert!(status.message.contains("absolute"), "{}", status.message);
+    assert_eq!(runs(&counter), 0);
+    let good = Plan {
+        instructions: vec![counted("x", &counter, "true")],
+        ..Plan::default()
+    };
+    let status = drive_until(&path, &good, fast(), applied).await;
+    assert_eq!((status.failure_count, runs(&counter)), (0, 1));
+}
+
+#[tokio::test]
+async fn periodic_instructions_and_probes_keep_reporting_once_applied() {
+    let dir = Dir(crate::testing::tempdir());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                let _ = tokio::io::AsyncWriteExt::write_all(
+                    &mut s,
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+                )
+                .await;
+            });
+        }
+    });
+    let plan = Plan {
+        periodic: vec![PeriodicInstruction {
+            instruction: Some(script("uptime", "echo up")),
+            period_seconds: 1,
+        }],
+        probes: vec![Probe {
+            name: "readyz".into(),
+            url: format!("http://{addr}/readyz"),
+            period_seconds: 1,
+            ..Probe::default()
+        }],
+        ..Plan::default()
+    };
+    let status = drive_until(&dir.0.join("plan.json"), &plan, fast(), |s| {
+        s.probes.iter().any(|p| p.healthy) && !s.periodic.is_empty()
+    })
+    .await;
+    assert!(applied(&status));
+    assert_eq!(status.periodic[0].stdout, "up\n");
+    assert_eq!(status.probes[0].name, "readyz");
+    assert!(status.probes[0].healthy, "{status:?}");
+}
+
+#[test]
+fn waits_double_up_to_the_cap() {
+    let r = Retry {
+        max_failures: 5,
+        base: Duration::from_secs(5),
+        cap: Duration::from_secs(30),
+    };
+    let waits: Vec<u64> = (1..6).map(|n| r.wait(n).as_secs()).collect();
+    assert_eq!(waits, [5, 10, 20, 30, 30]);
+}

@@ -1,0 +1,184 @@
+//! Running one instruction: a program with arguments, or a shell script, with the plan's
+//! environment added; its output captured up to a bound (the tail is what explains a failure).
+
+use std::process::Stdio;
+
+use proto::plan::v1::{Instruction, InstructionResult};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// How much of each of stdout and stderr is kept: the last 32 KiB.
+pub const OUTPUT_LIMIT: usize = 32 * 1024;
+
+/// Checks an instruction before anything runs; the message names it.
+pub fn check(instruction: &Instruction) -> Result<(), String> {
+    let name = &instruction.name;
+    match (
+        instruction.command.is_empty(),
+        instruction.script.is_empty(),
+    ) {
+        (true, true) => return Err(format!("instruction {name:?}: give a command or a script")),
+        (false, false) => {
+            return Err(format!(
+                "instruction {name:?}: give a command or a script, not both"
+            ));
+        }
+        _ => {}
+    }
+    if let Some(bad) = instruction.env.iter().find(|e| {
+        e.split_once('=')
+            .is_none_or(|(k, _)| k.is_empty() || k.contains('\0'))
+    }) {
+        return Err(format!(
+            "instruction {name:?}: env entry {bad:?} must be KEY=value"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `instruction` to its end. Dropping the future kills the process.
+pub async fn run(instruction: &Instruction) -> InstructionResult {
+    let mut result = InstructionResult {
+        name: instruction.name.clone(),
+        exit_code: -1,
+        ..InstructionResult::default()
+    };
+    if let Err(e) = check(instruction) {
+        result.stderr = e;
+        result.finished_at = crate::now();
+        return result;
+    }
+    let mut command = if instruction.script.is_empty() {
+        tokio::process::Command::new(&instruction.command)
+    } else {
+        let mut sh = tokio::process::Command::new("/bin/sh");
+        // `$0` is the instruction's name, then the plan's args.
+        sh.arg("-c").arg(&instruction.script).arg(&instruction.name);
+        sh
+    };
+    command
+        .args(&instruction.args)
+        .envs(instruction.env.iter().filter_map(|e| e.split_once('=')))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let what = if instruction.script.is_empty() {
+                instruction.command.as_str()
+            } else {
+                "/bin/sh"
+            };
+            result.stderr = format!("cannot start {what}: {e}");
+            result.finished_at = crate::now();
+            return result;
+        }
+    };
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let (out, err, status) = tokio::join!(tail(stdout), tail(stderr), child.wait());
+    result.stdout = out;
+    result.stderr = err;
+    result.exit_code = match status {
+        Ok(status) => status.code().unwrap_or(-1),
+        Err(e) => {
+            result
+                .stderr
+                .push_str(&format!("\nwaiting for the process: {e}"));
+            -1
+        }
+    };
+    result.finished_at = crate::now();
+    result
+}
+
+/// Reads `pipe` to its end, keeping the last [`OUTPUT_LIMIT`] bytes.
+async fn tail(pipe: Option<impl AsyncRead + Unpin>) -> String {
+    let Some(mut pipe) = pipe else {
+        return String::new();
+    };
+    let mut kept = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&chunk[..n]);
+                if kept.len() > 2 * OUTPUT_LIMIT {
+                    kept.drain(..kept.len() - OUTPUT_LIMIT);
+                }
+            }
+        }
+    }
+    if kept.len() > OUTPUT_LIMIT {
+        kept.drain(..kept.len() - OUTPUT_LIMIT);
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(name: &str, script: &str) -> Instruction {
+        Instruction {
+            name: name.into(),
+            script: script.into(),
+            ..Instruction::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn output_exit_code_args_and_env_are_seen() {
+        let mut i = script("greet", "echo \"$0 $1 $GREETING\"; echo oops >&2; exit 3");
+        i.args = vec!["world".into()];
+        i.env = vec!["GREETING=hello=there".into()];
+        let r = run(&i).await;
+        assert_eq!(r.exit_code, 3);
+        assert_eq!(r.stdout, "greet world hello=there\n");
+        assert_eq!(r.stderr, "oops\n");
+        assert!(!r.finished_at.is_empty());
+
+        let r = run(&Instruction {
+            name: "list".into(),
+            command: "/bin/echo".into(),
+            args: vec!["-n".into(), "a b".into()],
+            ..Instruction::default()
+        })
+        .await;
+        assert_eq!((r.exit_code, r.stdout.as_str()), (0, "a b"));
+    }
+
+    #[tokio::test]
+    async fn output_is_bounded_to_its_tail() {
+        let r = run(&script(
+            "noisy",
+            "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done",
+        ))
+        .await;
+        assert_eq!(r.exit_code, 0);
+        assert!(r.stdout.len() <= OUTPUT_LIMIT);
+        assert!(r.stdout.ends_with("line-19999\n"));
+        assert!(!r.stdout.contains("line-0\n"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_fails_with_a_reason() {
+        let r = run(&Instruction {
+            name: "x".into(),
+            command: "/nonexistent/program".into(),
+            ..Instruction::default()
+        })
+        .await;
+        assert_eq!(r.exit_code, -1);
+        assert!(r.stderr.contains("/nonexistent/program"), "{}", r.stderr);
+        let err = check(&Instruction {
+            name: "y".into(),
+            command: "a".into(),
+            script: "b".into(),
+            ..Instruction::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("not both"));
+    }
+}

@@ -1,0 +1,84 @@
+//! The system-agent's side of a session with the hub: it takes plans from the hub's `Watch`
+//! stream into the record and sends the record's status until the hub acknowledges it.
+
+use std::{sync::Arc, time::Duration};
+
+use proto::plan::v1::{WatchPlan, checksum, plans_client::PlansClient};
+use tunnel::AgentSession;
+
+use crate::record::Record;
+
+/// Serves one session until it ends.
+pub(crate) async fn serve(session: AgentSession, record: Arc<Record>) {
+    let client = PlansClient::new(session.channel.clone());
+    tokio::select! {
+        _ = session.session.ended() => {}
+        () = take_plans(client.clone(), &record) => {}
+        () = report(client, &record) => {}
+    }
+}
+
+/// Follows the hub's plan for this host; a broken stream is opened again after a pause.
+async fn take_plans(mut client: PlansClient<tonic::transport::Channel>, record: &Record) {
+    loop {
+        match client.watch(WatchPlan {}).await {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                loop {
+                    match stream.message().await {
+                        Ok(Some(delivery)) => {
+                            let plan = delivery.plan.unwrap_or_default();
+                            let (sum, plan) = if delivery.checksum.is_empty() {
+                                (String::new(), None)
+                            } else {
+                                // The agent's own sum is the plan's identity; a different one
+                                // from the hub means the two builds encode differently.
+                                let sum = checksum(&plan);
+                                if sum != delivery.checksum {
+                                    tracing::warn!(hub = %delivery.checksum, agent = %sum, "the hub and this agent compute different plan checksums");
+                                }
+                                (sum, Some(plan))
+                            };
+                            if let Err(e) = record.set_desired(sum, plan) {
+                                tracing::error!(error = %e, "cannot keep the plan on disk");
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the plan stream broke");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot follow the hub's plan"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Sends each new status; what the hub did not acknowledge is sent again.
+async fn report(mut client: PlansClient<tonic::transport::Channel>, record: &Record) {
+    let mut changes = record.watch_status();
+    loop {
+        changes.borrow_and_update();
+        if let Some(status) = record.unacked() {
+            match client.report(status).await {
+                Ok(ack) => {
+                    if let Err(e) = record.ack(ack.into_inner().seq) {
+                        tracing::warn!(error = %e, "cannot record the hub's acknowledgement");
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the hub did not take the plan's status; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}

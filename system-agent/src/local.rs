@@ -1,0 +1,121 @@
+//! A local plan directory, for hosts with no hub (air-gapped, or while debugging): each
+//! `NAME.json` in it is a plan (the JSON form of `drover.plan.v1.Plan`), applied like one from
+//! the hub, with its record (and so its status) in `<agent dir>/local/NAME.json`. The directory
+//! is read every two seconds; a changed file is a new plan, a removed one is left as it was.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use proto::plan::v1::{Plan, PlanState, checksum};
+use tokio_util::sync::CancellationToken;
+
+use crate::{applier, record::Record};
+
+/// How often the directory is read.
+const EVERY: Duration = Duration::from_secs(2);
+
+struct Slot {
+    record: Arc<Record>,
+    stop: CancellationToken,
+    /// The file's bytes last read, so an unchanged file is not parsed again.
+    seen: Vec<u8>,
+}
+
+/// Follows `plans` until `shutdown`, keeping records in `records`.
+pub async fn follow(
+    plans: PathBuf,
+    records: PathBuf,
+    retry: applier::Retry,
+    shutdown: CancellationToken,
+) {
+    if let Err(e) = std::fs::create_dir_all(&records) {
+        tracing::error!(dir = %records.display(), error = %e, "cannot keep local plan records");
+        return;
+    }
+    tracing::info!(dir = %plans.display(), "applying local plans");
+    let mut slots: HashMap<String, Slot> = HashMap::new();
+    loop {
+        let found = plan_files(&plans);
+        slots.retain(|name, slot| {
+            let keep = found.contains_key(name);
+            if !keep {
+                slot.stop.cancel();
+            }
+            keep
+        });
+        for (name, path) in found {
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if slots.get(&name).is_some_and(|s| s.seen == bytes) {
+                continue;
+            }
+            let slot = match slots.get_mut(&name) {
+                Some(slot) => slot,
+                None => {
+                    let record = match Record::open(&records.join(format!("{name}.json"))) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            tracing::error!(plan = %name, error = %e, "cannot open the plan's record");
+                            continue;
+                        }
+                    };
+                    let stop = shutdown.child_token();
+                    tokio::spawn(applier::drive(record.clone(), retry, stop.clone()));
+                    slots.entry(name.clone()).or_insert(Slot {
+                        record,
+                        stop,
+                        seen: Vec::new(),
+                    })
+                }
+            };
+            slot.seen = bytes;
+            take(&name, &path, &slot.seen, &slot.record);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(EVERY) => {}
+        }
+    }
+}
+
+/// `NAME.json` files in `dir`, by name.
+fn plan_files(dir: &Path) -> HashMap<String, PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return HashMap::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
+        .filter_map(|p| Some((p.file_stem()?.to_str()?.to_owned(), p)))
+        .collect()
+}
+
+/// Hands a plan file's content to its record; a file that is not a plan is reported in the
+/// record's status, naming the file, and nothing runs.
+fn take(name: &str, path: &Path, bytes: &[u8], record: &Record) {
+    match serde_json::from_slice::<Plan>(bytes) {
+        Ok(plan) => {
+            if let Err(e) = record.set_desired(checksum(&plan), Some(plan)) {
+                tracing::error!(plan = %name, error = %e, "cannot keep the plan");
+            }
+        }
+        Err(e) => {
+            let message = format!("{}: not a plan: {e}", path.display());
+            tracing::warn!("{message}");
+            let kept = record.record(|s| {
+                s.checksum.clear();
+                s.state = PlanState::Failed as i32;
+                s.message = message;
+            });
+            if let Err(e) = kept {
+                tracing::error!(plan = %name, error = %e, "cannot record the plan's status");
+            }
+        }
+    }
+}

@@ -27,6 +27,7 @@ mod fsutil;
 pub mod metrics;
 pub mod model;
 pub mod pki;
+pub mod plans;
 pub mod proxy;
 pub mod registration;
 pub mod store;
@@ -122,6 +123,8 @@ impl Hub {
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 
         let registry = Registry::default();
+        let dispatch = Arc::new(plans::Dispatch::default());
+        tokio::spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
         let acceptor_config = AcceptorConfig {
             routes: tonic::service::Routes::new(
                 proto::cluster::v1::cluster_agent_server::ClusterAgentServer::new(
@@ -129,7 +132,13 @@ impl Hub {
                         store: store.clone(),
                     },
                 ),
-            ),
+            )
+            .add_service(proto::plan::v1::plans_server::PlansServer::new(
+                plans::PlansService {
+                    store: store.clone(),
+                    dispatch,
+                },
+            )),
             ..AcceptorConfig::default()
         };
         let acceptor = Acceptor::new(

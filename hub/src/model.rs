@@ -227,13 +227,16 @@ pub struct RoleBindingSpec {
     pub cluster: Option<String>,
 }
 
-/// What one host must look like (filled in by the provisioning work).
+/// What one host must look like; named after the host, pushed to its system-agent the moment
+/// it is written. Written by the planner for custom clusters; an admin may write one too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanSpec {
     pub host: String,
     /// The host's cluster (for access checks).
     pub cluster: String,
+    /// The plan (`drover.plan.v1.Plan` as JSON): `files`, `instructions`, `periodic`,
+    /// `probes`, `maxFailures`.
     #[serde(default)]
     pub plan: Value,
 }
@@ -397,7 +400,8 @@ impl Kind {
             }),
             Kind::Plan => check::<PlanSpec>(spec, |s| {
                 non_empty("spec.host", &s.host)?;
-                non_empty("spec.cluster", &s.cluster)
+                non_empty("spec.cluster", &s.cluster)?;
+                parse_plan(&s.plan).map(drop)
             }),
             Kind::Setting => check::<SettingSpec>(spec, |_| Ok(())),
         }
@@ -422,6 +426,14 @@ fn redact_spec(spec: &mut Value) {
             spec.remove(field);
         }
     }
+}
+
+/// A Plan's `spec.plan` as the protocol's type; the message says what to fix.
+pub fn parse_plan(plan: &Value) -> Result<proto::plan::v1::Plan, String> {
+    if plan.is_null() {
+        return Ok(proto::plan::v1::Plan::default());
+    }
+    serde_json::from_value(plan.clone()).map_err(|e| format!("spec.plan: {e}"))
 }
 
 fn non_empty(field: &str, value: &str) -> Result<(), String> {

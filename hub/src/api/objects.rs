@@ -154,6 +154,7 @@ async fn hash_password(password: String) -> Result<String, ApiError> {
 async fn checked_spec(
     api: &Api,
     kind: Kind,
+    name: &str,
     spec: Value,
     current: Option<&Object>,
 ) -> Result<Value, ApiError> {
@@ -189,13 +190,42 @@ async fn checked_spec(
                 None => {}
             }
         }
-        Kind::Host | Kind::RegistrationToken | Kind::Plan => {
+        Kind::Host | Kind::RegistrationToken => {
             let cluster = spec
                 .get("cluster")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
             must_exist(api, Kind::Cluster, &cluster, "spec.cluster").await?;
+        }
+        Kind::Plan => {
+            // One plan per host, named after it: the hub pushes a host the plan of its name.
+            let (host, cluster) = (
+                spec.get("host").and_then(Value::as_str).unwrap_or_default(),
+                spec.get("cluster")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
+            if host != name {
+                return Err(ApiError::invalid(format!(
+                    "metadata.name: a plan is named after its host; name it {host:?} (spec.host)"
+                )));
+            }
+            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+            match api.store.get(Kind::Host.name(), host).await {
+                Ok(h) if h.spec.get("cluster").and_then(Value::as_str) == Some(cluster) => {}
+                Ok(_) => {
+                    return Err(ApiError::invalid(format!(
+                        "spec.host: host {host:?} is not in cluster {cluster:?}"
+                    )));
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::invalid(format!(
+                        "spec.host: Host {host:?} does not exist; hosts register with the host command"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Kind::RoleBinding => {
             if let Some(cluster) = spec.get("cluster").and_then(Value::as_str) {
@@ -242,7 +272,7 @@ pub(super) async fn create(
     if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
         set(&mut spec, "user", Value::String(principal.user.clone()));
     }
-    let mut spec = checked_spec(&api, kind, spec, None).await?;
+    let mut spec = checked_spec(&api, kind, &name, spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
         shown_once.insert("token".into(), Value::String(token.value.clone()));
@@ -321,7 +351,7 @@ async fn replace(
             "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
         )));
     }
-    let spec = checked_spec(api, kind, spec_from(&value)?, Some(&current)).await?;
+    let spec = checked_spec(api, kind, &name, spec_from(&value)?, Some(&current)).await?;
     let object = Object {
         kind: kind.name().to_owned(),
         metadata: metadata_from(&value, &name)?,

@@ -566,13 +566,14 @@ fn example(kind: Kind) -> Value {
         Kind::User => json!({"password": "a long enough password"}),
         Kind::Token => json!({"description": "ci"}),
         Kind::RoleBinding => json!({"user": "admin", "role": "read-only", "cluster": "c1"}),
-        Kind::Plan => json!({"host": "h1", "cluster": "c1", "plan": {}}),
+        // A plan is named after its host (created just before it).
+        Kind::Plan => json!({"host": "hosts-1", "cluster": "c1", "plan": {}}),
         Kind::Setting => json!({"value": "x"}),
     };
-    let name = if kind == Kind::Cluster {
-        "c1".to_owned()
-    } else {
-        format!("{}-1", kind.plural())
+    let name = match kind {
+        Kind::Cluster => "c1".to_owned(),
+        Kind::Plan => "hosts-1".to_owned(),
+        _ => format!("{}-1", kind.plural()),
     };
     json!({"metadata": {"name": name, "labels": {"test": "yes"}}, "spec": spec})
 }

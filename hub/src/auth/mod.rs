@@ -231,7 +231,8 @@ pub fn authorize(
             v if v.reads() => role.is_some(),
             _ => owner,
         },
-        Kind::Plan => verb.reads() && role.is_some(),
+        // Plans carry the cluster's join token: its owners may read them, no one else.
+        Kind::Plan => verb.reads() && owner,
         Kind::User => verb == Verb::Get && object.metadata.name == principal.user,
         Kind::Token => {
             let mine = spec_str(object, "user") == Some(principal.user.as_str());

@@ -50,7 +50,7 @@ fn expected(kind: Kind, verb: Verb, role: Option<Role>) -> bool {
         }
         Kind::RegistrationToken => owner,
         Kind::RoleBinding => (read && role.is_some()) || (owner && !read),
-        Kind::Plan => read && role.is_some(),
+        Kind::Plan => read && owner,
         _ => unreachable!(),
     }
 }

@@ -1,0 +1,375 @@
+//! Plan delivery and plan status. One watch on the store's Plans keeps, per host, the current
+//! plan and its checksum; each connected system-agent follows its host's entry over the `Watch`
+//! stream, so a plan reaches its host the moment it is written (and again on every reconnect).
+//! Agents report status with `Report`; the hub acknowledges a status only once it is stored,
+//! on the Plan (`status`) and on the Host (condition `Provisioned`).
+
+use std::{
+    collections::HashMap,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt};
+use proto::plan::v1::{
+    Plan, PlanDelivery, PlanState, PlanStatus, StatusAck, WatchPlan, checksum, plans_server,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    agents::{Belongs, SYSTEM_AGENT, belongs, update_status},
+    model::{Kind, Status, parse_plan},
+    store::{EventType, LabelSelector, Object, Store},
+};
+
+/// A host's current plan as pushed.
+#[derive(Debug, PartialEq)]
+pub struct Pushed {
+    pub checksum: String,
+    pub plan: Plan,
+}
+
+type Current = Option<Arc<Pushed>>;
+
+/// Every host's current plan, kept from one watch on the store.
+#[derive(Debug)]
+pub struct Dispatch {
+    hosts: Mutex<HashMap<String, watch::Sender<Current>>>,
+    /// True once the store's plans have been read.
+    ready: watch::Sender<bool>,
+}
+
+impl Default for Dispatch {
+    fn default() -> Self {
+        Self {
+            hosts: Mutex::default(),
+            ready: watch::Sender::new(false),
+        }
+    }
+}
+
+impl Dispatch {
+    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Current>>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Follows `host`'s plan (waits until the store has been read).
+    pub async fn subscribe(&self, host: &str) -> watch::Receiver<Current> {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|r| *r).await;
+        self.hosts()
+            .entry(host.to_owned())
+            .or_insert_with(|| watch::Sender::new(None))
+            .subscribe()
+    }
+
+    /// The checksum of `host`'s current plan (empty: none).
+    pub fn checksum(&self, host: &str) -> String {
+        self.hosts()
+            .get(host)
+            .and_then(|s| s.borrow().as_ref().map(|p| p.checksum.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Sets `host`'s plan; followers hear of it only if its checksum changed (a status write
+    /// on the Plan is not a new plan).
+    fn set(&self, host: &str, current: Current) {
+        let mut hosts = self.hosts();
+        let sender = hosts
+            .entry(host.to_owned())
+            .or_insert_with(|| watch::Sender::new(None));
+        sender.send_if_modified(|now| {
+            let same = now.as_ref().map(|p| &p.checksum) == current.as_ref().map(|p| &p.checksum);
+            if !same {
+                *now = current;
+            }
+            !same
+        });
+    }
+
+    fn take(&self, object: &Object) {
+        let host = object.metadata.name.as_str();
+        match parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)) {
+            Ok(plan) => self.set(
+                host,
+                Some(Arc::new(Pushed {
+                    checksum: checksum(&plan),
+                    plan,
+                })),
+            ),
+            // The API refuses such plans; one in the store anyway is not pushed.
+            Err(e) => tracing::error!(%host, error = %e, "a stored plan does not parse"),
+        }
+    }
+
+    /// Keeps the dispatch true to the store until `shutdown`.
+    pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, shutdown: CancellationToken) {
+        loop {
+            let listed = store
+                .list(Kind::Plan.name(), &LabelSelector::everything())
+                .await;
+            let (plans, revision) = match listed {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read plans; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let names: Vec<String> = plans.iter().map(|p| p.metadata.name.clone()).collect();
+            let gone: Vec<String> = self
+                .hosts()
+                .keys()
+                .filter(|h| !names.contains(h))
+                .cloned()
+                .collect();
+            for host in gone {
+                self.set(&host, None);
+            }
+            for plan in &plans {
+                self.take(plan);
+            }
+            self.ready.send_replace(true);
+            let mut changes = match store.watch(Some(Kind::Plan.name()), Some(revision)).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch plans; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            loop {
+                let change = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    change = changes.next() => change,
+                };
+                match change {
+                    Some(Ok(event)) if event.kind == EventType::Deleted => {
+                        self.set(&event.object.metadata.name, None);
+                    }
+                    Some(Ok(event)) => self.take(&event.object),
+                    // Fell behind or the store hiccuped: read everything again.
+                    Some(Err(_)) | None => break,
+                }
+            }
+        }
+    }
+}
+
+/// The gRPC service system-agents follow plans and report status on.
+#[derive(Debug, Clone)]
+pub struct PlansService {
+    pub store: Arc<dyn Store>,
+    pub dispatch: Arc<Dispatch>,
+}
+
+/// The host a request's session belongs to; only system-agents have one.
+fn host_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+    let peer = request
+        .extensions()
+        .get::<tunnel::SessionInfo>()
+        .map(|i| i.peer.clone())
+        .ok_or_else(|| tonic::Status::internal("plans outside a tunnel session"))?;
+    match (peer.kind.as_str(), belongs(&peer.id)) {
+        (SYSTEM_AGENT, Some(Belongs::Host(host))) => Ok(host),
+        _ => Err(tonic::Status::permission_denied(
+            "only system-agents follow plans",
+        )),
+    }
+}
+
+type Deliveries = Pin<Box<dyn Stream<Item = Result<PlanDelivery, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl plans_server::Plans for PlansService {
+    type WatchStream = Deliveries;
+
+    async fn watch(
+        &self,
+        request: tonic::Request<WatchPlan>,
+    ) -> Result<tonic::Response<Deliveries>, tonic::Status> {
+        let host = host_of(&request)?;
+        let receiver = self.dispatch.subscribe(&host).await;
+        let deliveries = futures::stream::unfold((receiver, true), |(mut rx, first)| async move {
+            if !first {
+                rx.changed().await.ok()?;
+            }
+            let delivery = match rx.borrow_and_update().as_deref() {
+                Some(p) => PlanDelivery {
+                    checksum: p.checksum.clone(),
+                    plan: Some(p.plan.clone()),
+                },
+                None => PlanDelivery::default(),
+            };
+            Some((Ok(delivery), (rx, false)))
+        });
+        Ok(tonic::Response::new(Box::pin(deliveries)))
+    }
+
+    async fn report(
+        &self,
+        request: tonic::Request<PlanStatus>,
+    ) -> Result<tonic::Response<StatusAck>, tonic::Status> {
+        let host = host_of(&request)?;
+        let status = request.into_inner();
+        let seq = status.seq;
+        let desired = self.dispatch.checksum(&host);
+        record(self.store.as_ref(), &host, &desired, status)
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        Ok(tonic::Response::new(StatusAck { seq }))
+    }
+}
+
+/// The `Provisioned` condition a host's plan status amounts to: (status, reason, message).
+fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static str, String) {
+    let state = PlanState::try_from(status.state).unwrap_or_default();
+    if desired.is_empty() {
+        return (Some(true), "NoPlan", String::new());
+    }
+    if status.applied_checksum == desired && state != PlanState::InProgress {
+        return (Some(true), "Applied", String::new());
+    }
+    if status.checksum != desired {
+        return (
+            None,
+            "Waiting",
+            "waiting for the system-agent to take the new plan".into(),
+        );
+    }
+    match state {
+        PlanState::Failed if status.failure_count >= status.max_failures => (
+            Some(false),
+            "PlanFailed",
+            format!(
+                "gave up after {} failures: {}",
+                status.failure_count, status.message
+            ),
+        ),
+        PlanState::Failed => (
+            Some(false),
+            "PlanFailed",
+            format!(
+                "{} (attempt {} of {}; retrying)",
+                status.message, status.failure_count, status.max_failures
+            ),
+        ),
+        _ => {
+            let done = status.results.len();
+            (
+                None,
+                "Applying",
+                format!("applying the plan ({done} instructions done)"),
+            )
+        }
+    }
+}
+
+/// Stores a host's plan status on its Plan and its Host.
+async fn record(
+    store: &dyn Store,
+    host: &str,
+    desired: &str,
+    status: PlanStatus,
+) -> Result<(), crate::store::StoreError> {
+    let (ok, reason, message) = provisioned(desired, &status);
+    let body = serde_json::to_value(&status).unwrap_or(Value::Null);
+    let mut stale = false;
+    update_status(store, Kind::Plan, host, |s: &mut Status| {
+        // Reports can cross on a reconnect; an older one never overwrites a newer.
+        let kept = s.extra.get("seq").and_then(Value::as_u64).unwrap_or(0);
+        if kept > status.seq {
+            stale = true;
+            return;
+        }
+        if let Value::Object(fields) = &body {
+            for (k, v) in fields {
+                s.extra.insert(k.clone(), v.clone());
+            }
+        }
+        s.extra.insert("desiredChecksum".into(), json!(desired));
+        set(s, ok, reason, &message);
+    })
+    .await?;
+    if stale {
+        return Ok(());
+    }
+    // The host shows the same, written only when it changes (hosts are read by many).
+    let unchanged = store
+        .get(Kind::Host.name(), host)
+        .await
+        .ok()
+        .map(|h| Status::of(&h))
+        .is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.kind == "Provisioned"
+                    && c.reason == reason
+                    && c.message == message
+                    && c.status == condition_status(ok)
+            })
+        });
+    if unchanged {
+        return Ok(());
+    }
+    update_status(store, Kind::Host, host, |s| set(s, ok, reason, &message)).await
+}
+
+fn condition_status(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    }
+}
+
+fn set(status: &mut Status, ok: Option<bool>, reason: &str, message: &str) {
+    status.set_condition("Provisioned", ok == Some(true), reason, message);
+    if ok.is_none()
+        && let Some(c) = status
+            .conditions
+            .iter_mut()
+            .find(|c| c.kind == "Provisioned")
+    {
+        c.status = "Unknown".into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(checksum: &str, state: PlanState, failures: u32) -> PlanStatus {
+        PlanStatus {
+            checksum: checksum.into(),
+            state: state as i32,
+            failure_count: failures,
+            max_failures: 3,
+            message: "instruction \"install\" exited with 1: no disk".into(),
+            ..PlanStatus::default()
+        }
+    }
+
+    #[test]
+    fn plan_status_becomes_the_provisioned_condition() {
+        let mut applied = status("a", PlanState::Applied, 0);
+        applied.applied_checksum = "a".into();
+        assert_eq!(provisioned("a", &applied).0, Some(true));
+        // Applied an older plan; the new one has not arrived.
+        assert_eq!(provisioned("b", &applied).1, "Waiting");
+        assert_eq!(
+            provisioned("a", &status("a", PlanState::InProgress, 0)).1,
+            "Applying"
+        );
+        let (ok, reason, message) = provisioned("a", &status("a", PlanState::Failed, 1));
+        assert_eq!((ok, reason), (Some(false), "PlanFailed"));
+        assert!(
+            message.contains("no disk") && message.contains("retrying"),
+            "{message}"
+        );
+        let (_, _, message) = provisioned("a", &status("a", PlanState::Failed, 3));
+        assert!(message.starts_with("gave up after 3"), "{message}");
+    }
+}

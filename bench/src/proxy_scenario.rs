@@ -239,6 +239,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
                 server_url: None,
                 host_name: "127.0.0.1".into(),
                 tls: None,
+                agent_binaries: None,
             },
             shutdown.clone(),
         ))

@@ -38,6 +38,10 @@ pub struct Config {
     pub host_name: String,
     /// A serving certificate chain (PEM) and its key to use instead of one from the hub's CA.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Where the agent binaries the install script downloads are (`drover-system-agent`, for
+    /// this machine's architecture, and `drover-system-agent-<arch>` for others). `None`: the
+    /// directory the hub's own executable is in.
+    pub agent_binaries: Option<PathBuf>,
 }
 
 impl Config {
@@ -205,6 +209,10 @@ struct ServeArgs {
     /// The serving certificate's private key, PEM [env: DROVER_TLS_KEY]
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// Directory of the agent binaries hosts download [env: DROVER_AGENT_BINARIES]
+    /// [default: the directory of this executable]
+    #[arg(long)]
+    agent_binaries: Option<PathBuf>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -369,6 +377,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         server_url,
         host_name: host_name(env),
         tls,
+        agent_binaries: path(args.agent_binaries, "DROVER_AGENT_BINARIES"),
     })
 }
 

@@ -122,6 +122,13 @@ impl Hub {
         tokio::spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 
+        let agent_binaries = match &config.agent_binaries {
+            Some(dir) => dir.clone(),
+            None => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(std::path::Path::to_path_buf))
+                .unwrap_or_default(),
+        };
         let registry = Registry::default();
         let dispatch = Arc::new(plans::Dispatch::default());
         tokio::spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
@@ -170,6 +177,18 @@ impl Hub {
                 .route("/v3/register", axum::routing::post(agents::register))
                 .route("/v3/import/{file}", get(registration::import_manifest))
                 .with_state(api.clone()),
+        )
+        .merge(
+            Router::new()
+                .route(
+                    "/system-agent-install.sh",
+                    get(registration::install_script),
+                )
+                .route(
+                    "/v3/system-agent/{arch}",
+                    get(registration::system_agent_binary),
+                )
+                .with_state(registration::Binaries(agent_binaries)),
         )
         .merge(
             Router::new()

@@ -18,6 +18,66 @@ use crate::{
 /// The import manifest's template (see `deploy/import.yaml`).
 const IMPORT_TEMPLATE: &str = include_str!("../../deploy/import.yaml");
 
+/// The host install script (see `deploy/system-agent-install.sh`).
+const INSTALL_SCRIPT: &str = include_str!("../../deploy/system-agent-install.sh");
+
+/// `GET /system-agent-install.sh`: not secret (the token comes on its command line), and it
+/// checks the hub's CA against the checksum it is given before it trusts anything it fetches.
+pub async fn install_script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/x-shellscript; charset=utf-8")],
+        INSTALL_SCRIPT,
+    )
+        .into_response()
+}
+
+/// Where agent binaries are served from.
+#[derive(Debug, Clone)]
+pub struct Binaries(pub std::path::PathBuf);
+
+/// This machine's architecture as the install script names it.
+fn own_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `GET /v3/system-agent/{arch}`: the system-agent binary for `amd64` or `arm64`, streamed.
+pub async fn system_agent_binary(
+    State(binaries): State<Binaries>,
+    Path(arch): Path<String>,
+) -> Result<Response, ApiError> {
+    if !matches!(arch.as_str(), "amd64" | "arm64") {
+        return Err(ApiError::not_found(format!(
+            "no system-agent for architecture {arch:?}; there are amd64 and arm64"
+        )));
+    }
+    let mut candidates = vec![binaries.0.join(format!("drover-system-agent-{arch}"))];
+    if arch == own_arch() {
+        candidates.push(binaries.0.join("drover-system-agent"));
+    }
+    for path in candidates {
+        if let Ok(file) = tokio::fs::File::open(&path).await {
+            let length = file.metadata().await.map(|m| m.len()).unwrap_or_default();
+            let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
+            return Ok((
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+                    (header::CONTENT_LENGTH, length.to_string()),
+                ],
+                body,
+            )
+                .into_response());
+        }
+    }
+    Err(ApiError::not_found(format!(
+        "this hub has no system-agent binary for {arch} in {} (put drover-system-agent-{arch} there, or start the hub with --agent-binaries)",
+        binaries.0.display()
+    )))
+}
+
 /// Checks a registration token's value; returns its cluster's name and spec.
 pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), ApiError> {
     let bad = || {

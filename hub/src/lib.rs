@@ -27,6 +27,7 @@ mod fsutil;
 pub mod metrics;
 pub mod model;
 pub mod pki;
+pub mod planner;
 pub mod plans;
 pub mod proxy;
 pub mod registration;
@@ -159,6 +160,14 @@ impl Hub {
             registry.clone(),
             shutdown.clone(),
         ));
+        tokio::spawn(
+            planner::Planner {
+                store: store.clone(),
+                server_url: url.clone(),
+                ca_checksum: pki.ca_checksum.clone(),
+            }
+            .run(shutdown.clone()),
+        );
         let api = api::Api {
             store: store.clone(),
             limiter: Arc::default(),

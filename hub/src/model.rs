@@ -93,12 +93,54 @@ pub struct ClusterSpec {
     /// For custom clusters: the distribution's version, e.g. `v1.33.4+k3s1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    /// For custom clusters: hosts changed at once during an upgrade (default 1).
+    /// For custom clusters: how many hosts a version change rolls at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub concurrency: Option<u32>,
+    pub upgrade_strategy: Option<UpgradeStrategy>,
+    /// For custom clusters: the planner leaves the cluster's hosts as they are (no new plans)
+    /// until this is false again; hosts still register and connect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+}
+
+/// How a custom cluster's version change rolls over its hosts: servers (etcd and control
+/// plane) first, then workers, each group so many hosts at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeStrategy {
+    /// A number of hosts (`"1"`) or a share of them (`"25%"`, at least one); default `"1"`.
+    #[serde(default = "one")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$"))]
+    pub control_plane_concurrency: String,
+    /// As `controlPlaneConcurrency`, for workers; default `"1"`.
+    #[serde(default = "one")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$"))]
+    pub worker_concurrency: String,
+}
+
+fn one() -> String {
+    "1".into()
+}
+
+impl Default for UpgradeStrategy {
+    fn default() -> Self {
+        Self {
+            control_plane_concurrency: one(),
+            worker_concurrency: one(),
+        }
+    }
+}
+
+/// `"3"` → 3 hosts; `"25%"` → a quarter of `of`, rounded up, at least one. `None` if malformed.
+pub fn concurrency(text: &str, of: usize) -> Option<usize> {
+    match text.strip_suffix('%') {
+        Some(pct) => {
+            let pct: usize = pct.parse().ok().filter(|p| (1..=100).contains(p))?;
+            Some((of * pct).div_ceil(100).max(1))
+        }
+        None => text.parse().ok().filter(|n| *n >= 1),
+    }
 }
 
 /// Roles a host takes in its cluster.
@@ -347,8 +389,28 @@ impl Kind {
                     "spec.distribution and spec.version are for custom clusters; an imported cluster keeps its own"
                         .into(),
                 ),
-                _ if s.concurrency == Some(0) => Err("spec.concurrency must be at least 1".into()),
-                _ => Ok(()),
+                ClusterType::Imported if s.paused => Err(
+                    "spec.paused is for custom clusters; the hub plans nothing for an imported cluster"
+                        .into(),
+                ),
+                ClusterType::Imported if s.upgrade_strategy.is_some() => Err(
+                    "spec.upgradeStrategy is for custom clusters; the hub does not upgrade an imported cluster"
+                        .into(),
+                ),
+                _ => {
+                    let strategy = s.upgrade_strategy.clone().unwrap_or_default();
+                    for (field, value) in [
+                        ("controlPlaneConcurrency", &strategy.control_plane_concurrency),
+                        ("workerConcurrency", &strategy.worker_concurrency),
+                    ] {
+                        if concurrency(value, 100).is_none() {
+                            return Err(format!(
+                                "spec.upgradeStrategy.{field}: {value:?} must be a number of hosts (\"2\") or a percentage (\"25%\")"
+                            ));
+                        }
+                    }
+                    Ok(())
+                }
             }
             }),
             Kind::Host => check::<HostSpec>(spec, |s| {
@@ -652,6 +714,12 @@ mod tests {
             ),
             (Kind::User, json!({"password": "short"}), "12 characters"),
             (
+                Kind::Cluster,
+                json!({"type": "custom", "distribution": "k3s", "version": "v1",
+                       "upgradeStrategy": {"workerConcurrency": "0"}}),
+                "workerConcurrency",
+            ),
+            (
                 Kind::RoleBinding,
                 json!({"user": "u", "role": "admin", "cluster": "a"}),
                 "global role",
@@ -678,6 +746,17 @@ mod tests {
                 )
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn concurrency_is_a_count_or_a_share() {
+        assert_eq!(concurrency("2", 10), Some(2));
+        assert_eq!(concurrency("25%", 10), Some(3));
+        assert_eq!(concurrency("10%", 3), Some(1));
+        assert_eq!(concurrency("100%", 7), Some(7));
+        for bad in ["0", "0%", "101%", "x", "-1", ""] {
+            assert_eq!(concurrency(bad, 10), None, "{bad}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::{
     api::{Api, ApiError},
     auth::secret::{self, NewToken, TokenKind},
     model::{ClusterSpec, ClusterType, Kind},
-    store::{Object, StoreError},
+    store::{Object, Store, StoreError},
 };
 
 /// The import manifest's template (see `deploy/import.yaml`).
@@ -109,16 +109,47 @@ pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), Api
 }
 
 /// A hub setting's value, or `default`.
-async fn setting(api: &Api, name: &str, default: String) -> Result<String, ApiError> {
-    match api.store.get(Kind::Setting.name(), name).await {
+pub async fn setting(store: &dyn Store, name: &str, default: String) -> Result<String, StoreError> {
+    match store.get(Kind::Setting.name(), name).await {
         Ok(s) => Ok(s
             .spec
             .get("value")
             .and_then(Value::as_str)
             .map_or(default, str::to_owned)),
         Err(StoreError::NotFound { .. }) => Ok(default),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
+}
+
+/// The manifest that installs the agents into `cluster` with registration token `token`: the
+/// import manifest, and what the planner puts in a provisioned cluster's auto-deploy directory.
+pub async fn agents_manifest(
+    store: &dyn Store,
+    server_url: &str,
+    ca_checksum: &str,
+    cluster: &str,
+    token: &str,
+) -> Result<String, StoreError> {
+    let version = env!("CARGO_PKG_VERSION");
+    let cluster_image = setting(
+        store,
+        "cluster-agent-image",
+        format!("drover/cluster-agent:{version}"),
+    )
+    .await?;
+    let node_image = setting(
+        store,
+        "node-agent-image",
+        format!("drover/node-agent:{version}"),
+    )
+    .await?;
+    Ok(IMPORT_TEMPLATE
+        .replace("{{HUB_URL}}", server_url)
+        .replace("{{TOKEN}}", token)
+        .replace("{{CA_CHECKSUM}}", ca_checksum)
+        .replace("{{CLUSTER}}", cluster)
+        .replace("{{CLUSTER_AGENT_IMAGE}}", &cluster_image)
+        .replace("{{NODE_AGENT_IMAGE}}", &node_image))
 }
 
 /// `GET /v3/import/<token>.yaml`: the manifest that installs the agents into an imported
@@ -136,26 +167,14 @@ pub async fn import_manifest(
             "cluster {cluster:?} is a custom cluster; its hosts register with the host command, not a manifest"
         )));
     }
-    let version = env!("CARGO_PKG_VERSION");
-    let cluster_image = setting(
-        &api,
-        "cluster-agent-image",
-        format!("drover/cluster-agent:{version}"),
+    let manifest = agents_manifest(
+        api.store.as_ref(),
+        &api.server_url,
+        &api.ca_checksum,
+        &cluster,
+        value,
     )
     .await?;
-    let node_image = setting(
-        &api,
-        "node-agent-image",
-        format!("drover/node-agent:{version}"),
-    )
-    .await?;
-    let manifest = IMPORT_TEMPLATE
-        .replace("{{HUB_URL}}", &api.server_url)
-        .replace("{{TOKEN}}", value)
-        .replace("{{CA_CHECKSUM}}", &api.ca_checksum)
-        .replace("{{CLUSTER}}", &cluster)
-        .replace("{{CLUSTER_AGENT_IMAGE}}", &cluster_image)
-        .replace("{{NODE_AGENT_IMAGE}}", &node_image);
     Ok(([(header::CONTENT_TYPE, "application/yaml")], manifest).into_response())
 }
 

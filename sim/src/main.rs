@@ -35,6 +35,30 @@ enum Command {
         #[arg(long)]
         kubeconfig: Option<std::path::PathBuf>,
     },
+    /// Stand-in for the K3s/RKE2 installer (`curl -sfL https://get.k3s.io | sh -`): reads
+    /// INSTALL_K3S_VERSION / INSTALL_K3S_EXEC (INSTALL_RKE2_VERSION / INSTALL_RKE2_TYPE) and
+    /// /etc/rancher/<dist>/config.yaml, then (re)starts the node service in the background.
+    Install {
+        distribution: sim::standin::Distribution,
+    },
+    /// Stand-in for the distribution's uninstall script.
+    Uninstall {
+        distribution: sim::standin::Distribution,
+    },
+    /// The stand-in node service the installer starts (not run by hand).
+    ServeNode {
+        distribution: sim::standin::Distribution,
+    },
+}
+
+/// Prints what a stand-in script did, as the real scripts print their progress.
+fn say(result: Result<String, String>) -> anyhow::Result<()> {
+    let line = result.map_err(anyhow::Error::msg)?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,13 +70,46 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let (listen, nodes, pods, kubeconfig) = match cli.command {
+        Command::Cluster {
+            listen,
+            nodes,
+            pods,
+            kubeconfig,
+        } => (listen, nodes, pods, kubeconfig),
+        Command::Install { distribution } => return say(sim::standin::install(distribution)),
+        Command::Uninstall { distribution } => return say(sim::standin::uninstall(distribution)),
+        Command::ServeNode { distribution } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            return runtime.block_on(async {
+                let shutdown = CancellationToken::new();
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut term) =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        tokio::select! {
+                            _ = term.recv() => {}
+                            _ = tokio::signal::ctrl_c() => {}
+                        }
+                    }
+                    stop.cancel();
+                });
+                sim::standin::serve_node(distribution, shutdown)
+                    .await
+                    .map_err(anyhow::Error::msg)
+            });
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let Command::Cluster { listen, nodes, pods, kubeconfig } = cli.command;
         let shutdown = CancellationToken::new();
-        let config = sim::cluster::SimConfig { listen, nodes, pods };
+        let config = sim::cluster::SimConfig { listen, nodes, pods, version: None };
         let cluster = sim::cluster::SimCluster::start(config, shutdown.clone()).await?;
         let text = cluster.kubeconfig(sim::cluster::ADMIN_TOKEN);
         match kubeconfig {

@@ -98,13 +98,14 @@ async fn the_install_script_verifies_installs_is_idempotent_and_uninstalls() {
     let dir = temp_dir("install");
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    // Paused: the planner must not install a distribution on the machine running the tests.
     let (status, cluster) = api(
         hub.addr,
         "POST",
         "/v1/clusters",
         Some(&admin),
         Some(json!({"metadata": {"name": "edge"},
-                    "spec": {"type": "custom", "distribution": "rke2", "version": "v1.33.4+rke2r1"}})),
+                    "spec": {"type": "custom", "distribution": "rke2", "version": "v1.33.4+rke2r1", "paused": true}})),
     )
     .await;
     assert_eq!(status, 201, "{cluster}");

@@ -130,13 +130,14 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     let dir = temp_dir("plans");
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    // Paused: the planner must not install a distribution on the machine running the tests.
     let (status, cluster) = api(
         hub.addr,
         "POST",
         "/v1/clusters",
         Some(&admin),
         Some(json!({"metadata": {"name": "edge"},
-                    "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}})),
+                    "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}})),
     )
     .await;
     assert_eq!(status, 201, "{cluster}");

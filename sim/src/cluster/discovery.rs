@@ -8,11 +8,11 @@ use super::resources::{RESOURCES, Resource, groups, verbs};
 
 pub const GIT_VERSION: &str = "v1.33.4+drover-sim";
 
-pub(crate) fn version() -> Value {
+pub(crate) fn version(git_version: &str) -> Value {
     json!({
         "major": "1",
         "minor": "33",
-        "gitVersion": GIT_VERSION,
+        "gitVersion": git_version,
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-11-01T00:00:00Z",

@@ -24,7 +24,7 @@ use tunnel::tls::{self, CertificateAuthority};
 
 mod discovery;
 mod patch;
-mod resources;
+pub(crate) mod resources;
 mod server;
 mod store;
 mod table;
@@ -62,6 +62,9 @@ pub struct SimConfig {
     pub nodes: usize,
     /// Pods to create at start, spread over the nodes, in namespaces `load-0`…`load-9`.
     pub pods: usize,
+    /// The `gitVersion` `/version` answers (the stand-in installer gives the version it
+    /// "installed"); `None`: [`GIT_VERSION`].
+    pub version: Option<String>,
 }
 
 impl Default for SimConfig {
@@ -70,6 +73,7 @@ impl Default for SimConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             nodes: 3,
             pods: 0,
+            version: None,
         }
     }
 }
@@ -80,6 +84,7 @@ const AUDIT_LEN: usize = 10_000;
 #[derive(Debug)]
 pub(crate) struct Sim {
     store: store::Store,
+    version: String,
     tokens: Mutex<HashMap<String, Identity>>,
     audit: Mutex<VecDeque<AuditEntry>>,
     counter: AtomicU64,
@@ -295,6 +300,10 @@ impl SimCluster {
             .map_err(std::io::Error::other)?;
         let sim = Arc::new(Sim {
             store: store::Store::default(),
+            version: config
+                .version
+                .clone()
+                .unwrap_or_else(|| GIT_VERSION.to_owned()),
             tokens: Mutex::new(HashMap::new()),
             audit: Mutex::new(VecDeque::new()),
             counter: AtomicU64::new(0),

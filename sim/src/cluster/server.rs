@@ -282,7 +282,7 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
     let path = request.uri().path().to_owned();
     let get = request.method() == Method::GET;
     match path.trim_end_matches('/') {
-        "/version" if get => return ok_json(StatusCode::OK, &discovery::version()),
+        "/version" if get => return ok_json(StatusCode::OK, &discovery::version(&sim.version)),
         "/api" if get => return ok_json(StatusCode::OK, &discovery::core_versions()),
         "/apis" if get => return ok_json(StatusCode::OK, &discovery::group_list()),
         "/openapi/v3" if get => return ok_json(StatusCode::OK, &discovery::openapi_index()),

@@ -1,0 +1,853 @@
+//! The planner: one controller that turns each custom Cluster (distribution, version, upgrade
+//! strategy) and its registered Hosts into one Plan per host, in order. The first etcd host
+//! initialises the cluster; the other etcd hosts join it once it is healthy, then the
+//! control-plane hosts, then the workers, each step waiting for the earlier hosts' plans to be
+//! applied and their probes (etcd health, apiserver readyz, kubelet healthz) to pass. The join
+//! address and token come from the init host: its address, and the token its plan prints. A
+//! version change rolls the hosts within the cluster's concurrency, servers before workers. A
+//! host being removed gets an uninstall plan first. The init host's plan also puts the agents'
+//! manifest into the distribution's auto-deploy directory, so the new cluster's cluster-agent
+//! connects as an imported one does.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use proto::plan::v1::{File, Instruction, Plan, Probe, checksum};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    agents::update_status,
+    auth::secret::{self, TokenKind},
+    model::{ClusterSpec, ClusterType, Distribution, HostSpec, Kind, Status, concurrency},
+    registration,
+    store::{LabelSelector, Object, Op, Store, StoreError},
+};
+
+/// The finalizer that keeps a Host until its uninstall plan has run.
+pub const FINALIZER: &str = "drover.io/planner";
+
+/// The file the agents' manifest goes to, inside the auto-deploy directory.
+const MANIFEST_FILE: &str = "drover-cluster-agent.yaml";
+
+/// The instruction whose output is the init host's join token.
+const NODE_TOKEN: &str = "node-token";
+
+/// What the planner needs besides the store.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    pub store: Arc<dyn Store>,
+    pub server_url: String,
+    pub ca_checksum: String,
+}
+
+impl Planner {
+    /// Reconciles every custom cluster whenever a Cluster, Host or Plan changes (and every 10 s
+    /// regardless), until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let from = match self.store.revision().await {
+                Ok(r) => r,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            self.reconcile_all().await;
+            let mut changes = match self.store.watch(None, Some(from)).await {
+                Ok(w) => w,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            loop {
+                let relevant = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(10)) => true,
+                    change = changes.next() => match change {
+                        Some(Ok(e)) => matches!(e.object.kind.as_str(), "Cluster" | "Host" | "Plan"),
+                        Some(Err(_)) | None => break,
+                    },
+                };
+                if !relevant {
+                    continue;
+                }
+                // Let a burst of changes (a status report per instruction) settle first.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.reconcile_all().await;
+            }
+        }
+    }
+
+    async fn reconcile_all(&self) {
+        if let Err(e) = self.try_reconcile_all().await {
+            tracing::warn!(error = %e, "planning failed; retrying on the next change");
+        }
+    }
+
+    async fn try_reconcile_all(&self) -> Result<(), StoreError> {
+        let everything = LabelSelector::everything();
+        let (clusters, _) = self.store.list(Kind::Cluster.name(), &everything).await?;
+        let (hosts, _) = self.store.list(Kind::Host.name(), &everything).await?;
+        let (plans, _) = self.store.list(Kind::Plan.name(), &everything).await?;
+        let plans: HashMap<String, Object> = plans
+            .into_iter()
+            .map(|p| (p.metadata.name.clone(), p))
+            .collect();
+        let settings = Settings::read(self.store.as_ref()).await?;
+        for cluster in clusters {
+            let Ok(spec) = serde_json::from_value::<ClusterSpec>(cluster.spec.clone()) else {
+                continue;
+            };
+            if spec.cluster_type != ClusterType::Custom
+                || cluster.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let mut mine: Vec<&Object> = hosts
+                .iter()
+                .filter(|h| {
+                    h.spec.get("cluster").and_then(Value::as_str) == Some(&cluster.metadata.name)
+                })
+                .collect();
+            mine.sort_by(|a, b| {
+                (&a.metadata.creation_timestamp, &a.metadata.name)
+                    .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+            });
+            if let Err(e) = self
+                .reconcile(&cluster, &spec, &mine, &plans, &settings)
+                .await
+            {
+                tracing::warn!(cluster = %cluster.metadata.name, error = %e, "planning a cluster failed");
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconcile(
+        &self,
+        cluster: &Object,
+        spec: &ClusterSpec,
+        hosts: &[&Object],
+        plans: &HashMap<String, Object>,
+        settings: &Settings,
+    ) -> Result<(), StoreError> {
+        let name = &cluster.metadata.name;
+        if spec.paused {
+            return self
+                .cluster_status(name, |s| {
+                    s.set_condition(
+                        "Provisioned",
+                        false,
+                        "Paused",
+                        "paused: the planner leaves this cluster's hosts as they are (set spec.paused to false)",
+                    );
+                    unknown(s, "Provisioned");
+                })
+                .await;
+        }
+        let dist = spec.distribution.unwrap_or(Distribution::K3s);
+        let version = spec.version.clone().unwrap_or_default();
+        let strategy = spec.upgrade_strategy.clone().unwrap_or_default();
+        let ctx = Ctx {
+            dist,
+            version: &version,
+            installer: settings.installer(dist),
+        };
+
+        // Hosts on their way out: uninstall, then let them go.
+        let (leaving, staying): (Vec<&Object>, Vec<&Object>) = hosts
+            .iter()
+            .partition(|h| h.metadata.deletion_timestamp.is_some());
+        for host in leaving {
+            self.remove(&ctx, host, plans.get(&host.metadata.name))
+                .await?;
+        }
+
+        let previous_init = Status::of(cluster)
+            .extra
+            .get("initHost")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let specs: Vec<(&Object, HostSpec)> = staying
+            .iter()
+            .filter_map(|h| Some((*h, serde_json::from_value::<HostSpec>(h.spec.clone()).ok()?)))
+            .collect();
+        let init = specs
+            .iter()
+            .find(|(h, s)| s.roles.etcd && Some(&h.metadata.name) == previous_init.as_ref())
+            .or_else(|| specs.iter().find(|(_, s)| s.roles.etcd));
+        let Some((init_host, init_spec)) = init else {
+            let message = if specs.is_empty() {
+                "waiting for hosts: run the host command on each machine".to_owned()
+            } else {
+                "waiting for a host with the etcd role (install one with --etcd or --all-roles)"
+                    .to_owned()
+            };
+            return self
+                .cluster_status(name, |s| {
+                    s.set_condition("Provisioned", false, "WaitingForHosts", &message);
+                    unknown(s, "Provisioned");
+                })
+                .await;
+        };
+        let init_name = init_host.metadata.name.clone();
+
+        // The agents' manifest, made once (its registration token lives only inside it).
+        let mut also = Vec::new();
+        let manifest = match existing_manifest(plans.get(&init_name), dist) {
+            Some(m) => m,
+            None => {
+                let token = secret::new_token(TokenKind::Registration);
+                also.push(Op::Create(registration::token_object(name, &token)));
+                registration::agents_manifest(
+                    self.store.as_ref(),
+                    &self.server_url,
+                    &self.ca_checksum,
+                    name,
+                    &token.value,
+                )
+                .await?
+            }
+        };
+
+        // Where and how the others join.
+        let init_plan = plans.get(&init_name);
+        let join_token = join_token(init_plan);
+        let init_address = if init_spec.internal_address.is_empty() {
+            init_spec.address.clone()
+        } else {
+            init_spec.internal_address.clone()
+        };
+        let join = match (&join_token, init_address.is_empty()) {
+            (Some(token), false) => Some(Join {
+                url: format!("https://{init_address}:{}", dist.join_port()),
+                token: token.clone(),
+            }),
+            _ => None,
+        };
+        if let (Some(token), Some(plan)) = (&join_token, init_plan)
+            && Status::of(plan)
+                .extra
+                .get("joinToken")
+                .and_then(Value::as_str)
+                != Some(token)
+        {
+            let token = token.clone();
+            update_status(self.store.as_ref(), Kind::Plan, &init_name, |s| {
+                s.extra.insert("joinToken".into(), json!(token));
+            })
+            .await?;
+        }
+
+        // Each host's target plan, in order; written when its gate opens.
+        let servers = specs
+            .iter()
+            .filter(|(_, s)| s.roles.etcd || s.roles.control_plane)
+            .count();
+        let workers = specs.len() - servers;
+        let limits = [
+            concurrency(&strategy.control_plane_concurrency, servers).unwrap_or(1),
+            concurrency(&strategy.worker_concurrency, workers).unwrap_or(1),
+        ];
+        let mut in_flight = [0usize; 2];
+        let mut ordered: Vec<(&Object, &HostSpec, Step)> = specs
+            .iter()
+            .map(|(h, s)| {
+                let step = if h.metadata.name == init_name {
+                    Step::Init
+                } else if s.roles.etcd {
+                    Step::Etcd
+                } else if s.roles.control_plane {
+                    Step::ControlPlane
+                } else {
+                    Step::Worker
+                };
+                (*h, s, step)
+            })
+            .collect();
+        ordered.sort_by_key(|(_, _, step)| *step);
+        let mut ready_through: HashMap<Step, bool> = HashMap::new();
+        let mut waiting = Vec::new();
+        let mut failed = None;
+        let (mut ready, mut never_provisioned) = (0usize, 0usize);
+        for (host, host_spec, step) in &ordered {
+            let host_name = &host.metadata.name;
+            let stored = plans.get(host_name.as_str());
+            let group = usize::from(*step == Step::Worker);
+            let target = match step {
+                Step::Init => host_plan(&ctx, host_spec, *step, None, Some(&manifest)),
+                _ => match &join {
+                    Some(join) => host_plan(&ctx, host_spec, *step, Some(join), None),
+                    None => {
+                        never_provisioned += usize::from(stored.is_none());
+                        *ready_through.entry(*step).or_insert(true) = false;
+                        waiting.push(if init_address.is_empty() {
+                            format!("{host_name}: the init host {init_name} has no address to join (install it with --address or --internal-address)")
+                        } else {
+                            format!("{host_name}: waiting for the init host {init_name} to report its join token")
+                        });
+                        continue;
+                    }
+                },
+            };
+            let target_sum = checksum(&target);
+            let stored_sum = stored.and_then(stored_checksum);
+            let report = stored.map(PlanReport::of).unwrap_or_default();
+            if stored_sum.as_deref() == Some(target_sum.as_str()) {
+                if report.ready(&target_sum, target.probes.len()) {
+                    ready += 1;
+                    ready_through.entry(*step).or_insert(true);
+                } else {
+                    in_flight[group] += 1;
+                    *ready_through.entry(*step).or_insert(true) = false;
+                    if report.applied.is_empty() {
+                        never_provisioned += 1;
+                    }
+                    match &report.failure {
+                        Some(why) => {
+                            failed =
+                                Some(format!("host {host_name} ({}): {why}", host_spec.node_name))
+                        }
+                        None => {
+                            waiting.push(format!("{host_name}: {}", report.progress(&target_sum)))
+                        }
+                    }
+                }
+                continue;
+            }
+            *ready_through.entry(*step).or_insert(true) = false;
+            // A host that applied some plan before is upgrading; the strategy limits those.
+            let upgrade = !report.applied.is_empty();
+            if !upgrade {
+                never_provisioned += 1;
+            }
+            let earlier_ready = ready_through
+                .iter()
+                .filter(|(s, _)| **s < *step)
+                .all(|(_, ok)| *ok);
+            let gate = match step {
+                Step::Init => true,
+                _ => earlier_ready,
+            };
+            if !gate {
+                waiting.push(format!("{host_name}: waiting for the hosts before it"));
+                continue;
+            }
+            if upgrade && in_flight[group] >= limits[group] {
+                waiting.push(format!("{host_name}: waiting for its turn to upgrade"));
+                continue;
+            }
+            in_flight[group] += 1;
+            self.write_plan(name, host, &target, std::mem::take(&mut also))
+                .await?;
+        }
+
+        let total = ordered.len();
+        let all_ready = ready == total && waiting.is_empty() && failed.is_none();
+        let init_name_value = json!(init_name);
+        let summary = json!({"ready": ready, "total": total});
+        let version_value = json!(version);
+        self.cluster_status(name, |s| {
+            s.extra.insert("initHost".into(), init_name_value.clone());
+            s.extra.insert("hosts".into(), summary.clone());
+            match &failed {
+                Some(why) => s.set_condition("Provisioned", false, "ProvisioningFailed", why),
+                None if never_provisioned > 0 => {
+                    let message = format!("{ready} of {total} hosts ready; {}", waiting.join("; "));
+                    s.set_condition("Provisioned", false, "Provisioning", &message);
+                    unknown(s, "Provisioned");
+                }
+                None => s.set_condition("Provisioned", true, "Provisioned", ""),
+            }
+            if failed.is_none() && never_provisioned == 0 {
+                if all_ready {
+                    s.set_condition("Updated", true, "Updated", "");
+                    s.extra.insert("version".into(), version_value.clone());
+                } else {
+                    let message = format!(
+                        "rolling to {}: {ready} of {total} hosts done; {}",
+                        version_value.as_str().unwrap_or_default(),
+                        waiting.join("; ")
+                    );
+                    s.set_condition("Updated", false, "Updating", &message);
+                    unknown(s, "Updated");
+                }
+            }
+        })
+        .await
+    }
+
+    /// Writes `plan` for `host` (and puts the planner's finalizer on the host), with `also`.
+    async fn write_plan(
+        &self,
+        cluster: &str,
+        host: &Object,
+        plan: &Plan,
+        mut also: Vec<Op>,
+    ) -> Result<(), StoreError> {
+        let name = &host.metadata.name;
+        let spec = json!({
+            "host": name,
+            "cluster": cluster,
+            "plan": serde_json::to_value(plan).map_err(|e| StoreError::Backend(e.to_string()))?,
+        });
+        match self.store.get(Kind::Plan.name(), name).await {
+            Ok(mut existing) => {
+                existing.spec = spec;
+                also.push(Op::Update(existing));
+            }
+            Err(StoreError::NotFound { .. }) => {
+                also.push(Op::Create(Object::new(Kind::Plan.name(), name, spec)))
+            }
+            Err(e) => return Err(e),
+        }
+        if !host.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+            let mut host = host.clone();
+            host.metadata.finalizers.push(FINALIZER.into());
+            also.push(Op::Update(host));
+        }
+        tracing::info!(host = %name, %cluster, plan = %&checksum(plan)[..12], "planned");
+        self.store.transact(also).await.map(drop)
+    }
+
+    /// A host being removed: its uninstall plan, then the finalizer goes (and the host with it).
+    async fn remove(
+        &self,
+        ctx: &Ctx<'_>,
+        host: &Object,
+        stored: Option<&Object>,
+    ) -> Result<(), StoreError> {
+        if !host.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let server = serde_json::from_value::<HostSpec>(host.spec.clone())
+            .map(|s| s.roles.etcd || s.roles.control_plane)
+            .unwrap_or(false);
+        let plan = Plan {
+            instructions: vec![ctx.uninstall(server)],
+            ..Plan::default()
+        };
+        let sum = checksum(&plan);
+        let name = &host.metadata.name;
+        let cluster = host
+            .spec
+            .get("cluster")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
+            return self.write_plan(cluster, host, &plan, Vec::new()).await;
+        }
+        if stored.map(PlanReport::of).is_some_and(|r| r.applied == sum) {
+            let mut host = host.clone();
+            host.metadata.finalizers.retain(|f| f != FINALIZER);
+            tracing::info!(host = %name, "uninstalled; removing the host");
+            self.store
+                .transact(vec![
+                    Op::Delete {
+                        kind: Kind::Plan.name().into(),
+                        name: name.clone(),
+                        resource_version: None,
+                    },
+                    Op::Update(host),
+                ])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Changes the cluster's status, writing only if it changed (the planner watches its own
+    /// writes; an unconditional write would wake it forever).
+    async fn cluster_status(
+        &self,
+        name: &str,
+        change: impl Fn(&mut Status),
+    ) -> Result<(), StoreError> {
+        let Ok(current) = self.store.get(Kind::Cluster.name(), name).await else {
+            return Ok(());
+        };
+        let before = Status::of(&current);
+        let mut after = before.clone();
+        change(&mut after);
+        if after == before {
+            return Ok(());
+        }
+        update_status(self.store.as_ref(), Kind::Cluster, name, |s| change(s)).await
+    }
+}
+
+/// Marks a condition Unknown (still on its way; not a failure).
+fn unknown(status: &mut Status, kind: &str) {
+    if let Some(c) = status.conditions.iter_mut().find(|c| c.kind == kind) {
+        c.status = "Unknown".into();
+    }
+}
+
+/// Where a host comes in the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Step {
+    Init,
+    Etcd,
+    ControlPlane,
+    Worker,
+}
+
+#[derive(Debug, Clone)]
+struct Join {
+    url: String,
+    token: String,
+}
+
+impl Distribution {
+    fn name(self) -> &'static str {
+        match self {
+            Distribution::K3s => "k3s",
+            Distribution::Rke2 => "rke2",
+        }
+    }
+
+    /// K3s joins at the API server's port; RKE2 at its supervisor port.
+    fn join_port(self) -> u16 {
+        match self {
+            Distribution::K3s => 6443,
+            Distribution::Rke2 => 9345,
+        }
+    }
+}
+
+/// How the distribution gets installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Installer {
+    /// The distribution's own install script, from its site or a mirror.
+    Script(String),
+    /// `drover-sim`, the stand-in for tests (setting `sim-installer`).
+    Sim(String),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Settings {
+    k3s_url: String,
+    rke2_url: String,
+    sim: Option<String>,
+}
+
+impl Settings {
+    async fn read(store: &dyn Store) -> Result<Settings, StoreError> {
+        let sim = registration::setting(store, "sim-installer", String::new()).await?;
+        Ok(Settings {
+            k3s_url: registration::setting(store, "k3s-install-url", "https://get.k3s.io".into())
+                .await?,
+            rke2_url: registration::setting(
+                store,
+                "rke2-install-url",
+                "https://get.rke2.io".into(),
+            )
+            .await?,
+            sim: (!sim.is_empty()).then_some(sim),
+        })
+    }
+
+    fn installer(&self, dist: Distribution) -> Installer {
+        match (&self.sim, dist) {
+            (Some(path), _) => Installer::Sim(path.clone()),
+            (None, Distribution::K3s) => Installer::Script(self.k3s_url.clone()),
+            (None, Distribution::Rke2) => Installer::Script(self.rke2_url.clone()),
+        }
+    }
+}
+
+struct Ctx<'a> {
+    dist: Distribution,
+    version: &'a str,
+    installer: Installer,
+}
+
+impl Ctx<'_> {
+    /// Installs (or upgrades to) the version, as a server or an agent, and starts it.
+    fn install(&self, server: bool) -> Instruction {
+        let kind = if server { "server" } else { "agent" };
+        let (env, script) = match (&self.installer, self.dist) {
+            (Installer::Sim(path), _) => (
+                Vec::new(),
+                format!("exec {path} install {}", self.dist.name()),
+            ),
+            (Installer::Script(url), Distribution::K3s) => {
+                (Vec::new(), format!("curl -sfL {url} | sh -s -"))
+            }
+            (Installer::Script(url), Distribution::Rke2) => (
+                Vec::new(),
+                format!(
+                    "curl -sfL {url} | sh - && systemctl enable rke2-{kind} && systemctl restart rke2-{kind}"
+                ),
+            ),
+        };
+        let (version_var, type_var) = match self.dist {
+            Distribution::K3s => ("INSTALL_K3S_VERSION", "INSTALL_K3S_EXEC"),
+            Distribution::Rke2 => ("INSTALL_RKE2_VERSION", "INSTALL_RKE2_TYPE"),
+        };
+        let mut env = env;
+        env.push(format!("{version_var}={}", self.version));
+        env.push(format!("{type_var}={kind}"));
+        Instruction {
+            name: "install".into(),
+            script,
+            env,
+            ..Instruction::default()
+        }
+    }
+
+    fn uninstall(&self, server: bool) -> Instruction {
+        let script = match (&self.installer, self.dist) {
+            (Installer::Sim(path), _) => format!("exec {path} uninstall {}", self.dist.name()),
+            (Installer::Script(_), Distribution::K3s) if server => {
+                "/usr/local/bin/k3s-uninstall.sh".into()
+            }
+            (Installer::Script(_), Distribution::K3s) => {
+                "/usr/local/bin/k3s-agent-uninstall.sh".into()
+            }
+            (Installer::Script(_), Distribution::Rke2) => "/usr/local/bin/rke2-uninstall.sh".into(),
+        };
+        Instruction {
+            name: "uninstall".into(),
+            script,
+            ..Instruction::default()
+        }
+    }
+}
+
+/// The plan that makes `host` a node of the cluster at the cluster's version.
+fn host_plan(
+    ctx: &Ctx<'_>,
+    host: &HostSpec,
+    step: Step,
+    join: Option<&Join>,
+    manifest: Option<&str>,
+) -> Plan {
+    let dist = ctx.dist.name();
+    let server = host.roles.etcd || host.roles.control_plane;
+    let data = format!("/var/lib/rancher/{dist}");
+    let mut files = vec![File {
+        path: format!("/etc/rancher/{dist}/config.yaml"),
+        content: config_yaml(ctx.dist, host, step, join).into_bytes(),
+        permissions: "0600".into(),
+        ..File::default()
+    }];
+    if let Some(manifest) = manifest {
+        files.push(File {
+            path: format!("{data}/server/manifests/{MANIFEST_FILE}"),
+            content: manifest.as_bytes().to_vec(),
+            permissions: "0600".into(),
+            ..File::default()
+        });
+    }
+    let mut instructions = vec![ctx.install(server)];
+    if step == Step::Init {
+        instructions.push(Instruction {
+            name: NODE_TOKEN.into(),
+            // The server writes it shortly after it starts.
+            script: format!(
+                "for i in $(seq 300); do [ -s {data}/server/node-token ] && exec cat {data}/server/node-token; sleep 1; done; echo 'no node token after 300 s' >&2; exit 1"
+            ),
+            save_output: true,
+            ..Instruction::default()
+        });
+    }
+    let mut probes = vec![Probe {
+        name: "kubelet".into(),
+        url: "http://127.0.0.1:10248/healthz".into(),
+        period_seconds: 2,
+        ..Probe::default()
+    }];
+    if server && host.roles.control_plane {
+        let tls = format!("{data}/server/tls");
+        probes.push(Probe {
+            name: "kube-apiserver".into(),
+            url: "https://127.0.0.1:6443/readyz".into(),
+            ca_cert: format!("{tls}/server-ca.crt"),
+            client_cert: format!("{tls}/client-kube-apiserver.crt"),
+            client_key: format!("{tls}/client-kube-apiserver.key"),
+            period_seconds: 2,
+            ..Probe::default()
+        });
+    }
+    if host.roles.etcd {
+        probes.push(Probe {
+            name: "etcd".into(),
+            url: "http://127.0.0.1:2381/health".into(),
+            period_seconds: 2,
+            ..Probe::default()
+        });
+    }
+    Plan {
+        files,
+        instructions,
+        probes,
+        ..Plan::default()
+    }
+}
+
+/// The distribution's `config.yaml` for a host.
+fn config_yaml(dist: Distribution, host: &HostSpec, step: Step, join: Option<&Join>) -> String {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut lines = Vec::new();
+    if !host.node_name.is_empty() {
+        lines.push(format!("node-name: {}", quote(&host.node_name)));
+    }
+    let internal = if host.internal_address.is_empty() {
+        &host.address
+    } else {
+        &host.internal_address
+    };
+    if !internal.is_empty() {
+        lines.push(format!("node-ip: {}", quote(internal)));
+    }
+    if !host.address.is_empty() && host.address != *internal {
+        lines.push(format!("node-external-ip: {}", quote(&host.address)));
+    }
+    if !host.node_labels.is_empty() {
+        lines.push("node-label:".into());
+        for (k, v) in &host.node_labels {
+            lines.push(format!("  - {}", quote(&format!("{k}={v}"))));
+        }
+    }
+    if !host.taints.is_empty() {
+        lines.push("node-taint:".into());
+        for t in &host.taints {
+            lines.push(format!("  - {}", quote(t)));
+        }
+    }
+    if step == Step::Init && dist == Distribution::K3s {
+        lines.push("cluster-init: true".into());
+    }
+    if let Some(join) = join {
+        lines.push(format!("server: {}", quote(&join.url)));
+        lines.push(format!("token: {}", quote(&join.token)));
+    }
+    let server = host.roles.etcd || host.roles.control_plane;
+    if server && !host.roles.etcd {
+        lines.push("disable-etcd: true".into());
+    }
+    if host.roles.etcd && !host.roles.control_plane {
+        for flag in [
+            "disable-apiserver",
+            "disable-controller-manager",
+            "disable-scheduler",
+        ] {
+            lines.push(format!("{flag}: true"));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The checksum of the plan a Plan object holds.
+fn stored_checksum(plan: &Object) -> Option<String> {
+    crate::model::parse_plan(plan.spec.get("plan")?)
+        .ok()
+        .map(|p| checksum(&p))
+}
+
+/// The agents' manifest already in the init host's plan, if any.
+fn existing_manifest(plan: Option<&Object>, dist: Distribution) -> Option<String> {
+    let parsed = crate::model::parse_plan(plan?.spec.get("plan")?).ok()?;
+    let path = format!(
+        "/var/lib/rancher/{}/server/manifests/{MANIFEST_FILE}",
+        dist.name()
+    );
+    parsed
+        .files
+        .into_iter()
+        .find(|f| f.path == path)
+        .and_then(|f| String::from_utf8(f.content).ok())
+}
+
+/// The init host's join token: kept on its Plan once seen, else from its plan's output.
+fn join_token(plan: Option<&Object>) -> Option<String> {
+    let status = Status::of(plan?);
+    if let Some(token) = status.extra.get("joinToken").and_then(Value::as_str) {
+        return Some(token.to_owned());
+    }
+    status
+        .extra
+        .get("results")?
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == NODE_TOKEN && r["exitCode"].as_i64().unwrap_or(0) == 0)
+        .and_then(|r| r["stdout"].as_str())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// What a host's agent last reported about its plan.
+#[derive(Debug, Default)]
+struct PlanReport {
+    /// The status's plan and the last plan applied.
+    checksum: String,
+    applied: String,
+    state: String,
+    healthy: Vec<String>,
+    failure: Option<String>,
+    done: usize,
+}
+
+impl PlanReport {
+    fn of(plan: &Object) -> PlanReport {
+        let s = Status::of(plan).extra;
+        let text = |k: &str| {
+            s.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let failure = (text("state") == "failed").then(|| {
+            let (count, max) = (
+                s.get("failureCount").and_then(Value::as_u64).unwrap_or(0),
+                s.get("maxFailures").and_then(Value::as_u64).unwrap_or(0),
+            );
+            if count >= max {
+                format!("{} (gave up after {count} attempts)", text("message"))
+            } else {
+                format!("{} (attempt {count} of {max}; retrying)", text("message"))
+            }
+        });
+        PlanReport {
+            checksum: text("checksum"),
+            applied: text("appliedChecksum"),
+            state: text("state"),
+            healthy: s
+                .get("probes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|p| p["healthy"] == true)
+                .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                .collect(),
+            failure,
+            done: s
+                .get("results")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len),
+        }
+    }
+
+    /// Applied at `sum` with every one of its `probes` healthy.
+    fn ready(&self, sum: &str, probes: usize) -> bool {
+        self.applied == sum
+            && self.state == "applied"
+            && self.checksum == sum
+            && self.healthy.len() >= probes
+    }
+
+    fn progress(&self, sum: &str) -> String {
+        if self.checksum != sum {
+            "waiting for the system-agent to take its plan".into()
+        } else if self.applied != sum {
+            format!("applying its plan ({} instructions done)", self.done)
+        } else {
+            "waiting for its probes to pass".into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use proto::plan::v1::{
     Plan, PlanDelivery, PlanState, PlanStatus, StatusAck, WatchPlan, checksum, plans_server,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -290,7 +290,6 @@ async fn record(
                 s.extra.insert(k.clone(), v.clone());
             }
         }
-        s.extra.insert("desiredChecksum".into(), json!(desired));
         set(s, ok, reason, &message);
     })
     .await?;

@@ -13,7 +13,7 @@
 //! node answers the kubelet's `http://127.0.0.1:10248/healthz`, etcd nodes etcd's
 //! `http://127.0.0.1:2381/health`, and each node keeps its Node object in the cluster. A joined
 //! server answers probes with an API server of its own but registers its Node with the first
-//! server, which holds the cluster's state. Each run is counted in
+//! server, which holds the cluster's state. Each completed run is counted in
 //! `/var/lib/rancher/<dist>/drover-sim-installs`, so tests can check a plan ran the installer
 //! exactly once.
 
@@ -163,17 +163,13 @@ pub fn install(dist: Distribution) -> Result<String, String> {
     }
     let data = dist.data_dir();
     std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let mut runs = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dist.installs_path())
-        .map_err(|e| e.to_string())?;
-    writeln!(
-        runs,
-        "{version} {}",
-        if server { "server" } else { "agent" }
-    )
-    .map_err(|e| e.to_string())?;
+    // The real installer spends a while downloading; so does this one (DROVER_SIM_INSTALL_SECONDS,
+    // default 1), which gives tests a window to interrupt it.
+    let seconds = std::env::var("DROVER_SIM_INSTALL_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(1.0);
+    std::thread::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 600.0)));
     std::fs::write(
         data.join("installed"),
         format!("{version}\n{}\n", if server { "server" } else { "agent" }),
@@ -194,6 +190,18 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         .spawn()
         .map_err(|e| format!("starting the {} service: {e}", dist.name()))?;
     std::fs::write(data.join("service.pid"), child.id().to_string()).map_err(|e| e.to_string())?;
+    // Counted once the install is complete: an interrupted run does not count.
+    let mut runs = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dist.installs_path())
+        .map_err(|e| e.to_string())?;
+    writeln!(
+        runs,
+        "{version} {}",
+        if server { "server" } else { "agent" }
+    )
+    .map_err(|e| e.to_string())?;
     Ok(format!(
         "[INFO] stand-in {} {version} installed as {}; service started (pid {})",
         dist.name(),
@@ -316,6 +324,19 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         write_private(
             &dist.node_token_path(),
             &format!("K10{}::server:{token}\n", short_hash(sim.ca_pem())),
+        )?;
+        // What the probes of the real thing name: the server CA and a client certificate.
+        let tls = dist.data_dir().join("server/tls");
+        write_private(&tls.join("server-ca.crt"), sim.ca_pem())?;
+        let client = tunnel::tls::CertificateAuthority::generate("system:admin stand-in")
+            .map_err(|e| e.to_string())?;
+        write_private(
+            &tls.join("client-kube-apiserver.crt"),
+            &client.pem().cert_pem,
+        )?;
+        write_private(
+            &tls.join("client-kube-apiserver.key"),
+            &client.pem().key_pem,
         )?;
         cluster = Some(sim);
     }

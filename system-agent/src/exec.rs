@@ -35,8 +35,9 @@ pub fn check(instruction: &Instruction) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `instruction` to its end. Dropping the future kills the process.
-pub async fn run(instruction: &Instruction) -> InstructionResult {
+/// Runs `instruction` to its end, in a process group of its own whose leader's pid goes to
+/// `started` first. Dropping the future kills the whole group.
+pub async fn run(instruction: &Instruction, started: impl FnOnce(u32)) -> InstructionResult {
     let mut result = InstructionResult {
         name: instruction.name.clone(),
         exit_code: -1,
@@ -61,6 +62,7 @@ pub async fn run(instruction: &Instruction) -> InstructionResult {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -75,8 +77,15 @@ pub async fn run(instruction: &Instruction) -> InstructionResult {
             return result;
         }
     };
+    let guard = child.id().map(|pid| {
+        started(pid);
+        Group(pid)
+    });
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (out, err, status) = tokio::join!(tail(stdout), tail(stderr), child.wait());
+    // Ended by itself: what it left running in its group (a service it started in the
+    // background, say) is its business.
+    std::mem::forget(guard);
     result.stdout = out;
     result.stderr = err;
     result.exit_code = match status {
@@ -90,6 +99,36 @@ pub async fn run(instruction: &Instruction) -> InstructionResult {
     };
     result.finished_at = crate::now();
     result
+}
+
+/// Kills a process group when dropped (an instruction cut short by a new plan or a shutdown).
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
+/// SIGKILL to process group `pgid` (through `kill(1)`: this crate has no unsafe code).
+pub fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// When process `pid` started (clock ticks after boot), if it runs and is not a zombie.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    // starttime is field 22 of the whole line, the 20th after the name.
+    fields.get(19)?.parse().ok()
 }
 
 /// Reads `pipe` to its end, keeping the last [`OUTPUT_LIMIT`] bytes.
@@ -133,28 +172,34 @@ mod tests {
         let mut i = script("greet", "echo \"$0 $1 $GREETING\"; echo oops >&2; exit 3");
         i.args = vec!["world".into()];
         i.env = vec!["GREETING=hello=there".into()];
-        let r = run(&i).await;
+        let r = run(&i, drop).await;
         assert_eq!(r.exit_code, 3);
         assert_eq!(r.stdout, "greet world hello=there\n");
         assert_eq!(r.stderr, "oops\n");
         assert!(!r.finished_at.is_empty());
 
-        let r = run(&Instruction {
-            name: "list".into(),
-            command: "/bin/echo".into(),
-            args: vec!["-n".into(), "a b".into()],
-            ..Instruction::default()
-        })
+        let r = run(
+            &Instruction {
+                name: "list".into(),
+                command: "/bin/echo".into(),
+                args: vec!["-n".into(), "a b".into()],
+                ..Instruction::default()
+            },
+            drop,
+        )
         .await;
         assert_eq!((r.exit_code, r.stdout.as_str()), (0, "a b"));
     }
 
     #[tokio::test]
     async fn output_is_bounded_to_its_tail() {
-        let r = run(&script(
-            "noisy",
-            "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done",
-        ))
+        let r = run(
+            &script(
+                "noisy",
+                "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done",
+            ),
+            drop,
+        )
         .await;
         assert_eq!(r.exit_code, 0);
         assert!(r.stdout.len() <= OUTPUT_LIMIT);
@@ -163,12 +208,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cut_short_instruction_takes_its_children_with_it() {
+        let dir = crate::testing::tempdir();
+        let marker = dir.join("child-survived");
+        let i = script(
+            "slow",
+            &format!("(sleep 1; touch {}) & sleep 30", marker.display()),
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let run = run(&i, move |pid| tx.send(pid).unwrap());
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
+        assert!(cut.is_err(), "still running when cut short");
+        let pid = rx.recv().unwrap();
+        assert!(start_time(pid).is_none(), "the leader is gone");
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        assert!(
+            !marker.exists(),
+            "the background child was killed with its group"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[tokio::test]
     async fn a_missing_program_fails_with_a_reason() {
-        let r = run(&Instruction {
-            name: "x".into(),
-            command: "/nonexistent/program".into(),
-            ..Instruction::default()
-        })
+        let r = run(
+            &Instruction {
+                name: "x".into(),
+                command: "/nonexistent/program".into(),
+                ..Instruction::default()
+            },
+            drop,
+        )
         .await;
         assert_eq!(r.exit_code, -1);
         assert!(r.stderr.contains("/nonexistent/program"), "{}", r.stderr);

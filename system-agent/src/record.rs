@@ -23,6 +23,18 @@ struct Persisted {
     status: PlanStatus,
     /// The last status sequence number the hub acknowledged.
     acked_seq: u64,
+    /// The instruction running now, so that after a crash it is stopped before the plan runs
+    /// again (it was started in a process group of its own and would outlive the agent).
+    running: Option<Running>,
+}
+
+/// A process group an instruction runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Running {
+    pub pid: u32,
+    /// From `/proc/<pid>/stat`, so a reused pid is never mistaken for it.
+    pub start_time: u64,
 }
 
 /// A plan slot's record, shared by the task applying it and the task reporting it.
@@ -111,6 +123,23 @@ impl Record {
         drop(inner);
         self.status.send_replace(status.seq);
         Ok(status)
+    }
+
+    /// Records the instruction running now (`None` once it has ended).
+    pub fn set_running(&self, running: Option<Running>) -> std::io::Result<()> {
+        let mut inner = self.lock();
+        if inner.running == running {
+            return Ok(());
+        }
+        let mut next = inner.clone();
+        next.running = running;
+        write_atomically(&self.path, &next)?;
+        *inner = next;
+        Ok(())
+    }
+
+    pub fn running(&self) -> Option<Running> {
+        self.lock().running
     }
 
     /// The latest status if the hub has not acknowledged it yet.

@@ -70,8 +70,15 @@ pub struct HubProcess {
 impl HubProcess {
     /// Starts the hub on 127.0.0.1 port 0 with `data_dir`; returns once it says it is up.
     pub async fn start(data_dir: &Path) -> Self {
+        Self::start_with(data_dir, &["--listen", "127.0.0.1:0"]).await
+    }
+
+    /// As [`HubProcess::start`], with `serve` flags of the caller's choosing.
+    pub async fn start_with(data_dir: &Path, flags: &[&str]) -> Self {
         let mut child = Command::new(binary("drover-hub"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg("serve")
+            .args(flags)
+            .arg("--data-dir")
             .arg(data_dir)
             .env("DROVER_LOG", "info")
             .stdin(Stdio::null())

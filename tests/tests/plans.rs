@@ -100,10 +100,10 @@ async fn until(
     }
 }
 
+/// The plan as it stands now is applied (not an earlier one).
 fn applied(plan: &Value) -> bool {
     plan["status"]["state"] == "applied"
-        && plan["status"]["appliedChecksum"] == plan["status"]["desiredChecksum"]
-        && plan["status"]["desiredChecksum"] != ""
+        && plan["status"]["appliedChecksum"] == plan["status"]["planChecksum"]
 }
 
 async fn put_plan(hub: &HubProcess, admin: &str, host: &str, plan: Value) -> Value {

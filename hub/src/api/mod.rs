@@ -95,12 +95,30 @@ pub fn present(kind: Kind, mut object: Object) -> Value {
     kind.redact(&mut object);
     let status = Status::of(&object);
     let state = derive_state(kind, &object.metadata, &status, &object.spec);
+    let mut status = if object.status.is_null() {
+        json!({})
+    } else {
+        object.status
+    };
+    // A plan's identity, as the agent computes it, so "applied?" is one comparison with
+    // `status.appliedChecksum`.
+    if kind == Kind::Plan
+        && let (Ok(plan), Value::Object(fields)) = (
+            crate::model::parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)),
+            &mut status,
+        )
+    {
+        fields.insert(
+            "planChecksum".into(),
+            json!(proto::plan::v1::checksum(&plan)),
+        );
+    }
     json!({
         "apiVersion": API_VERSION,
         "kind": object.kind,
         "metadata": object.metadata,
         "spec": object.spec,
-        "status": if object.status.is_null() { json!({}) } else { object.status },
+        "status": status,
         "state": state,
     })
 }

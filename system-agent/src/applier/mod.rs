@@ -80,6 +80,7 @@ fn next(checksum: &str, plan: &Plan, status: &PlanStatus, retry: &Retry) -> Next
 /// Drives `record`'s plan until `shutdown`: applies new plans, retries failed ones, and keeps
 /// the applied one's periodic instructions and probes reporting.
 pub async fn drive(record: Arc<Record>, retry: Retry, shutdown: CancellationToken) {
+    stop_leftover(&record);
     let mut desired = record.watch_desired();
     loop {
         desired.borrow_and_update();
@@ -104,6 +105,23 @@ pub async fn drive(record: Arc<Record>, retry: Retry, shutdown: CancellationToke
             // record says in-progress for the old plan, which is no longer wanted).
             changed = desired.changed() => if changed.is_err() { return },
             () = work => {}
+        }
+    }
+}
+
+/// After a crash, the instruction that was running may still be: stop its process group before
+/// the plan runs again (if that pid still is that process).
+fn stop_leftover(record: &Record) {
+    if let Some(running) = record.running() {
+        if exec::start_time(running.pid) == Some(running.start_time) {
+            tracing::warn!(
+                pid = running.pid,
+                "stopping an instruction left running by a crash"
+            );
+            exec::kill_group(running.pid);
+        }
+        if let Err(e) = record.set_running(None) {
+            tracing::warn!(error = %e, "cannot update the plan record");
         }
     }
 }
@@ -168,7 +186,17 @@ async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
         files::apply(file)?;
     }
     for instruction in &plan.instructions {
-        let mut result = exec::run(instruction).await;
+        let mut result = exec::run(instruction, |pid| {
+            let running =
+                exec::start_time(pid).map(|start_time| crate::record::Running { pid, start_time });
+            if let Err(e) = record.set_running(running) {
+                tracing::warn!(error = %e, "cannot record the running instruction");
+            }
+        })
+        .await;
+        if let Err(e) = record.set_running(None) {
+            tracing::warn!(error = %e, "cannot update the plan record");
+        }
         let failed = result.exit_code != 0;
         if !failed && !instruction.save_output {
             result.stdout.clear();
@@ -210,7 +238,7 @@ async fn monitor(record: &Record, plan: &Plan) {
             let mut ticks = tokio::time::interval(period);
             loop {
                 ticks.tick().await;
-                let result = exec::run(&instruction).await;
+                let result = exec::run(&instruction, drop).await;
                 keep_periodic(record, result);
             }
         })

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod hub_scenario;
 mod load;
+mod plans_scenario;
 mod proxy_scenario;
 mod tunnel_scenario;
 
@@ -30,6 +31,9 @@ enum Scenario {
     /// Kubernetes requests through the hub's proxy against straight to the (simulated) API
     /// server: latency, 64-client throughput, and a 30,000-pod list from the agent's cache.
     Proxy(proxy_scenario::Args),
+    /// A plan written for every one of N hosts (real hub, tunnel and system-agent code in one
+    /// process): time until all applied it, and how far the hub's view trails.
+    Plans(plans_scenario::Args),
 }
 
 #[global_allocator]
@@ -48,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Tunnel(args) => runtime.block_on(tunnel_scenario::run(args))?,
         Scenario::Hub(args) => runtime.block_on(hub_scenario::run(args))?,
         Scenario::Proxy(args) => runtime.block_on(proxy_scenario::run(args))?,
+        Scenario::Plans(args) => runtime.block_on(plans_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -58,9 +58,9 @@ pub(crate) struct Args {
 
 /// One HTTPS endpoint and the bearer token sent to it.
 #[derive(Clone)]
-struct Target {
-    addr: SocketAddr,
-    token: String,
+pub(crate) struct Target {
+    pub(crate) addr: SocketAddr,
+    pub(crate) token: String,
 }
 
 impl Target {
@@ -123,7 +123,7 @@ impl Target {
     }
 
     /// One request on a new connection, expecting `want`; the body as JSON.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,

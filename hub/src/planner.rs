@@ -89,8 +89,20 @@ impl Planner {
     async fn try_reconcile_all(&self) -> Result<(), StoreError> {
         let everything = LabelSelector::everything();
         let (clusters, _) = self.store.list(Kind::Cluster.name(), &everything).await?;
-        let (hosts, _) = self.store.list(Kind::Host.name(), &everything).await?;
-        let (plans, _) = self.store.list(Kind::Plan.name(), &everything).await?;
+        // Hosts and plans are read only when some cluster is planned: with every custom
+        // cluster paused (or none), plan status reports cost the planner nothing.
+        let planned = clusters.iter().any(|c| {
+            serde_json::from_value::<ClusterSpec>(c.spec.clone())
+                .is_ok_and(|s| s.cluster_type == ClusterType::Custom && !s.paused)
+        });
+        let (hosts, plans) = if planned {
+            (
+                self.store.list(Kind::Host.name(), &everything).await?.0,
+                self.store.list(Kind::Plan.name(), &everything).await?.0,
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let plans: HashMap<String, Object> = plans
             .into_iter()
             .map(|p| (p.metadata.name.clone(), p))

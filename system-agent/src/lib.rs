@@ -10,6 +10,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
+    sync::Arc,
     time::Duration,
 };
 
@@ -275,48 +276,75 @@ async fn registration(config: &Config, server: &str) -> Result<(String, Secret),
     Ok((id.to_owned(), Secret::new(credential)))
 }
 
+/// A running agent.
+#[derive(Debug)]
+pub struct Agent {
+    /// The record of the hub's plan for this host (none with only local plans).
+    pub record: Option<Arc<record::Record>>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Agent {
+    /// Registers (the first time), opens the plan record and starts following the hub and
+    /// the local plan directory; returns once registered.
+    pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Agent, AgentError> {
+        std::fs::create_dir_all(&config.dir)
+            .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some(dir) = &config.local_plans {
+            tasks.spawn(local::follow(
+                dir.clone(),
+                config.dir.join("local"),
+                config.retry,
+                shutdown.clone(),
+            ));
+        }
+        let mut kept = None;
+        if let Some(server) = &config.server {
+            let (id, credential) = registration(&config, server).await?;
+            let record = record::Record::open(&config.dir.join("plan.json"))
+                .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
+            tasks.spawn(applier::drive(
+                record.clone(),
+                config.retry,
+                shutdown.clone(),
+            ));
+            let tunnel = ConnectorConfig::new(
+                server,
+                credential,
+                Peer {
+                    id,
+                    kind: KIND.into(),
+                },
+                config.trust(),
+            );
+            let connector = Connector::new(tunnel)?;
+            let (tx, mut sessions) = mpsc::channel(1);
+            tasks.spawn(connector.run(tx, shutdown.clone()));
+            let serving = record.clone();
+            tasks.spawn(async move {
+                while let Some(session) = sessions.recv().await {
+                    tracing::info!(session = %session.hello.session_id, "connected to the hub");
+                    tokio::spawn(hub::serve(session, serving.clone()));
+                }
+            });
+            kept = Some(record);
+        }
+        Ok(Agent {
+            record: kept,
+            tasks,
+        })
+    }
+
+    /// Waits until the agent has stopped (after `shutdown`).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
 /// Runs the agent until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
-    std::fs::create_dir_all(&config.dir)
-        .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
-    let mut tasks = tokio::task::JoinSet::new();
-    if let Some(dir) = &config.local_plans {
-        tasks.spawn(local::follow(
-            dir.clone(),
-            config.dir.join("local"),
-            config.retry,
-            shutdown.clone(),
-        ));
-    }
-    if let Some(server) = &config.server {
-        let (id, credential) = registration(&config, server).await?;
-        let record = record::Record::open(&config.dir.join("plan.json"))
-            .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
-        tasks.spawn(applier::drive(
-            record.clone(),
-            config.retry,
-            shutdown.clone(),
-        ));
-        let tunnel = ConnectorConfig::new(
-            server,
-            credential,
-            Peer {
-                id,
-                kind: KIND.into(),
-            },
-            config.trust(),
-        );
-        let connector = Connector::new(tunnel)?;
-        let (tx, mut sessions) = mpsc::channel(1);
-        tasks.spawn(connector.run(tx, shutdown.clone()));
-        tasks.spawn(async move {
-            while let Some(session) = sessions.recv().await {
-                tracing::info!(session = %session.hello.session_id, "connected to the hub");
-                tokio::spawn(hub::serve(session, record.clone()));
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
+    Agent::start(config, shutdown).await?.wait().await;
     Ok(())
 }
 

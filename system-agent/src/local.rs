@@ -119,3 +119,68 @@ fn take(name: &str, path: &Path, bytes: &[u8], record: &Record) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::plan::v1::PlanStatus;
+
+    async fn until(record: &Path, done: impl Fn(&PlanStatus) -> bool) -> PlanStatus {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = Record::open(record) {
+                let status = r.status();
+                if done(&status) {
+                    return status;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}",
+                record.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn plan_files_apply_with_no_hub_and_bad_ones_say_why() {
+        let dir = crate::testing::tempdir();
+        let (plans, records) = (dir.join("plans"), dir.join("records"));
+        std::fs::create_dir_all(&plans).unwrap();
+        let marker = dir.join("ran");
+        std::fs::write(
+            plans.join("setup.json"),
+            format!(
+                r#"{{"instructions": [{{"name": "touch", "command": "/usr/bin/touch", "args": ["{}"]}}]}}"#,
+                marker.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(plans.join("broken.json"), r#"{"instructions": 3}"#).unwrap();
+        std::fs::write(plans.join("notes.txt"), "not a plan").unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(follow(
+            plans.clone(),
+            records.clone(),
+            applier::Retry::default(),
+            shutdown.clone(),
+        ));
+        let status = until(&records.join("setup.json"), |s| {
+            s.state == PlanState::Applied as i32
+        })
+        .await;
+        assert!(marker.exists());
+        assert_eq!(status.results[0].name, "touch");
+        let broken = until(&records.join("broken.json"), |s| !s.message.is_empty()).await;
+        assert!(
+            broken.message.contains("broken.json") && broken.message.contains("not a plan"),
+            "{}",
+            broken.message
+        );
+        assert!(!records.join("notes.json").exists());
+        shutdown.cancel();
+        task.await.unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -165,6 +165,7 @@ impl Hub {
                 store: store.clone(),
                 server_url: url.clone(),
                 ca_checksum: pki.ca_checksum.clone(),
+                registry: Some(registry.clone()),
             }
             .run(shutdown.clone()),
         );

@@ -117,6 +117,10 @@ pub struct UpgradeStrategy {
     #[serde(default = "one")]
     #[schemars(regex(pattern = r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$"))]
     pub worker_concurrency: String,
+    /// Cordon each host's node and evict its pods (not DaemonSet pods) before its upgrade or
+    /// its removal; uncordon it once upgraded.
+    #[serde(default)]
+    pub drain: bool,
 }
 
 fn one() -> String {
@@ -128,6 +132,7 @@ impl Default for UpgradeStrategy {
         Self {
             control_plane_concurrency: one(),
             worker_concurrency: one(),
+            drain: false,
         }
     }
 }

@@ -33,12 +33,19 @@ const MANIFEST_FILE: &str = "drover-cluster-agent.yaml";
 /// The instruction whose output is the init host's join token.
 const NODE_TOKEN: &str = "node-token";
 
+/// On a Plan's status: the plan its node was drained for (uncordoned, and removed, once that
+/// plan is applied).
+const DRAINED: &str = "drainedFor";
+
 /// What the planner needs besides the store.
 #[derive(Debug, Clone)]
 pub struct Planner {
     pub store: Arc<dyn Store>,
     pub server_url: String,
     pub ca_checksum: String,
+    /// The agents' sessions, to drain nodes through a cluster's cluster-agent (`None`: no
+    /// draining, as in unit tests).
+    pub registry: Option<tunnel::Registry>,
 }
 
 impl Planner {
@@ -173,7 +180,7 @@ impl Planner {
             .iter()
             .partition(|h| h.metadata.deletion_timestamp.is_some());
         for host in leaving {
-            self.remove(&ctx, host, plans.get(&host.metadata.name))
+            self.remove(&ctx, host, plans.get(&host.metadata.name), strategy.drain)
                 .await?;
         }
 
@@ -311,6 +318,11 @@ impl Planner {
                 if report.ready(&target_sum, target.probes.len()) {
                     ready += 1;
                     ready_through.entry(*step).or_insert(true);
+                    if let Some(plan) = stored
+                        && Status::of(plan).extra.contains_key(DRAINED)
+                    {
+                        self.uncordon(name, host_name, &host_spec.node_name).await;
+                    }
                 } else {
                     in_flight[group] += 1;
                     *ready_through.entry(*step).or_insert(true) = false;
@@ -352,6 +364,29 @@ impl Planner {
                 continue;
             }
             in_flight[group] += 1;
+            if upgrade && strategy.drain {
+                let drained = stored.is_some_and(|p| {
+                    Status::of(p).extra.get(DRAINED).and_then(Value::as_str) == Some(&target_sum)
+                });
+                if !drained {
+                    match self.drain(name, &host_spec.node_name).await {
+                        Ok(()) => {
+                            let sum = target_sum.clone();
+                            update_status(self.store.as_ref(), Kind::Plan, host_name, |s| {
+                                s.extra.insert(DRAINED.into(), json!(sum));
+                            })
+                            .await?;
+                        }
+                        Err(why) => {
+                            waiting.push(format!(
+                                "{host_name}: draining node {}: {why}",
+                                host_spec.node_name
+                            ));
+                            continue;
+                        }
+                    }
+                }
+            }
             self.write_plan(name, host, &target, std::mem::take(&mut also))
                 .await?;
         }
@@ -430,13 +465,16 @@ impl Planner {
         ctx: &Ctx<'_>,
         host: &Object,
         stored: Option<&Object>,
+        drain: bool,
     ) -> Result<(), StoreError> {
         if !host.metadata.finalizers.iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
-        let server = serde_json::from_value::<HostSpec>(host.spec.clone())
-            .map(|s| s.roles.etcd || s.roles.control_plane)
-            .unwrap_or(false);
+        let spec = serde_json::from_value::<HostSpec>(host.spec.clone()).ok();
+        let server = spec
+            .as_ref()
+            .is_some_and(|s| s.roles.etcd || s.roles.control_plane);
+        let node = spec.map(|s| s.node_name).unwrap_or_default();
         let plan = Plan {
             instructions: vec![ctx.uninstall(server)],
             ..Plan::default()
@@ -449,9 +487,28 @@ impl Planner {
             .and_then(Value::as_str)
             .unwrap_or_default();
         if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
+            if drain && let Err(why) = self.drain(cluster, &node).await {
+                tracing::info!(host = %name, %node, "draining before removal: {why}");
+                return Ok(());
+            }
             return self.write_plan(cluster, host, &plan, Vec::new()).await;
         }
         if stored.map(PlanReport::of).is_some_and(|r| r.applied == sum) {
+            if let Some(registry) = &self.registry
+                && !node.is_empty()
+            {
+                // Best effort: the node object of a machine that is gone.
+                let path = format!("/api/v1/nodes/{node}");
+                let _ = crate::proxy::agent_call(
+                    registry,
+                    cluster,
+                    http::Method::DELETE,
+                    &path,
+                    "application/json",
+                    None,
+                )
+                .await;
+            }
             let mut host = host.clone();
             host.metadata.finalizers.retain(|f| f != FINALIZER);
             tracing::info!(host = %name, "uninstalled; removing the host");
@@ -467,6 +524,127 @@ impl Planner {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Cordons `node` and evicts its pods (not DaemonSet or mirror pods) through the cluster's
+    /// cluster-agent. One pass: `Ok` once no such pod is left, else why not yet (the planner
+    /// comes back within seconds), so one slow drain never holds up other clusters.
+    async fn drain(&self, cluster: &str, node: &str) -> Result<(), String> {
+        let registry = self
+            .registry
+            .as_ref()
+            .ok_or("this planner cannot reach clusters")?;
+        if node.is_empty() {
+            return Err("the host has no node name".into());
+        }
+        let call = |method: http::Method,
+                    path: String,
+                    content_type: &'static str,
+                    body: Option<Value>| async move {
+            crate::proxy::agent_call(
+                registry,
+                cluster,
+                method,
+                &path,
+                content_type,
+                body.as_ref(),
+            )
+            .await
+        };
+        let (code, answer) = call(
+            http::Method::PATCH,
+            format!("/api/v1/nodes/{node}"),
+            "application/merge-patch+json",
+            Some(json!({"spec": {"unschedulable": true}})),
+        )
+        .await?;
+        if !code.is_success() {
+            return Err(format!("cordoning: HTTP {code}: {}", answer["message"]));
+        }
+        let (code, list) = call(
+            http::Method::GET,
+            format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"),
+            "application/json",
+            None,
+        )
+        .await?;
+        if !code.is_success() {
+            return Err(format!(
+                "listing its pods: HTTP {code}: {}",
+                list["message"]
+            ));
+        }
+        let evictable: Vec<&Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| {
+                let daemon = p["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"));
+                let mirror =
+                    p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+                !daemon && !mirror
+            })
+            .collect();
+        if evictable.is_empty() {
+            return Ok(());
+        }
+        for pod in &evictable {
+            let (ns, pod_name) = (
+                pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+                pod["metadata"]["name"].as_str().unwrap_or_default(),
+            );
+            let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                                  "metadata": {"name": pod_name, "namespace": ns}});
+            let (code, _) = call(
+                http::Method::POST,
+                format!("/api/v1/namespaces/{ns}/pods/{pod_name}/eviction"),
+                "application/json",
+                Some(eviction),
+            )
+            .await?;
+            // An API server without the eviction subresource: delete instead (a disruption
+            // budget's 429 means wait and try again).
+            if code == http::StatusCode::NOT_FOUND || code == http::StatusCode::METHOD_NOT_ALLOWED {
+                call(
+                    http::Method::DELETE,
+                    format!("/api/v1/namespaces/{ns}/pods/{pod_name}"),
+                    "application/json",
+                    None,
+                )
+                .await?;
+            }
+        }
+        Err(format!("evicting {} pods", evictable.len()))
+    }
+
+    /// Makes `node` schedulable again after its upgrade.
+    async fn uncordon(&self, cluster: &str, host: &str, node: &str) {
+        let Some(registry) = &self.registry else {
+            return;
+        };
+        let patched = crate::proxy::agent_call(
+            registry,
+            cluster,
+            http::Method::PATCH,
+            &format!("/api/v1/nodes/{node}"),
+            "application/merge-patch+json",
+            Some(&json!({"spec": {"unschedulable": null}})),
+        )
+        .await;
+        match patched {
+            Ok((code, _)) if code.is_success() || code == http::StatusCode::NOT_FOUND => {
+                let _ = update_status(self.store.as_ref(), Kind::Plan, host, |s| {
+                    s.extra.remove(DRAINED);
+                })
+                .await;
+            }
+            Ok((code, answer)) => {
+                tracing::warn!(%node, %code, "cannot uncordon: {}", answer["message"]);
+            }
+            Err(e) => tracing::warn!(%node, "cannot uncordon: {e}"),
+        }
     }
 
     /// Changes the cluster's status, writing only if it changed (the planner watches its own

@@ -81,6 +81,44 @@ pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
         .max_by_key(|s| s.info().id)
 }
 
+/// A request to `cluster`'s API server as its cluster-agent (no impersonation), for the hub's
+/// own controllers (the planner cordons and drains nodes with it). A JSON body and answer.
+pub async fn agent_call(
+    registry: &Registry,
+    cluster: &str,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(StatusCode, serde_json::Value), String> {
+    let session = agent_session(registry, cluster)
+        .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
+    let mut sender = connect(&session, proto::KUBE_API_SERVICE, cluster, None)
+        .await
+        .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, "kubernetes")
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ACCEPT, "application/json")
+        .body(Body::from(bytes))
+        .map_err(|e| e.to_string())?;
+    let response = send(&mut sender, request, cluster)
+        .await
+        .map_err(|r| format!("cluster {cluster:?}: HTTP {}", r.status()))?;
+    let status = response.status();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    ))
+}
+
 /// Headers that describe one hop, not the request (RFC 9110 §7.6.1).
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(

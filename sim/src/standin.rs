@@ -308,6 +308,13 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         )
         .await
         .map_err(|e| format!("serving the API on :6443: {e}"))?;
+        // The cluster's objects survive a restart (an upgrade), as in K3s's datastore.
+        let db = dist.data_dir().join("server/db.json");
+        if let Ok(bytes) = std::fs::read(&db)
+            && let Ok(state) = serde_json::from_slice::<Value>(&bytes)
+        {
+            sim.import_state(&state);
+        }
         let token = server_token(dist, &config)?;
         sim.add_token(
             &token,
@@ -371,12 +378,31 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         ));
     }
     tracing::info!(dist = dist.name(), version = %installed.version, %node, server = installed.server, "stand-in node service up");
-    shutdown.cancelled().await;
+    // Saved every few seconds and at the end.
+    let db = dist.data_dir().join("server/db.json");
+    loop {
+        if let Some(sim) = &cluster {
+            save(&db, &sim.export_state());
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
     tasks.shutdown().await;
     if let Some(sim) = cluster {
+        save(&db, &sim.export_state());
         sim.wait().await;
     }
     Ok(())
+}
+
+/// Writes the datastore: a temp file renamed over the old one.
+fn save(path: &Path, state: &Value) {
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, state.to_string()).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
 }
 
 /// The first server's join token: from the config, else made once and kept (a restarted server
@@ -504,8 +530,7 @@ fn node_object(
     })
 }
 
-/// Keeps the Node registered at its version (a server restarted by an upgrade comes back
-/// empty; an upgraded node re-registers with its new version).
+/// Keeps the Node registered and reporting its version, as a kubelet does.
 async fn keep_node(api: String, token: String, node: Value, shutdown: CancellationToken) {
     let name = node["metadata"]["name"]
         .as_str()
@@ -523,8 +548,13 @@ async fn keep_node(api: String, token: String, node: Value, shutdown: Cancellati
                 if current.pointer("/status/nodeInfo/kubeletVersion")
                     != node.pointer("/status/nodeInfo/kubeletVersion") =>
             {
-                let _ = call(&api, &token, "DELETE", &path, None).await;
-                let _ = call(&api, &token, "POST", "/api/v1/nodes", Some(&node)).await;
+                // Upgraded: the kubelet reports its new version; the rest (a cordon) stays.
+                let mut updated = current.clone();
+                updated["status"]["nodeInfo"]["kubeletVersion"] =
+                    node["status"]["nodeInfo"]["kubeletVersion"].clone();
+                if let Err(e) = call(&api, &token, "PUT", &path, Some(&updated)).await {
+                    tracing::warn!(error = %e, "cannot update the node");
+                }
             }
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "the API server is not reachable yet"),

@@ -314,7 +314,7 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         Some(&admin),
         Some(json!({"metadata": {"name": "edge"},
                     "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
-                             "upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1"}}})),
+                             "upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1", "drain": true}}})),
     )
     .await;
     assert_eq!(code, 201, "{created}");
@@ -387,6 +387,20 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
     assert_eq!(listed, wanted("v1.33.4+k3s1"), "kubectl through the hub");
+
+    // Two pods on node-2: one the drain before its upgrade must evict, and one a DaemonSet owns,
+    // which a drain leaves alone.
+    let pods = dir.join("pods.yaml");
+    std::fs::write(
+        &pods,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: default}\n\
+         spec: {nodeName: node-2, containers: [{name: web, image: nginx}]}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata:\n  name: logs-1\n  namespace: default\n  \
+         ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: logs, uid: '1'}]\n\
+         spec: {nodeName: node-2, containers: [{name: logs, image: fluent-bit}]}\n",
+    )
+    .unwrap();
+    kubectl_ok(&kubeconfig_path, &["apply", "-f", pods.to_str().unwrap()]).await;
 
     // 2. A version bump rolls one host at a time, server first. Meanwhile host 2's link is
     // cut while it waits for its turn, and host 3's agent is killed in the middle of its plan.
@@ -474,6 +488,34 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
     assert_eq!(most_in_flight, 1, "one host at a time");
     let c = wait_active(&hub, &admin, Duration::from_secs(60)).await;
     assert_eq!(c["status"]["version"], new);
+
+    // Node-2 was drained before its upgrade and made schedulable again after it.
+    let left = kubectl_ok(
+        &kubeconfig_path,
+        &["get", "pods", "-n", "default", "-o", "name"],
+    )
+    .await;
+    assert_eq!(
+        left.trim(),
+        "pod/logs-1",
+        "the drain evicted web-1 and left the DaemonSet's pod"
+    );
+    let unschedulable = kubectl_ok(
+        &kubeconfig_path,
+        &[
+            "get",
+            "node",
+            "node-2",
+            "-o",
+            "jsonpath={.spec.unschedulable}",
+        ],
+    )
+    .await;
+    assert_eq!(unschedulable.trim(), "", "uncordoned after its upgrade");
+    let all = plans(&hub, &admin).await;
+    for name in &names {
+        assert!(all[name]["status"].get("drainedFor").is_none(), "{name}");
+    }
 
     // The installer ran exactly once per version on each host, the kill notwithstanding.
     assert_eq!(

@@ -27,6 +27,7 @@ fn fixture() -> Fixture {
             store,
             server_url: "https://hub.example:8443".into(),
             ca_checksum: "ab".repeat(32),
+            registry: None,
         },
         dir,
     }

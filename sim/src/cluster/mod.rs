@@ -366,6 +366,17 @@ impl SimCluster {
         )
     }
 
+    /// Every object, as JSON: what the stand-in installer keeps across a restart of the node
+    /// service, as K3s keeps its datastore.
+    pub fn export_state(&self) -> Value {
+        self.sim.store.export()
+    }
+
+    /// Loads what [`SimCluster::export_state`] returned (call before serving anyone).
+    pub fn import_state(&self, state: &Value) {
+        self.sim.store.import(state);
+    }
+
     /// Waits until the server has stopped (after its shutdown token was cancelled).
     pub async fn wait(self) {
         let _ = self.task.await;

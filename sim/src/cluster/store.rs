@@ -270,6 +270,44 @@ impl Store {
         Ok((replay, live, inner.revision.max(from.unwrap_or(0))))
     }
 
+    /// Every object and the revision, as JSON (what a datastore keeps across restarts).
+    pub(crate) fn export(&self) -> Value {
+        let inner = self.lock();
+        let objects: serde_json::Map<String, Value> = inner
+            .objects
+            .iter()
+            .map(|(resource, map)| {
+                (
+                    resource.clone(),
+                    Value::Array(map.values().map(|v| (**v).clone()).collect()),
+                )
+            })
+            .collect();
+        json!({"revision": inner.revision, "objects": objects})
+    }
+
+    /// Loads what [`Store::export`] wrote, objects as they were (uids, resourceVersions).
+    pub(crate) fn import(&self, state: &Value) {
+        let mut inner = self.lock();
+        inner.revision = inner.revision.max(state["revision"].as_u64().unwrap_or(0));
+        let Some(objects) = state["objects"].as_object() else {
+            return;
+        };
+        for (resource, items) in objects {
+            for object in items.as_array().into_iter().flatten() {
+                let key = (
+                    meta_str(object, "namespace").to_owned(),
+                    meta_str(object, "name").to_owned(),
+                );
+                inner
+                    .objects
+                    .entry(resource.clone())
+                    .or_default()
+                    .insert(key, Arc::new(object.clone()));
+            }
+        }
+    }
+
     /// Loads objects in bulk at start (no change log, no events).
     pub(crate) fn seed(&self, resource: &str, objects: impl IntoIterator<Item = Value>) {
         let mut inner = self.lock();

@@ -165,6 +165,7 @@ impl Hub {
                 store: store.clone(),
                 server_url: url.clone(),
                 ca_checksum: pki.ca_checksum.clone(),
+                ca_pem: pki.ca_pem.to_string(),
                 registry: Some(registry.clone()),
             }
             .run(shutdown.clone()),
@@ -198,7 +199,14 @@ impl Hub {
                     "/v3/system-agent/{arch}",
                     get(registration::system_agent_binary),
                 )
-                .with_state(registration::Binaries(agent_binaries)),
+                .route(
+                    "/v3/artifacts/{version}/{file}",
+                    get(registration::artifact),
+                )
+                .with_state(registration::Downloads {
+                    binaries: agent_binaries,
+                    artifacts: config.data_dir.join("artifacts"),
+                }),
         )
         .merge(
             Router::new()

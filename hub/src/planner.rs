@@ -43,6 +43,8 @@ pub struct Planner {
     pub store: Arc<dyn Store>,
     pub server_url: String,
     pub ca_checksum: String,
+    /// The hub's CA (PEM): air-gapped hosts fetch the artifacts trusting it.
+    pub ca_pem: String,
     /// The agents' sessions, to drain nodes through a cluster's cluster-agent (`None`: no
     /// draining, as in unit tests).
     pub registry: Option<tunnel::Registry>,
@@ -172,7 +174,8 @@ impl Planner {
         let ctx = Ctx {
             dist,
             version: &version,
-            installer: settings.installer(dist),
+            installer: settings.installer(dist, &self.server_url, &version),
+            ca_pem: &self.ca_pem,
         };
 
         // Hosts on their way out: uninstall, then let them go.
@@ -709,22 +712,25 @@ impl Distribution {
 /// How the distribution gets installed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Installer {
-    /// The distribution's own install script, from its site or a mirror.
+    /// The distribution's own install script, from its site or a mirror (settings
+    /// `k3s-install-url`, `rke2-install-url`), downloading what it needs from the internet.
     Script(String),
-    /// `drover-sim`, the stand-in for tests (setting `sim-installer`).
-    Sim(String),
+    /// Air-gapped (setting `install-source` = `hub`): the distribution's air-gap artifacts and
+    /// its install script, served by the hub at `/v3/artifacts/<version>/`, fetched trusting
+    /// the hub's CA.
+    Hub { base: String },
 }
 
 #[derive(Debug, Clone, Default)]
 struct Settings {
     k3s_url: String,
     rke2_url: String,
-    sim: Option<String>,
+    from_hub: bool,
 }
 
 impl Settings {
     async fn read(store: &dyn Store) -> Result<Settings, StoreError> {
-        let sim = registration::setting(store, "sim-installer", String::new()).await?;
+        let source = registration::setting(store, "install-source", "internet".into()).await?;
         Ok(Settings {
             k3s_url: registration::setting(store, "k3s-install-url", "https://get.k3s.io".into())
                 .await?,
@@ -734,73 +740,96 @@ impl Settings {
                 "https://get.rke2.io".into(),
             )
             .await?,
-            sim: (!sim.is_empty()).then_some(sim),
+            from_hub: source == "hub",
         })
     }
 
-    fn installer(&self, dist: Distribution) -> Installer {
-        match (&self.sim, dist) {
-            (Some(path), _) => Installer::Sim(path.clone()),
-            (None, Distribution::K3s) => Installer::Script(self.k3s_url.clone()),
-            (None, Distribution::Rke2) => Installer::Script(self.rke2_url.clone()),
+    fn installer(&self, dist: Distribution, hub: &str, version: &str) -> Installer {
+        match (self.from_hub, dist) {
+            (true, _) => Installer::Hub {
+                base: format!("{hub}/v3/artifacts/{}", encode_version(version)),
+            },
+            (false, Distribution::K3s) => Installer::Script(self.k3s_url.clone()),
+            (false, Distribution::Rke2) => Installer::Script(self.rke2_url.clone()),
         }
     }
 }
+
+/// A version as one URL path segment (`+` is fine in paths; nothing else needs escaping in
+/// the versions K3s and RKE2 publish, but a stray `/` must not become a path).
+fn encode_version(version: &str) -> String {
+    version.replace('/', "%2F")
+}
+
+/// Where a plan keeps the hub's CA, to fetch artifacts from the hub.
+const HUB_CA: &str = "/etc/drover/hub-ca.pem";
 
 struct Ctx<'a> {
     dist: Distribution,
     version: &'a str,
     installer: Installer,
+    /// The hub's CA (PEM), for air-gapped installs.
+    ca_pem: &'a str,
 }
 
 impl Ctx<'_> {
     /// Installs (or upgrades to) the version, as a server or an agent, and starts it.
     fn install(&self, server: bool) -> Instruction {
         let kind = if server { "server" } else { "agent" };
-        let (env, script) = match (&self.installer, self.dist) {
-            (Installer::Sim(path), _) => (
-                Vec::new(),
-                format!("exec {path} install {}", self.dist.name()),
+        let script = match (&self.installer, self.dist) {
+            (Installer::Script(url), Distribution::K3s) => format!("curl -sfL {url} | sh -s -"),
+            (Installer::Script(url), Distribution::Rke2) => format!(
+                "curl -sfL {url} | sh - && systemctl enable rke2-{kind} && systemctl restart rke2-{kind}"
             ),
-            (Installer::Script(url), Distribution::K3s) => {
-                (Vec::new(), format!("curl -sfL {url} | sh -s -"))
+            // K3s's and RKE2's documented air-gap installs, with the files from the hub.
+            (Installer::Hub { base }, dist) => {
+                let fetch = format!(
+                    "set -e\ncase \"$(uname -m)\" in aarch64|arm64) arch=arm64 ;; *) arch=amd64 ;; esac\n\
+                     fetch() {{ curl -fsS --cacert {HUB_CA} -o \"$2\" \"{base}/$1\"; }}\n"
+                );
+                match dist {
+                    Distribution::K3s => format!(
+                        "{fetch}mkdir -p /usr/local/bin /var/lib/rancher/k3s/agent/images\n\
+                         fetch k3s /usr/local/bin/k3s.download && chmod 0755 /usr/local/bin/k3s.download && mv -f /usr/local/bin/k3s.download /usr/local/bin/k3s\n\
+                         fetch k3s-airgap-images-$arch.tar.zst /var/lib/rancher/k3s/agent/images/k3s-airgap-images-$arch.tar.zst\n\
+                         fetch k3s-install.sh /var/lib/rancher/k3s/install.sh\n\
+                         INSTALL_K3S_SKIP_DOWNLOAD=true sh /var/lib/rancher/k3s/install.sh\n"
+                    ),
+                    Distribution::Rke2 => format!(
+                        "{fetch}dir=/var/lib/rancher/rke2/artifacts\nmkdir -p $dir\n\
+                         for f in rke2.linux-$arch.tar.gz rke2-images.linux-$arch.tar.zst sha256sum-$arch.txt; do fetch $f $dir/$f; done\n\
+                         fetch rke2-install.sh $dir/install.sh\n\
+                         INSTALL_RKE2_ARTIFACT_PATH=$dir sh $dir/install.sh\n\
+                         systemctl enable rke2-{kind} && systemctl restart rke2-{kind}\n"
+                    ),
+                }
             }
-            (Installer::Script(url), Distribution::Rke2) => (
-                Vec::new(),
-                format!(
-                    "curl -sfL {url} | sh - && systemctl enable rke2-{kind} && systemctl restart rke2-{kind}"
-                ),
-            ),
         };
         let (version_var, type_var) = match self.dist {
             Distribution::K3s => ("INSTALL_K3S_VERSION", "INSTALL_K3S_EXEC"),
             Distribution::Rke2 => ("INSTALL_RKE2_VERSION", "INSTALL_RKE2_TYPE"),
         };
-        let mut env = env;
-        env.push(format!("{version_var}={}", self.version));
-        env.push(format!("{type_var}={kind}"));
         Instruction {
             name: "install".into(),
             script,
-            env,
+            env: vec![
+                format!("{version_var}={}", self.version),
+                format!("{type_var}={kind}"),
+            ],
             ..Instruction::default()
         }
     }
 
+    /// The uninstall scripts the distributions' installers leave behind.
     fn uninstall(&self, server: bool) -> Instruction {
-        let script = match (&self.installer, self.dist) {
-            (Installer::Sim(path), _) => format!("exec {path} uninstall {}", self.dist.name()),
-            (Installer::Script(_), Distribution::K3s) if server => {
-                "/usr/local/bin/k3s-uninstall.sh".into()
-            }
-            (Installer::Script(_), Distribution::K3s) => {
-                "/usr/local/bin/k3s-agent-uninstall.sh".into()
-            }
-            (Installer::Script(_), Distribution::Rke2) => "/usr/local/bin/rke2-uninstall.sh".into(),
+        let script = match self.dist {
+            Distribution::K3s if server => "/usr/local/bin/k3s-uninstall.sh",
+            Distribution::K3s => "/usr/local/bin/k3s-agent-uninstall.sh",
+            Distribution::Rke2 => "/usr/local/bin/rke2-uninstall.sh",
         };
         Instruction {
             name: "uninstall".into(),
-            script,
+            script: script.into(),
             ..Instruction::default()
         }
     }
@@ -823,6 +852,14 @@ fn host_plan(
         permissions: "0600".into(),
         ..File::default()
     }];
+    if matches!(ctx.installer, Installer::Hub { .. }) {
+        files.push(File {
+            path: HUB_CA.into(),
+            content: ctx.ca_pem.as_bytes().to_vec(),
+            permissions: "0644".into(),
+            ..File::default()
+        });
+    }
     if let Some(manifest) = manifest {
         files.push(File {
             path: format!("{data}/server/manifests/{MANIFEST_FILE}"),

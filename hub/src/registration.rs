@@ -31,9 +31,13 @@ pub async fn install_script() -> Response {
         .into_response()
 }
 
-/// Where agent binaries are served from.
+/// Where downloads for hosts are served from: agent binaries, and the air-gap artifacts of
+/// each distribution version (`<data dir>/artifacts/<version>/<file>`).
 #[derive(Debug, Clone)]
-pub struct Binaries(pub std::path::PathBuf);
+pub struct Downloads {
+    pub binaries: std::path::PathBuf,
+    pub artifacts: std::path::PathBuf,
+}
 
 /// This machine's architecture as the install script names it.
 fn own_arch() -> &'static str {
@@ -46,35 +50,72 @@ fn own_arch() -> &'static str {
 
 /// `GET /v3/system-agent/{arch}`: the system-agent binary for `amd64` or `arm64`, streamed.
 pub async fn system_agent_binary(
-    State(binaries): State<Binaries>,
+    State(downloads): State<Downloads>,
     Path(arch): Path<String>,
 ) -> Result<Response, ApiError> {
+    let binaries = &downloads.binaries;
     if !matches!(arch.as_str(), "amd64" | "arm64") {
         return Err(ApiError::not_found(format!(
             "no system-agent for architecture {arch:?}; there are amd64 and arm64"
         )));
     }
-    let mut candidates = vec![binaries.0.join(format!("drover-system-agent-{arch}"))];
+    let mut candidates = vec![binaries.join(format!("drover-system-agent-{arch}"))];
     if arch == own_arch() {
-        candidates.push(binaries.0.join("drover-system-agent"));
+        candidates.push(binaries.join("drover-system-agent"));
     }
     for path in candidates {
-        if let Ok(file) = tokio::fs::File::open(&path).await {
-            let length = file.metadata().await.map(|m| m.len()).unwrap_or_default();
-            let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
-            return Ok((
-                [
-                    (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-                    (header::CONTENT_LENGTH, length.to_string()),
-                ],
-                body,
-            )
-                .into_response());
+        if let Some(response) = stream_file(&path).await {
+            return Ok(response);
         }
     }
     Err(ApiError::not_found(format!(
         "this hub has no system-agent binary for {arch} in {} (put drover-system-agent-{arch} there, or start the hub with --agent-binaries)",
-        binaries.0.display()
+        binaries.display()
+    )))
+}
+
+/// A file as a streamed download, if it can be opened.
+async fn stream_file(path: &std::path::Path) -> Option<Response> {
+    let file = tokio::fs::File::open(path).await.ok()?;
+    let meta = file.metadata().await.ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    Some(
+        (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+                (header::CONTENT_LENGTH, meta.len().to_string()),
+            ],
+            body,
+        )
+            .into_response(),
+    )
+}
+
+/// `GET /v3/artifacts/{version}/{file}`: a distribution's air-gap artifact (binary, images,
+/// install script), put by the operator under `<data dir>/artifacts/<version>/`. Not secret,
+/// like the distributions' own release downloads.
+pub async fn artifact(
+    State(downloads): State<Downloads>,
+    Path((version, file)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('.')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+'))
+    };
+    if plain(&version) && plain(&file) {
+        let path = downloads.artifacts.join(&version).join(&file);
+        if let Some(response) = stream_file(&path).await {
+            return Ok(response);
+        }
+    }
+    Err(ApiError::not_found(format!(
+        "no artifact {file:?} for version {version:?}; put it in {}",
+        downloads.artifacts.join("<version>").display()
     )))
 }
 

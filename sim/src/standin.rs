@@ -1,9 +1,10 @@
 //! A stand-in for the K3s and RKE2 installers, because their binaries cannot be downloaded on
-//! these machines. The hub's plans run `drover-sim install k3s|rke2` where they would run
-//! `curl -sfL https://get.k3s.io | sh -`; everything around it is the real thing: the plan
-//! writes the distribution's own `config.yaml`, passes the installer's own environment
-//! (`INSTALL_K3S_VERSION`, `INSTALL_K3S_EXEC`, `INSTALL_RKE2_VERSION`, `INSTALL_RKE2_TYPE`), and
-//! probes the ports the distribution serves.
+//! these machines. Tests serve, as the hub's air-gap artifact `k3s-install.sh`, a script that
+//! runs `drover-sim install k3s`; everything around it is the real thing: the plan fetches the
+//! artifacts from the hub, writes the distribution's own `config.yaml`, passes the installer's
+//! own environment (`INSTALL_K3S_VERSION`, `INSTALL_K3S_EXEC`, `INSTALL_RKE2_VERSION`,
+//! `INSTALL_RKE2_TYPE`), probes the ports the distribution serves, and uninstalls with the
+//! script the installer left (`/usr/local/bin/k3s-uninstall.sh`, …).
 //!
 //! "Installing" starts a node service (`drover-sim serve-node`) in the background, as the
 //! installer's systemd unit would. On the first server it runs a simulated API server on :6443
@@ -190,6 +191,21 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         .spawn()
         .map_err(|e| format!("starting the {} service: {e}", dist.name()))?;
     std::fs::write(data.join("service.pid"), child.id().to_string()).map_err(|e| e.to_string())?;
+    // The uninstall script the real installer leaves behind.
+    let uninstall = match (dist, server) {
+        (Distribution::K3s, true) => "/usr/local/bin/k3s-uninstall.sh",
+        (Distribution::K3s, false) => "/usr/local/bin/k3s-agent-uninstall.sh",
+        (Distribution::Rke2, _) => "/usr/local/bin/rke2-uninstall.sh",
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    write_script(
+        Path::new(uninstall),
+        &format!(
+            "#!/bin/sh\n# stand-in for the {0} uninstall script\nrm -f {uninstall}\nexec {1} uninstall {0}\n",
+            dist.name(),
+            exe.display()
+        ),
+    )?;
     // Counted once the install is complete: an interrupted run does not count.
     let mut runs = std::fs::OpenOptions::new()
         .create(true)
@@ -395,6 +411,17 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         sim.wait().await;
     }
     Ok(())
+}
+
+/// Writes an executable script.
+fn write_script(path: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Writes the datastore: a temp file renamed over the old one.

@@ -1,9 +1,11 @@
 //! Provisioning end to end, one Linux network namespace per host (each with its own address on
-//! a bridge, and its own /etc/rancher and /var/lib/rancher by a private mount namespace): the
-//! real hub, the real install script through `curl | sh`, the real system-agent and planner.
-//! The distribution is the `drover-sim` stand-in installer (real K3s cannot be downloaded
-//! here): it runs a simulated API server, writes the kubeconfig and node token where K3s does,
-//! and answers the same probes. Needs root (CI runs as root); skipped, saying so, otherwise.
+//! a bridge, and its own /etc/rancher, /etc/drover, /var/lib/rancher and /usr/local/bin by a
+//! private mount namespace): the real hub, the real install script through `curl | sh`, the real
+//! system-agent and planner, installing air-gapped from artifacts the hub serves. The
+//! distribution's install script among them is the `drover-sim` stand-in (real K3s cannot be
+//! downloaded here): it runs a simulated API server, writes the kubeconfig and node token where
+//! K3s does, and answers the same probes. Needs root (CI runs as root); skipped, saying so,
+//! otherwise.
 
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
@@ -70,7 +72,12 @@ impl Network {
         }
         let mut net = net;
         // Mount points for each host's own copy of the distribution's directories.
-        for dir in ["/etc/rancher", "/var/lib/rancher"] {
+        for dir in [
+            "/etc/rancher",
+            "/etc/drover",
+            "/var/lib/rancher",
+            "/usr/local/bin",
+        ] {
             if !Path::new(dir).exists() {
                 std::fs::create_dir_all(dir).unwrap();
                 net.made_dirs.push(PathBuf::from(dir));
@@ -129,7 +136,13 @@ impl Drop for Host {
 impl Host {
     fn new(base: &Path, i: usize) -> Host {
         let dir = base.join(format!("host-{i}"));
-        for sub in ["etc-rancher", "var-lib-rancher", "root"] {
+        for sub in [
+            "etc-rancher",
+            "etc-drover",
+            "var-lib-rancher",
+            "usr-local-bin",
+            "root",
+        ] {
             std::fs::create_dir_all(dir.join(sub)).unwrap();
         }
         Host {
@@ -142,7 +155,8 @@ impl Host {
     /// `command` in the host's network namespace with its own /etc/rancher and /var/lib/rancher.
     fn spawn(&self, command: &str) {
         let script = format!(
-            "mount --bind {d}/etc-rancher /etc/rancher && mount --bind {d}/var-lib-rancher /var/lib/rancher && {command}",
+            "mount --bind {d}/etc-rancher /etc/rancher && mount --bind {d}/var-lib-rancher /var/lib/rancher && \
+             mount --bind {d}/usr-local-bin /usr/local/bin && mount --bind {d}/etc-drover /etc/drover && {command}",
             d = self.dir.display()
         );
         let log = std::fs::OpenOptions::new()
@@ -302,11 +316,26 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         "POST",
         "/v1/settings",
         Some(&admin),
-        Some(json!({"metadata": {"name": "sim-installer"},
-                    "spec": {"value": binary("drover-sim").display().to_string()}})),
+        Some(json!({"metadata": {"name": "install-source"}, "spec": {"value": "hub"}})),
     )
     .await;
     assert_eq!(code, 201, "{body}");
+    // The air-gap artifacts the hub serves: for each version, the distribution's binary and
+    // images (stand-ins: these bytes) and its install script (the stand-in installer).
+    for version in ["v1.33.4+k3s1", "v1.33.5+k3s1"] {
+        let artifacts = dir.join("hub/artifacts").join(version);
+        std::fs::create_dir_all(&artifacts).unwrap();
+        std::fs::write(artifacts.join("k3s"), format!("k3s {version}\n")).unwrap();
+        std::fs::write(artifacts.join("k3s-airgap-images-amd64.tar.zst"), b"images").unwrap();
+        std::fs::write(
+            artifacts.join("k3s-install.sh"),
+            format!(
+                "#!/bin/sh\nexec {} install k3s\n",
+                binary("drover-sim").display()
+            ),
+        )
+        .unwrap();
+    }
     let (code, created) = api(
         hub.addr,
         "POST",
@@ -387,6 +416,20 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
     assert_eq!(listed, wanted("v1.33.4+k3s1"), "kubectl through the hub");
+    // Installed from the hub's artifacts, as an air-gapped host is.
+    for host in &hosts {
+        let bin = host.dir.join("usr-local-bin");
+        assert_eq!(
+            std::fs::read_to_string(bin.join("k3s")).unwrap(),
+            "k3s v1.33.4+k3s1\n"
+        );
+        let uninstall = if host.i == 1 {
+            "k3s-uninstall.sh"
+        } else {
+            "k3s-agent-uninstall.sh"
+        };
+        assert!(bin.join(uninstall).exists(), "host {}: {uninstall}", host.i);
+    }
 
     // Two pods on node-2: one the drain before its upgrade must evict, and one a DaemonSet owns,
     // which a drain leaves alone.

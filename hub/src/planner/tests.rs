@@ -27,6 +27,7 @@ fn fixture() -> Fixture {
             store,
             server_url: "https://hub.example:8443".into(),
             ca_checksum: "ab".repeat(32),
+            ca_pem: "-----BEGIN CERTIFICATE-----\nhub\n-----END CERTIFICATE-----\n".into(),
             registry: None,
         },
         dir,
@@ -324,6 +325,37 @@ async fn a_removed_host_is_uninstalled_before_it_goes() {
     f.planner.reconcile_all().await;
     assert!(f.store().get("Host", "h-a").await.is_err());
     assert!(f.store().get("Plan", "h-a").await.is_err());
+}
+
+#[tokio::test]
+async fn air_gapped_hosts_fetch_the_artifacts_from_the_hub_trusting_its_ca() {
+    let f = fixture();
+    f.store()
+        .create(Object::new(
+            "Setting",
+            "install-source",
+            json!({"value": "hub"}),
+        ))
+        .await
+        .unwrap();
+    f.cluster("v1.33.4+k3s1", json!({})).await;
+    f.host("h-a", true, true, "10.0.0.1").await;
+    f.planner.reconcile_all().await;
+    let plan = f.plan("h-a").await.unwrap();
+    let ca = plan
+        .files
+        .iter()
+        .find(|f| f.path == HUB_CA)
+        .expect("the hub's CA");
+    assert_eq!(ca.content, f.planner.ca_pem.as_bytes());
+    let script = &plan.instructions[0].script;
+    assert!(
+        script.contains("https://hub.example:8443/v3/artifacts/v1.33.4+k3s1")
+            && script.contains("--cacert /etc/drover/hub-ca.pem")
+            && script.contains("INSTALL_K3S_SKIP_DOWNLOAD=true"),
+        "{script}"
+    );
+    assert!(!script.contains("get.k3s.io"));
 }
 
 #[test]

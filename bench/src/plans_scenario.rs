@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::proxy_scenario::Target;
+use crate::proxy_scenario::{admin_with_cluster, hub_config};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
@@ -62,49 +62,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     };
     let _ = std::fs::remove_dir_all(&hub_dir);
     let _ = std::fs::remove_dir_all(&hosts_dir);
-    let hub = hub::Hub::start(
-        hub::Config {
-            data_dir: hub_dir.join("hub"),
-            listen: ([127, 0, 0, 1], 0).into(),
-            server_url: None,
-            host_name: "127.0.0.1".into(),
-            tls: None,
-            agent_binaries: None,
-        },
-        shutdown.clone(),
+    let hub = hub::Hub::start(hub_config(&hub_dir.join("hub")), shutdown.clone()).await?;
+    // Paused: the plans here are written by the benchmark, not the planner.
+    let (_, token) = admin_with_cluster(
+        &hub,
+        json!({"metadata": {"name": "fleet"},
+               "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}}),
     )
     .await?;
-    let password = hub
-        .bootstrap_password()
-        .context("a new hub has a bootstrap password")?
-        .to_owned();
-    let mut api = Target {
-        addr: hub.local_addr(),
-        token: String::new(),
-    };
-    let login = api
-        .call(
-            "POST",
-            "/v1/login",
-            Some(json!({"username": "admin", "password": password, "session": false})),
-            200,
-        )
-        .await?;
-    api.token = login["token"].as_str().context("login token")?.to_owned();
-    // Paused: the plans here are written by the benchmark, not the planner.
-    let cluster = api
-        .call(
-            "POST",
-            "/v1/clusters",
-            Some(json!({"metadata": {"name": "fleet"},
-                        "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}})),
-            201,
-        )
-        .await?;
-    let token = cluster["registration"]["token"]
-        .as_str()
-        .context("registration token")?
-        .to_owned();
 
     // Register and connect every host, 50 at a time.
     let started = Instant::now();

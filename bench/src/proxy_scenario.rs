@@ -204,6 +204,49 @@ struct Setup {
     runtimes: Vec<tokio::runtime::Runtime>,
 }
 
+/// A hub on 127.0.0.1 (port 0) keeping its state in `data_dir`.
+pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
+    hub::Config {
+        data_dir: data_dir.to_owned(),
+        listen: ([127, 0, 0, 1], 0).into(),
+        server_url: None,
+        host_name: "127.0.0.1".into(),
+        tls: None,
+        agent_binaries: None,
+    }
+}
+
+/// Logs in to a new `hub` as its bootstrap admin and creates `cluster`; returns the admin's
+/// API and the cluster's registration token.
+pub(crate) async fn admin_with_cluster(
+    hub: &hub::Hub,
+    cluster: Value,
+) -> anyhow::Result<(Target, String)> {
+    let password = hub
+        .bootstrap_password()
+        .context("a new hub has a bootstrap password")?
+        .to_owned();
+    let mut api = Target {
+        addr: hub.local_addr(),
+        token: String::new(),
+    };
+    let login = api
+        .call(
+            "POST",
+            "/v1/login",
+            Some(json!({"username": "admin", "password": password, "session": false})),
+            200,
+        )
+        .await?;
+    api.token = login["token"].as_str().context("login token")?.to_owned();
+    let created = api.call("POST", "/v1/clusters", Some(cluster), 201).await?;
+    let registration = created["registration"]["token"]
+        .as_str()
+        .context("registration token")?
+        .to_owned();
+    Ok((api, registration))
+}
+
 async fn setup(pods: usize) -> anyhow::Result<Setup> {
     let shutdown = CancellationToken::new();
     let runtimes = PARTS
@@ -233,46 +276,15 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
     let _ = std::fs::remove_dir_all(&data_dir);
     let hub = hub_rt
         .spawn(hub::Hub::start(
-            hub::Config {
-                data_dir: data_dir.join("hub"),
-                listen: ([127, 0, 0, 1], 0).into(),
-                server_url: None,
-                host_name: "127.0.0.1".into(),
-                tls: None,
-                agent_binaries: None,
-            },
+            hub_config(&data_dir.join("hub")),
             shutdown.clone(),
         ))
         .await??;
-    let password = hub
-        .bootstrap_password()
-        .context("a new hub has a bootstrap password")?
-        .to_owned();
-    let mut hub_api = Target {
-        addr: hub.local_addr(),
-        token: String::new(),
-    };
-    let login = hub_api
-        .call(
-            "POST",
-            "/v1/login",
-            Some(json!({"username": "admin", "password": password, "session": false})),
-            200,
-        )
-        .await?;
-    hub_api.token = login["token"].as_str().context("login token")?.to_owned();
-    let cluster = hub_api
-        .call(
-            "POST",
-            "/v1/clusters",
-            Some(json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}})),
-            201,
-        )
-        .await?;
-    let registration = cluster["registration"]["token"]
-        .as_str()
-        .context("registration token")?
-        .to_owned();
+    let (hub_api, registration) = admin_with_cluster(
+        &hub,
+        json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}}),
+    )
+    .await?;
 
     let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
         &sim.kubeconfig(AGENT_TOKEN),

@@ -14,8 +14,6 @@
 
 use std::{collections::HashMap, path::PathBuf};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
@@ -241,26 +239,16 @@ async fn register(config: &Config) -> Result<String, AgentError> {
         identity,
         config.trust(),
     ))?;
-    let body = serde_json::json!({"kind": KIND}).to_string();
-    let request = http::Request::post("/v3/register")
-        .header(
-            http::header::AUTHORIZATION,
-            format!("Bearer {}", config.token.expose()),
+    let (status, body) = connector
+        .post_json(
+            "/v3/register",
+            serde_json::json!({"kind": KIND}).to_string(),
         )
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| AgentError::Register(e.to_string()))?;
-    let response = connector.request(request).await?;
-    let reply: serde_json::Value = serde_json::from_slice(response.body()).unwrap_or_default();
-    if !response.status().is_success() {
-        let message = reply["message"]
-            .as_str()
-            .unwrap_or("no reason given")
-            .to_owned();
-        return Err(AgentError::Register(format!(
-            "HTTP {}: {message}",
-            response.status()
-        )));
+        .await?;
+    let reply: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if !status.is_success() {
+        let message = reply["message"].as_str().unwrap_or("no reason given");
+        return Err(AgentError::Register(format!("HTTP {status}: {message}")));
     }
     let value = reply["credential"].as_str().unwrap_or_default().to_owned();
     if value.is_empty() {

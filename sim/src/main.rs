@@ -69,6 +69,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a journal or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let (listen, nodes, pods, kubeconfig) = match cli.command {
         Command::Cluster {
@@ -85,19 +87,7 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             return runtime.block_on(async {
-                let shutdown = CancellationToken::new();
-                let stop = shutdown.clone();
-                tokio::spawn(async move {
-                    if let Ok(mut term) =
-                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        tokio::select! {
-                            _ = term.recv() => {}
-                            _ = tokio::signal::ctrl_c() => {}
-                        }
-                    }
-                    stop.cancel();
-                });
+                let shutdown = tunnel::shutdown_on_signal();
                 sim::standin::serve_node(distribution, shutdown)
                     .await
                     .map_err(anyhow::Error::msg)

@@ -14,8 +14,6 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
-use http_body_util::Full;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
@@ -248,22 +246,13 @@ async fn registration(config: &Config, server: &str) -> Result<(String, Secret),
         config.trust(),
     ))?;
     let body = serde_json::json!({"kind": KIND, "hostId": host_id, "host": config.host});
-    let request = http::Request::post("/v3/register")
-        .header(
-            http::header::AUTHORIZATION,
-            format!("Bearer {}", config.token.expose()),
-        )
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .map_err(|e| AgentError::Register(e.to_string()))?;
-    let response = connector.request(request).await?;
-    let reply: serde_json::Value = serde_json::from_slice(response.body()).unwrap_or_default();
-    if !response.status().is_success() {
-        return Err(AgentError::Register(format!(
-            "HTTP {}: {}",
-            response.status(),
-            reply["message"].as_str().unwrap_or("no reason given")
-        )));
+    let (status, body) = connector
+        .post_json("/v3/register", body.to_string())
+        .await?;
+    let reply: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if !status.is_success() {
+        let message = reply["message"].as_str().unwrap_or("no reason given");
+        return Err(AgentError::Register(format!("HTTP {status}: {message}")));
     }
     let (Some(id), Some(credential)) = (reply["id"].as_str(), reply["credential"].as_str()) else {
         return Err(AgentError::Register(

@@ -3,8 +3,6 @@
 
 use std::{collections::HashMap, process::ExitCode};
 
-use tokio_util::sync::CancellationToken;
-
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -15,6 +13,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a journal or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let env: HashMap<String, String> = std::env::vars().collect();
     let config = match system_agent::Config::from_env(&env) {
@@ -32,19 +32,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     runtime.block_on(async {
-        let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            if let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            stop.cancel();
-        });
+        let shutdown = tunnel::shutdown_on_signal();
         match system_agent::run(config, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

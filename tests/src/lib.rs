@@ -298,6 +298,27 @@ pub async fn create_imported_cluster(addr: SocketAddr, admin: &str, name: &str) 
         .to_owned()
 }
 
+/// Creates the custom cluster `name` as `admin` with `spec` (its `type` is filled in); returns
+/// the registration the hub answers with (`token`, `hostCommand`).
+pub async fn create_custom_cluster(
+    addr: SocketAddr,
+    admin: &str,
+    name: &str,
+    mut spec: serde_json::Value,
+) -> serde_json::Value {
+    spec["type"] = serde_json::json!("custom");
+    let (status, cluster) = api(
+        addr,
+        "POST",
+        "/v1/clusters",
+        Some(admin),
+        Some(serde_json::json!({"metadata": {"name": name}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(status, 201, "{cluster}");
+    cluster["registration"].clone()
+}
+
 /// Logs in as `user`; returns an API token.
 pub async fn login(addr: SocketAddr, user: &str, password: &str) -> String {
     let body = serde_json::json!({"username": user, "password": password, "session": false});

@@ -12,7 +12,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tests::{HubProcess, api, login, temp_dir};
+use tests::{HubProcess, api, create_custom_cluster, login, temp_dir};
 
 /// Runs the hub's host command the way an operator pastes it, plus `extra` flags; returns the
 /// running shell (the agent runs in the foreground with `--no-systemd`).
@@ -99,22 +99,16 @@ async fn the_install_script_verifies_installs_is_idempotent_and_uninstalls() {
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
     // Paused: the planner must not install a distribution on the machine running the tests.
-    let (status, cluster) = api(
+    let registration = create_custom_cluster(
         hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "edge"},
-                    "spec": {"type": "custom", "distribution": "rke2", "version": "v1.33.4+rke2r1", "paused": true}})),
+        &admin,
+        "edge",
+        json!({"distribution": "rke2", "version": "v1.33.4+rke2r1", "paused": true}),
     )
     .await;
-    assert_eq!(status, 201, "{cluster}");
-    let command = cluster["registration"]["hostCommand"].as_str().unwrap();
+    let command = registration["hostCommand"].as_str().unwrap();
     assert!(command.contains("/system-agent-install.sh"), "{command}");
-    let token = cluster["registration"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = registration["token"].as_str().unwrap().to_owned();
     let root = dir.join("root");
 
     // A wrong checksum stops the script before it fetches or writes anything, naming both.

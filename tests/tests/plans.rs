@@ -12,7 +12,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tests::{HubProcess, api, binary, login, temp_dir};
+use tests::{HubProcess, api, binary, create_custom_cluster, login, temp_dir};
 use tokio::process::{Child, Command};
 
 struct Host {
@@ -131,20 +131,14 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
     // Paused: the planner must not install a distribution on the machine running the tests.
-    let (status, cluster) = api(
+    let registration = create_custom_cluster(
         hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "edge"},
-                    "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}})),
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
     )
     .await;
-    assert_eq!(status, 201, "{cluster}");
-    let token = cluster["registration"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = registration["token"].as_str().unwrap().to_owned();
 
     let mut host = Host::new(&hub, &token, &dir);
     host.start();

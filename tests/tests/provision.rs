@@ -17,7 +17,9 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tests::{HubProcess, api, api_text, binary, imported::kubectl_ok, login, temp_dir};
+use tests::{
+    HubProcess, api, api_text, binary, create_custom_cluster, imported::kubectl_ok, login, temp_dir,
+};
 
 const BRIDGE: &str = "drvbr0";
 const PREFIX: &str = "10.213.0";
@@ -336,21 +338,15 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         )
         .unwrap();
     }
-    let (code, created) = api(
+    let registration = create_custom_cluster(
         hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "edge"},
-                    "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
-                             "upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1", "drain": true}}})),
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1",
+               "upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1", "drain": true}}),
     )
     .await;
-    assert_eq!(code, 201, "{created}");
-    let token = created["registration"]["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = registration["token"].as_str().unwrap().to_owned();
 
     let hosts: Vec<Host> = (1..=3).map(|i| Host::new(&dir, i)).collect();
     for (host, roles) in hosts.iter().zip(["--all-roles", "--worker", "--worker"]) {

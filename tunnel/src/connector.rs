@@ -487,6 +487,28 @@ impl Connector {
         Ok(http::Response::from_parts(parts, body))
     }
 
+    /// POSTs a JSON body to `path` with this connector's credential as the bearer (an agent
+    /// exchanging its registration token, say); returns the status and the body.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        json: String,
+    ) -> Result<(http::StatusCode, Bytes), ConnectError> {
+        let request = http::Request::post(path)
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", self.inner.config.credential.expose()),
+            )
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(Bytes::from(json)))
+            .map_err(|e| ConnectError::Upgrade {
+                url: path.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let response = self.request(request).await?;
+        Ok((response.status(), response.into_body()))
+    }
+
     /// Downloads `/cacerts` without verifying the chain; the caller checks its checksum before
     /// trusting a byte of it.
     async fn fetch_cacerts(&self) -> Result<Vec<u8>, ConnectError> {

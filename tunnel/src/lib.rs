@@ -37,3 +37,21 @@ pub use session::{
     DialError, DialErrorKind, Peer, Session, SessionInfo, SessionSettings, TunnelStream,
 };
 pub use ws::WsSettings;
+
+/// A token cancelled on SIGTERM or Ctrl-C: how the agents' and tools' mains stop cleanly.
+pub fn shutdown_on_signal() -> tokio_util::sync::CancellationToken {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        stop.cancel();
+    });
+    shutdown
+}

@@ -182,11 +182,7 @@ impl Config {
     }
 
     fn trust(&self) -> Trust {
-        if self.ca_checksum.is_empty() {
-            Trust::SystemRoots
-        } else {
-            Trust::CaChecksum(self.ca_checksum.clone())
-        }
+        Trust::from_checksum(&self.ca_checksum)
     }
 }
 

@@ -54,6 +54,18 @@ pub enum Trust {
     SystemRoots,
 }
 
+impl Trust {
+    /// What an agent's `DROVER_CA_CHECKSUM` says: pin that checksum, or (empty) the system's
+    /// roots.
+    pub fn from_checksum(checksum: &str) -> Trust {
+        if checksum.is_empty() {
+            Trust::SystemRoots
+        } else {
+            Trust::CaChecksum(checksum.to_owned())
+        }
+    }
+}
+
 impl fmt::Debug for Trust {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

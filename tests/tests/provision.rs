@@ -569,7 +569,7 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
             host.i
         );
     }
-    // The nodes re-registered at the new version (the server's API restarted on upgrade).
+    // The nodes report the new version (the kubelets updated their Node objects).
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let listed: Vec<String> = nodes(kubectl_ok(&kubeconfig_path, &columns).await)
@@ -582,6 +582,58 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         assert!(Instant::now() < deadline, "nodes: {listed:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // 3. A version whose artifacts the hub does not have: the server's install instruction
+    // fails (curl's 404), the cluster says where and why, the agent retries and stops at its
+    // maximum (5), and the workers are never touched.
+    let (code, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/clusters/edge",
+        Some(&admin),
+        Some(json!({"spec": {"version": "v1.33.6+k3s1"}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let c = loop {
+        let c = cluster(&hub, &admin).await;
+        let given_up = c["state"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("gave up after 5 attempts"));
+        if given_up {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no failure shown: {c:#}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(c["state"]["state"], "error");
+    let message = c["state"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&names[0]) && message.contains("install") && message.contains("404"),
+        "{message}"
+    );
+    let all = plans(&hub, &admin).await;
+    let init = &all[&names[0]]["status"];
+    assert_eq!(
+        (init["state"].as_str(), init["failureCount"].as_u64()),
+        (Some("failed"), Some(5))
+    );
+    assert!(
+        init["results"][0]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("404"),
+        "{init:#}"
+    );
+    for name in &names[1..] {
+        assert_eq!(plan_state(&all[name]).0, new, "{name} stays as it was");
+    }
+    assert_eq!(
+        hosts[0].installs().len(),
+        2,
+        "the installer never ran for the missing version"
+    );
     drop(net);
     let _ = std::fs::remove_dir_all(&dir);
 }

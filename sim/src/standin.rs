@@ -619,7 +619,7 @@ async fn call(
     .await
     .map_err(|_| format!("{authority}: timed out"))?
     .map_err(|e| format!("{authority}: {e}"))?;
-    let name = rustls_pki_types_name(&host)?;
+    let name = server_name(&host)?;
     let tls = tokio_rustls::TlsConnector::from(tunnel::tls::unverified_client_config())
         .connect(name, tcp)
         .await
@@ -654,9 +654,7 @@ async fn call(
     Ok((code, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
 }
 
-fn rustls_pki_types_name(
-    host: &str,
-) -> Result<tokio_rustls::rustls::pki_types::ServerName<'static>, String> {
+fn server_name(host: &str) -> Result<tokio_rustls::rustls::pki_types::ServerName<'static>, String> {
     tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_owned())
         .map_err(|e| format!("{host}: {e}"))
 }

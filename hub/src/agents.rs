@@ -350,7 +350,9 @@ pub async fn set_condition(
     .await
 }
 
-/// Changes an object's status, retrying on concurrent writes; a missing object is left alone.
+/// Changes an object's status, retrying on concurrent writes; a missing object is left alone,
+/// and so is one the change leaves as it was (no write, so no watch event: controllers that
+/// watch what they write do not wake themselves).
 pub async fn update_status(
     store: &dyn Store,
     kind: Kind,
@@ -363,8 +365,12 @@ pub async fn update_status(
             Err(StoreError::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut status = Status::of(&object);
+        let before = Status::of(&object);
+        let mut status = before.clone();
         change(&mut status);
+        if status == before {
+            return Ok(());
+        }
         object.status =
             serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
         match store.update(object).await {

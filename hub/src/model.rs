@@ -43,7 +43,23 @@ impl Status {
 
     /// Sets a condition; `lastTransitionTime` moves only when the status changes.
     pub fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str) {
-        let status = if status { "True" } else { "False" }.to_owned();
+        self.set_condition_to(kind, Some(status), reason, message);
+    }
+
+    /// As [`Status::set_condition`], with `None` for "Unknown" (on its way; not a failure).
+    pub fn set_condition_to(
+        &mut self,
+        kind: &str,
+        status: Option<bool>,
+        reason: &str,
+        message: &str,
+    ) {
+        let status = match status {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        }
+        .to_owned();
         let now = crate::store::now_rfc3339();
         match self.conditions.iter_mut().find(|c| c.kind == kind) {
             Some(c) => {

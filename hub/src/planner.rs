@@ -158,13 +158,12 @@ impl Planner {
         if spec.paused {
             return self
                 .cluster_status(name, |s| {
-                    s.set_condition(
+                    s.set_condition_to(
                         "Provisioned",
-                        false,
+                        None,
                         "Paused",
                         "paused: the planner leaves this cluster's hosts as they are (set spec.paused to false)",
                     );
-                    unknown(s, "Provisioned");
                 })
                 .await;
         }
@@ -209,8 +208,7 @@ impl Planner {
             };
             return self
                 .cluster_status(name, |s| {
-                    s.set_condition("Provisioned", false, "WaitingForHosts", &message);
-                    unknown(s, "Provisioned");
+                    s.set_condition_to("Provisioned", None, "WaitingForHosts", &message);
                 })
                 .await;
         };
@@ -406,8 +404,7 @@ impl Planner {
                 Some(why) => s.set_condition("Provisioned", false, "ProvisioningFailed", why),
                 None if never_provisioned > 0 => {
                     let message = format!("{ready} of {total} hosts ready; {}", waiting.join("; "));
-                    s.set_condition("Provisioned", false, "Provisioning", &message);
-                    unknown(s, "Provisioned");
+                    s.set_condition_to("Provisioned", None, "Provisioning", &message);
                 }
                 None => s.set_condition("Provisioned", true, "Provisioned", ""),
             }
@@ -421,8 +418,7 @@ impl Planner {
                         version_value.as_str().unwrap_or_default(),
                         waiting.join("; ")
                     );
-                    s.set_condition("Updated", false, "Updating", &message);
-                    unknown(s, "Updated");
+                    s.set_condition_to("Updated", None, "Updating", &message);
                 }
             }
         })
@@ -650,30 +646,14 @@ impl Planner {
         }
     }
 
-    /// Changes the cluster's status, writing only if it changed (the planner watches its own
-    /// writes; an unconditional write would wake it forever).
+    /// Changes the cluster's status (written only if it changed: the planner watches its own
+    /// writes, and an unconditional write would wake it forever).
     async fn cluster_status(
         &self,
         name: &str,
-        change: impl Fn(&mut Status),
+        change: impl FnMut(&mut Status),
     ) -> Result<(), StoreError> {
-        let Ok(current) = self.store.get(Kind::Cluster.name(), name).await else {
-            return Ok(());
-        };
-        let before = Status::of(&current);
-        let mut after = before.clone();
-        change(&mut after);
-        if after == before {
-            return Ok(());
-        }
-        update_status(self.store.as_ref(), Kind::Cluster, name, |s| change(s)).await
-    }
-}
-
-/// Marks a condition Unknown (still on its way; not a failure).
-fn unknown(status: &mut Status, kind: &str) {
-    if let Some(c) = status.conditions.iter_mut().find(|c| c.kind == kind) {
-        c.status = "Unknown".into();
+        update_status(self.store.as_ref(), Kind::Cluster, name, change).await
     }
 }
 

@@ -290,50 +290,17 @@ async fn record(
                 s.extra.insert(k.clone(), v.clone());
             }
         }
-        set(s, ok, reason, &message);
+        s.set_condition_to("Provisioned", ok, reason, &message);
     })
     .await?;
     if stale {
         return Ok(());
     }
-    // The host shows the same, written only when it changes (hosts are read by many).
-    let unchanged = store
-        .get(Kind::Host.name(), host)
-        .await
-        .ok()
-        .map(|h| Status::of(&h))
-        .is_some_and(|s| {
-            s.conditions.iter().any(|c| {
-                c.kind == "Provisioned"
-                    && c.reason == reason
-                    && c.message == message
-                    && c.status == condition_status(ok)
-            })
-        });
-    if unchanged {
-        return Ok(());
-    }
-    update_status(store, Kind::Host, host, |s| set(s, ok, reason, &message)).await
-}
-
-fn condition_status(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "True",
-        Some(false) => "False",
-        None => "Unknown",
-    }
-}
-
-fn set(status: &mut Status, ok: Option<bool>, reason: &str, message: &str) {
-    status.set_condition("Provisioned", ok == Some(true), reason, message);
-    if ok.is_none()
-        && let Some(c) = status
-            .conditions
-            .iter_mut()
-            .find(|c| c.kind == "Provisioned")
-    {
-        c.status = "Unknown".into();
-    }
+    // The host shows the same (written only when it changes: hosts are read by many).
+    update_status(store, Kind::Host, host, |s| {
+        s.set_condition_to("Provisioned", ok, reason, &message)
+    })
+    .await
 }
 
 #[cfg(test)]

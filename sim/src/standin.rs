@@ -181,7 +181,7 @@ pub fn install(dist: Distribution) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     // A service of its own, as systemd would run it: its own process group, no pipes back to
     // the installer (whose output the system-agent reads to its end).
-    let child = std::process::Command::new(exe)
+    let child = std::process::Command::new(&exe)
         .args(["serve-node", dist.name()])
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -197,7 +197,6 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         (Distribution::K3s, false) => "/usr/local/bin/k3s-agent-uninstall.sh",
         (Distribution::Rke2, _) => "/usr/local/bin/rke2-uninstall.sh",
     };
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     write_script(
         Path::new(uninstall),
         &format!(

@@ -220,6 +220,11 @@ mod tests {
         let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
         assert!(cut.is_err(), "still running when cut short");
         let pid = rx.recv().unwrap();
+        // SIGKILL is delivered asynchronously: give the kernel a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while start_time(pid).is_some() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         assert!(start_time(pid).is_none(), "the leader is gone");
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         assert!(

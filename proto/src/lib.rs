@@ -19,6 +19,14 @@ pub mod cluster {
     }
 }
 
+/// Heartbeats, host facts and usage, from every agent to the hub.
+pub mod health {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("drover.health.v1");
+    }
+}
+
 /// Install plans and their status, between the hub and system-agents.
 pub mod plan {
     /// Version 1.

@@ -1,0 +1,178 @@
+//! A machine's facts and usage, read with `sysinfo`, and the heartbeat loop every agent runs on
+//! its tunnel's control channel. The node-agent and the system-agent send the machine's facts
+//! and usage with their beats; the cluster-agent beats without them (it speaks for a cluster,
+//! not a machine).
+
+use std::{
+    collections::HashSet,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use proto::health::v1::{BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient};
+use sysinfo::{Disks, Networks, System};
+use tunnel::AgentSession;
+
+/// Until the hub says otherwise.
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Reads the machine; keeps what `sysinfo` needs between samples (CPU usage is a difference).
+#[derive(Debug)]
+pub struct Sampler {
+    system: System,
+    disks: Disks,
+    networks: Networks,
+}
+
+impl Sampler {
+    /// `None` where the platform gives `sysinfo` nothing to read.
+    pub fn new() -> Option<Self> {
+        let mut system = System::new().ok()?;
+        system.refresh_cpu_usage();
+        Some(Self {
+            system,
+            disks: Disks::new_with_refreshed_list().ok()?,
+            networks: Networks::new_with_refreshed_list().ok()?,
+        })
+    }
+
+    /// What does not change while the machine runs (disks aside, read anew each time).
+    pub fn facts(&mut self) -> HostFacts {
+        self.system.refresh_memory();
+        self.disks.refresh(true);
+        HostFacts {
+            hostname: System::host_name().unwrap_or_default(),
+            os: System::long_os_version().unwrap_or_default(),
+            kernel: System::kernel_version().unwrap_or_default(),
+            arch: System::cpu_arch(),
+            cpus: u32::try_from(self.system.cpus().len()).unwrap_or(u32::MAX),
+            memory_bytes: self.system.total_memory(),
+            disks: self
+                .real_disks()
+                .map(|d| Disk {
+                    mount_point: d.mount_point().display().to_string(),
+                    file_system: d.file_system().to_string_lossy().into_owned(),
+                    total_bytes: d.total_space(),
+                })
+                .collect(),
+            boot_time: System::boot_time().unwrap_or_default(),
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    /// Usage now; CPU over the time since the previous call.
+    pub fn usage(&mut self) -> Usage {
+        self.system.refresh_cpu_usage();
+        self.system.refresh_memory();
+        self.disks.refresh(true);
+        self.networks.refresh(true);
+        let load = System::load_average().unwrap_or(sysinfo::LoadAvg {
+            one: 0.0,
+            five: 0.0,
+            fifteen: 0.0,
+        });
+        let (mut disk_used, mut disk_total) = (0, 0);
+        for disk in self.real_disks() {
+            disk_total += disk.total_space();
+            disk_used += disk.total_space().saturating_sub(disk.available_space());
+        }
+        let (mut rx, mut tx) = (0, 0);
+        for (name, data) in self.networks.iter() {
+            if name != "lo" {
+                rx += data.total_received();
+                tx += data.total_transmitted();
+            }
+        }
+        Usage {
+            cpu_percent: self.system.global_cpu_usage(),
+            memory_used_bytes: self.system.used_memory(),
+            memory_total_bytes: self.system.total_memory(),
+            disk_used_bytes: disk_used,
+            disk_total_bytes: disk_total,
+            load1: load.one,
+            load5: load.five,
+            load15: load.fifteen,
+            net_rx_bytes: rx,
+            net_tx_bytes: tx,
+        }
+    }
+
+    /// Each device once (bind mounts show the same device again), pseudo file systems left out.
+    fn real_disks(&self) -> impl Iterator<Item = &sysinfo::Disk> {
+        let mut seen = HashSet::new();
+        self.disks.iter().filter(move |d| {
+            let fs = d.file_system().to_string_lossy();
+            d.total_space() > 0
+                && !matches!(fs.as_ref(), "tmpfs" | "overlay" | "squashfs" | "devtmpfs")
+                && seen.insert(d.name().to_owned())
+        })
+    }
+}
+
+/// Beats in this process so far; the first beat a hub sees from a process carries 1.
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Sends heartbeats on `session` until it ends, at the interval the hub asks for. With a
+/// sampler each beat carries the machine's usage, and the session's first beat (and any the hub
+/// asks for) its facts.
+pub async fn beat(session: &AgentSession, mut sampler: Option<&mut Sampler>) {
+    let mut client = HealthClient::new(session.channel.clone());
+    let mut interval = DEFAULT_INTERVAL;
+    let mut send_facts = true;
+    loop {
+        let heartbeat = Heartbeat {
+            seq: SEQ.fetch_add(1, Ordering::Relaxed) + 1,
+            facts: sampler
+                .as_deref_mut()
+                .filter(|_| send_facts)
+                .map(Sampler::facts),
+            usage: sampler.as_deref_mut().map(Sampler::usage),
+        };
+        let pause = match client.beat(heartbeat).await {
+            Ok(reply) => {
+                let BeatReply {
+                    interval_millis,
+                    send_facts: again,
+                } = reply.into_inner();
+                if interval_millis > 0 {
+                    interval = Duration::from_millis(interval_millis.into());
+                }
+                send_facts = again;
+                interval
+            }
+            Err(e) => {
+                if session.session.is_ended() {
+                    return;
+                }
+                tracing::warn!(error = %e, "the hub did not take a heartbeat");
+                // Facts may have been lost with it.
+                send_facts = sampler.is_some();
+                interval.min(Duration::from_secs(1))
+            }
+        };
+        tokio::select! {
+            _ = session.session.ended() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_and_usage_describe_this_machine() {
+        let mut sampler = Sampler::new().expect("sysinfo reads Linux");
+        let facts = sampler.facts();
+        assert!(facts.cpus >= 1, "{facts:?}");
+        assert!(facts.memory_bytes > 0, "{facts:?}");
+        assert!(!facts.kernel.is_empty(), "{facts:?}");
+        assert!(facts.boot_time > 1_500_000_000, "{facts:?}");
+        let usage = sampler.usage();
+        assert_eq!(usage.memory_total_bytes, facts.memory_bytes);
+        assert!(usage.memory_used_bytes <= usage.memory_total_bytes);
+        assert!((0.0..=100.0).contains(&usage.cpu_percent), "{usage:?}");
+        assert!(usage.disk_used_bytes <= usage.disk_total_bytes);
+    }
+}

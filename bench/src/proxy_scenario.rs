@@ -213,6 +213,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         host_name: "127.0.0.1".into(),
         tls: None,
         agent_binaries: None,
+        heartbeat: hub::config::DEFAULT_HEARTBEAT,
     }
 }
 

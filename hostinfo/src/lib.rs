@@ -9,7 +9,9 @@ use std::{
     time::Duration,
 };
 
-use proto::health::v1::{BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient};
+use proto::health::v1::{
+    BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient,
+};
 use sysinfo::{Disks, Networks, System};
 use tunnel::AgentSession;
 

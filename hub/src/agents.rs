@@ -266,10 +266,11 @@ pub async fn register(
 pub async fn run_controllers(
     store: Arc<dyn Store>,
     registry: Registry,
+    health: Arc<crate::health::Health>,
     shutdown: CancellationToken,
 ) {
     tokio::join!(
-        connected_conditions(store.clone(), registry.clone(), shutdown.clone()),
+        connected_conditions(store.clone(), registry.clone(), health, shutdown.clone()),
         revocations(store, registry, shutdown),
     );
 }
@@ -277,6 +278,7 @@ pub async fn run_controllers(
 async fn connected_conditions(
     store: Arc<dyn Store>,
     registry: Registry,
+    health: Arc<crate::health::Health>,
     shutdown: CancellationToken,
 ) {
     let mut events = registry.subscribe();
@@ -291,9 +293,6 @@ async fn connected_conditions(
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        if info.peer.kind != CLUSTER_AGENT && info.peer.kind != SYSTEM_AGENT {
-            continue;
-        }
         let Some(target) = belongs(&info.peer.id) else {
             continue;
         };
@@ -302,6 +301,20 @@ async fn connected_conditions(
             s.info().peer.kind == info.peer.kind
                 && belongs(&s.info().peer.id).as_ref() == Some(&target)
         });
+        match &reason {
+            None => health.connected(&info).await,
+            Some(reason) => health.disconnected(
+                &info,
+                reason,
+                registry
+                    .sessions()
+                    .iter()
+                    .any(|s| s.info().peer.id == info.peer.id),
+            ),
+        }
+        if info.peer.kind != CLUSTER_AGENT && info.peer.kind != SYSTEM_AGENT {
+            continue;
+        }
         let (kind, name) = match &target {
             Belongs::Cluster(c) => (Kind::Cluster, c.clone()),
             Belongs::Host(h) => (Kind::Host, h.clone()),

@@ -42,7 +42,12 @@ pub struct Config {
     /// this machine's architecture, and `drover-system-agent-<arch>` for others). `None`: the
     /// directory the hub's own executable is in.
     pub agent_binaries: Option<PathBuf>,
+    /// How often agents send heartbeats; after 3 missed the hub shows the agent disconnected.
+    pub heartbeat: std::time::Duration,
 }
+
+/// Heartbeats every 10 s, as Rancher's agents; a silent agent shows within half a minute.
+pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Config {
     /// The server URL, given the port the listener actually bound.
@@ -213,6 +218,10 @@ struct ServeArgs {
     /// [default: the directory of this executable]
     #[arg(long)]
     agent_binaries: Option<PathBuf>,
+    /// Seconds between agents' heartbeats, 1 to 300; 3 missed mark an agent disconnected
+    /// [env: DROVER_HEARTBEAT_SECONDS] [default: 10]
+    #[arg(long)]
+    heartbeat_seconds: Option<String>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -371,6 +380,24 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
             });
         }
     };
+    let heartbeat = match args.heartbeat_seconds.or_else(|| {
+        env.get("DROVER_HEARTBEAT_SECONDS")
+            .filter(|v| !v.is_empty())
+            .cloned()
+    }) {
+        None => DEFAULT_HEARTBEAT,
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (1..=300).contains(s))
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| ConfigError::Invalid {
+                flag: "--heartbeat-seconds",
+                var: "DROVER_HEARTBEAT_SECONDS",
+                value: text,
+                reason: "give a whole number of seconds from 1 to 300".into(),
+            })?,
+    };
     Ok(Config {
         data_dir,
         listen,
@@ -378,6 +405,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         host_name: host_name(env),
         tls,
         agent_binaries: path(args.agent_binaries, "DROVER_AGENT_BINARIES"),
+        heartbeat,
     })
 }
 
@@ -475,6 +503,22 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("./drover-data"));
         assert_eq!(config.listen, "0.0.0.0:8443".parse().unwrap());
         assert_eq!(config.server_url_for(8443), "https://hub1:8443");
+        assert_eq!(config.heartbeat, DEFAULT_HEARTBEAT);
+    }
+
+    #[test]
+    fn the_heartbeat_interval_is_whole_seconds_in_range() {
+        let config = serve(&["--heartbeat-seconds", "2"], &[]).unwrap();
+        assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
+        for bad in ["0", "301", "1.5", "ten"] {
+            let err = serve(&[], &[("DROVER_HEARTBEAT_SECONDS", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("--heartbeat-seconds") && err.contains("1 to 300"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod config;
 mod fsutil;
+pub mod health;
 pub mod metrics;
 pub mod model;
 pub mod pki;
@@ -55,12 +56,38 @@ pub enum StartError {
 struct AppState {
     ca_pem: Arc<str>,
     acceptor: Acceptor,
+    /// `None` in tests of the plain routes.
+    health: Option<Arc<health::Health>>,
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
+    let mut plan_states = std::collections::BTreeMap::new();
+    let mut agent_states = Vec::new();
+    if let Some(health) = &state.health {
+        agent_states = health.agent_states();
+        if let Ok((plans, _)) = health
+            .store()
+            .list(
+                model::Kind::Plan.name(),
+                &store::LabelSelector::everything(),
+            )
+            .await
+        {
+            for plan in plans {
+                let state = plan.status["state"].as_str().filter(|s| !s.is_empty());
+                *plan_states
+                    .entry(state.unwrap_or("pending").to_owned())
+                    .or_insert(0) += 1;
+            }
+        }
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics::render(state.acceptor.registry()),
+        metrics::render(&metrics::Scrape {
+            registry: state.acceptor.registry(),
+            agent_states,
+            plan_states,
+        }),
     )
         .into_response()
 }
@@ -131,6 +158,8 @@ impl Hub {
                 .unwrap_or_default(),
         };
         let registry = Registry::default();
+        let health = Arc::new(health::Health::new(store.clone(), config.heartbeat));
+        tokio::spawn(health.clone().run(shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
         tokio::spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
         let acceptor_config = AcceptorConfig {
@@ -141,6 +170,9 @@ impl Hub {
                     },
                 ),
             )
+            .add_service(proto::health::v1::health_server::HealthServer::new(
+                health::HealthService(health.clone()),
+            ))
             .add_service(proto::plan::v1::plans_server::PlansServer::new(
                 plans::PlansService {
                     store: store.clone(),
@@ -158,6 +190,7 @@ impl Hub {
         tokio::spawn(agents::run_controllers(
             store.clone(),
             registry.clone(),
+            health.clone(),
             shutdown.clone(),
         ));
         tokio::spawn(
@@ -181,6 +214,7 @@ impl Hub {
         let app = router(AppState {
             ca_pem: pki.ca_pem.clone(),
             acceptor,
+            health: Some(health.clone()),
         })
         .merge(api::router(api.clone()))
         .merge(
@@ -188,6 +222,20 @@ impl Hub {
                 .route("/v3/register", axum::routing::post(agents::register))
                 .route("/v3/import/{file}", get(registration::import_manifest))
                 .with_state(api.clone()),
+        )
+        .merge(
+            Router::new()
+                .route("/v1/events", get(health::api::events))
+                .route("/v1/hosts/{host}/usage", get(health::api::host_usage))
+                .route("/v1/clusters/{cluster}/nodes", get(health::api::nodes))
+                .route(
+                    "/v1/clusters/{cluster}/nodes/{node}/usage",
+                    get(health::api::node_usage),
+                )
+                .with_state(health::api::HealthApi {
+                    api: api.clone(),
+                    health: health.clone(),
+                }),
         )
         .merge(
             Router::new()
@@ -321,6 +369,7 @@ mod tests {
         router(AppState {
             ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             acceptor,
+            health: None,
         })
     }
 

@@ -75,6 +75,16 @@ impl Histogram {
     }
 }
 
+/// How late heartbeats arrive: the time between two beats of one session beyond the interval.
+pub static HEARTBEAT_LAG_SECONDS: Histogram = Histogram::new(LAG_BOUNDS);
+
+const LAG_BOUNDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Heartbeats taken since start.
+pub static HEARTBEATS: AtomicU64 = AtomicU64::new(0);
+
 /// Time spent in each store operation.
 pub static STORE_SECONDS: Histogram = Histogram::new(STORE_BOUNDS);
 
@@ -95,8 +105,19 @@ pub async fn count_requests(request: Request, next: Next) -> Response {
     response
 }
 
+/// What the exposition reads at scrape time besides the process-wide counters.
+#[derive(Debug)]
+pub struct Scrape<'a> {
+    pub registry: &'a Registry,
+    /// Agents by (kind, state).
+    pub agent_states: Vec<((String, &'static str), u64)>,
+    /// Host plans by state (`in-progress`, `applied`, `failed`, `pending`).
+    pub plan_states: BTreeMap<String, u64>,
+}
+
 /// The whole exposition.
-pub fn render(registry: &Registry) -> String {
+pub fn render(scrape: &Scrape<'_>) -> String {
+    let registry = scrape.registry;
     let mut out = String::new();
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     for kind in ["cluster-agent", "node-agent", "system-agent"] {
@@ -108,6 +129,27 @@ pub fn render(registry: &Registry) -> String {
     out.push_str("# HELP drover_tunnel_sessions Agents connected now, by kind.\n# TYPE drover_tunnel_sessions gauge\n");
     for (kind, n) in &by_kind {
         let _ = writeln!(out, "drover_tunnel_sessions{{kind=\"{kind}\"}} {n}");
+    }
+    out.push_str("# HELP drover_agents Agents the hub has heard from, by kind and state (active, disconnected).\n# TYPE drover_agents gauge\n");
+    for ((kind, state), n) in &scrape.agent_states {
+        let _ = writeln!(
+            out,
+            "drover_agents{{kind=\"{kind}\",state=\"{state}\"}} {n}"
+        );
+    }
+    let _ = write!(
+        out,
+        "# HELP drover_heartbeats_total Heartbeats taken since start.\n# TYPE drover_heartbeats_total counter\ndrover_heartbeats_total {}\n",
+        HEARTBEATS.load(Ordering::Relaxed)
+    );
+    HEARTBEAT_LAG_SECONDS.render(
+        "drover_heartbeat_lag_seconds",
+        "How much later than the interval each heartbeat came.",
+        &mut out,
+    );
+    out.push_str("# HELP drover_plans Host plans by state.\n# TYPE drover_plans gauge\n");
+    for (state, n) in &scrape.plan_states {
+        let _ = writeln!(out, "drover_plans{{state=\"{state}\"}} {n}");
     }
     let t = tunnel::metrics::counters();
     let _ = write!(

@@ -1,0 +1,642 @@
+//! Health: agents' heartbeats, the machines' facts and usage they carry, and the events that
+//! tell people what changed.
+//!
+//! Every agent beats at the interval the hub sets (`--heartbeat-seconds`); one that misses 3
+//! beats while its tunnel still stands is shown disconnected (reason `HeartbeatsMissed`) until
+//! it beats again, so a hung agent shows as surely as a dead one. Heartbeats are held in
+//! memory and never written to the store: only what people act on reaches it (the `Connected`
+//! condition, a host's facts when they change), so a thousand beats a second cost no writes.
+//! Node-agents' nodes live here only (they are the imported cluster's machines, not objects
+//! the hub manages); a restarted hub learns them again as the agents reconnect.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use futures::StreamExt;
+use proto::health::v1::{BeatReply, Heartbeat, HostFacts, Usage};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tunnel::SessionInfo;
+
+use crate::{
+    agents::{self, Belongs},
+    model::{Kind, Status, derive_state},
+    store::{EventType, Store},
+};
+
+pub mod api;
+pub mod events;
+pub mod history;
+
+pub use events::{Event, Events, Subject};
+use history::History;
+
+/// Beats missed before an agent is shown disconnected.
+pub const MISSED: u32 = 3;
+
+/// How long a gone agent's node and chart stay visible.
+const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// One agent identity (one per node for node-agents, per host for system-agents).
+#[derive(Debug)]
+struct Agent {
+    kind: String,
+    subject: Subject,
+    /// The session the last beat came on.
+    session: u64,
+    connected: bool,
+    /// Why it is not connected, and since when (RFC 3339).
+    gone: Option<(String, String)>,
+    gone_at: Option<Instant>,
+    last_beat: Option<Instant>,
+    last_beat_time: String,
+    missed: bool,
+    facts: Option<HostFacts>,
+    usage: Option<Usage>,
+    history: Option<History>,
+}
+
+/// Whether an agent kind speaks for a machine (and so sends facts and usage).
+fn machine(kind: &str) -> bool {
+    kind == agents::NODE_AGENT || kind == agents::SYSTEM_AGENT
+}
+
+/// The hub's view of its agents' health.
+#[derive(Debug)]
+pub struct Health {
+    interval: Duration,
+    store: Arc<dyn Store>,
+    pub events: Events,
+    agents: Mutex<HashMap<String, Agent>>,
+}
+
+impl Health {
+    pub fn new(store: Arc<dyn Store>, interval: Duration) -> Self {
+        Self {
+            interval,
+            store,
+            events: Events::default(),
+            agents: Mutex::default(),
+        }
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Agent>> {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cluster, host and node an agent identity is about; a host's cluster is read from
+    /// its Host.
+    async fn subject(&self, peer_id: &str) -> Option<Subject> {
+        match agents::belongs(peer_id)? {
+            Belongs::Cluster(cluster) => Some(Subject {
+                node: peer_id
+                    .strip_prefix("node/")
+                    .and_then(|rest| rest.split_once('/'))
+                    .map(|(_, node)| node.to_owned())
+                    .unwrap_or_default(),
+                cluster,
+                host: String::new(),
+            }),
+            Belongs::Host(host) => {
+                let object = self.store.get(Kind::Host.name(), &host).await.ok()?;
+                Some(Subject {
+                    cluster: object.spec["cluster"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    host,
+                    node: String::new(),
+                })
+            }
+        }
+    }
+
+    /// A session has started: the agent is connected, and its beats are due from now.
+    pub async fn connected(&self, info: &SessionInfo) {
+        let Some(subject) = self.subject(&info.peer.id).await else {
+            return;
+        };
+        {
+            let mut agents = self.lock();
+            let agent = agents
+                .entry(info.peer.id.clone())
+                .or_insert_with(|| new_agent(&info.peer.kind, subject.clone()));
+            agent.session = info.id;
+            agent.connected = true;
+            agent.gone = None;
+            agent.gone_at = None;
+            agent.missed = false;
+            agent.last_beat = Some(Instant::now());
+        }
+        self.events.normal(
+            "AgentConnected",
+            &subject,
+            format!("{} {} connected", info.peer.kind, info.peer.id),
+        );
+    }
+
+    /// A session has ended; `still` when another session of the same agent remains.
+    pub fn disconnected(&self, info: &SessionInfo, reason: &str, still: bool) {
+        let subject = {
+            let mut agents = self.lock();
+            let Some(agent) = agents.get_mut(&info.peer.id) else {
+                return;
+            };
+            if agent.session != info.id {
+                // A newer session has replaced this one.
+                return;
+            }
+            if !still {
+                agent.connected = false;
+                agent.gone = Some((reason.to_owned(), crate::store::now_rfc3339()));
+                agent.gone_at = Some(Instant::now());
+            }
+            agent.subject.clone()
+        };
+        self.events.warning(
+            "AgentDisconnected",
+            &subject,
+            format!("{} {} disconnected: {reason}", info.peer.kind, info.peer.id),
+        );
+    }
+
+    /// Takes one heartbeat.
+    pub async fn beat(&self, info: &SessionInfo, beat: Heartbeat) -> BeatReply {
+        let now = Instant::now();
+        let subject = self.lock().get(&info.peer.id).map(|a| a.subject.clone());
+        let subject = match subject {
+            Some(s) => s,
+            None => self.subject(&info.peer.id).await.unwrap_or_default(),
+        };
+        let (resumed, new_facts, send_facts) = {
+            let mut agents = self.lock();
+            let agent = agents
+                .entry(info.peer.id.clone())
+                .or_insert_with(|| new_agent(&info.peer.kind, subject.clone()));
+            if let Some(last) = agent.last_beat
+                && agent.session == info.id
+            {
+                let late = now.duration_since(last).saturating_sub(self.interval);
+                crate::metrics::HEARTBEAT_LAG_SECONDS.observe(late);
+            }
+            if agent.session != info.id {
+                agent.session = info.id;
+                agent.connected = true;
+                agent.gone = None;
+                agent.gone_at = None;
+            }
+            agent.last_beat = Some(now);
+            agent.last_beat_time = crate::store::now_rfc3339();
+            let resumed = std::mem::take(&mut agent.missed);
+            let mut new_facts = None;
+            if let Some(facts) = beat.facts
+                && agent.facts.as_ref() != Some(&facts)
+            {
+                new_facts = Some(facts.clone());
+                agent.facts = Some(facts);
+            }
+            if let Some(usage) = beat.usage {
+                agent
+                    .history
+                    .get_or_insert_with(History::default)
+                    .record(unix_now(), &usage);
+                agent.usage = Some(usage);
+            }
+            (
+                resumed,
+                new_facts,
+                machine(&info.peer.kind) && agent.facts.is_none(),
+            )
+        };
+        crate::metrics::HEARTBEATS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if resumed {
+            self.events.normal(
+                "HeartbeatsResumed",
+                &subject,
+                format!("{} {} is beating again", info.peer.kind, info.peer.id),
+            );
+            self.set_connected(
+                &info.peer.kind,
+                &info.peer.id,
+                true,
+                "AgentConnected",
+                "heartbeats resumed",
+            )
+            .await;
+        }
+        if let (Some(facts), Some(Belongs::Host(host))) =
+            (new_facts, agents::belongs(&info.peer.id))
+            && info.peer.kind == agents::SYSTEM_AGENT
+        {
+            let facts = facts_json(&facts);
+            if let Err(e) = agents::update_status(self.store.as_ref(), Kind::Host, &host, |s| {
+                s.extra.insert("facts".into(), facts.clone());
+            })
+            .await
+            {
+                tracing::warn!(%host, error = %e, "cannot store the host's facts");
+            }
+        }
+        BeatReply {
+            interval_millis: u32::try_from(self.interval.as_millis()).unwrap_or(u32::MAX),
+            send_facts,
+        }
+    }
+
+    /// The `Connected` condition of what a cluster-agent or system-agent speaks for.
+    async fn set_connected(
+        &self,
+        kind: &str,
+        peer_id: &str,
+        value: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let target = match (kind, agents::belongs(peer_id)) {
+            (agents::CLUSTER_AGENT, Some(Belongs::Cluster(c))) => (Kind::Cluster, c),
+            (agents::SYSTEM_AGENT, Some(Belongs::Host(h))) => (Kind::Host, h),
+            _ => return,
+        };
+        let message = format!("{kind} {message}");
+        if let Err(e) = agents::set_condition(
+            self.store.as_ref(),
+            target.0,
+            &target.1,
+            "Connected",
+            value,
+            reason,
+            &message,
+        )
+        .await
+        {
+            tracing::warn!(name = %target.1, error = %e, "cannot record the agent's heartbeats");
+        }
+    }
+
+    /// Marks agents whose beats stopped (while their tunnel stands) and forgets long-gone
+    /// ones. Returns what it marked, for tests.
+    pub async fn check(&self) -> Vec<String> {
+        let limit = self.interval * MISSED;
+        let mut marked = Vec::new();
+        {
+            let mut agents = self.lock();
+            agents.retain(|_, a| a.gone_at.is_none_or(|t| t.elapsed() < FORGET_AFTER));
+            for (id, agent) in agents.iter_mut() {
+                if agent.connected
+                    && !agent.missed
+                    && agent.last_beat.is_some_and(|t| t.elapsed() > limit)
+                {
+                    agent.missed = true;
+                    marked.push((
+                        id.clone(),
+                        agent.kind.clone(),
+                        agent.subject.clone(),
+                        agent.last_beat_time.clone(),
+                    ));
+                }
+            }
+        }
+        for (id, kind, subject, last) in &marked {
+            let last = if last.is_empty() {
+                "none since it connected".to_owned()
+            } else {
+                format!("the last at {last}")
+            };
+            let message = format!(
+                "missed {MISSED} heartbeats ({} s apart; {last})",
+                self.interval.as_secs_f64()
+            );
+            self.events.warning(
+                "HeartbeatsMissed",
+                subject,
+                format!("{kind} {id} {message}"),
+            );
+            self.set_connected(kind, id, false, "HeartbeatsMissed", &message)
+                .await;
+        }
+        marked.into_iter().map(|m| m.0).collect()
+    }
+
+    /// Runs the missed-beat check and the state-change events until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let every = (self.interval / 4).max(Duration::from_millis(100));
+        let checks = async {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                self.check().await;
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = checks => {}
+            () = self.watch_states() => {}
+        }
+    }
+
+    /// Records an event when a Cluster's or Host's state changes and when a Plan is applied or
+    /// fails.
+    async fn watch_states(&self) {
+        // Last seen: (kind, name) → (state and message, or a plan's condition reason).
+        let mut seen: HashMap<(String, String), String> = HashMap::new();
+        let mut host_cluster: HashMap<String, String> = HashMap::new();
+        loop {
+            let mut watch = match self.store.watch(None, None).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch for state changes; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            while let Some(Ok(event)) = watch.next().await {
+                let object = &event.object;
+                let Some(kind) = Kind::from_name(&object.kind) else {
+                    continue;
+                };
+                let key = (object.kind.clone(), object.metadata.name.clone());
+                if event.kind == EventType::Deleted {
+                    seen.remove(&key);
+                    continue;
+                }
+                let status = Status::of(object);
+                let name = &object.metadata.name;
+                let cluster = object.spec["cluster"].as_str().unwrap_or_default();
+                match kind {
+                    Kind::Cluster | Kind::Host => {
+                        if kind == Kind::Host {
+                            host_cluster.insert(name.clone(), cluster.to_owned());
+                        }
+                        let state = derive_state(kind, &object.metadata, &status, &object.spec);
+                        let now = format!("{}|{}", state.state, state.message);
+                        let before = seen.insert(key, now.clone());
+                        let Some(before) = before.filter(|b| *b != now) else {
+                            continue;
+                        };
+                        let was = before.split('|').next().unwrap_or_default();
+                        if was == state.state {
+                            continue; // only the message moved
+                        }
+                        let subject = match kind {
+                            Kind::Cluster => Subject {
+                                cluster: name.clone(),
+                                ..Subject::default()
+                            },
+                            _ => Subject {
+                                cluster: cluster.to_owned(),
+                                host: name.clone(),
+                                node: String::new(),
+                            },
+                        };
+                        let detail = if state.message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", state.message)
+                        };
+                        let message = format!(
+                            "{} {name} is {} (was {was}){detail}",
+                            kind.name(),
+                            state.state
+                        );
+                        if state.error || state.state == "disconnected" {
+                            self.events.warning("StateChanged", &subject, message);
+                        } else {
+                            self.events.normal("StateChanged", &subject, message);
+                        }
+                    }
+                    Kind::Plan => {
+                        let Some(c) = status.conditions.iter().find(|c| c.kind == "Provisioned")
+                        else {
+                            continue;
+                        };
+                        let now = format!(
+                            "{}|{}",
+                            c.reason,
+                            status.extra.get("appliedChecksum").unwrap_or(&Value::Null)
+                        );
+                        let before = seen.insert(key, now.clone());
+                        if before.as_deref() == Some(now.as_str())
+                            || event.kind == EventType::Added && before.is_none()
+                        {
+                            continue;
+                        }
+                        let subject = Subject {
+                            cluster: cluster.to_owned(),
+                            host: name.clone(),
+                            node: String::new(),
+                        };
+                        let sum = status
+                            .extra
+                            .get("appliedChecksum")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        let short = sum.get(..12).unwrap_or(sum);
+                        match c.reason.as_str() {
+                            "Applied" => self.events.normal(
+                                "PlanApplied",
+                                &subject,
+                                format!("host {name} applied plan {short}"),
+                            ),
+                            "PlanFailed" => self.events.warning(
+                                "PlanFailed",
+                                &subject,
+                                format!("host {name}: plan failed: {}", c.message),
+                            ),
+                            _ => {}
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Fell behind or the store hiccuped: watch again; what is seen is kept, so a
+            // change made meanwhile still shows.
+        }
+    }
+
+    /// Node-agents' nodes of `cluster`, as the API shows them.
+    pub fn nodes(&self, cluster: &str) -> Vec<Value> {
+        let agents = self.lock();
+        let mut nodes: Vec<Value> = agents
+            .values()
+            .filter(|a| a.kind == agents::NODE_AGENT && a.subject.cluster == cluster)
+            .map(|a| self.present(a))
+            .collect();
+        nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        nodes
+    }
+
+    /// One node-agent's node, or one system-agent's host, with its usage history.
+    pub fn usage(&self, peer_id: &str) -> Option<Value> {
+        let agents = self.lock();
+        let agent = agents.get(peer_id)?;
+        let now = unix_now();
+        let points: Vec<Value> = agent
+            .history
+            .iter()
+            .flat_map(|h| h.points(now))
+            .map(|p| {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                v["time"] = json!(rfc3339(u64::from(p.minute) * 60));
+                v
+            })
+            .collect();
+        let mut out = self.present(agent);
+        out["resolutionSeconds"] = json!(60);
+        out["windowSeconds"] = json!(history::MINUTES * 60);
+        out["points"] = json!(points);
+        Some(out)
+    }
+
+    fn present(&self, agent: &Agent) -> Value {
+        let (state, message) = if !agent.connected {
+            let (why, since) = agent.gone.clone().unwrap_or_default();
+            (
+                "disconnected",
+                format!("{} since {since}: {why}", agent.kind),
+            )
+        } else if agent.missed {
+            (
+                "disconnected",
+                format!(
+                    "{} missed {MISSED} heartbeats; the last at {}",
+                    agent.kind, agent.last_beat_time
+                ),
+            )
+        } else {
+            ("active", String::new())
+        };
+        let name = if agent.subject.node.is_empty() {
+            &agent.subject.host
+        } else {
+            &agent.subject.node
+        };
+        json!({
+            "name": name,
+            "cluster": agent.subject.cluster,
+            "agent": agent.kind,
+            "state": state,
+            "message": message,
+            "lastHeartbeat": agent.last_beat_time,
+            "facts": agent.facts.as_ref().map(facts_json),
+            "usage": agent.usage.as_ref().map(usage_json),
+        })
+    }
+
+    /// Agents by kind and state (`active`, `disconnected`), for `/metrics`.
+    pub fn agent_states(&self) -> Vec<((String, &'static str), u64)> {
+        let mut counts: HashMap<(String, &'static str), u64> = HashMap::new();
+        for agent in self.lock().values() {
+            let state = if agent.connected && !agent.missed {
+                "active"
+            } else {
+                "disconnected"
+            };
+            *counts.entry((agent.kind.clone(), state)).or_default() += 1;
+        }
+        let mut counts: Vec<_> = counts.into_iter().collect();
+        counts.sort();
+        counts
+    }
+}
+
+fn new_agent(kind: &str, subject: Subject) -> Agent {
+    Agent {
+        kind: kind.to_owned(),
+        subject,
+        session: 0,
+        connected: true,
+        gone: None,
+        gone_at: None,
+        last_beat: None,
+        last_beat_time: String::new(),
+        missed: false,
+        facts: None,
+        usage: None,
+        history: None,
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn rfc3339(unix: u64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(i64::try_from(unix).unwrap_or(0))
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+pub fn facts_json(f: &HostFacts) -> Value {
+    json!({
+        "hostname": f.hostname,
+        "os": f.os,
+        "kernel": f.kernel,
+        "arch": f.arch,
+        "cpus": f.cpus,
+        "memoryBytes": f.memory_bytes,
+        "disks": f.disks.iter().map(|d| json!({
+            "mountPoint": d.mount_point,
+            "fileSystem": d.file_system,
+            "totalBytes": d.total_bytes,
+        })).collect::<Vec<_>>(),
+        "bootTime": rfc3339(f.boot_time),
+        "agentVersion": f.agent_version,
+    })
+}
+
+fn usage_json(u: &Usage) -> Value {
+    json!({
+        "cpuPercent": u.cpu_percent,
+        "memoryUsedBytes": u.memory_used_bytes,
+        "memoryTotalBytes": u.memory_total_bytes,
+        "diskUsedBytes": u.disk_used_bytes,
+        "diskTotalBytes": u.disk_total_bytes,
+        "load1": u.load1,
+        "load5": u.load5,
+        "load15": u.load15,
+        "netRxBytes": u.net_rx_bytes,
+        "netTxBytes": u.net_tx_bytes,
+    })
+}
+
+/// The gRPC service agents beat on (the tunnel's control channel).
+#[derive(Debug, Clone)]
+pub struct HealthService(pub Arc<Health>);
+
+#[tonic::async_trait]
+impl proto::health::v1::health_server::Health for HealthService {
+    async fn beat(
+        &self,
+        request: tonic::Request<Heartbeat>,
+    ) -> Result<tonic::Response<BeatReply>, tonic::Status> {
+        let info = request
+            .extensions()
+            .get::<SessionInfo>()
+            .cloned()
+            .ok_or_else(|| tonic::Status::internal("a heartbeat outside a tunnel session"))?;
+        Ok(tonic::Response::new(
+            self.0.beat(&info, request.into_inner()).await,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

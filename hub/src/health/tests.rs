@@ -1,0 +1,256 @@
+use serde_json::json;
+use tunnel::Peer;
+
+use super::*;
+use crate::store::{Object, sqlite::SqliteStore};
+
+/// A store with cluster `c` and host `h-one` of it, in a temp directory removed on drop.
+struct Fixture {
+    health: Arc<Health>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn fixture(interval: Duration) -> Fixture {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("drover-health-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    store
+        .create(Object::new("Cluster", "c", json!({"type": "custom"})))
+        .await
+        .unwrap();
+    store
+        .create(Object::new("Host", "h-one", json!({"cluster": "c"})))
+        .await
+        .unwrap();
+    Fixture {
+        health: Arc::new(Health::new(store, interval)),
+        dir,
+    }
+}
+
+fn session(id: u64, kind: &str, peer: &str) -> SessionInfo {
+    SessionInfo {
+        id,
+        peer: Peer {
+            id: peer.into(),
+            kind: kind.into(),
+        },
+        remote_addr: None,
+        connected_at: SystemTime::now(),
+    }
+}
+
+fn beat_with_facts() -> Heartbeat {
+    Heartbeat {
+        seq: 1,
+        facts: Some(HostFacts {
+            hostname: "one".into(),
+            cpus: 4,
+            memory_bytes: 8 << 30,
+            ..HostFacts::default()
+        }),
+        usage: Some(Usage {
+            cpu_percent: 12.5,
+            memory_used_bytes: 1 << 30,
+            memory_total_bytes: 8 << 30,
+            ..Usage::default()
+        }),
+    }
+}
+
+fn connected_condition(object: &Object) -> (String, String) {
+    let status = Status::of(object);
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Connected")
+        .unwrap();
+    (c.status.clone(), c.reason.clone())
+}
+
+#[tokio::test]
+async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
+    let f = fixture(Duration::from_millis(50)).await;
+    let info = session(7, agents::SYSTEM_AGENT, "host/h-one");
+    f.health.connected(&info).await;
+    let reply = f.health.beat(&info, beat_with_facts()).await;
+    assert_eq!(reply.interval_millis, 50);
+    assert!(!reply.send_facts);
+    // The facts reach the Host; the usage starts its chart.
+    let host = f.health.store().get("Host", "h-one").await.unwrap();
+    assert_eq!(host.status["facts"]["cpus"], 4);
+    let usage = f.health.usage("host/h-one").unwrap();
+    assert_eq!(usage["points"].as_array().unwrap().len(), 1);
+    assert_eq!(usage["state"], "active");
+
+    assert!(f.health.check().await.is_empty(), "marked before it missed");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(f.health.check().await, vec!["host/h-one".to_owned()]);
+    // Marked once, not on every check.
+    assert!(f.health.check().await.is_empty());
+    let host = f.health.store().get("Host", "h-one").await.unwrap();
+    assert_eq!(
+        connected_condition(&host),
+        ("False".into(), "HeartbeatsMissed".into())
+    );
+    assert_eq!(
+        crate::model::derive_state(Kind::Host, &host.metadata, &Status::of(&host), &host.spec)
+            .state,
+        "disconnected"
+    );
+    assert_eq!(
+        f.health.usage("host/h-one").unwrap()["state"],
+        "disconnected"
+    );
+
+    f.health.beat(&info, Heartbeat::default()).await;
+    let host = f.health.store().get("Host", "h-one").await.unwrap();
+    assert_eq!(connected_condition(&host).0, "True");
+    let reasons: Vec<&str> = f
+        .health
+        .events
+        .query(0, |e| e.host == "h-one")
+        .iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        ["AgentConnected", "HeartbeatsMissed", "HeartbeatsResumed"]
+    );
+}
+
+#[tokio::test]
+async fn a_hub_without_facts_asks_for_them() {
+    let f = fixture(Duration::from_secs(10)).await;
+    let info = session(1, agents::NODE_AGENT, "node/c/n1");
+    let reply = f
+        .health
+        .beat(
+            &info,
+            Heartbeat {
+                seq: 9,
+                facts: None,
+                usage: Some(Usage::default()),
+            },
+        )
+        .await;
+    assert!(reply.send_facts);
+    // A cluster-agent speaks for no machine: nothing to ask.
+    let agent = session(2, agents::CLUSTER_AGENT, "cluster/c/pod");
+    assert!(!f.health.beat(&agent, Heartbeat::default()).await.send_facts);
+}
+
+#[tokio::test]
+async fn node_agents_show_as_their_clusters_nodes() {
+    let f = fixture(Duration::from_secs(10)).await;
+    for (id, node) in [(1, "n2"), (2, "n1")] {
+        let info = session(id, agents::NODE_AGENT, &format!("node/c/{node}"));
+        f.health.connected(&info).await;
+        f.health.beat(&info, beat_with_facts()).await;
+    }
+    let other = session(3, agents::NODE_AGENT, "node/other/n9");
+    f.health.connected(&other).await;
+    let nodes = f.health.nodes("c");
+    let names: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["n1", "n2"]);
+    assert_eq!(nodes[0]["facts"]["memoryBytes"], 8u64 << 30);
+    assert_eq!(nodes[0]["usage"]["cpuPercent"], 12.5);
+
+    f.health.disconnected(
+        &session(2, agents::NODE_AGENT, "node/c/n1"),
+        "read: connection reset",
+        false,
+    );
+    let n1 = f.health.usage("node/c/n1").unwrap();
+    assert_eq!(n1["state"], "disconnected");
+    assert!(
+        n1["message"].as_str().unwrap().contains("connection reset"),
+        "{n1}"
+    );
+    // An old session ending does not mark a node whose agent has reconnected.
+    let again = session(4, agents::NODE_AGENT, "node/c/n2");
+    f.health.connected(&again).await;
+    f.health.disconnected(
+        &session(1, agents::NODE_AGENT, "node/c/n2"),
+        "replaced",
+        false,
+    );
+    assert_eq!(f.health.usage("node/c/n2").unwrap()["state"], "active");
+    let states = f.health.agent_states();
+    assert!(
+        states.contains(&((agents::NODE_AGENT.into(), "active"), 2)),
+        "{states:?}"
+    );
+    assert!(
+        states.contains(&((agents::NODE_AGENT.into(), "disconnected"), 1)),
+        "{states:?}"
+    );
+}
+
+#[tokio::test]
+async fn state_changes_and_plan_outcomes_become_events() {
+    let f = fixture(Duration::from_secs(10)).await;
+    let health = f.health.clone();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(health.clone().run(shutdown.clone()));
+    let store = f.health.store().clone();
+    // Let the watch take the current objects in first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    agents::set_condition(
+        store.as_ref(),
+        Kind::Host,
+        "h-one",
+        "Connected",
+        false,
+        "Disconnected",
+        "system-agent disconnected: gone",
+    )
+    .await
+    .unwrap();
+    let plan = Object::new(
+        "Plan",
+        "h-one",
+        json!({"host": "h-one", "cluster": "c", "plan": {}}),
+    );
+    store.create(plan).await.unwrap();
+    let mut object = store.get("Plan", "h-one").await.unwrap();
+    object.status = json!({
+        "appliedChecksum": "0123456789abcdef",
+        "conditions": [{"type": "Provisioned", "status": "True", "reason": "Applied"}],
+    });
+    store.update(object).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let reasons = loop {
+        let reasons: Vec<(&str, String)> = f
+            .health
+            .events
+            .query(0, |e| e.cluster == "c")
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect();
+        if reasons.len() >= 2 || Instant::now() > deadline {
+            break reasons;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    shutdown.cancel();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, "StateChanged");
+    assert!(
+        reasons[0]
+            .1
+            .contains("Host h-one is disconnected (was pending)"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[1].0, "PlanApplied");
+    assert!(reasons[1].1.contains("0123456789ab"), "{reasons:?}");
+}

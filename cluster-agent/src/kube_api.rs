@@ -23,7 +23,7 @@ type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The API server, and the connections to it kept for reuse.
 #[derive(Debug, Clone)]
-pub(crate) struct Upstream {
+pub struct Upstream {
     target: Arc<KubeTarget>,
     pool: Http1Pool<Body>,
     /// The agent's own credential and the API server's address, as sent on every request.
@@ -32,7 +32,7 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn new(target: KubeTarget) -> Self {
+    pub fn new(target: KubeTarget) -> Self {
         let mut authorization =
             HeaderValue::from_str(&format!("Bearer {}", target.token.expose())).ok();
         if let Some(value) = &mut authorization {
@@ -72,7 +72,7 @@ impl Upstream {
 }
 
 /// Serves one tunnel stream.
-pub(crate) async fn serve(stream: TunnelStream, upstream: Upstream) {
+pub async fn serve(stream: TunnelStream, upstream: Upstream) {
     let service = hyper::service::service_fn(move |request| forward(upstream.clone(), request));
     let conn = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), service)

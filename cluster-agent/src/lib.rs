@@ -21,7 +21,7 @@ use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls:
 pub mod cache;
 mod facts;
 pub mod kube;
-mod kube_api;
+pub mod kube_api;
 pub mod lease;
 
 pub use kube::KubeTarget;
@@ -229,16 +229,25 @@ async fn register(config: &Config) -> Result<String, AgentError> {
         id: format!("cluster/{}", config.cluster),
         kind: KIND.into(),
     };
-    let connector = Connector::new(ConnectorConfig::new(
-        &config.server,
-        config.token.clone(),
-        identity,
-        config.trust(),
-    ))?;
+    let value = exchange(&config.server, &config.token, config.trust(), identity).await?;
+    tracing::info!(cluster = %config.cluster, "registered with the hub");
+    Ok(value)
+}
+
+/// `POST /v3/register` with a registration token, as an agent of `identity`'s kind; the
+/// agent's own credential comes back.
+pub async fn exchange(
+    server: &str,
+    token: &Secret,
+    trust: Trust,
+    identity: Peer,
+) -> Result<String, AgentError> {
+    let kind = identity.kind.clone();
+    let connector = Connector::new(ConnectorConfig::new(server, token.clone(), identity, trust))?;
     let (status, body) = connector
         .post_json(
             "/v3/register",
-            serde_json::json!({"kind": KIND}).to_string(),
+            serde_json::json!({"kind": kind}).to_string(),
         )
         .await?;
     let reply: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -252,11 +261,11 @@ async fn register(config: &Config) -> Result<String, AgentError> {
             "the hub answered without a credential".into(),
         ));
     }
-    tracing::info!(cluster = %config.cluster, "registered with the hub");
     Ok(value)
 }
 
-fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
+/// Writes a secret readable by its owner only, whole or not at all.
+pub fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt};
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::OpenOptions::new()
@@ -337,6 +346,11 @@ async fn serve(
     let runner = tokio::spawn(connector.run(tx, leading));
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, "serving the hub");
+        // Beats speak for the agent only: the cluster's machines are the node-agents' to report.
+        tokio::spawn({
+            let session = session.clone();
+            async move { hostinfo::beat(&session, None).await }
+        });
         tokio::spawn(facts::report(session, client.clone(), caches.clone()));
     }
     let _ = runner.await;

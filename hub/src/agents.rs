@@ -434,6 +434,20 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
                 "capacity".into(),
                 json!({"cpuMillicores": facts.cpu_millicores, "memoryBytes": facts.memory_bytes}),
             );
+            // The cluster is only as well as its nodes: one not ready makes it `unavailable`.
+            if facts.nodes_ready >= facts.nodes_total {
+                status.set_condition("NodesReady", true, "NodesReady", "");
+            } else {
+                status.set_condition(
+                    "NodesReady",
+                    false,
+                    "NodesNotReady",
+                    &format!(
+                        "{} of {} nodes are ready",
+                        facts.nodes_ready, facts.nodes_total
+                    ),
+                );
+            }
         })
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;

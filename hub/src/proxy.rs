@@ -6,6 +6,10 @@
 //! tunnel to its `kube-api` service, which forwards it with the agent's own credential.
 //! Responses stream (watches are not buffered) and upgrades (`exec`, `attach`,
 //! `port-forward`) are spliced through.
+//!
+//! When the cluster has no cluster-agent connected but a node-agent is, the request goes
+//! through the node-agent's tunnel instead (it serves `kube-api` the same way), and the
+//! response carries `X-Drover-Route: node-agent`; once a cluster-agent is back, it serves again.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -80,6 +84,23 @@ pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
         })
         .max_by_key(|s| s.info().id)
 }
+
+/// A node-agent session of `cluster` (the newest), the way in when no cluster-agent is
+/// connected: node-agents serve `kube-api` too, and may dial only the cluster's API server.
+fn node_agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
+    registry
+        .sessions()
+        .into_iter()
+        .filter(|s| {
+            let peer = &s.info().peer;
+            peer.kind == agents::NODE_AGENT
+                && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
+        })
+        .max_by_key(|s| s.info().id)
+}
+
+/// The response header that says a request went the fallback way.
+pub const ROUTE_HEADER: &str = "x-drover-route";
 
 /// A request to `cluster`'s API server as its cluster-agent (no impersonation), for the hub's
 /// own controllers (the planner cordons and drains nodes with it). A JSON body and answer.
@@ -167,11 +188,14 @@ fn from_api(e: ApiError) -> Response {
 
 /// The caller, and the session of the cluster's agent, if the caller holds a role on the
 /// cluster and the agent is connected; otherwise the response that says which is missing.
+/// With `fallback`, a node-agent's session serves when no cluster-agent is connected; the
+/// flag returned says whether it did.
 async fn authorize(
     state: &ProxyState,
     headers: &HeaderMap,
     cluster: &str,
-) -> Result<(Principal, Session), Response> {
+    fallback: bool,
+) -> Result<(Principal, Session, bool), Response> {
     let principal = state.api.principal(headers).await.map_err(from_api)?;
     let object = state
         .api
@@ -182,7 +206,13 @@ async fn authorize(
     // Any role on the cluster lets a user through; what they may do there is the cluster's
     // RBAC's to decide, for the identity the proxy sets.
     allow(&principal, Verb::Get, Kind::Cluster, &object).map_err(from_api)?;
-    let Some(session) = agent_session(&state.registry, cluster) else {
+    if let Some(session) = agent_session(&state.registry, cluster) {
+        return Ok((principal, session, false));
+    }
+    if fallback && let Some(session) = node_agent_session(&state.registry, cluster) {
+        return Ok((principal, session, true));
+    }
+    {
         let status = Status::of(&object);
         let since = status
             .conditions
@@ -195,8 +225,7 @@ async fn authorize(
             "ServiceUnavailable",
             format!("cluster {cluster:?} is not connected{since}; check its cluster-agent"),
         ));
-    };
-    Ok((principal, session))
+    }
 }
 
 /// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,
@@ -261,7 +290,8 @@ pub async fn cache(
     Path((cluster, resource)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let (_, session) = match authorize(&state, request.headers(), &cluster).await {
+    // The cache lives in the cluster-agent: no fallback.
+    let (_, session, _) = match authorize(&state, request.headers(), &cluster, false).await {
         Ok(pair) => pair,
         Err(response) => return response,
     };
@@ -308,10 +338,11 @@ pub async fn handle(
     Path((cluster, rest)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let (principal, session) = match authorize(&state, request.headers(), &cluster).await {
-        Ok(pair) => pair,
-        Err(response) => return response,
-    };
+    let (principal, session, fallback) =
+        match authorize(&state, request.headers(), &cluster, true).await {
+            Ok(pair) => pair,
+            Err(response) => return response,
+        };
 
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
@@ -418,6 +449,12 @@ pub async fn handle(
     parts
         .headers
         .retain_mut_compat(|name| keep_upgrade || !hop_by_hop(name));
+    if fallback {
+        parts.headers.insert(
+            HeaderName::from_static(ROUTE_HEADER),
+            HeaderValue::from_static("node-agent"),
+        );
+    }
     Response::from_parts(parts, Body::new(body))
 }
 

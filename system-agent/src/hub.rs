@@ -1,5 +1,6 @@
 //! The system-agent's side of a session with the hub: it takes plans from the hub's `Watch`
-//! stream into the record and sends the record's status until the hub acknowledges it.
+//! stream into the record and sends the record's status until the hub acknowledges it; and it
+//! beats, with the host's facts and usage.
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,10 +12,12 @@ use crate::record::Record;
 /// Serves one session until it ends.
 pub(crate) async fn serve(session: AgentSession, record: Arc<Record>) {
     let client = PlansClient::new(session.channel.clone());
+    let mut sampler = hostinfo::Sampler::new();
     tokio::select! {
         _ = session.session.ended() => {}
         () = take_plans(client.clone(), &record) => {}
         () = report(client, &record) => {}
+        () = hostinfo::beat(&session, sampler.as_mut()) => {}
     }
 }
 

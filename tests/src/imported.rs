@@ -62,8 +62,13 @@ pub struct Imported {
 
 impl Imported {
     pub async fn start(label: &str, sim: SimConfig) -> Self {
+        Self::start_with(label, sim, &["--listen", "127.0.0.1:0"]).await
+    }
+
+    /// As [`Imported::start`], with the hub's `serve` flags of the caller's choosing.
+    pub async fn start_with(label: &str, sim: SimConfig, hub_flags: &[&str]) -> Self {
         let dir = temp_dir(label);
-        let hub = HubProcess::start(&dir.join("hub")).await;
+        let hub = HubProcess::start_with(&dir.join("hub"), hub_flags).await;
         let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
         let registration = crate::create_imported_cluster(hub.addr, &admin, "prod").await;
 
@@ -107,6 +112,29 @@ impl Imported {
     /// the manifest's Deployment and Secret; and (outside a real pod) a kubeconfig with the
     /// service account's token, and a state directory of its own.
     pub async fn agent_env(&self, pod: &str) -> HashMap<String, String> {
+        self.pod_env("deployment", "drover-cluster-agent", pod, "")
+            .await
+    }
+
+    /// The environment of the node-agent pod on `node`, from the manifest's DaemonSet, as
+    /// [`Imported::agent_env`] builds the cluster-agent's.
+    pub async fn node_agent_env(&self, node: &str) -> HashMap<String, String> {
+        self.pod_env(
+            "daemonset",
+            "drover-node-agent",
+            &format!("drover-node-agent-{node}"),
+            node,
+        )
+        .await
+    }
+
+    async fn pod_env(
+        &self,
+        kind: &'static str,
+        workload: &'static str,
+        pod: &str,
+        node: &str,
+    ) -> HashMap<String, String> {
         let get = |kind: &'static str, name: &'static str| async move {
             let json = kubectl_ok(
                 &self.sim_admin,
@@ -116,7 +144,7 @@ impl Imported {
             serde_json::from_str::<Value>(&json).unwrap()
         };
         let secret = get("secret", "drover-credentials").await;
-        let deployment = get("deployment", "drover-cluster-agent").await;
+        let deployment = get(kind, workload).await;
         let mut env = HashMap::new();
         for var in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
@@ -137,6 +165,8 @@ impl Imported {
                 .unwrap()
             } else if from["fieldRef"]["fieldPath"] == "metadata.name" {
                 pod.to_owned()
+            } else if from["fieldRef"]["fieldPath"] == "spec.nodeName" {
+                node.to_owned()
             } else {
                 panic!("the test does not know how to fill {var}");
             };

@@ -264,6 +264,27 @@ pub async fn try_api(
     Ok((status, value))
 }
 
+/// A GET as `token`; returns the status, the response's headers and the body as text.
+pub async fn api_with_headers(
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+) -> (u16, http::HeaderMap, String) {
+    let mut sender = connect(addr).await;
+    let response = sender
+        .send_request(request(addr, "GET", path, Some(token), None))
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
 /// A request whose answer is text (a kubeconfig, a manifest); returns the status and the text.
 pub async fn api_text(
     addr: SocketAddr,

@@ -212,20 +212,23 @@ async fn authorize(
     if fallback && let Some(session) = node_agent_session(&state.registry, cluster) {
         return Ok((principal, session, true));
     }
-    {
-        let status = Status::of(&object);
-        let since = status
-            .conditions
-            .iter()
-            .find(|c| c.kind == "Connected")
-            .map(|c| format!(" since {}", c.last_transition_time))
-            .unwrap_or_else(|| " yet (its agent has never connected)".to_owned());
-        return Err(kube_status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
-            format!("cluster {cluster:?} is not connected{since}; check its cluster-agent"),
-        ));
-    }
+    let status = Status::of(&object);
+    let since = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Connected")
+        .map(|c| format!(" since {}", c.last_transition_time))
+        .unwrap_or_else(|| " yet (its agent has never connected)".to_owned());
+    let detail = if fallback {
+        "; check its cluster-agent (no node-agent is connected either)"
+    } else {
+        "; check its cluster-agent (the cache lives there)"
+    };
+    Err(kube_status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        format!("cluster {cluster:?} is not connected{since}{detail}"),
+    ))
 }
 
 /// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,

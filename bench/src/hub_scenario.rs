@@ -19,7 +19,7 @@ const IDLE: Duration = Duration::from_secs(3);
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {}
 
-async fn ready(addr: std::net::SocketAddr) -> bool {
+pub(crate) async fn ready(addr: std::net::SocketAddr) -> bool {
     let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
         return false;
     };
@@ -47,7 +47,7 @@ async fn ready(addr: std::net::SocketAddr) -> bool {
     }
 }
 
-fn rss_mib(pid: u32) -> Option<f64> {
+pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status
         .lines()

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod health_scenario;
 mod hub_scenario;
 mod load;
 mod plans_scenario;
@@ -34,6 +35,9 @@ enum Scenario {
     /// A plan written for every one of N hosts (real hub, tunnel and system-agent code in one
     /// process): time until all applied it, and how far the hub's view trails.
     Plans(plans_scenario::Args),
+    /// Heartbeats: the hub's CPU per 1,000 beats/s (hub as its own process), and the
+    /// node-agent's and system-agent's RSS while reporting (needs the release binaries).
+    Health(health_scenario::Args),
 }
 
 #[global_allocator]
@@ -55,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Hub(args) => runtime.block_on(hub_scenario::run(args))?,
         Scenario::Proxy(args) => runtime.block_on(proxy_scenario::run(args))?,
         Scenario::Plans(args) => runtime.block_on(plans_scenario::run(args))?,
+        Scenario::Health(args) => runtime.block_on(health_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -163,6 +163,31 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     );
     let plan_path = format!("/v1/plans/{name}");
 
+    // The system-agent's first beat brings the machine's facts to the Host, and its usage
+    // starts the host's chart.
+    let with_facts = until(
+        &hub,
+        &admin,
+        &format!("/v1/hosts/{name}"),
+        Duration::from_secs(30),
+        |h| h["status"]["facts"]["cpus"].as_u64() >= Some(1),
+    )
+    .await;
+    let facts = &with_facts["status"]["facts"];
+    assert!(facts["memoryBytes"].as_u64() > Some(0), "{facts}");
+    assert!(!facts["kernel"].as_str().unwrap().is_empty(), "{facts}");
+    let (code, usage) = api(
+        hub.addr,
+        "GET",
+        &format!("/v1/hosts/{name}/usage"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{usage}");
+    assert_eq!(usage["state"], "active", "{usage}");
+    assert!(!usage["points"].as_array().unwrap().is_empty(), "{usage}");
+
     // A bad plan is refused with what to fix, and nothing is stored.
     let (code, refused) = api(
         hub.addr,

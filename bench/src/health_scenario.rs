@@ -1,0 +1,368 @@
+//! `bench health`: what heartbeats cost the hub, and what the machine agents hold in memory
+//! while they report. Runs the release binaries next to this one (`cargo build --release -p hub
+//! -p node-agent -p system-agent -p bench` first).
+//!
+//! 1. A hub's state (an imported cluster, a custom one, a node-agent credential) is prepared
+//!    in-process; then `drover-hub serve` runs on it as a process of its own, so its CPU time
+//!    is its alone. N node-agent sessions (real tunnel code, in this process) connect, and the
+//!    hub's CPU is read over a quiet window (sessions up, no beats) and over a window of beats
+//!    at the asked rate; the difference, scaled to 1,000 beats/s, is the figure. The hub is
+//!    told a 300 s interval so none of the sessions is marked missed while quiet.
+//! 2. A second hub process (1 s interval) and the real `drover-node-agent` (against a simulated
+//!    API server; it only needs its address) and `drover-system-agent` (on a paused custom
+//!    cluster: it reports, installs nothing): their RSS after they have reported for a while.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use proto::health::v1::{Heartbeat, Usage, health_client::HealthClient};
+use serde_json::{Value, json};
+use sim::cluster::{Identity, SimCluster, SimConfig};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+
+use crate::{
+    hub_scenario::{ready, rss_mib},
+    proxy_scenario::{Target, admin_with_cluster, hub_config},
+};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Simulated node-agent sessions.
+    #[arg(long, default_value_t = 500)]
+    agents: usize,
+    /// Heartbeats per second over all sessions.
+    #[arg(long, default_value_t = 1000)]
+    beats_per_second: u32,
+    /// Length of each measured window.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+}
+
+/// CPU seconds `pid` has used (user + system). Linux counts them in USER_HZ ticks, which is
+/// 100 on every configuration these machines run.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').context("/proc stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+async fn start_hub(exe: &Path, data: &Path, heartbeat: &str) -> anyhow::Result<(Child, String)> {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let child = Command::new(exe)
+        .args([
+            "serve",
+            "--listen",
+            &addr.to_string(),
+            "--heartbeat-seconds",
+            heartbeat,
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .env("DROVER_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let started = Instant::now();
+    while !ready(addr).await {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the hub was not ready within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((child, format!("https://{addr}")))
+}
+
+/// What the in-process hub leaves for the process hub to serve.
+struct Prepared {
+    api_token: String,
+    ca_checksum: String,
+    imported_registration: String,
+    custom_registration: String,
+    node_credential: String,
+}
+
+async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
+    let shutdown = CancellationToken::new();
+    let hub = hub::Hub::start(hub_config(data), shutdown.clone()).await?;
+    let (api, imported_registration) = admin_with_cluster(
+        &hub,
+        json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}}),
+    )
+    .await?;
+    let custom = api
+        .call(
+            "POST",
+            "/v1/clusters",
+            Some(json!({"metadata": {"name": "edge"},
+                        "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}})),
+            201,
+        )
+        .await?;
+    let node_credential = cluster_agent::exchange(
+        hub.url(),
+        &Secret::new(imported_registration.clone()),
+        Trust::from_checksum(hub.ca_checksum()),
+        Peer {
+            id: "node/prod".into(),
+            kind: "node-agent".into(),
+        },
+    )
+    .await?;
+    let prepared = Prepared {
+        api_token: api.token.clone(),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        imported_registration,
+        custom_registration: custom["registration"]["token"]
+            .as_str()
+            .context("custom registration token")?
+            .to_owned(),
+        node_credential,
+    };
+    shutdown.cancel();
+    hub.wait().await;
+    Ok(prepared)
+}
+
+/// A typical machine's usage; the counters move so the hub computes rates.
+fn usage(i: u64) -> Usage {
+    Usage {
+        cpu_percent: 12.5,
+        memory_used_bytes: 3 << 30,
+        memory_total_bytes: 16 << 30,
+        disk_used_bytes: 40 << 30,
+        disk_total_bytes: 100 << 30,
+        load1: 0.7,
+        load5: 0.6,
+        load15: 0.5,
+        net_rx_bytes: 1_000_000 + i * 5_000,
+        net_tx_bytes: 2_000_000 + i * 3_000,
+    }
+}
+
+async fn beats_cost(
+    args: &Args,
+    exe: &Path,
+    data: &Path,
+    prepared: &Prepared,
+) -> anyhow::Result<Value> {
+    let (hub, url) = start_hub(exe, data, "300").await?;
+    let pid = hub.id().context("hub pid")?;
+    let n = args.agents.max(1);
+    let mut sessions = Vec::with_capacity(n);
+    for batch in (0..n).collect::<Vec<_>>().chunks(50) {
+        let connects = batch.iter().map(|i| {
+            let config = ConnectorConfig::new(
+                &url,
+                Secret::new(prepared.node_credential.clone()),
+                Peer {
+                    id: format!("node/prod/n{i}"),
+                    kind: "node-agent".into(),
+                },
+                Trust::from_checksum(&prepared.ca_checksum),
+            );
+            async move { Connector::new(config)?.connect().await }
+        });
+        for session in futures::future::join_all(connects).await {
+            sessions.push(session?);
+        }
+    }
+    let window = Duration::from_secs(args.seconds.max(1));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let quiet_start = cpu_seconds(pid)?;
+    tokio::time::sleep(window).await;
+    let quiet = (cpu_seconds(pid)? - quiet_start) / window.as_secs_f64();
+
+    let beats = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(AtomicU64::new(0));
+    let stop = CancellationToken::new();
+    let per_agent = f64::from(args.beats_per_second.max(1)) / n as f64;
+    let period = Duration::from_secs_f64(1.0 / per_agent);
+    let mut tasks = Vec::with_capacity(n);
+    for (i, session) in sessions.iter().enumerate() {
+        let mut client = HealthClient::new(session.channel.clone());
+        let (beats, failures, stop) = (beats.clone(), failures.clone(), stop.clone());
+        // Spread the sessions over the period, as independent agents would be.
+        let offset = period.mul_f64(i as f64 / n as f64);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut seq = 0u64;
+            while !stop.is_cancelled() {
+                ticks.tick().await;
+                seq += 1;
+                let beat = Heartbeat {
+                    seq,
+                    facts: (seq == 1).then(|| proto::health::v1::HostFacts {
+                        hostname: format!("n{i}"),
+                        cpus: 8,
+                        memory_bytes: 16 << 30,
+                        ..Default::default()
+                    }),
+                    usage: Some(usage(seq)),
+                };
+                match client.beat(beat).await {
+                    Ok(_) => beats.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    // Past the first beats (facts, first history points) before measuring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu_start, beats_start, started) = (
+        cpu_seconds(pid)?,
+        beats.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    tokio::time::sleep(window).await;
+    let busy = (cpu_seconds(pid)? - cpu_start) / started.elapsed().as_secs_f64();
+    let rate =
+        (beats.load(Ordering::Relaxed) - beats_start) as f64 / started.elapsed().as_secs_f64();
+    stop.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    let hub_rss = rss_mib(pid);
+    drop(hub);
+    let per_1000 = if rate > 0.0 {
+        (busy - quiet) * 1000.0 / rate
+    } else {
+        f64::NAN
+    };
+    Ok(json!({
+        "agents": n,
+        "beats_per_second_asked": args.beats_per_second,
+        "beats_per_second_taken": round(rate, 1),
+        "beat_failures": failures.load(Ordering::Relaxed),
+        "hub_cpu_cores_quiet": round(quiet, 4),
+        "hub_cpu_cores_beating": round(busy, 4),
+        "hub_cpu_cores_per_1000_beats_per_s": round(per_1000, 4),
+        "hub_rss_mib_after": hub_rss,
+        "window_seconds": window.as_secs(),
+    }))
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+async fn agents_rss(dir: &Path, data: &Path, prepared: &Prepared) -> anyhow::Result<Value> {
+    let hub_exe = dir.join("drover-hub");
+    let (_hub, url) = start_hub(&hub_exe, data, "1").await?;
+    let shutdown = CancellationToken::new();
+    let sim = SimCluster::start(SimConfig::default(), shutdown.clone()).await?;
+    sim.add_token(
+        "bench-node-agent",
+        Identity {
+            user: "system:serviceaccount:drover-system:drover-agent".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            impersonator: true,
+        },
+    );
+    let work = data.join("agents");
+    std::fs::create_dir_all(&work)?;
+    let kubeconfig = work.join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig("bench-node-agent"))?;
+    let common = [
+        ("DROVER_SERVER", url.clone()),
+        ("DROVER_CA_CHECKSUM", prepared.ca_checksum.clone()),
+        ("DROVER_LOG", "warn".into()),
+    ];
+    let node = Command::new(dir.join("drover-node-agent"))
+        .envs(common.clone())
+        .env("DROVER_TOKEN", &prepared.imported_registration)
+        .env("DROVER_CLUSTER", "prod")
+        .env("DROVER_NODE_NAME", "rss-node")
+        .env("DROVER_STATE_DIR", work.join("node-agent"))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let system = Command::new(dir.join("drover-system-agent"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(common)
+        .env("DROVER_TOKEN", &prepared.custom_registration)
+        .env("DROVER_DIR", work.join("system-agent"))
+        .env("DROVER_NODE_NAME", "rss-host")
+        .env("DROVER_ROLES", "worker")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let api = Target {
+        addr: url
+            .trim_start_matches("https://")
+            .parse()
+            .context("hub address")?,
+        token: prepared.api_token.clone(),
+    };
+    // Reporting for a while: both seen beating with their usage, then 10 s more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let nodes = api
+            .call("GET", "/v1/clusters/prod/nodes", None, 200)
+            .await?;
+        let hosts = api.call("GET", "/v1/hosts", None, 200).await?;
+        let node_ok = nodes["items"][0]["usage"].is_object();
+        let host_ok = hosts["items"][0]["status"]["facts"].is_object();
+        if node_ok && host_ok {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the agents did not report within 60 s: {nodes} {hosts}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let report = json!({
+        "node_agent_rss_mib": node.id().and_then(rss_mib),
+        "system_agent_rss_mib": system.id().and_then(rss_mib),
+        "reported_for_seconds_before_rss": 10,
+    });
+    shutdown.cancel();
+    Ok(report)
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
+    let dir: PathBuf = std::env::current_exe()?
+        .parent()
+        .context("no directory for the bench binary")?
+        .to_owned();
+    for exe in ["drover-hub", "drover-node-agent", "drover-system-agent"] {
+        anyhow::ensure!(
+            dir.join(exe).exists(),
+            "{exe} is missing next to bench: run `cargo build --release -p hub -p node-agent -p system-agent -p bench` first"
+        );
+    }
+    let data = std::env::temp_dir().join(format!("drover-bench-health-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let prepared = prepare(&data.join("hub")).await?;
+    let cost = beats_cost(&args, &dir.join("drover-hub"), &data.join("hub"), &prepared).await?;
+    let rss = agents_rss(&dir, &data.join("hub"), &prepared).await?;
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(json!({
+        "scenario": "health",
+        "heartbeats": cost,
+        "agents": rss,
+    }))
+}

@@ -1,43 +1,11 @@
 //! `drover-cluster-agent`: configured from the environment (the import manifest's Secret and
 //! the pod's service account, or `KUBECONFIG`), runs until SIGTERM.
 
-use std::{collections::HashMap, process::ExitCode};
+use std::process::ExitCode;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, not in a journal or a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let env: HashMap<String, String> = std::env::vars().collect();
-    let config = match cluster_agent::Config::from_env(&env) {
-        Ok(config) => config,
-        Err(e) => {
-            tracing::error!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    else {
-        return ExitCode::FAILURE;
-    };
-    runtime.block_on(async {
-        let shutdown = tunnel::shutdown_on_signal();
-        match cluster_agent::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!("{e}");
-                ExitCode::FAILURE
-            }
-        }
-    })
+    hostinfo::agent_main(cluster_agent::Config::from_env, cluster_agent::run, false)
 }

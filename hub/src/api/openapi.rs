@@ -225,6 +225,49 @@ pub fn document() -> Value {
             }))), &[400, 401, 404, 422]),
         }}),
     );
+    let name_param = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    let any_object = json!({"type": "object"});
+    let usage = json!({"get": {
+        "summary": "A machine's facts, latest usage and the last 24 h at one-minute resolution (kept in the hub's memory)",
+        "responses": responses(("200", ok("state, facts, usage, resolutionSeconds, points", any_object.clone())), &[401, 403, 404]),
+    }});
+    let mut host_usage = usage.clone();
+    host_usage["get"]["operationId"] = json!("hostUsage");
+    host_usage["get"]["parameters"] = json!([name_param("host")]);
+    paths.insert("/v1/hosts/{host}/usage".into(), host_usage);
+    let mut node_usage = usage;
+    node_usage["get"]["operationId"] = json!("nodeUsage");
+    node_usage["get"]["parameters"] = json!([name_param("cluster"), name_param("node")]);
+    paths.insert(
+        "/v1/clusters/{cluster}/nodes/{node}/usage".into(),
+        node_usage,
+    );
+    paths.insert(
+        "/v1/clusters/{cluster}/nodes".into(),
+        json!({"get": {
+            "operationId": "listNodes",
+            "summary": "The cluster's nodes as its node-agents report them",
+            "parameters": [name_param("cluster")],
+            "responses": responses(("200", ok("items", any_object.clone())), &[401, 403, 404]),
+        }}),
+    );
+    let event_params: Vec<Value> = ["cluster", "host", "node"]
+        .iter()
+        .map(|p| json!({"name": p, "in": "query", "schema": {"type": "string"}}))
+        .chain([
+            json!({"name": "since", "in": "query", "schema": {"type": "integer"}}),
+            json!({"name": "watch", "in": "query", "schema": {"type": "boolean"}}),
+        ])
+        .collect();
+    paths.insert(
+        "/v1/events".into(),
+        json!({"get": {
+            "operationId": "listEvents",
+            "summary": "Recent events, oldest first (or, with watch=true, those and then each new one: text/event-stream)",
+            "parameters": event_params,
+            "responses": responses(("200", ok("items", any_object)), &[400, 401]),
+        }}),
+    );
     let mut definitions = generator.take_definitions(true);
     // The error body is called Status in Kubernetes; the object status is ObjectStatus here.
     if let Some(status) = definitions.remove("Status") {

@@ -52,6 +52,15 @@ impl Config {
                 .cloned()
                 .ok_or_else(|| ConfigError(format!("{name} is required ({hint})")))
         };
+        let node = need(
+            "DROVER_NODE_NAME",
+            "the node's name; the DaemonSet sets it from spec.nodeName",
+        )?;
+        if node.contains('/') {
+            return Err(ConfigError(format!(
+                "DROVER_NODE_NAME={node:?}: a node name has no '/'"
+            )));
+        }
         let kube = match KubeTarget::in_cluster(env).map_err(|e| ConfigError(e.to_string()))? {
             Some(target) => target,
             None => {
@@ -63,15 +72,6 @@ impl Config {
                     .map_err(|e| ConfigError(e.to_string()))?
             }
         };
-        let node = need(
-            "DROVER_NODE_NAME",
-            "the node's name; the DaemonSet sets it from spec.nodeName",
-        )?;
-        if node.contains('/') {
-            return Err(ConfigError(format!(
-                "DROVER_NODE_NAME={node:?}: a node name has no '/'"
-            )));
-        }
         let manifest = "the import manifest's Secret provides it";
         Ok(Self {
             server: need("DROVER_SERVER", manifest)?,

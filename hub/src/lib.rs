@@ -23,6 +23,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 mod fsutil;
 pub mod health;
 pub mod metrics;
@@ -217,6 +218,7 @@ impl Hub {
             health: Some(health.clone()),
         })
         .merge(api::router(api.clone()))
+        .merge(dashboard::router(api.clone()))
         .merge(
             Router::new()
                 .route("/v3/register", axum::routing::post(agents::register))

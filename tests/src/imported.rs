@@ -71,7 +71,18 @@ impl Imported {
         let hub = HubProcess::start_with(&dir.join("hub"), hub_flags).await;
         let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
         let registration = crate::create_imported_cluster(hub.addr, &admin, "prod").await;
+        Self::attach(dir, hub, admin, registration, sim).await
+    }
 
+    /// A simulated cluster for the imported cluster whose registration token is
+    /// `registration` on `hub`, with the hub's import manifest applied to it by kubectl.
+    pub async fn attach(
+        dir: PathBuf,
+        hub: HubProcess,
+        admin: String,
+        registration: String,
+        sim: SimConfig,
+    ) -> Self {
         let shutdown = CancellationToken::new();
         let sim = SimCluster::start(sim, shutdown.clone()).await.unwrap();
         sim.add_token(

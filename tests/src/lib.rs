@@ -15,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+pub mod browser;
 pub mod imported;
 
 use bytes::Bytes;

@@ -1,0 +1,239 @@
+// Drover's dashboard script: forms post to the API, lists follow the API's watch and redraw
+// their rows from the hub's own rendering, and a few conveniences (filter, sort, ages, copy).
+"use strict";
+
+async function apiCall(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  try {
+    data = await response.json();
+  } catch (_) {
+    data = null;
+  }
+  return { ok: response.ok, status: response.status, data };
+}
+
+function showError(id, result) {
+  const el = document.getElementById(id);
+  if (!el) return;
+  const message = result.data && result.data.message;
+  el.textContent = message || `The hub answered ${result.status}.`;
+}
+
+function setupLogin() {
+  const form = document.getElementById("login");
+  if (!form) return;
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const result = await apiCall("POST", "/v1/login", {
+      username: form.username.value,
+      password: form.password.value,
+      session: true,
+    });
+    if (result.ok) {
+      window.location.assign(form.dataset.next || "/clusters");
+    } else {
+      showError("login-error", result);
+    }
+  });
+}
+
+function setupLogout() {
+  const button = document.getElementById("logout");
+  if (!button) return;
+  button.addEventListener("click", async () => {
+    await apiCall("POST", "/v1/logout");
+    window.location.assign("/login");
+  });
+}
+
+// "3m", "5h", "2d" since an RFC 3339 time.
+function age(text) {
+  const then = Date.parse(text);
+  if (Number.isNaN(then)) return text;
+  const seconds = Math.max(0, Math.round((Date.now() - then) / 1000));
+  if (seconds < 60) return `${seconds}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86400)}d`;
+}
+
+function showAges(root) {
+  for (const time of root.querySelectorAll("time[datetime]")) {
+    time.textContent = age(time.getAttribute("datetime"));
+    time.title = time.getAttribute("datetime");
+  }
+}
+
+function applyFilter(table) {
+  const input = document.getElementById("filter");
+  const words = input ? input.value.trim().toLowerCase() : "";
+  for (const row of table.tBodies[0].rows) {
+    row.hidden = words !== "" && !row.textContent.toLowerCase().includes(words);
+  }
+}
+
+function applySort(table) {
+  const column = table.dataset.sortColumn;
+  if (column === undefined) return;
+  const direction = table.dataset.sortDirection === "descending" ? -1 : 1;
+  const body = table.tBodies[0];
+  const key = (row) => {
+    const cell = row.cells[Number(column)];
+    if (!cell) return "";
+    const time = cell.querySelector("time[datetime]");
+    return time ? time.getAttribute("datetime") : cell.textContent.trim();
+  };
+  const rows = Array.from(body.rows);
+  rows.sort((a, b) => direction * key(a).localeCompare(key(b)));
+  for (const row of rows) body.appendChild(row);
+}
+
+function setupSorting(table) {
+  for (const button of table.querySelectorAll("button.sort")) {
+    button.addEventListener("click", () => {
+      const column = button.dataset.sort;
+      const same = table.dataset.sortColumn === column;
+      const direction = same && table.dataset.sortDirection === "ascending" ? "descending" : "ascending";
+      table.dataset.sortColumn = column;
+      table.dataset.sortDirection = direction;
+      for (const th of table.tHead.rows[0].cells) th.removeAttribute("aria-sort");
+      button.closest("th").setAttribute("aria-sort", direction);
+      applySort(table);
+    });
+  }
+}
+
+// Follows `data-watch` (server-sent events) and, on a change, redraws the rows from
+// `data-rows`; a table with one row (a detail page) keeps only its own.
+function follow(table) {
+  let pending = null;
+  const redraw = async () => {
+    pending = null;
+    const response = await fetch(table.dataset.rows, { cache: "no-store" });
+    if (!response.ok) return;
+    const html = await response.text();
+    const body = table.tBodies[0];
+    const only = table.dataset.only;
+    if (only) {
+      const holder = document.createElement("tbody");
+      holder.innerHTML = html;
+      const row = Array.from(holder.rows).find((r) => r.dataset.name === only);
+      if (row) body.replaceChildren(row);
+    } else {
+      body.innerHTML = html;
+      const empty = document.getElementById("no-clusters");
+      if (empty) empty.hidden = body.rows.length > 0;
+    }
+    showAges(body);
+    applyFilter(table);
+    applySort(table);
+  };
+  const changed = () => {
+    if (pending === null) pending = setTimeout(redraw, 100);
+  };
+  const open = () => {
+    const source = new EventSource(table.dataset.watch);
+    for (const name of ["ADDED", "MODIFIED", "DELETED"]) {
+      source.addEventListener(name, changed);
+    }
+    // Fell behind: start again from the current state.
+    source.addEventListener("ERROR", () => {
+      source.close();
+      changed();
+      setTimeout(open, 1000);
+    });
+  };
+  open();
+}
+
+function setupTables() {
+  for (const table of document.querySelectorAll("table[data-watch]")) {
+    if (table.id === "cluster") {
+      table.dataset.only = table.tBodies[0].rows[0] ? table.tBodies[0].rows[0].dataset.name : "";
+    }
+    setupSorting(table);
+    follow(table);
+    const input = document.getElementById("filter");
+    if (input) input.addEventListener("input", () => applyFilter(table));
+  }
+  showAges(document);
+}
+
+function setupCopy() {
+  for (const button of document.querySelectorAll("button.copy")) {
+    button.addEventListener("click", async () => {
+      const text = document.getElementById(button.dataset.copy).textContent;
+      try {
+        await navigator.clipboard.writeText(text);
+        button.textContent = "Copied";
+      } catch (_) {
+        // No clipboard access: select the text so Ctrl-C copies it.
+        const range = document.createRange();
+        range.selectNodeContents(document.getElementById(button.dataset.copy));
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        button.textContent = "Selected: press Ctrl-C";
+      }
+    });
+  }
+}
+
+function setupCreateCluster() {
+  const form = document.getElementById("create-cluster");
+  if (!form) return;
+  const custom = document.getElementById("custom-fields");
+  const sync = () => {
+    custom.hidden = form.type.value !== "custom";
+  };
+  for (const radio of form.querySelectorAll('input[name="type"]')) radio.addEventListener("change", sync);
+  const distribution = document.getElementById("distribution");
+  distribution.addEventListener("change", () => {
+    const version = document.getElementById("version");
+    version.value = version.value.replace(/\+(k3s|rke2r)1$/, distribution.value === "rke2" ? "+rke2r1" : "+k3s1");
+  });
+  sync();
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const name = form.name.value.trim();
+    const spec = { type: form.type.value };
+    if (spec.type === "custom") {
+      spec.distribution = form.distribution.value;
+      spec.version = form.version.value.trim();
+      spec.upgradeStrategy = {
+        controlPlaneConcurrency: form.controlPlaneConcurrency.value.trim(),
+        workerConcurrency: form.workerConcurrency.value.trim(),
+      };
+    }
+    const result = await apiCall("POST", "/v1/clusters", { metadata: { name }, spec });
+    if (!result.ok) {
+      showError("create-error", result);
+      return;
+    }
+    document.getElementById("create-error").textContent = "";
+    const registration = result.data.registration || {};
+    const imported = spec.type === "imported";
+    document.getElementById("command").textContent = imported
+      ? registration.importCommandInsecure || registration.importCommand
+      : registration.hostCommand;
+    document.getElementById("created-help").textContent = imported
+      ? "Run this where kubectl reaches the cluster; the agents then connect to the hub."
+      : "Run this on each host (as root); add --etcd, --controlplane or --worker for its roles.";
+    document.getElementById("created-link").href = `/clusters/${encodeURIComponent(name)}`;
+    form.hidden = true;
+    document.getElementById("created").hidden = false;
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setupLogin();
+  setupLogout();
+  setupTables();
+  setupCopy();
+  setupCreateCluster();
+});

@@ -1,0 +1,273 @@
+//! A real headless Chromium for the dashboard's tests, driven over WebDriver (Debian's
+//! `chromium` and `chromium-driver`; `.ci/run` installs them). The few WebDriver commands the
+//! tests use are plain JSON over HTTP to `chromedriver`, so they are spoken here directly.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// The key WebDriver names element references by.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A `chromedriver` process; each [`Browser`] is a session of it.
+#[derive(Debug)]
+pub struct Driver {
+    _child: Child,
+    port: u16,
+    profiles: PathBuf,
+}
+
+impl Driver {
+    /// Starts `chromedriver` on a free port; panics with what to install if it is missing.
+    pub async fn start(profiles: &Path) -> Driver {
+        for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+            assert!(
+                Path::new(program).exists(),
+                "{program} is missing: install Debian's chromium and chromium-driver (.ci/run does)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let child = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let driver = Driver {
+            _child: child,
+            port,
+            profiles: profiles.to_owned(),
+        };
+        for _ in 0..200 {
+            if let Ok((200, _)) = driver.call("GET", "/status", None).await {
+                return driver;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("chromedriver did not answer on port {port} within 10 s");
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, format!("127.0.0.1:{}", self.port))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(bytes)))
+            .map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// A new headless browser window of `width` × `height` CSS pixels, with a profile of its own.
+    pub async fn browser(&self, name: &str, width: u32, height: u32) -> Browser<'_> {
+        let profile = self.profiles.join(format!("profile-{name}"));
+        let _ = std::fs::remove_dir_all(&profile);
+        std::fs::create_dir_all(&profile).unwrap();
+        // Without the background-networking flags Chromium keeps dialling Google, which this
+        // machine's closed network refuses.
+        let args = [
+            "--headless=new".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--disable-quic".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            format!("--window-size={width},{height}"),
+            format!("--user-data-dir={}", profile.display()),
+        ];
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            // The hub's certificate is from its own CA, which Chromium does not know.
+            "acceptInsecureCerts": true,
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
+        }}});
+        let (status, reply) = self
+            .call("POST", "/session", Some(capabilities))
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "new browser session: {reply}");
+        let session = reply["value"]["sessionId"].as_str().unwrap().to_owned();
+        Browser {
+            driver: self,
+            session,
+        }
+    }
+}
+
+/// One browser session.
+#[derive(Debug)]
+pub struct Browser<'a> {
+    driver: &'a Driver,
+    session: String,
+}
+
+impl Browser<'_> {
+    async fn command(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let full = format!("/session/{}{path}", self.session);
+        let (status, reply) = self.driver.call(method, &full, body).await.unwrap();
+        assert_eq!(status, 200, "{method} {path}: {reply}");
+        reply["value"].clone()
+    }
+
+    pub async fn goto(&self, url: &str) {
+        self.command("POST", "/url", Some(json!({"url": url})))
+            .await;
+    }
+
+    pub async fn url(&self) -> String {
+        self.command("GET", "/url", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// The element `css` selects, waiting up to 10 s for it to exist.
+    pub async fn find(&self, css: &str) -> String {
+        for _ in 0..100 {
+            let full = format!("/session/{}/element", self.session);
+            let body = json!({"using": "css selector", "value": css});
+            if let Ok((200, reply)) = self.driver.call("POST", &full, Some(body)).await {
+                return reply["value"][ELEMENT].as_str().unwrap().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no element {css:?} within 10 s on {}", self.url().await);
+    }
+
+    /// Whether `css` selects anything now.
+    pub async fn exists(&self, css: &str) -> bool {
+        let found = self
+            .command(
+                "POST",
+                "/elements",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        found.as_array().is_some_and(|a| !a.is_empty())
+    }
+
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css).await;
+        self.command(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(json!({"text": text})),
+        )
+        .await;
+    }
+
+    pub async fn click(&self, css: &str) {
+        let element = self.find(css).await;
+        self.command(
+            "POST",
+            &format!("/element/{element}/click"),
+            Some(json!({})),
+        )
+        .await;
+    }
+
+    /// The visible text of what `css` selects.
+    pub async fn text(&self, css: &str) -> String {
+        let element = self.find(css).await;
+        self.command("GET", &format!("/element/{element}/text"), None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Runs `script` (a function body; `arguments` are `args`) in the page.
+    pub async fn run(&self, script: &str, args: Value) -> Value {
+        self.command(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": args})),
+        )
+        .await
+    }
+
+    /// Waits up to `within` for `script` to return true.
+    pub async fn until(&self, what: &str, within: Duration, script: &str) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.run(script, json!([])).await == Value::Bool(true) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {within:?} on {}",
+                self.url().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Saves a PNG of the window to `path`.
+    pub async fn screenshot(&self, path: &Path) {
+        let data = self.command("GET", "/screenshot", None).await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().unwrap())
+            .unwrap();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(path, png).unwrap();
+    }
+
+    pub async fn close(self) {
+        let full = format!("/session/{}", self.session);
+        let _ = self.driver.call("DELETE", &full, None).await;
+    }
+}
+
+/// Where screenshots for review go: `target/screenshots/`.
+pub fn screenshot_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/debug/deps/<test> → target
+    exe.ancestors()
+        .nth(3)
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+        .join("screenshots")
+}

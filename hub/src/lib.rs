@@ -218,7 +218,10 @@ impl Hub {
             health: Some(health.clone()),
         })
         .merge(api::router(api.clone()))
-        .merge(dashboard::router(api.clone()))
+        .merge(dashboard::router(dashboard::Dash {
+            api: api.clone(),
+            health: health.clone(),
+        }))
         .merge(
             Router::new()
                 .route("/v3/register", axum::routing::post(agents::register))

@@ -188,30 +188,44 @@ impl Browser<'_> {
         found.as_array().is_some_and(|a| !a.is_empty())
     }
 
+    /// A command on the element `css` selects; found again if a live redraw replaced it in
+    /// between (the lists redraw their rows as they change).
+    async fn on_element(
+        &self,
+        css: &str,
+        method: &str,
+        suffix: &str,
+        body: Option<Value>,
+    ) -> Value {
+        for _ in 0..20 {
+            let element = self.find(css).await;
+            let path = format!("/session/{}/element/{element}{suffix}", self.session);
+            let (status, reply) = self.driver.call(method, &path, body.clone()).await.unwrap();
+            if status == 200 {
+                return reply["value"].clone();
+            }
+            assert_eq!(
+                reply["value"]["error"], "stale element reference",
+                "{method} {suffix} on {css}: {reply}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} kept being replaced");
+    }
+
     pub async fn type_into(&self, css: &str, text: &str) {
-        let element = self.find(css).await;
-        self.command(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(json!({"text": text})),
-        )
-        .await;
+        self.on_element(css, "POST", "/value", Some(json!({"text": text})))
+            .await;
     }
 
     pub async fn click(&self, css: &str) {
-        let element = self.find(css).await;
-        self.command(
-            "POST",
-            &format!("/element/{element}/click"),
-            Some(json!({})),
-        )
-        .await;
+        self.on_element(css, "POST", "/click", Some(json!({})))
+            .await;
     }
 
     /// The visible text of what `css` selects.
     pub async fn text(&self, css: &str) -> String {
-        let element = self.find(css).await;
-        self.command("GET", &format!("/element/{element}/text"), None)
+        self.on_element(css, "GET", "/text", None)
             .await
             .as_str()
             .unwrap_or_default()

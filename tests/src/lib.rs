@@ -265,6 +265,16 @@ pub async fn try_api(
     Ok((status, value))
 }
 
+/// `POST /v3/register` with a registration token, as an agent would; returns the status and
+/// the answer.
+pub async fn api_as_agent(
+    addr: SocketAddr,
+    registration: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    api(addr, "POST", "/v3/register", Some(registration), Some(body)).await
+}
+
 /// A GET as `token`; returns the status, the response's headers and the body as text.
 pub async fn api_with_headers(
     addr: SocketAddr,

@@ -114,7 +114,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     check_and_save(&browser, "login").await;
 
     log_in(&browser, &base, "admin", &password).await;
-    assert!(browser.exists("#no-clusters").await);
+    assert!(browser.exists("#no-rows:not([hidden])").await);
     check_and_save(&browser, "clusters-empty").await;
 
     // Create an imported cluster: the command to run appears, with a copy button.
@@ -206,44 +206,160 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         )
         .await;
 
+    // A node-agent reports its node: the cluster page lists it, live, with its CPU sparkline,
+    // and the node's page shows its facts and four charts.
+    let node_config =
+        node_agent::Config::from_env(&imported.node_agent_env("node-0").await).unwrap();
+    let node_agent = tokio::spawn(node_agent::run(node_config, imported.shutdown.clone()));
     browser.goto(&format!("{base}/clusters/web")).await;
     browser.find("table#cluster tr[data-name='web']").await;
     assert!(browser.text("main").await.contains("Connected"));
+    browser
+        .until(
+            "node-0 on the cluster page without a reload",
+            Duration::from_secs(30),
+            "const row = document.querySelector('#machines tr[data-name=\"node-0\"]'); return row !== null && row.dataset.state === 'active' && row.querySelector('svg.spark polyline') !== null;",
+        )
+        .await;
+    browser
+        .until(
+            "the cluster's events",
+            Duration::from_secs(10),
+            "return document.querySelector('#events li[data-reason=\"AgentConnected\"]') !== null;",
+        )
+        .await;
+    // The kubeconfig downloads; a new registration command comes with a copy button.
+    browser.click("#kubeconfig").await;
+    browser
+        .until(
+            "the kubeconfig download",
+            Duration::from_secs(10),
+            "const a = document.getElementById('kubeconfig-link'); return a !== null && a.href.startsWith('blob:');",
+        )
+        .await;
+    browser.click("#new-registration").await;
+    browser
+        .until(
+            "a new registration command",
+            Duration::from_secs(10),
+            "return document.getElementById('registration-command').textContent.includes('/v3/import/');",
+        )
+        .await;
     check_and_save(&browser, "cluster-detail").await;
+    browser
+        .click("#machines a[href='/clusters/web/nodes/node-0']")
+        .await;
+    browser.find("dl.facts").await;
+    assert_eq!(
+        browser
+            .run(
+                "return document.querySelectorAll('figure.chart svg').length;",
+                json!([])
+            )
+            .await,
+        4
+    );
+    assert!(browser.text("dl.facts").await.contains("Kernel"));
+    check_and_save(&browser, "node").await;
+
+    // A host registers to a custom cluster: the hosts page lists it.
+    let registration = tests::create_custom_cluster(
+        imported.hub.addr,
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
+    )
+    .await;
+    let (status, body) = tests::api_as_agent(
+        imported.hub.addr,
+        registration["token"].as_str().unwrap(),
+        json!({"kind": "system-agent", "hostId": "dashboard-host-1",
+               "host": {"roles": {"worker": true}, "nodeName": "w1"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    browser.goto(&format!("{base}/hosts")).await;
+    browser
+        .find("#hosts tr[data-name='h-dashboard-host-1']")
+        .await;
+    assert!(browser.text("#hosts").await.contains("worker"));
+    check_and_save(&browser, "hosts").await;
+    browser
+        .click("#hosts a[href='/hosts/h-dashboard-host-1']")
+        .await;
+    browser
+        .find("#host tr[data-name='h-dashboard-host-1']")
+        .await;
+    check_and_save(&browser, "host").await;
+
+    // Users: the admin creates a user and grants them read-only on `web`, from the page.
+    browser.goto(&format!("{base}/users")).await;
+    browser.type_into("#user-name", "viewer").await;
+    browser
+        .type_into("#user-password", "a long enough password")
+        .await;
+    browser.click("form#create-user button[type=submit]").await;
+    browser.find("#users tr[data-name='viewer']").await;
+    browser.type_into("#binding-user", "viewer").await;
+    browser
+        .run(
+            "document.getElementById('binding-cluster').value = 'web';",
+            json!([]),
+        )
+        .await;
+    browser
+        .click("form#create-binding button[type=submit]")
+        .await;
+    browser
+        .find("#bindings tr[data-name='viewer-read-only-web']")
+        .await;
+    check_and_save(&browser, "users").await;
+
+    // An API token, shown once, that works.
+    browser.goto(&format!("{base}/tokens")).await;
+    browser.type_into("#token-description", "ci").await;
+    browser.click("form#create-token button[type=submit]").await;
+    browser
+        .until(
+            "the new token",
+            Duration::from_secs(10),
+            "return !document.getElementById('token-created').hidden;",
+        )
+        .await;
+    let token = browser.text("#token-value").await;
+    let (status, me) = api(imported.hub.addr, "GET", "/v1/me", Some(&token), None).await;
+    assert_eq!((status, me["user"].as_str()), (200, Some("admin")), "{me}");
+    check_and_save(&browser, "tokens").await;
+    browser.goto(&format!("{base}/tokens")).await;
+    assert!(
+        !browser.text("main").await.contains(&token),
+        "a token is shown once"
+    );
+
     browser.click("#logout").await;
     browser.find("form#login").await;
     browser.close().await;
 
-    // A read-only user: the clusters they may see, no create button, no create page.
-    let (status, _) = api(
-        imported.hub.addr,
-        "POST",
-        "/v1/users",
-        Some(&admin),
-        Some(
-            json!({"metadata": {"name": "viewer"}, "spec": {"password": "a long enough password"}}),
-        ),
-    )
-    .await;
-    assert_eq!(status, 201);
-    let (status, _) = api(
-        imported.hub.addr,
-        "POST",
-        "/v1/rolebindings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "viewer-web"}, "spec": {"user": "viewer", "role": "read-only", "cluster": "web"}})),
-    )
-    .await;
-    assert_eq!(status, 201);
+    // The read-only user, on a phone: the clusters they may see, no create button, no create
+    // page, no admin pages.
     let phone = driver.browser("viewer", 390, 844).await;
     log_in(&phone, &base, "viewer", "a long enough password").await;
     phone.find("tr[data-name='web']").await;
+    assert!(!phone.exists("tr[data-name='edge']").await);
     assert!(!phone.exists("a[href='/clusters/new']").await);
+    assert!(!phone.exists("nav a[href='/users']").await);
     check_and_save(&phone, "clusters-read-only-phone").await;
     phone.goto(&format!("{base}/clusters/new")).await;
     assert!(phone.text("main").await.contains("Only admins"));
     assert!(!phone.exists("form#create-cluster").await);
+    phone.goto(&format!("{base}/users")).await;
+    assert!(phone.text("main").await.contains("Only admins"));
+    assert!(!phone.exists("form#create-user").await);
+    phone.goto(&format!("{base}/clusters/web")).await;
+    phone.find("table#cluster").await;
+    assert!(!phone.exists("#new-registration").await);
     phone.close().await;
+    node_agent.abort();
 
     imported.shutdown.cancel();
     let _ = agent.await;

@@ -108,8 +108,9 @@ function setupSorting(table) {
   }
 }
 
-// Follows `data-watch` (server-sent events) and, on a change, redraws the rows from
-// `data-rows`; a table with one row (a detail page) keeps only its own.
+// Keeps a table's rows current: redraws them from `data-rows` (rendered by the hub) when the
+// API's watch at `data-watch` reports a change, and every `data-poll` seconds for what lives
+// in the hub's memory (heartbeats, usage). With `data-only`, only that row is kept.
 function follow(table) {
   let pending = null;
   const redraw = async () => {
@@ -126,7 +127,7 @@ function follow(table) {
       if (row) body.replaceChildren(row);
     } else {
       body.innerHTML = html;
-      const empty = document.getElementById("no-clusters");
+      const empty = document.getElementById("no-rows");
       if (empty) empty.hidden = body.rows.length > 0;
     }
     showAges(body);
@@ -148,20 +149,124 @@ function follow(table) {
       setTimeout(open, 1000);
     });
   };
-  open();
+  if (table.dataset.watch) open();
+  if (table.dataset.poll) setInterval(changed, Number(table.dataset.poll) * 1000);
 }
 
 function setupTables() {
-  for (const table of document.querySelectorAll("table[data-watch]")) {
-    if (table.id === "cluster") {
-      table.dataset.only = table.tBodies[0].rows[0] ? table.tBodies[0].rows[0].dataset.name : "";
-    }
+  for (const table of document.querySelectorAll("table[data-rows]")) {
     setupSorting(table);
     follow(table);
     const input = document.getElementById("filter");
     if (input) input.addEventListener("input", () => applyFilter(table));
   }
   showAges(document);
+}
+
+// The cluster page's events: those kept, then each new one, newest first.
+function setupEvents() {
+  const list = document.getElementById("events");
+  if (!list) return;
+  const source = new EventSource(list.dataset.events);
+  source.addEventListener("EVENT", (message) => {
+    const event = JSON.parse(message.data);
+    const item = document.createElement("li");
+    item.className = event.type === "Warning" ? "warning" : "normal";
+    const time = document.createElement("time");
+    time.setAttribute("datetime", event.time);
+    time.textContent = event.time.replace("T", " ").replace("Z", "");
+    const reason = document.createElement("strong");
+    reason.textContent = event.reason;
+    const text = document.createElement("span");
+    text.textContent = event.message;
+    item.append(time, " ", reason, " ", text);
+    item.dataset.reason = event.reason;
+    list.prepend(item);
+    while (list.children.length > 200) list.lastElementChild.remove();
+  });
+}
+
+function setupClusterActions() {
+  const download = document.getElementById("kubeconfig");
+  if (download) {
+    download.addEventListener("click", async () => {
+      const cluster = download.dataset.cluster;
+      const response = await fetch(`/v1/clusters/${encodeURIComponent(cluster)}/kubeconfig`, { method: "POST" });
+      if (!response.ok) {
+        showError("kubeconfig-error", { status: response.status, data: await response.json().catch(() => null) });
+        return;
+      }
+      const blob = new Blob([await response.text()], { type: "application/yaml" });
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(blob);
+      link.download = `${cluster}.kubeconfig.yaml`;
+      link.id = "kubeconfig-link";
+      link.textContent = "kubeconfig";
+      link.hidden = true;
+      document.body.append(link);
+      link.click();
+      download.textContent = "Kubeconfig downloaded";
+    });
+  }
+  const register = document.getElementById("new-registration");
+  if (register) {
+    register.addEventListener("click", async () => {
+      const result = await apiCall("POST", "/v1/registrationtokens", { spec: { cluster: register.dataset.cluster } });
+      if (!result.ok) {
+        showError("registration-error", result);
+        return;
+      }
+      const r = result.data.registration || {};
+      document.getElementById("registration-command").textContent = r.hostCommand || r.importCommandInsecure || r.importCommand;
+      document.getElementById("registration").hidden = false;
+    });
+  }
+}
+
+// Forms that create an object through the API, then show the page again.
+function setupCreateForms() {
+  const forms = {
+    "create-user": ["user-error", (f) => ["/v1/users", { metadata: { name: f.name.value.trim() }, spec: { password: f.password.value } }]],
+    "create-binding": ["binding-error", (f) => {
+      const user = f.user.value.trim();
+      const role = f.role.value;
+      const spec = role === "admin" ? { user, role } : { user, role, cluster: f.cluster.value };
+      const name = `${user}-${role}-${spec.cluster || "global"}`.toLowerCase().replace(/[^a-z0-9-]+/g, "-");
+      return ["/v1/rolebindings", { metadata: { name }, spec }];
+    }],
+  };
+  for (const [id, [errorId, build]] of Object.entries(forms)) {
+    const form = document.getElementById(id);
+    if (!form) continue;
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const [path, body] = build(form);
+      const result = await apiCall("POST", path, body);
+      if (result.ok) window.location.reload();
+      else showError(errorId, result);
+    });
+  }
+  const token = document.getElementById("create-token");
+  if (token) {
+    token.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const result = await apiCall("POST", "/v1/tokens", { spec: { description: token.description.value.trim() } });
+      if (!result.ok) {
+        showError("token-error", result);
+        return;
+      }
+      document.getElementById("token-value").textContent = result.data.token;
+      document.getElementById("token-created").hidden = false;
+      token.hidden = true;
+    });
+  }
+  for (const button of document.querySelectorAll("button.delete")) {
+    button.addEventListener("click", async () => {
+      const result = await apiCall("DELETE", button.dataset.path);
+      if (result.ok) window.location.reload();
+      else window.alert((result.data && result.data.message) || `The hub answered ${result.status}.`);
+    });
+  }
 }
 
 function setupCopy() {
@@ -236,4 +341,7 @@ document.addEventListener("DOMContentLoaded", () => {
   setupTables();
   setupCopy();
   setupCreateCluster();
+  setupEvents();
+  setupClusterActions();
+  setupCreateForms();
 });

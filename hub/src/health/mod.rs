@@ -499,6 +499,41 @@ impl Health {
         Some(out)
     }
 
+    /// A cluster's agents connected now, and its machines' usage summed: (agents, CPU % over
+    /// all the machines' CPUs, memory used, memory total). Machines are the node-agents' nodes
+    /// and the system-agents' hosts that have reported usage.
+    pub fn cluster_summary(&self, cluster: &str) -> (usize, Option<f64>, u64, u64) {
+        let agents = self.lock();
+        let (mut connected, mut cpu_weighted, mut cpus, mut used, mut total) = (0, 0.0, 0.0, 0, 0);
+        for agent in agents.values().filter(|a| a.subject.cluster == cluster) {
+            if agent.connected && !agent.missed {
+                connected += 1;
+            }
+            if let (Some(usage), true) = (&agent.usage, agent.connected) {
+                let n = f64::from(agent.facts.as_ref().map_or(1, |f| f.cpus.max(1)));
+                cpu_weighted += f64::from(usage.cpu_percent) * n;
+                cpus += n;
+                used += usage.memory_used_bytes;
+                total += usage.memory_total_bytes;
+            }
+        }
+        let cpu = (cpus > 0.0).then(|| cpu_weighted / cpus);
+        (connected, cpu, used, total)
+    }
+
+    /// One machine's points of the last 24 h (oldest first) and its latest usage, for charts.
+    pub fn history(&self, peer_id: &str) -> Option<(Vec<history::Point>, Option<Usage>)> {
+        let agents = self.lock();
+        let agent = agents.get(peer_id)?;
+        let points = agent
+            .history
+            .iter()
+            .flat_map(|h| h.points(unix_now()))
+            .copied()
+            .collect();
+        Some((points, agent.usage))
+    }
+
     fn present(&self, agent: &Agent) -> Value {
         let (state, message) = if !agent.connected {
             let (why, since) = agent.gone.clone().unwrap_or_default();

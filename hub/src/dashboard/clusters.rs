@@ -1,0 +1,368 @@
+//! The clusters list, creating a cluster, and a cluster's page (its machines, conditions,
+//! events, kubeconfig and registration commands).
+
+use std::fmt::Write as _;
+
+use axum::{
+    extract::{Path, Query, State},
+    http::HeaderMap,
+    response::{IntoResponse, Response},
+};
+use serde_json::Value;
+
+use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page};
+use crate::{
+    api::{ApiError, allow, present},
+    auth::{Principal, Verb},
+    model::{Kind, Role},
+    store::LabelSelector,
+};
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// A state badge and its message.
+pub(super) fn state_cell(state: &str, message: &str) -> String {
+    format!(
+        r#"<span class="badge state-{state}">{state}</span> <span class="message">{message}</span>"#,
+        state = escape(state),
+        message = escape(message),
+    )
+}
+
+/// "3.1 / 16.0 GiB".
+pub(super) fn gib(used: u64, total: u64) -> String {
+    let g = |b: u64| b as f64 / (1u64 << 30) as f64;
+    format!("{:.1} / {:.1} GiB", g(used), g(total))
+}
+
+/// A cluster as a table row of the clusters page.
+fn cluster_row(object: &Value, summary: (usize, Option<f64>, u64, u64)) -> String {
+    let name = text(&object["metadata"]["name"]);
+    let state = text(&object["state"]["state"]);
+    let spec = &object["spec"];
+    let status = &object["status"];
+    let kind = match text(&spec["type"]).as_str() {
+        "custom" => format!(
+            "{} {}",
+            text(&spec["distribution"]).to_uppercase(),
+            text(&spec["version"])
+        ),
+        _ => "imported".to_owned(),
+    };
+    let version = text(&status["kubernetesVersion"]);
+    let nodes = match (
+        status["nodes"]["ready"].as_u64(),
+        status["nodes"]["total"].as_u64(),
+    ) {
+        (Some(ready), Some(total)) => format!("{ready}/{total}"),
+        _ => "–".to_owned(),
+    };
+    let (agents, cpu, used, total) = summary;
+    let usage = match cpu {
+        Some(cpu) => format!("CPU {cpu:.0}%, memory {}", gib(used, total)),
+        None => "–".to_owned(),
+    };
+    let created = text(&object["metadata"]["creationTimestamp"]);
+    format!(
+        r#"<tr data-name="{name}" data-state="{state_attr}">
+<td data-label="Name"><a href="/clusters/{name}">{name}</a></td>
+<td data-label="State">{state}</td>
+<td data-label="Type">{kind}</td>
+<td data-label="Kubernetes">{version}</td>
+<td data-label="Nodes ready">{nodes}</td>
+<td data-label="Use">{usage}</td>
+<td data-label="Agents">{agents}</td>
+<td data-label="Age"><time datetime="{created}">{created}</time></td>
+</tr>"#,
+        name = escape(&name),
+        state_attr = escape(&state),
+        state = state_cell(
+            &state,
+            object["state"]["message"].as_str().unwrap_or_default()
+        ),
+        kind = escape(&kind),
+        version = escape(if version.is_empty() { "–" } else { &version }),
+        usage = escape(&usage),
+        created = escape(&created),
+    )
+}
+
+/// The clusters the caller may see, as the API shows them.
+async fn visible(dash: &Dash, principal: &Principal) -> Result<Vec<Value>, ApiError> {
+    let (objects, _) = dash
+        .api
+        .store
+        .list(Kind::Cluster.name(), &LabelSelector::everything())
+        .await?;
+    Ok(objects
+        .into_iter()
+        .filter(|o| allow(principal, Verb::Get, Kind::Cluster, o).is_ok())
+        .map(|o| present(Kind::Cluster, o))
+        .collect())
+}
+
+pub(super) async fn list(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Query(query): Query<PartQuery>,
+) -> Response {
+    let principal = match caller(&dash.api, &headers, "/clusters").await {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let clusters = match visible(&dash, &principal).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let rows: String = clusters
+        .iter()
+        .map(|c| {
+            let name = c["metadata"]["name"].as_str().unwrap_or_default();
+            cluster_row(c, dash.health.cluster_summary(name))
+        })
+        .collect();
+    if query.rows() {
+        return fragment(rows);
+    }
+    let create = if principal.admin {
+        r#"<a class="button" href="/clusters/new">Create cluster</a>"#
+    } else {
+        ""
+    };
+    let hidden = if rows.is_empty() { "" } else { " hidden" };
+    let content = format!(
+        r#"<div class="bar">
+<h1>Clusters</h1>
+<label class="filter">Filter <input id="filter" type="search" placeholder="name or state"></label>
+{create}
+</div>
+<table class="list" id="clusters" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-poll="15">
+<thead><tr>
+<th scope="col"><button type="button" class="sort" data-sort="0">Name</button></th>
+<th scope="col"><button type="button" class="sort" data-sort="1">State</button></th>
+<th scope="col">Type</th>
+<th scope="col">Kubernetes</th>
+<th scope="col">Nodes ready</th>
+<th scope="col">Use</th>
+<th scope="col">Agents</th>
+<th scope="col"><button type="button" class="sort" data-sort="7">Age</button></th>
+</tr></thead>
+<tbody>{rows}</tbody>
+</table>
+<p class="empty" id="no-rows"{hidden}>No clusters yet.</p>"#
+    );
+    page("Clusters", Some(&principal), "clusters", &content)
+}
+
+pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Response {
+    let principal = match caller(&dash.api, &headers, "/clusters/new").await {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    if !principal.admin {
+        return page(
+            "Create cluster",
+            Some(&principal),
+            "clusters",
+            r#"<section class="card"><h1>Create cluster</h1><p>Only admins create clusters.</p></section>"#,
+        );
+    }
+    let content = r#"<section class="card">
+<h1>Create cluster</h1>
+<form id="create-cluster">
+<label for="name">Name</label>
+<input id="name" name="name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="63" aria-describedby="name-help">
+<p class="help" id="name-help">Lower-case letters, digits and '-'.</p>
+<fieldset>
+<legend>Type</legend>
+<label><input type="radio" name="type" value="imported" checked> Import an existing cluster</label>
+<label><input type="radio" name="type" value="custom"> Install K3s or RKE2 on my hosts</label>
+</fieldset>
+<div id="custom-fields" hidden>
+<label for="distribution">Distribution</label>
+<select id="distribution" name="distribution"><option value="k3s">K3s</option><option value="rke2">RKE2</option></select>
+<label for="version">Version</label>
+<input id="version" name="version" value="v1.33.4+k3s1">
+<label for="cp-concurrency">Control planes upgraded at once</label>
+<input id="cp-concurrency" name="controlPlaneConcurrency" value="1">
+<label for="worker-concurrency">Workers upgraded at once</label>
+<input id="worker-concurrency" name="workerConcurrency" value="10%">
+</div>
+<p class="error" role="alert" id="create-error"></p>
+<button type="submit">Create</button>
+</form>
+<div id="created" hidden>
+<h2>Register it</h2>
+<p id="created-help"></p>
+<div class="command"><code id="command"></code><button type="button" class="copy" data-copy="command" aria-label="Copy the command">Copy</button></div>
+<p><a id="created-link" href="/clusters">See the cluster</a></p>
+</div>
+</section>"#;
+    page("Create cluster", Some(&principal), "clusters", content)
+}
+
+/// The rows of a cluster's machines: its hosts (custom) or its node-agents' nodes (imported).
+async fn machine_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<String, ApiError> {
+    let now = charts::now_minute();
+    let mut rows = String::new();
+    let (hosts, _) = dash
+        .api
+        .store
+        .list(Kind::Host.name(), &LabelSelector::everything())
+        .await?;
+    for host in hosts
+        .into_iter()
+        .filter(|h| h.spec["cluster"].as_str() == Some(name))
+    {
+        let plan = match dash
+            .api
+            .store
+            .get(Kind::Plan.name(), &host.metadata.name)
+            .await
+        {
+            Ok(plan) if allow(principal, Verb::Get, Kind::Plan, &plan).is_ok() => Some(plan),
+            _ => None,
+        };
+        rows.push_str(&machines::host_row(
+            &present(Kind::Host, host),
+            plan.as_ref(),
+            &dash.health,
+            now,
+        ));
+    }
+    for node in dash.health.nodes(name) {
+        rows.push_str(&machines::node_row(name, &node, &dash.health, now));
+    }
+    Ok(rows)
+}
+
+/// `/clusters/{name}/machines?part=rows`: the live rows of the cluster page's machines.
+pub(super) async fn machines(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let principal = match dash.api.principal(&headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
+        Ok(o) => o,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
+        return e.into_response();
+    }
+    match machine_rows(&dash, &principal, &name).await {
+        Ok(rows) => fragment(rows),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub(super) async fn one(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let here = format!("/clusters/{name}");
+    let principal = match caller(&dash.api, &headers, &here).await {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
+        Ok(o) => o,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
+        return e.into_response();
+    }
+    let owner = principal.admin || principal.clusters.get(&name) == Some(&Role::ClusterOwner);
+    let shown = present(Kind::Cluster, object);
+    let custom = shown["spec"]["type"] == "custom";
+    let mut conditions = String::new();
+    for c in shown["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let _ = write!(
+            conditions,
+            r#"<tr><td data-label="Condition">{}</td><td data-label="Status">{}</td><td data-label="Reason">{}</td><td data-label="Message">{}</td></tr>"#,
+            escape(&text(&c["type"])),
+            escape(&text(&c["status"])),
+            escape(&text(&c["reason"])),
+            escape(&text(&c["message"])),
+        );
+    }
+    let machines = match machine_rows(&dash, &principal, &name).await {
+        Ok(rows) => rows,
+        Err(e) => return e.into_response(),
+    };
+    let register = if owner {
+        let what = if custom {
+            "Run it on each host (as root), with --etcd, --controlplane or --worker for its roles."
+        } else {
+            "Run it where kubectl reaches the cluster."
+        };
+        format!(
+            r#"<button type="button" id="new-registration" data-cluster="{name}">New registration command</button>
+<div id="registration" hidden><p>{what}</p><div class="command"><code id="registration-command"></code><button type="button" class="copy" data-copy="registration-command" aria-label="Copy the registration command">Copy</button></div></div>
+<p class="error" role="alert" id="registration-error"></p>"#,
+            name = escape(&name),
+        )
+    } else {
+        String::new()
+    };
+    let summary = dash.health.cluster_summary(&name);
+    let events_url = format!(
+        "/v1/events?cluster={}&watch=true",
+        form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>()
+    );
+    let content = format!(
+        r#"<div class="bar"><h1>{title}</h1>
+<button type="button" id="kubeconfig" data-cluster="{title}">Download kubeconfig</button></div>
+<table class="list" id="cluster" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-only="{title}" data-poll="15"><tbody>{row}</tbody></table>
+<p class="error" role="alert" id="kubeconfig-error"></p>
+{register}
+<h2>{machines_title}</h2>
+<table class="list" id="machines" data-watch="/v1/hosts?watch=true" data-rows="/clusters/{title}/machines?part=rows" data-poll="10">
+<thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
+<tbody>{machines}</tbody>
+</table>
+<h2>Conditions</h2>
+<table class="list"><thead><tr><th scope="col">Condition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead><tbody>{conditions}</tbody></table>
+<h2>Events</h2>
+<ol class="events" id="events" data-events="{events}" aria-live="polite"></ol>"#,
+        title = escape(&name),
+        row = cluster_row(&shown, summary),
+        machines_title = if custom { "Hosts" } else { "Nodes" },
+        events = escape(&events_url),
+    );
+    page(&name, Some(&principal), "clusters", &content)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_shows_state_nodes_use_and_escapes_what_it_shows() {
+        let row = cluster_row(
+            &serde_json::json!({
+                "metadata": {"name": "prod", "creationTimestamp": "2026-11-23T10:00:00Z"},
+                "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"},
+                "status": {"nodes": {"ready": 2, "total": 3}, "kubernetesVersion": "v1.33.4+k3s1"},
+                "state": {"state": "unavailable", "message": "NodesReady: <2 of 3>"},
+            }),
+            (4, Some(12.4), 2 << 30, 8 << 30),
+        );
+        assert!(row.contains(r#"data-state="unavailable""#), "{row}");
+        assert!(row.contains("2/3"), "{row}");
+        assert!(row.contains("K3S v1.33.4+k3s1"), "{row}");
+        assert!(row.contains("&lt;2 of 3&gt;"), "{row}");
+        assert!(row.contains("CPU 12%, memory 2.0 / 8.0 GiB"), "{row}");
+        assert!(row.contains(r#"data-label="Agents">4<"#), "{row}");
+    }
+}

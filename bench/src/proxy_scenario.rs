@@ -214,6 +214,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         tls: None,
         agent_binaries: None,
         heartbeat: hub::config::DEFAULT_HEARTBEAT,
+        demo: 0,
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Config {
     pub agent_binaries: Option<PathBuf>,
     /// How often agents send heartbeats; after 3 missed the hub shows the agent disconnected.
     pub heartbeat: std::time::Duration,
+    /// Simulated clusters to start in-process for a demo (`--demo N`); 0 for none.
+    pub demo: usize,
 }
 
 /// Heartbeats every 10 s, as Rancher's agents; a silent agent shows within half a minute.
@@ -222,6 +224,10 @@ struct ServeArgs {
     /// [env: DROVER_HEARTBEAT_SECONDS] [default: 10]
     #[arg(long)]
     heartbeat_seconds: Option<String>,
+    /// Start N simulated clusters (1 to 20; with their agents, and simulated hosts) in this
+    /// process, to see a populated dashboard [env: DROVER_DEMO]
+    #[arg(long, value_name = "N")]
+    demo: Option<String>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -398,6 +404,22 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
                 reason: "give a whole number of seconds from 1 to 300".into(),
             })?,
     };
+    let demo = match args
+        .demo
+        .or_else(|| env.get("DROVER_DEMO").filter(|v| !v.is_empty()).cloned())
+    {
+        None => 0,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=20).contains(n))
+            .ok_or_else(|| ConfigError::Invalid {
+                flag: "--demo",
+                var: "DROVER_DEMO",
+                value: text,
+                reason: "give a number of simulated clusters from 1 to 20".into(),
+            })?,
+    };
     Ok(Config {
         data_dir,
         listen,
@@ -406,6 +428,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         tls,
         agent_binaries: path(args.agent_binaries, "DROVER_AGENT_BINARIES"),
         heartbeat,
+        demo,
     })
 }
 
@@ -510,6 +533,12 @@ mod tests {
     fn the_heartbeat_interval_is_whole_seconds_in_range() {
         let config = serve(&["--heartbeat-seconds", "2"], &[]).unwrap();
         assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
+        assert_eq!(serve(&["--demo", "3"], &[]).unwrap().demo, 3);
+        let err = serve(&["--demo", "0"], &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("--demo") && err.contains("DROVER_DEMO"),
+            "{err}"
+        );
         for bad in ["0", "301", "1.5", "ten"] {
             let err = serve(&[], &[("DROVER_HEARTBEAT_SECONDS", bad)])
                 .unwrap_err()

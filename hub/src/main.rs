@@ -98,6 +98,7 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let shutdown = CancellationToken::new();
+    let (demo, data_dir) = (config.demo, config.data_dir.clone());
     let hub = hub::Hub::start(config, shutdown.clone()).await?;
     // For people (and scripts) on stdout; the log on stderr says the same for machines.
     #[allow(clippy::print_stdout)]
@@ -120,6 +121,9 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
         url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
         "Drover hub is up; agents pin the CA by this checksum"
     );
+    if demo > 0 {
+        start_demo(&hub, &data_dir, demo, shutdown.clone()).await?;
+    }
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
@@ -128,6 +132,57 @@ async fn serve(config: hub::Config) -> anyhow::Result<()> {
     shutdown.cancel();
     hub.wait().await;
     Ok(())
+}
+
+/// `--demo N`: N simulated imported clusters with their agents, and a paused custom cluster
+/// with three simulated hosts, in this process (see `sim::demo`). The agents reach the hub at
+/// its listening address, so the demo works whatever the server URL says.
+async fn start_demo(
+    hub: &hub::Hub,
+    data_dir: &std::path::Path,
+    clusters: usize,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let port = hub.local_addr().port();
+    let demo = sim::demo::DemoHub {
+        url: format!("https://127.0.0.1:{port}"),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        dir: data_dir.join("demo"),
+    };
+    for i in 1..=clusters {
+        let name = format!("demo-{i}");
+        let spec =
+            serde_json::json!({"type": "imported", "description": "simulated (drover --demo)"});
+        let token = hub::registration::ensure_cluster(hub.store().as_ref(), &name, &spec).await?;
+        // Two to five nodes, so the clusters differ.
+        let nodes = 2 + (i - 1) % 4;
+        tokio::spawn(log_failure(
+            name.clone(),
+            sim::demo::imported_cluster(demo.clone(), name, token, nodes, shutdown.clone()),
+        ));
+    }
+    let name = "demo-hosts".to_owned();
+    let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "paused": true, "description": "simulated hosts (drover --demo); paused: nothing is installed"});
+    let token = hub::registration::ensure_cluster(hub.store().as_ref(), &name, &spec).await?;
+    tokio::spawn(log_failure(
+        name.clone(),
+        sim::demo::hosts(demo, name, token, 3, shutdown),
+    ));
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "Demo: {clusters} simulated clusters (demo-1…) and 3 simulated hosts (demo-hosts) are \
+             connecting; they are stand-ins from `sim`, not real Kubernetes."
+        );
+    }
+    Ok(())
+}
+
+async fn log_failure(name: String, run: impl std::future::Future<Output = anyhow::Result<()>>) {
+    if let Err(e) = run.await {
+        tracing::error!(cluster = %name, error = %e, "the demo's simulated cluster stopped");
+    }
 }
 
 async fn reset_admin_password(data_dir: &std::path::Path) -> anyhow::Result<()> {

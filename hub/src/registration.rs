@@ -12,7 +12,7 @@ use crate::{
     api::{Api, ApiError},
     auth::secret::{self, NewToken, TokenKind},
     model::{ClusterSpec, ClusterType, Kind},
-    store::{Object, Store, StoreError},
+    store::{Object, Op, Store, StoreError},
 };
 
 /// The import manifest's template (see `deploy/import.yaml`).
@@ -226,6 +226,30 @@ pub fn token_object(cluster: &str, token: &NewToken) -> Object {
         &token.name,
         json!({"cluster": cluster, "secretHash": token.hash}),
     )
+}
+
+/// Makes sure cluster `name` exists (created with `spec` if not; an existing one is left as it
+/// is) and returns a new registration token for it. For `serve --demo`, which registers its
+/// simulated agents without going through the API.
+pub async fn ensure_cluster(
+    store: &dyn Store,
+    name: &str,
+    spec: &Value,
+) -> Result<String, StoreError> {
+    let token = crate::auth::secret::new_token(crate::auth::secret::TokenKind::Registration);
+    let mut ops = vec![Op::Create(token_object(name, &token))];
+    match store.get(Kind::Cluster.name(), name).await {
+        Ok(_) => {}
+        Err(StoreError::NotFound { .. }) => {
+            let spec = Kind::Cluster
+                .validate_spec(spec)
+                .map_err(StoreError::Invalid)?;
+            ops.insert(0, Op::Create(Object::new(Kind::Cluster.name(), name, spec)));
+        }
+        Err(e) => return Err(e),
+    }
+    store.transact(ops).await?;
+    Ok(token.value)
 }
 
 /// The commands that register agents with `token`: for an imported cluster the manifest to

@@ -4,4 +4,5 @@
 //! tests, benchmarks and the demo; every other code path in Drover is the real one.
 
 pub mod cluster;
+pub mod demo;
 pub mod standin;

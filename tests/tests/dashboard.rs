@@ -186,7 +186,8 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     let config =
         cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-0").await)
             .unwrap();
-    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let agent_stop = imported.shutdown.child_token();
+    let agent = tokio::spawn(cluster_agent::run(config, agent_stop.clone()));
     browser
         .until(
             "web's row turning active without a reload",
@@ -205,6 +206,36 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
             "return document.querySelector('tr[data-name=\"web\"]').hidden;",
         )
         .await;
+
+    // The agent stops: the row shows it without a reload. How long after the hub's own record
+    // of it the page shows it is printed (a figure, not a pass mark).
+    let stopped = std::time::Instant::now();
+    agent_stop.cancel();
+    let hub_saw = tokio::spawn({
+        let (addr, admin) = (imported.hub.addr, admin.clone());
+        async move {
+            loop {
+                let (_, web) = api(addr, "GET", "/v1/clusters/web", Some(&admin), None).await;
+                if web["state"]["state"] == "disconnected" {
+                    return stopped.elapsed();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+    browser
+        .until(
+            "web's row turning disconnected without a reload",
+            Duration::from_secs(30),
+            "const row = document.querySelector('tr[data-name=\"web\"]'); return window.notReloaded === true && row.dataset.state === 'disconnected';",
+        )
+        .await;
+    let page_saw = stopped.elapsed();
+    let hub_saw = hub_saw.await.unwrap();
+    eprintln!(
+        "live update: the hub recorded web disconnected {hub_saw:?} after its agent stopped, the page showed it {page_saw:?} after (lag {:?})",
+        page_saw.saturating_sub(hub_saw)
+    );
 
     // A node-agent reports its node: the cluster page lists it, live, with its CPU sparkline,
     // and the node's page shows its facts and four charts.
@@ -262,7 +293,9 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     assert!(browser.text("dl.facts").await.contains("Kernel"));
     check_and_save(&browser, "node").await;
 
-    // A host registers to a custom cluster: the hosts page lists it.
+    // A host (a real system-agent, in this process) registers to a custom cluster, paused so
+    // nothing is installed; a plan whose instruction fails shows on the cluster's page with
+    // the instruction's output.
     let registration = tests::create_custom_cluster(
         imported.hub.addr,
         &admin,
@@ -270,26 +303,73 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
     )
     .await;
-    let (status, body) = tests::api_as_agent(
+    let host_dir = dir.join("host");
+    let host_agent = system_agent::Agent::start(
+        system_agent::Config {
+            server: Some(imported.hub.url()),
+            token: tunnel::Secret::new(registration["token"].as_str().unwrap()),
+            ca_checksum: imported.hub.ca_checksum.clone(),
+            dir: host_dir.clone(),
+            host: system_agent::HostSpec {
+                roles: system_agent::Roles {
+                    worker: true,
+                    ..system_agent::Roles::default()
+                },
+                node_name: "w1".into(),
+                ..system_agent::HostSpec::default()
+            },
+            local_plans: None,
+            retry: system_agent::Retry::default(),
+        },
+        imported.shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    let registered: Value =
+        serde_json::from_slice(&std::fs::read(host_dir.join("registration.json")).unwrap())
+            .unwrap();
+    let host = registered["id"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("host/")
+        .unwrap()
+        .to_owned();
+    let (status, body) = api(
         imported.hub.addr,
-        registration["token"].as_str().unwrap(),
-        json!({"kind": "system-agent", "hostId": "dashboard-host-1",
-               "host": {"roles": {"worker": true}, "nodeName": "w1"}}),
+        "POST",
+        "/v1/plans",
+        Some(&admin),
+        Some(json!({"metadata": {"name": host}, "spec": {"host": host, "cluster": "edge", "plan": {
+            "instructions": [{"name": "check-disk", "script": "echo 'no space left on /var/lib/rancher' >&2; exit 3"}],
+            "maxFailures": 1,
+        }}})),
     )
     .await;
     assert_eq!(status, 201, "{body}");
+    browser.goto(&format!("{base}/clusters/edge")).await;
+    let row = format!("#machines tr[data-name='{host}']");
+    browser.find(&row).await;
+    browser
+        .until(
+            "the failed plan's output on the cluster page",
+            Duration::from_secs(30),
+            &format!(
+                "const row = document.querySelector(\"{row}\"); return row !== null && row.querySelector('.plan-failed') !== null && row.textContent.includes('check-disk exited 3') && row.textContent.includes('no space left');"
+            ),
+        )
+        .await;
+    check_and_save(&browser, "cluster-custom-failed-plan").await;
     browser.goto(&format!("{base}/hosts")).await;
     browser
-        .find("#hosts tr[data-name='h-dashboard-host-1']")
+        .find(&format!("#hosts tr[data-name='{host}']"))
         .await;
     assert!(browser.text("#hosts").await.contains("worker"));
     check_and_save(&browser, "hosts").await;
     browser
-        .click("#hosts a[href='/hosts/h-dashboard-host-1']")
+        .click(&format!("#hosts a[href='/hosts/{host}']"))
         .await;
-    browser
-        .find("#host tr[data-name='h-dashboard-host-1']")
-        .await;
+    browser.find(&format!("#host tr[data-name='{host}']")).await;
+    browser.find("dl.facts").await;
     check_and_save(&browser, "host").await;
 
     // Users: the admin creates a user and grants them read-only on `web`, from the page.
@@ -360,6 +440,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     assert!(!phone.exists("#new-registration").await);
     phone.close().await;
     node_agent.abort();
+    drop(host_agent);
 
     imported.shutdown.cancel();
     let _ = agent.await;

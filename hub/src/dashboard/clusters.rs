@@ -203,6 +203,46 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
     page("Create cluster", Some(&principal), "clusters", content)
 }
 
+/// A cluster's conditions as table rows.
+fn condition_rows(shown: &Value) -> String {
+    let mut rows = String::new();
+    for c in shown["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let _ = write!(
+            rows,
+            r#"<tr data-name="{kind}"><td data-label="Condition">{kind}</td><td data-label="Status">{}</td><td data-label="Reason">{}</td><td data-label="Message">{}</td></tr>"#,
+            escape(&text(&c["status"])),
+            escape(&text(&c["reason"])),
+            escape(&text(&c["message"])),
+            kind = escape(&text(&c["type"])),
+        );
+    }
+    rows
+}
+
+/// `/clusters/{name}/conditions`: the live rows of the cluster page's conditions.
+pub(super) async fn conditions(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let principal = match dash.api.principal(&headers).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
+        Ok(o) => o,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
+        return e.into_response();
+    }
+    fragment(condition_rows(&present(Kind::Cluster, object)))
+}
+
 /// The rows of a cluster's machines: its hosts (custom) or its node-agents' nodes (imported).
 async fn machine_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<String, ApiError> {
     let now = charts::now_minute();
@@ -281,21 +321,7 @@ pub(super) async fn one(
     let owner = principal.admin || principal.clusters.get(&name) == Some(&Role::ClusterOwner);
     let shown = present(Kind::Cluster, object);
     let custom = shown["spec"]["type"] == "custom";
-    let mut conditions = String::new();
-    for c in shown["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let _ = write!(
-            conditions,
-            r#"<tr><td data-label="Condition">{}</td><td data-label="Status">{}</td><td data-label="Reason">{}</td><td data-label="Message">{}</td></tr>"#,
-            escape(&text(&c["type"])),
-            escape(&text(&c["status"])),
-            escape(&text(&c["reason"])),
-            escape(&text(&c["message"])),
-        );
-    }
+    let conditions = condition_rows(&shown);
     let machines = match machine_rows(&dash, &principal, &name).await {
         Ok(rows) => rows,
         Err(e) => return e.into_response(),
@@ -332,7 +358,7 @@ pub(super) async fn one(
 <tbody>{machines}</tbody>
 </table>
 <h2>Conditions</h2>
-<table class="list"><thead><tr><th scope="col">Condition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead><tbody>{conditions}</tbody></table>
+<table class="list" id="conditions" data-watch="/v1/clusters?watch=true" data-rows="/clusters/{title}/conditions"><thead><tr><th scope="col">Condition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead><tbody>{conditions}</tbody></table>
 <h2>Events</h2>
 <ol class="events" id="events" data-events="{events}" aria-live="polite"></ol>"#,
         title = escape(&name),

@@ -58,10 +58,11 @@ fn provisioning(host: &Value, plan: Option<&Object>) -> String {
     if state.is_empty() {
         return "waiting for the system-agent".to_owned();
     }
-    let done = status["results"].as_array().map_or(0, Vec::len);
+    let ran = status["results"].as_array().map_or(0, Vec::len);
     let mut out = format!(
-        r#"<span class="badge plan-{state}">{state}</span> {done} instructions done"#,
+        r#"<span class="badge plan-{state}">{state}</span> {ran} instruction{s} run"#,
         state = escape(&state),
+        s = if ran == 1 { "" } else { "s" },
     );
     if state == "failed" {
         let _ = write!(

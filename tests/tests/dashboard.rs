@@ -296,18 +296,60 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     // A host (a real system-agent, in this process) registers to a custom cluster, paused so
     // nothing is installed; a plan whose instruction fails shows on the cluster's page with
     // the instruction's output.
-    let registration = tests::create_custom_cluster(
+    browser.goto(&format!("{base}/clusters/new")).await;
+    browser.type_into("#name", "edge").await;
+    browser.click("input[name='type'][value='custom']").await;
+    browser.find("#custom-fields:not([hidden])").await;
+    browser
+        .click("form#create-cluster button[type=submit]")
+        .await;
+    browser
+        .until(
+            "the host command",
+            Duration::from_secs(10),
+            "return !document.getElementById('created').hidden;",
+        )
+        .await;
+    let command = browser.text("#command").await;
+    assert!(command.contains("/system-agent-install.sh"), "{command}");
+    let (_, edge) = api(
         imported.hub.addr,
-        &admin,
-        "edge",
-        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
+        "GET",
+        "/v1/clusters/edge",
+        Some(&admin),
+        None,
     )
     .await;
+    assert_eq!(
+        (
+            &edge["spec"]["distribution"],
+            &edge["spec"]["version"],
+            &edge["spec"]["upgradeStrategy"]["workerConcurrency"]
+        ),
+        (&json!("k3s"), &json!("v1.33.4+k3s1"), &json!("10%")),
+        "{edge}"
+    );
+    // Paused before any host registers: the host here is this machine.
+    let (status, body) = api(
+        imported.hub.addr,
+        "PATCH",
+        "/v1/clusters/edge",
+        Some(&admin),
+        Some(json!({"spec": {"paused": true}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let token = command
+        .split("--token ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
     let host_dir = dir.join("host");
     let host_agent = system_agent::Agent::start(
         system_agent::Config {
             server: Some(imported.hub.url()),
-            token: tunnel::Secret::new(registration["token"].as_str().unwrap()),
+            token: tunnel::Secret::new(token),
             ca_checksum: imported.hub.ca_checksum.clone(),
             dir: host_dir.clone(),
             host: system_agent::HostSpec {
@@ -359,6 +401,23 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         )
         .await;
     check_and_save(&browser, "cluster-custom-failed-plan").await;
+    // Sorting by name, both ways.
+    browser.goto(&format!("{base}/clusters")).await;
+    browser.find("tr[data-name='edge']").await;
+    let first = "return document.querySelector('#clusters tbody tr').dataset.name;";
+    browser.click("button.sort[data-sort='0']").await;
+    assert_eq!(browser.run(first, json!([])).await, "edge");
+    browser.click("button.sort[data-sort='0']").await;
+    assert_eq!(browser.run(first, json!([])).await, "web");
+    assert_eq!(
+        browser
+            .run(
+                "return document.querySelector('th[aria-sort]').getAttribute('aria-sort');",
+                json!([])
+            )
+            .await,
+        "descending"
+    );
     browser.goto(&format!("{base}/hosts")).await;
     browser
         .find(&format!("#hosts tr[data-name='{host}']"))

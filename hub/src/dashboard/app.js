@@ -116,6 +116,11 @@ function follow(table) {
   const redraw = async () => {
     pending = null;
     const response = await fetch(table.dataset.rows, { cache: "no-store" });
+    // The session ended: log in again, then come back here.
+    if (response.redirected && new URL(response.url).pathname === "/login") {
+      window.location.assign(`/login?next=${encodeURIComponent(window.location.pathname)}`);
+      return;
+    }
     if (!response.ok) return;
     const html = await response.text();
     const body = table.tBodies[0];

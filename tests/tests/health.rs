@@ -79,6 +79,28 @@ fn node_state(nodes: &Value, name: &str) -> String {
     })
 }
 
+/// Follows cluster `prod`'s events from now on; the handle gives the first one `wanted`
+/// accepts (within 30 s).
+async fn next_event(
+    hub: std::net::SocketAddr,
+    admin: &str,
+    wanted: impl FnMut(&Value) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Value> {
+    let (_, events) = api(hub, "GET", "/v1/events?cluster=prod", Some(admin), None).await;
+    let since = events["items"]
+        .as_array()
+        .and_then(|items| items.last())
+        .map_or(0, |e| e["seq"].as_u64().unwrap());
+    let path = format!("/v1/events?cluster=prod&since={since}&watch=true");
+    let admin = admin.to_owned();
+    let follow = tokio::spawn(async move {
+        wait_for_event(hub, &path, &admin, Duration::from_secs(30), wanted).await
+    });
+    // Time for the watch to be open before what it waits for is done.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    follow
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
     let imported = Imported::start_with(
@@ -92,8 +114,6 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
     .await;
     let hub = imported.hub.addr;
     let admin = imported.admin.clone();
-    // Every event of cluster prod, as it is recorded.
-    let events_path = "/v1/events?cluster=prod&watch=true";
 
     let agent_env = imported.agent_env("drover-cluster-agent-0").await;
     let mut cluster_agent = spawn("drover-cluster-agent", &agent_env);
@@ -159,17 +179,11 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
 
     // The cluster-agent dies: the cluster shows disconnected, with an event, and kubectl still
     // answers, by a node-agent.
-    let gone = tokio::spawn({
-        let admin = admin.clone();
-        async move {
-            wait_for_event(hub, events_path, &admin, Duration::from_secs(30), |e| {
-                e["reason"] == "AgentDisconnected"
-                    && e["message"].as_str().unwrap().contains("cluster-agent")
-            })
-            .await
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gone = next_event(hub, &admin, |e| {
+        e["reason"] == "AgentDisconnected"
+            && e["message"].as_str().unwrap().contains("cluster-agent")
+    })
+    .await;
     cluster_agent.kill().await.unwrap();
     let event = gone.await.unwrap();
     assert_eq!(event["type"], "Warning");
@@ -213,16 +227,10 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
 
     // A node-agent that hangs (its tunnel stands, its beats stop) shows disconnected within
     // 3 heartbeats, and active when it beats again.
-    let missed = tokio::spawn({
-        let admin = admin.clone();
-        async move {
-            wait_for_event(hub, events_path, &admin, Duration::from_secs(30), |e| {
-                e["reason"] == "HeartbeatsMissed" && e["node"] == "node-1"
-            })
-            .await
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let missed = next_event(hub, &admin, |e| {
+        e["reason"] == "HeartbeatsMissed" && e["node"] == "node-1"
+    })
+    .await;
     let stopped = Instant::now();
     signal(&node_agents["node-1"], "-STOP");
     missed.await.unwrap();

@@ -10,7 +10,7 @@ use axum::{
 };
 use serde_json::Value;
 
-use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page};
+use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page, readable};
 use crate::{
     api::{ApiError, allow, present},
     auth::{Principal, Verb},
@@ -229,17 +229,10 @@ pub(super) async fn conditions(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let principal = match dash.api.principal(&headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
+    let (_, object) = match readable(&dash, &headers, Kind::Cluster, &name, None).await {
+        Ok(found) => found,
+        Err(response) => return response,
     };
-    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
-        Ok(o) => o,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
-        return e.into_response();
-    }
     fragment(condition_rows(&present(Kind::Cluster, object)))
 }
 
@@ -284,17 +277,10 @@ pub(super) async fn machines(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let principal = match dash.api.principal(&headers).await {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
+    let (principal, _) = match readable(&dash, &headers, Kind::Cluster, &name, None).await {
+        Ok(found) => found,
+        Err(response) => return response,
     };
-    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
-        Ok(o) => o,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
-        return e.into_response();
-    }
     match machine_rows(&dash, &principal, &name).await {
         Ok(rows) => fragment(rows),
         Err(e) => e.into_response(),
@@ -307,17 +293,11 @@ pub(super) async fn one(
     Path(name): Path<String>,
 ) -> Response {
     let here = format!("/clusters/{name}");
-    let principal = match caller(&dash.api, &headers, &here).await {
-        Ok(p) => p,
-        Err(response) => return response,
-    };
-    let object = match dash.api.store.get(Kind::Cluster.name(), &name).await {
-        Ok(o) => o,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    if let Err(e) = allow(&principal, Verb::Get, Kind::Cluster, &object) {
-        return e.into_response();
-    }
+    let (principal, object) =
+        match readable(&dash, &headers, Kind::Cluster, &name, Some(&here)).await {
+            Ok(found) => found,
+            Err(response) => return response,
+        };
     let owner = principal.admin || principal.clusters.get(&name) == Some(&Role::ClusterOwner);
     let shown = present(Kind::Cluster, object);
     let custom = shown["spec"]["type"] == "custom";

@@ -14,7 +14,7 @@ use super::{
     Dash, PartQuery, caller,
     charts::{self, Series},
     clusters::{gib, state_cell},
-    escape, fragment, page,
+    escape, fragment, page, readable,
 };
 use crate::{
     api::{ApiError, allow, present},
@@ -268,17 +268,12 @@ pub(super) async fn host(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let principal = match caller(&dash.api, &headers, &format!("/hosts/{name}")).await {
-        Ok(p) => p,
+    let here = format!("/hosts/{name}");
+    let (principal, object) = match readable(&dash, &headers, Kind::Host, &name, Some(&here)).await
+    {
+        Ok(found) => found,
         Err(response) => return response,
     };
-    let object = match dash.api.store.get(Kind::Host.name(), &name).await {
-        Ok(o) => o,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    if let Err(e) = allow(&principal, crate::auth::Verb::Get, Kind::Host, &object) {
-        return e.into_response();
-    }
     let plan = match dash.api.store.get(Kind::Plan.name(), &name).await {
         Ok(plan) if allow(&principal, crate::auth::Verb::Get, Kind::Plan, &plan).is_ok() => {
             Some(plan)
@@ -308,17 +303,10 @@ pub(super) async fn node(
     Path((cluster, node)): Path<(String, String)>,
 ) -> Response {
     let here = format!("/clusters/{cluster}/nodes/{node}");
-    let principal = match caller(&dash.api, &headers, &here).await {
-        Ok(p) => p,
+    let principal = match readable(&dash, &headers, Kind::Cluster, &cluster, Some(&here)).await {
+        Ok((principal, _)) => principal,
         Err(response) => return response,
     };
-    let object = match dash.api.store.get(Kind::Cluster.name(), &cluster).await {
-        Ok(o) => o,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    if let Err(e) = allow(&principal, crate::auth::Verb::Get, Kind::Cluster, &object) {
-        return e.into_response();
-    }
     let peer = format!("node/{cluster}/{node}");
     let Some(shown) = dash.health.usage(&peer) else {
         return ApiError::not_found(format!(

@@ -122,6 +122,35 @@ async fn caller(api: &Api, headers: &HeaderMap, here: &str) -> Result<Principal,
     }
 }
 
+/// The caller and object `name` of `kind`, if the caller may read it; otherwise the response
+/// that says why. For a page (`here` is its path) a caller without a session is sent to log
+/// in; for a fragment the API's error is the answer.
+async fn readable(
+    dash: &Dash,
+    headers: &HeaderMap,
+    kind: crate::model::Kind,
+    name: &str,
+    here: Option<&str>,
+) -> Result<(Principal, crate::store::Object), Response> {
+    let principal = match here {
+        Some(here) => caller(&dash.api, headers, here).await?,
+        None => dash
+            .api
+            .principal(headers)
+            .await
+            .map_err(IntoResponse::into_response)?,
+    };
+    let object = dash
+        .api
+        .store
+        .get(kind.name(), name)
+        .await
+        .map_err(|e| crate::api::ApiError::from(e).into_response())?;
+    crate::api::allow(&principal, crate::auth::Verb::Get, kind, &object)
+        .map_err(IntoResponse::into_response)?;
+    Ok((principal, object))
+}
+
 /// A whole page: the header with navigation, then `content`.
 fn page(title: &str, principal: Option<&Principal>, name: &str, content: &str) -> Response {
     let mut nav = String::new();

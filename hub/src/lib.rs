@@ -34,6 +34,7 @@ pub mod plans;
 pub mod proxy;
 pub mod registration;
 pub mod store;
+pub mod websec;
 
 pub use config::{Command, Config, ConfigError};
 
@@ -272,7 +273,9 @@ impl Hub {
                     pools: proxy::Pools::default(),
                 })),
         );
-        let app = app.layer(axum::middleware::from_fn(metrics::count_requests));
+        let app = app
+            .layer(axum::middleware::from_fn(websec::layer))
+            .layer(axum::middleware::from_fn(metrics::count_requests));
         let task = tokio::spawn(tunnel::listener::serve(
             listener,
             pki.server_config.clone(),

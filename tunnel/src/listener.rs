@@ -9,7 +9,7 @@ use std::{
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
+    rt::{TokioExecutor, TokioIo, TokioTimer},
     server::{conn::auto, graceful::GracefulShutdown},
     service::TowerToHyperService,
 };
@@ -26,6 +26,10 @@ pub struct RemoteAddr(pub SocketAddr);
 
 /// Time a client has to complete the TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a client has to send a request's headers once it starts one (or after the previous
+/// response on a kept connection); a client dribbling bytes cannot hold a connection forever.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Time requests in flight get to finish after `shutdown` is cancelled.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,7 +53,12 @@ pub async fn serve<S, B>(
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let acceptor = TlsAcceptor::from(tls);
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     loop {
         let (tcp, remote) = tokio::select! {

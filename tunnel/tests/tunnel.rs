@@ -548,3 +548,74 @@ async fn a_named_service_of_the_agent_serves_streams_and_unknown_names_are_refus
     agent.session.close();
     hub.stop().await;
 }
+
+/// Reads until the server closes the connection; returns how long that took.
+async fn closed_within(mut stream: impl tokio::io::AsyncRead + Unpin, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the hub kept a slow client's connection open past {limit:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_clients_cannot_hold_connections_open() {
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let bound = tunnel::listener::TLS_HANDSHAKE_TIMEOUT + Duration::from_secs(5);
+    // One never starts TLS; another completes it and then dribbles a request's headers.
+    let silent = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(tls::unverified_client_config())
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET /cacerts HTTP/1.1\r\nHost: hub\r\n")
+        .await
+        .unwrap();
+    let dribbling = tokio::spawn(async move {
+        let started = Instant::now();
+        // A header line every few seconds, never the blank line that ends them.
+        let (mut read, mut write) = tokio::io::split(tls);
+        let writer = tokio::spawn(async move {
+            for i in 0.. {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if write
+                    .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let mut buf = [0u8; 1024];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        writer.abort();
+        started.elapsed()
+    });
+    let (silent, dribbling) = tokio::join!(
+        closed_within(silent, bound),
+        tokio::time::timeout(bound, dribbling)
+    );
+    let dribbling = dribbling
+        .unwrap_or_else(|_| panic!("a client dribbling headers held its connection past {bound:?}"))
+        .unwrap();
+    assert!(
+        silent >= Duration::from_secs(5),
+        "closed at once? {silent:?}"
+    );
+    assert!(
+        dribbling < bound,
+        "a dribbling client held on for {dribbling:?}"
+    );
+    hub.stop().await;
+}

@@ -163,6 +163,34 @@ impl HubProcess {
     }
 }
 
+/// Where `text` holds a token's secret part (`drt_`/`drr_` name, a dot, then the secret), or
+/// any of `secrets`: for checking that logs never hold a credential.
+pub fn leaked_secrets(text: &str, secrets: &[&str]) -> Vec<String> {
+    let mut found: Vec<String> = secrets
+        .iter()
+        .filter(|s| !s.is_empty() && text.contains(*s))
+        .map(|s| format!("{}…", s.chars().take(8).collect::<String>()))
+        .collect();
+    for prefix in ["drt_", "drr_"] {
+        for (at, _) in text.match_indices(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let name_len = rest
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(rest.len());
+            let after = &rest[name_len..];
+            if let Some(secret) = after.strip_prefix('.') {
+                let secret_len = secret
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                    .unwrap_or(secret.len());
+                if secret_len >= 8 {
+                    found.push(format!("{prefix}{}.…", &rest[..name_len]));
+                }
+            }
+        }
+    }
+    found
+}
+
 /// An HTTP/1.1 connection to the hub over TLS, without verifying the certificate (checks of
 /// what the server sends, such as `/cacerts`, verify the bytes themselves).
 async fn connect(
@@ -396,4 +424,26 @@ pub async fn wait_for_event(
     })
     .await
     .unwrap_or_else(|_| panic!("no matching event on {path} within {within:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leaked_secrets;
+
+    #[test]
+    fn a_token_secret_or_a_password_in_text_is_found_a_token_name_is_not() {
+        assert!(leaked_secrets("revoked token drt_k3j2h1 of admin", &[]).is_empty());
+        assert_eq!(
+            leaked_secrets("bearer drt_k3j2h1.Zx9_qWe-rTy12 sent", &[]),
+            ["drt_k3j2h1.…"]
+        );
+        assert_eq!(
+            leaked_secrets("import drr_a1.b2c3d4e5f6g7h8.yaml", &[]).len(),
+            1
+        );
+        assert_eq!(
+            leaked_secrets("password=hunter2-is-long", &["hunter2-is-long"]),
+            ["hunter2-…"]
+        );
+    }
 }

@@ -501,6 +501,12 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     node_agent.abort();
     drop(host_agent);
 
+    // Nothing secret reached the hub's log: not the admin's password, no token.
+    let log = imported.hub.log.lock().unwrap().join("\n");
+    assert!(log.len() > 1000, "the hub logged next to nothing: {log}");
+    let leaks = tests::leaked_secrets(&log, &[&password, "a long enough password"]);
+    assert!(leaks.is_empty(), "secrets in the hub's log: {leaks:?}");
+
     imported.shutdown.cancel();
     let _ = agent.await;
 }

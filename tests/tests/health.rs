@@ -211,6 +211,21 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
     )
     .await;
     assert_eq!(status, 503, "{body}");
+    // Another cluster's traffic never goes through this cluster's agents.
+    tests::create_imported_cluster(hub, &admin, "other").await;
+    let (status, body) = api(
+        hub,
+        "GET",
+        "/k8s/clusters/other/api/v1/nodes",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("\"other\""),
+        "{body}"
+    );
 
     // Back: the primary route again.
     cluster_agent = spawn("drover-cluster-agent", &agent_env);

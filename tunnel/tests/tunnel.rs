@@ -619,3 +619,34 @@ async fn slow_clients_cannot_hold_connections_open() {
     );
     hub.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_older_than_tls_1_2_is_refused() {
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    // A TLS 1.1 ClientHello (RSA with AES-128-CBC-SHA, no extensions), as an old client sends.
+    let mut hello = vec![0x03, 0x02];
+    hello.extend_from_slice(&[7u8; 32]); // random
+    hello.extend_from_slice(&[0x00, 0x00, 0x02, 0x00, 0x2f, 0x01, 0x00]);
+    let mut handshake = vec![0x01, 0x00, 0x00, u8::try_from(hello.len()).unwrap()];
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![
+        0x16,
+        0x03,
+        0x01,
+        0x00,
+        u8::try_from(handshake.len()).unwrap(),
+    ];
+    record.extend_from_slice(&handshake);
+    let mut tcp = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    tcp.write_all(&record).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the hub answers an old client at once")
+        .ok();
+    // An alert (content type 21) and no ServerHello (a handshake record, 22).
+    assert_eq!(answer.first(), Some(&0x15), "{answer:02x?}");
+    assert!(!answer.contains(&0x16), "{answer:02x?}");
+
+    hub.stop().await;
+}

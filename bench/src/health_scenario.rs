@@ -50,7 +50,7 @@ pub(crate) struct Args {
 
 /// CPU seconds `pid` has used (user + system). Linux counts them in USER_HZ ticks, which is
 /// 100 on every configuration these machines run.
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) in parentheses.
     let rest = stat.rsplit_once(')').context("/proc stat")?.1;
@@ -61,6 +61,16 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 
 async fn start_hub(exe: &Path, data: &Path, heartbeat: &str) -> anyhow::Result<(Child, String)> {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    start_hub_on(exe, data, heartbeat, addr).await
+}
+
+/// `drover-hub serve` on `addr` with `data`, once it answers `/readyz`.
+pub(crate) async fn start_hub_on(
+    exe: &Path,
+    data: &Path,
+    heartbeat: &str,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<(Child, String)> {
     let child = Command::new(exe)
         .args([
             "serve",
@@ -88,15 +98,15 @@ async fn start_hub(exe: &Path, data: &Path, heartbeat: &str) -> anyhow::Result<(
 }
 
 /// What the in-process hub leaves for the process hub to serve.
-struct Prepared {
-    api_token: String,
-    ca_checksum: String,
-    imported_registration: String,
-    custom_registration: String,
-    node_credential: String,
+pub(crate) struct Prepared {
+    pub(crate) api_token: String,
+    pub(crate) ca_checksum: String,
+    pub(crate) imported_registration: String,
+    pub(crate) custom_registration: String,
+    pub(crate) node_credential: String,
 }
 
-async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
+pub(crate) async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
     let shutdown = CancellationToken::new();
     let hub = hub::Hub::start(hub_config(data), shutdown.clone()).await?;
     let (api, imported_registration) = admin_with_cluster(
@@ -258,7 +268,7 @@ async fn beats_cost(
     }))
 }
 
-fn round(v: f64, digits: i32) -> f64 {
+pub(crate) fn round(v: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (v * f).round() / f
 }

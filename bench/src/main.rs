@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod fleet_scenario;
 mod health_scenario;
 mod hub_scenario;
 mod load;
@@ -38,6 +39,9 @@ enum Scenario {
     /// Heartbeats: the hub's CPU per 1,000 beats/s (hub as its own process), and the
     /// node-agent's and system-agent's RSS while reporting (needs the release binaries).
     Health(health_scenario::Args),
+    /// N idle agents on one hub (hub as its own process): time to connect them all, the hub's
+    /// memory per agent and idle CPU, and the time until all are back after a hub restart.
+    Fleet(fleet_scenario::Args),
 }
 
 #[global_allocator]
@@ -60,6 +64,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Proxy(args) => runtime.block_on(proxy_scenario::run(args))?,
         Scenario::Plans(args) => runtime.block_on(plans_scenario::run(args))?,
         Scenario::Health(args) => runtime.block_on(health_scenario::run(args))?,
+        Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -529,7 +529,6 @@ impl Health {
             .history
             .iter()
             .flat_map(|h| h.points(unix_now()))
-            .copied()
             .collect();
         Some((points, agent.usage))
     }

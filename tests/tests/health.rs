@@ -66,6 +66,14 @@ async fn until(imported: &Imported, path: &str, within: Duration, ok: impl Fn(&V
     }
 }
 
+/// Polls cluster `prod` until its state is `state`.
+async fn until_cluster_is(imported: &Imported, state: &str, within: Duration) {
+    until(imported, "/v1/clusters/prod", within, |c| {
+        c["state"]["state"] == state
+    })
+    .await;
+}
+
 fn node<'a>(nodes: &'a Value, name: &str) -> Option<&'a Value> {
     nodes["items"]
         .as_array()?
@@ -140,13 +148,7 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
         },
     )
     .await;
-    until(
-        &imported,
-        "/v1/clusters/prod",
-        Duration::from_secs(60),
-        |c| c["state"]["state"] == "active",
-    )
-    .await;
+    until_cluster_is(&imported, "active", Duration::from_secs(60)).await;
     let (status, usage) = api(
         hub,
         "GET",
@@ -187,13 +189,7 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
     cluster_agent.kill().await.unwrap();
     let event = gone.await.unwrap();
     assert_eq!(event["type"], "Warning");
-    until(
-        &imported,
-        "/v1/clusters/prod",
-        Duration::from_secs(10),
-        |c| c["state"]["state"] == "disconnected",
-    )
-    .await;
+    until_cluster_is(&imported, "disconnected", Duration::from_secs(10)).await;
     let (ok, out, err) = kubectl(&kubeconfig, &["get", "nodes", "-o", "name"]).await;
     assert!(ok, "kubectl through the fallback: {err}");
     assert_eq!(out.lines().count(), 2, "{out}");
@@ -229,13 +225,7 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
 
     // Back: the primary route again.
     cluster_agent = spawn("drover-cluster-agent", &agent_env);
-    until(
-        &imported,
-        "/v1/clusters/prod",
-        Duration::from_secs(60),
-        |c| c["state"]["state"] == "active",
-    )
-    .await;
+    until_cluster_is(&imported, "active", Duration::from_secs(60)).await;
     let (status, headers, _) =
         api_with_headers(hub, "/k8s/clusters/prod/api/v1/namespaces/default", &user).await;
     assert_eq!((status, route(&headers)), (200, None));

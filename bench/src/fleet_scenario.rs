@@ -21,7 +21,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+use tunnel::Connector;
 
 use crate::{
     health_scenario::{cpu_seconds, prepare, round, start_hub_on},
@@ -75,16 +75,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let stop = CancellationToken::new();
     // A cold start of the whole fleet at once: every agent dials at the same moment.
     for i in 0..n {
-        let config = ConnectorConfig::new(
-            &url,
-            Secret::new(prepared.node_credential.clone()),
-            Peer {
-                id: format!("node/prod/n{i}"),
-                kind: "node-agent".into(),
-            },
-            Trust::from_checksum(&prepared.ca_checksum),
-        );
-        let connector = Connector::new(config)?;
+        let connector = Connector::new(prepared.node_agent(&url, i))?;
         let (tx, mut sessions) = mpsc::channel(1);
         tokio::spawn(connector.run(tx, stop.clone()));
         let connected = connected.clone();

@@ -106,6 +106,21 @@ pub(crate) struct Prepared {
     pub(crate) node_credential: String,
 }
 
+impl Prepared {
+    /// The tunnel of simulated node-agent `i` of cluster `prod` (sharing the one credential).
+    pub(crate) fn node_agent(&self, url: &str, i: usize) -> ConnectorConfig {
+        ConnectorConfig::new(
+            url,
+            Secret::new(self.node_credential.clone()),
+            Peer {
+                id: format!("node/prod/n{i}"),
+                kind: "node-agent".into(),
+            },
+            Trust::from_checksum(&self.ca_checksum),
+        )
+    }
+}
+
 pub(crate) async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
     let shutdown = CancellationToken::new();
     let hub = hub::Hub::start(hub_config(data), shutdown.clone()).await?;
@@ -176,15 +191,7 @@ async fn beats_cost(
     let mut sessions = Vec::with_capacity(n);
     for batch in (0..n).collect::<Vec<_>>().chunks(50) {
         let connects = batch.iter().map(|i| {
-            let config = ConnectorConfig::new(
-                &url,
-                Secret::new(prepared.node_credential.clone()),
-                Peer {
-                    id: format!("node/prod/n{i}"),
-                    kind: "node-agent".into(),
-                },
-                Trust::from_checksum(&prepared.ca_checksum),
-            );
+            let config = prepared.node_agent(&url, *i);
             async move { Connector::new(config)?.connect().await }
         });
         for session in futures::future::join_all(connects).await {

@@ -74,26 +74,19 @@ impl Pools {
 /// When there are several (a new leader connected before the old one's session was seen to
 /// end, e.g. after a network cut), the newest wins: the old leader has lost its lease.
 pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
-    registry
-        .sessions()
-        .into_iter()
-        .filter(|s| {
-            let peer = &s.info().peer;
-            peer.kind == agents::CLUSTER_AGENT
-                && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
-        })
-        .max_by_key(|s| s.info().id)
+    newest_session(registry, agents::CLUSTER_AGENT, cluster)
 }
 
-/// A node-agent session of `cluster` (the newest), the way in when no cluster-agent is
-/// connected: node-agents serve `kube-api` too, and may dial only the cluster's API server.
-fn node_agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
+/// The newest session of an agent of `kind` belonging to `cluster`. Node-agents serve
+/// `kube-api` too (and may dial only the cluster's API server): the way in when no
+/// cluster-agent is connected.
+fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> Option<Session> {
     registry
         .sessions()
         .into_iter()
         .filter(|s| {
             let peer = &s.info().peer;
-            peer.kind == agents::NODE_AGENT
+            peer.kind == kind
                 && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
         })
         .max_by_key(|s| s.info().id)
@@ -209,7 +202,8 @@ async fn authorize(
     if let Some(session) = agent_session(&state.registry, cluster) {
         return Ok((principal, session, false));
     }
-    if fallback && let Some(session) = node_agent_session(&state.registry, cluster) {
+    if fallback && let Some(session) = newest_session(&state.registry, agents::NODE_AGENT, cluster)
+    {
         return Ok((principal, session, true));
     }
     let status = Status::of(&object);

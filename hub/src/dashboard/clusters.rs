@@ -10,17 +10,14 @@ use axum::{
 };
 use serde_json::Value;
 
-use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page, readable};
+use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page, readable, text};
 use crate::{
     api::{ApiError, allow, present},
     auth::{Principal, Verb},
+    health::ClusterSummary,
     model::{Kind, Role},
     store::LabelSelector,
 };
-
-fn text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
-}
 
 /// A state badge and its message.
 pub(super) fn state_cell(state: &str, message: &str) -> String {
@@ -38,7 +35,7 @@ pub(super) fn gib(used: u64, total: u64) -> String {
 }
 
 /// A cluster as a table row of the clusters page.
-fn cluster_row(object: &Value, summary: (usize, Option<f64>, u64, u64)) -> String {
+fn cluster_row(object: &Value, summary: ClusterSummary) -> String {
     let name = text(&object["metadata"]["name"]);
     let state = text(&object["state"]["state"]);
     let spec = &object["spec"];
@@ -59,9 +56,12 @@ fn cluster_row(object: &Value, summary: (usize, Option<f64>, u64, u64)) -> Strin
         (Some(ready), Some(total)) => format!("{ready}/{total}"),
         _ => "–".to_owned(),
     };
-    let (agents, cpu, used, total) = summary;
-    let usage = match cpu {
-        Some(cpu) => format!("CPU {cpu:.0}%, memory {}", gib(used, total)),
+    let agents = summary.agents;
+    let usage = match summary.cpu_percent() {
+        Some(cpu) => format!(
+            "CPU {cpu:.0}%, memory {}",
+            gib(summary.memory_used, summary.memory_total)
+        ),
         None => "–".to_owned(),
     };
     let created = text(&object["metadata"]["creationTimestamp"]);
@@ -116,11 +116,12 @@ pub(super) async fn list(
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
+    let summaries = dash.health.cluster_summaries();
     let rows: String = clusters
         .iter()
         .map(|c| {
             let name = c["metadata"]["name"].as_str().unwrap_or_default();
-            cluster_row(c, dash.health.cluster_summary(name))
+            cluster_row(c, summaries.get(name).copied().unwrap_or_default())
         })
         .collect();
     if query.rows() {
@@ -245,22 +246,15 @@ async fn machine_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<
         .store
         .list(Kind::Host.name(), &LabelSelector::everything())
         .await?;
+    let plans = machines::readable_plans(dash, principal).await?;
     for host in hosts
         .into_iter()
         .filter(|h| h.spec["cluster"].as_str() == Some(name))
     {
-        let plan = match dash
-            .api
-            .store
-            .get(Kind::Plan.name(), &host.metadata.name)
-            .await
-        {
-            Ok(plan) if allow(principal, Verb::Get, Kind::Plan, &plan).is_ok() => Some(plan),
-            _ => None,
-        };
+        let plan = plans.get(&host.metadata.name);
         rows.push_str(&machines::host_row(
             &present(Kind::Host, host),
-            plan.as_ref(),
+            plan,
             &dash.health,
             now,
         ));
@@ -321,7 +315,11 @@ pub(super) async fn one(
     } else {
         String::new()
     };
-    let summary = dash.health.cluster_summary(&name);
+    let summary = dash
+        .health
+        .cluster_summaries()
+        .remove(&name)
+        .unwrap_or_default();
     let events_url = format!(
         "/v1/events?cluster={}&watch=true",
         form_urlencoded::byte_serialize(name.as_bytes()).collect::<String>()
@@ -362,7 +360,13 @@ mod tests {
                 "status": {"nodes": {"ready": 2, "total": 3}, "kubernetesVersion": "v1.33.4+k3s1"},
                 "state": {"state": "unavailable", "message": "NodesReady: <2 of 3>"},
             }),
-            (4, Some(12.4), 2 << 30, 8 << 30),
+            ClusterSummary {
+                agents: 4,
+                cpu_weighted: 24.8,
+                cpus: 2.0,
+                memory_used: 2 << 30,
+                memory_total: 8 << 30,
+            },
         );
         assert!(row.contains(r#"data-state="unavailable""#), "{row}");
         assert!(row.contains("2/3"), "{row}");

@@ -14,7 +14,7 @@ use super::{
     Dash, PartQuery, caller,
     charts::{self, Series},
     clusters::{gib, state_cell},
-    escape, fragment, page, readable,
+    escape, fragment, page, readable, text,
 };
 use crate::{
     api::{ApiError, allow, present},
@@ -22,10 +22,6 @@ use crate::{
     model::Kind,
     store::{LabelSelector, Object},
 };
-
-fn text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
-}
 
 /// The sparkline and memory cells of a machine.
 fn usage_cells(health: &Health, peer_id: &str, now: u32) -> String {
@@ -133,6 +129,23 @@ fn row(
     )
 }
 
+/// The hosts' plans the caller may read, by host: one list, not a read per host.
+pub(super) async fn readable_plans(
+    dash: &Dash,
+    principal: &crate::auth::Principal,
+) -> Result<std::collections::HashMap<String, Object>, ApiError> {
+    let (plans, _) = dash
+        .api
+        .store
+        .list(Kind::Plan.name(), &LabelSelector::everything())
+        .await?;
+    Ok(plans
+        .into_iter()
+        .filter(|p| allow(principal, crate::auth::Verb::Get, Kind::Plan, p).is_ok())
+        .map(|p| (p.metadata.name.clone(), p))
+        .collect())
+}
+
 pub(super) fn host_row(host: &Value, plan: Option<&Object>, health: &Health, now: u32) -> String {
     row(host, plan, health, now, false)
 }
@@ -168,26 +181,20 @@ pub(super) async fn hosts(
         Ok(list) => list,
         Err(e) => return ApiError::from(e).into_response(),
     };
+    let plans = match readable_plans(&dash, &principal).await {
+        Ok(plans) => plans,
+        Err(e) => return e.into_response(),
+    };
     let now = charts::now_minute();
     let mut rows = String::new();
     for host in objects
         .into_iter()
         .filter(|h| allow(&principal, crate::auth::Verb::Get, Kind::Host, h).is_ok())
     {
-        let plan = match dash
-            .api
-            .store
-            .get(Kind::Plan.name(), &host.metadata.name)
-            .await
-        {
-            Ok(plan) if allow(&principal, crate::auth::Verb::Get, Kind::Plan, &plan).is_ok() => {
-                Some(plan)
-            }
-            _ => None,
-        };
+        let plan = plans.get(&host.metadata.name);
         rows.push_str(&row(
             &present(Kind::Host, host),
-            plan.as_ref(),
+            plan,
             &dash.health,
             now,
             true,

@@ -94,6 +94,11 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+/// A JSON string's text; empty for anything else.
+fn text(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
 /// Text made safe for HTML content and attribute values.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -7,18 +7,13 @@ use axum::{
     http::HeaderMap,
     response::{IntoResponse, Response},
 };
-use serde_json::Value;
 
-use super::{Dash, caller, escape, page};
+use super::{Dash, caller, escape, page, text};
 use crate::{
     api::{ApiError, present},
     model::Kind,
     store::LabelSelector,
 };
-
-fn text(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_owned()
-}
 
 pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Response {
     let principal = match caller(&dash.api, &headers, "/users").await {

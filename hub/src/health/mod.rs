@@ -52,11 +52,30 @@ struct Agent {
     gone: Option<(String, String)>,
     gone_at: Option<Instant>,
     last_beat: Option<Instant>,
-    last_beat_time: String,
+    /// When the last beat came, for people (formatted only when shown: beats are the hot path).
+    last_beat_at: Option<SystemTime>,
     missed: bool,
     facts: Option<HostFacts>,
     usage: Option<Usage>,
     history: Option<History>,
+}
+
+/// A cluster's agents and machines, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClusterSummary {
+    /// Agents connected (and beating) now.
+    pub agents: usize,
+    pub(crate) cpu_weighted: f64,
+    pub(crate) cpus: f64,
+    pub memory_used: u64,
+    pub memory_total: u64,
+}
+
+impl ClusterSummary {
+    /// CPU % over all the machines' CPUs, if any machine reported usage.
+    pub fn cpu_percent(&self) -> Option<f64> {
+        (self.cpus > 0.0).then(|| self.cpu_weighted / self.cpus)
+    }
 }
 
 /// Whether an agent kind speaks for a machine (and so sends facts and usage).
@@ -197,7 +216,7 @@ impl Health {
                 agent.gone_at = None;
             }
             agent.last_beat = Some(now);
-            agent.last_beat_time = crate::store::now_rfc3339();
+            agent.last_beat_at = Some(SystemTime::now());
             let resumed = std::mem::take(&mut agent.missed);
             let mut new_facts = None;
             if let Some(facts) = beat.facts
@@ -302,16 +321,15 @@ impl Health {
                         id.clone(),
                         agent.kind.clone(),
                         agent.subject.clone(),
-                        agent.last_beat_time.clone(),
+                        agent.last_beat_at,
                     ));
                 }
             }
         }
         for (id, kind, subject, last) in &marked {
-            let last = if last.is_empty() {
-                "none since it connected".to_owned()
-            } else {
-                format!("the last at {last}")
+            let last = match last {
+                None => "none since it connected".to_owned(),
+                Some(at) => format!("the last at {}", time_text(*at)),
             };
             let message = format!(
                 "missed {MISSED} heartbeats ({} s apart; {last})",
@@ -499,26 +517,26 @@ impl Health {
         Some(out)
     }
 
-    /// A cluster's agents connected now, and its machines' usage summed: (agents, CPU % over
-    /// all the machines' CPUs, memory used, memory total). Machines are the node-agents' nodes
-    /// and the system-agents' hosts that have reported usage.
-    pub fn cluster_summary(&self, cluster: &str) -> (usize, Option<f64>, u64, u64) {
+    /// Each cluster's agents connected now and its machines' usage summed, in one pass over
+    /// the agents (a page lists every cluster). Machines are the node-agents' nodes and the
+    /// system-agents' hosts that have reported usage.
+    pub fn cluster_summaries(&self) -> HashMap<String, ClusterSummary> {
         let agents = self.lock();
-        let (mut connected, mut cpu_weighted, mut cpus, mut used, mut total) = (0, 0.0, 0.0, 0, 0);
-        for agent in agents.values().filter(|a| a.subject.cluster == cluster) {
+        let mut sums: HashMap<String, ClusterSummary> = HashMap::new();
+        for agent in agents.values() {
+            let sum = sums.entry(agent.subject.cluster.clone()).or_default();
             if agent.connected && !agent.missed {
-                connected += 1;
+                sum.agents += 1;
             }
             if let (Some(usage), true) = (&agent.usage, agent.connected) {
                 let n = f64::from(agent.facts.as_ref().map_or(1, |f| f.cpus.max(1)));
-                cpu_weighted += f64::from(usage.cpu_percent) * n;
-                cpus += n;
-                used += usage.memory_used_bytes;
-                total += usage.memory_total_bytes;
+                sum.cpu_weighted += f64::from(usage.cpu_percent) * n;
+                sum.cpus += n;
+                sum.memory_used += usage.memory_used_bytes;
+                sum.memory_total += usage.memory_total_bytes;
             }
         }
-        let cpu = (cpus > 0.0).then(|| cpu_weighted / cpus);
-        (connected, cpu, used, total)
+        sums
     }
 
     /// One machine's points of the last 24 h (oldest first) and its latest usage, for charts.
@@ -545,7 +563,8 @@ impl Health {
                 "disconnected",
                 format!(
                     "{} missed {MISSED} heartbeats; the last at {}",
-                    agent.kind, agent.last_beat_time
+                    agent.kind,
+                    agent.last_beat_at.map(time_text).unwrap_or_default()
                 ),
             )
         } else {
@@ -562,7 +581,7 @@ impl Health {
             "agent": agent.kind,
             "state": state,
             "message": message,
-            "lastHeartbeat": agent.last_beat_time,
+            "lastHeartbeat": agent.last_beat_at.map(time_text).unwrap_or_default(),
             "facts": agent.facts.as_ref().map(facts_json),
             "usage": agent.usage.as_ref().map(usage_json),
         })
@@ -594,7 +613,7 @@ fn new_agent(kind: &str, subject: Subject) -> Agent {
         gone: None,
         gone_at: None,
         last_beat: None,
-        last_beat_time: String::new(),
+        last_beat_at: None,
         missed: false,
         facts: None,
         usage: None,
@@ -606,6 +625,14 @@ fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// RFC 3339, to the second.
+fn time_text(at: SystemTime) -> String {
+    rfc3339(
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    )
 }
 
 fn rfc3339(unix: u64) -> String {

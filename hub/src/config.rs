@@ -14,6 +14,16 @@ pub enum Command {
     ResetAdminPassword {
         data_dir: PathBuf,
     },
+    /// Write a consistent backup (store and CA) to `out`; works while the hub runs.
+    Backup {
+        data_dir: PathBuf,
+        out: PathBuf,
+    },
+    /// Replace the state in `data_dir` with the backup `from`; the hub must be stopped.
+    Restore {
+        data_dir: PathBuf,
+        from: PathBuf,
+    },
     /// Talk to a running hub's API.
     Client {
         request: crate::cli::Request,
@@ -92,6 +102,10 @@ enum CliCommand {
     Serve(ServeArgs),
     /// Set a new random password for the `admin` user and print it (works while the hub runs).
     ResetAdminPassword(DataDirArgs),
+    /// Write a backup of the hub's store and CA to one file (works while the hub runs).
+    Backup(BackupArgs),
+    /// Replace the hub's state with a backup (stop the hub first; the old state is kept aside).
+    Restore(RestoreArgs),
     /// Log in to a hub and keep the token for the other commands.
     Login(LoginArgs),
     /// Create, list, show or delete clusters.
@@ -192,6 +206,24 @@ enum TokenCommand {
 }
 
 #[derive(Args, Debug)]
+struct BackupArgs {
+    /// The file to write; must not exist. It holds the CA's private key: keep it as secret.
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    dir: DataDirArgs,
+}
+
+#[derive(Args, Debug)]
+struct RestoreArgs {
+    /// A file written by `drover-hub backup`
+    #[arg(long)]
+    from: PathBuf,
+    #[command(flatten)]
+    dir: DataDirArgs,
+}
+
+#[derive(Args, Debug)]
 struct DataDirArgs {
     /// Directory for the hub's state [env: DROVER_DATA_DIR] [default: ./drover-data]
     #[arg(long)]
@@ -244,6 +276,14 @@ where
         CliCommand::Serve(args) => serve_config(args, env).map(Command::Serve),
         CliCommand::ResetAdminPassword(args) => Ok(Command::ResetAdminPassword {
             data_dir: data_dir(args.data_dir, env),
+        }),
+        CliCommand::Backup(args) => Ok(Command::Backup {
+            data_dir: data_dir(args.dir.data_dir, env),
+            out: args.out,
+        }),
+        CliCommand::Restore(args) => Ok(Command::Restore {
+            data_dir: data_dir(args.dir.data_dir, env),
+            from: args.from,
         }),
         CliCommand::Login(args) => {
             use crate::cli::Request;

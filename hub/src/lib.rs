@@ -20,6 +20,7 @@ use tunnel::{Acceptor, AcceptorConfig, Registry};
 pub mod agents;
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
@@ -51,6 +52,8 @@ pub enum StartError {
     Pki(#[from] pki::PkiError),
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    #[error(transparent)]
+    DataDir(#[from] backup::BackupError),
 }
 
 /// What request handlers share.
@@ -139,12 +142,14 @@ impl Hub {
                 source,
             })
         })?;
+        // One hub per data directory: two would interleave writes to the CA and the store.
+        let lock = backup::lock_data_dir(&config.data_dir)?;
         let pki = match &config.tls {
             Some((cert, key)) => pki::from_files(cert, key)?,
             None => pki::load_or_create(&config.data_dir, &names)?,
         };
         let sqlite: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
-            &config.data_dir.join("state.db"),
+            &config.data_dir.join(backup::STORE_FILE),
         )?);
         let known = Arc::new(auth::known::Known::default());
         let store: Arc<dyn store::Store> =
@@ -276,12 +281,12 @@ impl Hub {
         let app = app
             .layer(axum::middleware::from_fn(websec::layer))
             .layer(axum::middleware::from_fn(metrics::count_requests));
-        let task = tokio::spawn(tunnel::listener::serve(
-            listener,
-            pki.server_config.clone(),
-            app,
-            shutdown,
-        ));
+        let serve = tunnel::listener::serve(listener, pki.server_config.clone(), app, shutdown);
+        let task = tokio::spawn(async move {
+            serve.await;
+            // Released only once the listener has let go.
+            drop(lock);
+        });
         Ok(Hub {
             addr,
             url,

@@ -47,6 +47,8 @@ fn main() -> ExitCode {
         hub::Command::ResetAdminPassword { data_dir } => {
             runtime.block_on(reset_admin_password(&data_dir))
         }
+        hub::Command::Backup { data_dir, out } => backup(&data_dir, &out),
+        hub::Command::Restore { data_dir, from } => restore(&data_dir, &from),
         hub::Command::Client {
             mut request,
             config,
@@ -186,11 +188,43 @@ async fn log_failure(name: String, run: impl std::future::Future<Output = anyhow
 }
 
 async fn reset_admin_password(data_dir: &std::path::Path) -> anyhow::Result<()> {
-    let store = hub::store::sqlite::SqliteStore::open(&data_dir.join("state.db"))?;
+    let store = hub::store::sqlite::SqliteStore::open(&data_dir.join(hub::backup::STORE_FILE))?;
     let password = hub::bootstrap::reset_admin_password(&store).await?;
     #[allow(clippy::print_stdout)]
     {
         println!("New password for \"admin\":\n\n    {password}\n\nIt is not shown again.");
+    }
+    Ok(())
+}
+
+fn backup(data_dir: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let summary = hub::backup::backup(data_dir, out)?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "Backup written to {}: {summary}.\nIt holds the hub's CA key: keep it as secret as the data directory.",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn restore(data_dir: &std::path::Path, from: &std::path::Path) -> anyhow::Result<()> {
+    let restored = hub::backup::restore(data_dir, from)?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "Restored {} from {}: {}.",
+            data_dir.display(),
+            from.display(),
+            restored.summary
+        );
+        if let Some(previous) = &restored.previous {
+            println!(
+                "The state it replaced is in {}; delete it once the hub runs as it should.",
+                previous.display()
+            );
+        }
     }
     Ok(())
 }

@@ -9,6 +9,11 @@ use tunnel::tls::{self, CertificateAuthority};
 
 use crate::fsutil::write_atomic;
 
+/// Where in the data directory the CA lives, and its two files.
+pub const TLS_DIR: &str = "tls";
+pub const CA_CERT: &str = "ca.pem";
+pub const CA_KEY: &str = "ca-key.pem";
+
 /// What the listener and `/cacerts` need.
 #[derive(Debug, Clone)]
 pub struct Pki {
@@ -67,10 +72,10 @@ pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
 /// Loads the CA from `data_dir/tls`, creating it on first start, and issues a serving
 /// certificate for `names` (DNS names or IP addresses).
 pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError> {
-    let dir = data_dir.join("tls");
+    let dir = data_dir.join(TLS_DIR);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-    let cert_path = dir.join("ca.pem");
-    let key_path = dir.join("ca-key.pem");
+    let cert_path = dir.join(CA_CERT);
+    let key_path = dir.join(CA_KEY);
     let ca = if cert_path.exists() {
         let cert = std::fs::read_to_string(&cert_path).map_err(io_error(&cert_path))?;
         let key = std::fs::read_to_string(&key_path).map_err(io_error(&key_path))?;

@@ -200,7 +200,7 @@ impl Acceptor {
         response
     }
 
-    async fn run_session<S>(&self, io: S, peer: Peer, remote: Option<SocketAddr>)
+    pub(crate) async fn run_session<S>(&self, io: S, peer: Peer, remote: Option<SocketAddr>)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {

@@ -385,23 +385,16 @@ impl Connector {
         session: &Session,
     ) -> Result<(tonic::transport::Channel, HelloReply), ConnectError> {
         let config = &self.inner.config;
-        let opener = session.clone();
-        let connector = tower::service_fn(move |_: Uri| {
-            let session = opener.clone();
-            async move { session.open_control().await.map(TokioIo::new) }
-        });
-        let channel = tonic::transport::Endpoint::from_static("http://hub.tunnel.drover")
-            .connect_with_connector_lazy(connector);
-        let reply = HandshakeClient::new(channel.clone())
-            .hello(HelloRequest {
+        hello_on(
+            session,
+            HelloRequest {
                 agent_id: config.identity.id.clone(),
                 kind: config.identity.kind.clone(),
                 protocol_version: config.protocol_version,
                 agent_version: config.agent_version.clone(),
-            })
-            .await
-            .map_err(|status| ConnectError::Handshake(status.message().to_owned()))?;
-        Ok((channel, reply.into_inner()))
+            },
+        )
+        .await
     }
 
     fn lock_roots(&self) -> std::sync::MutexGuard<'_, Option<Arc<ClientConfig>>> {
@@ -584,4 +577,24 @@ impl Connector {
             }
         }
     }
+}
+
+/// Opens the control channel on an agent's session and says `Hello`; returns the channel
+/// (later gRPC calls reuse it) and the hub's reply.
+pub(crate) async fn hello_on(
+    session: &Session,
+    request: HelloRequest,
+) -> Result<(tonic::transport::Channel, HelloReply), ConnectError> {
+    let opener = session.clone();
+    let connector = tower::service_fn(move |_: Uri| {
+        let session = opener.clone();
+        async move { session.open_control().await.map(TokioIo::new) }
+    });
+    let channel = tonic::transport::Endpoint::from_static("http://hub.tunnel.drover")
+        .connect_with_connector_lazy(connector);
+    let reply = HandshakeClient::new(channel.clone())
+        .hello(request)
+        .await
+        .map_err(|status| ConnectError::Handshake(status.message().to_owned()))?;
+    Ok((channel, reply.into_inner()))
 }

@@ -162,6 +162,108 @@ pub fn agent_config(hub: &TestHub, id: &str) -> ConnectorConfig {
     config
 }
 
+/// Feeds `bytes` to the hub's end of a session as if an agent had sent them after the
+/// WebSocket upgrade (WebSocket frames carrying yamux, the control stream's gRPC and stream
+/// headers), ends the input, and returns once the session has ended. The hub's frame intake
+/// as the fuzzer drives it (`fuzz/fuzz_targets/hub_intake.rs`); its unit test is below.
+pub async fn hub_intake(bytes: &[u8]) {
+    use tokio::io::AsyncWriteExt as _;
+    let (agent, hub) = tokio::io::duplex(64 * 1024);
+    let acceptor = Acceptor::new(
+        AcceptorConfig::default(),
+        authenticate,
+        Registry::default(),
+        CancellationToken::new(),
+    );
+    let peer = Peer {
+        id: "fuzz".to_owned(),
+        kind: KIND.to_owned(),
+    };
+    let session = tokio::spawn(async move { acceptor.run_session(hub, peer, None).await });
+    let (mut from_hub, mut to_hub) = tokio::io::split(agent);
+    // What the hub sends (pings, window updates, replies) must be read or it stalls.
+    let drain = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut from_hub, &mut tokio::io::sink()).await;
+    });
+    let _ = to_hub.write_all(bytes).await;
+    let _ = to_hub.shutdown().await;
+    let _ = session.await;
+    drain.abort();
+}
+
+/// What a real agent sends after the WebSocket upgrade when it says `Hello`, asks the hub to
+/// dial an address and opens a service stream, recorded as the hub receives it: the seed the
+/// fuzzer starts the hub's intake from (`tunnel/examples/fuzz_seeds.rs`). The hub's end is the
+/// real acceptor's session.
+pub async fn agent_opening() -> Vec<u8> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (agent, relay_a) = tokio::io::duplex(64 * 1024);
+    let (relay_b, hub) = tokio::io::duplex(64 * 1024);
+    let shutdown = CancellationToken::new();
+    let acceptor = Acceptor::new(
+        AcceptorConfig::default(),
+        authenticate,
+        Registry::default(),
+        shutdown.clone(),
+    );
+    let peer = Peer {
+        id: "seed-agent".to_owned(),
+        kind: KIND.to_owned(),
+    };
+    tokio::spawn(async move { acceptor.run_session(hub, peer, None).await });
+    let (mut agent_out, mut agent_in) = tokio::io::split(relay_a);
+    let (mut hub_out, mut hub_in) = tokio::io::split(relay_b);
+    tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut hub_out, &mut agent_in).await;
+    });
+    let recorder = tokio::spawn(async move {
+        let (mut seen, mut buf) = (Vec::new(), [0u8; 8192]);
+        while let Ok(n) = agent_out.read(&mut buf).await {
+            if n == 0 || hub_in.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+        }
+        seen
+    });
+
+    let session = Session::spawn(
+        agent,
+        crate::ws::Role::Client,
+        crate::SessionSettings::default(),
+        crate::SessionInfo::new(
+            Peer {
+                id: "hub".to_owned(),
+                kind: "hub".to_owned(),
+            },
+            None,
+        ),
+        crate::inbound::Inbound {
+            allow: AllowList::none(),
+            dial_timeout: Duration::from_secs(1),
+            control: None,
+            services: crate::Services::default(),
+        },
+    );
+    let hello = proto::tunnel::v1::HelloRequest {
+        agent_id: "seed-agent".to_owned(),
+        kind: KIND.to_owned(),
+        protocol_version: proto::TUNNEL_PROTOCOL_VERSION,
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let _channel = crate::connector::hello_on(&session, hello)
+        .await
+        .expect("test fixture");
+    // Both are refused by the hub (its allow-list is empty, it offers no services), which is
+    // part of what the seed exercises.
+    let _ = session.dial("127.0.0.1:1").await;
+    let _ = session.open_service("metrics").await;
+    session.close();
+    let _ = session.ended().await;
+    shutdown.cancel();
+    recorder.await.expect("test fixture")
+}
+
 /// A TCP server that echoes every byte back, until dropped.
 pub async fn echo_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -194,6 +296,31 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn the_intake_ends_on_garbage_on_a_truncated_frame_and_on_an_empty_input() {
+        // A masked binary frame header announcing 100 bytes, then only 3 of them.
+        let truncated = [0x82, 0x80 | 100, 1, 2, 3, 4, 0xaa, 0xbb, 0xcc];
+        for input in [&b""[..], b"GET / HTTP/1.1\r\n\r\n", &truncated] {
+            tokio::time::timeout(std::time::Duration::from_secs(5), super::hub_intake(input))
+                .await
+                .expect("the session ends when its input does");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recorded_agent_opening_replays_into_a_session_that_ends() {
+        let opening = super::agent_opening().await;
+        // A WebSocket binary frame from a client: FIN + opcode 2, masked.
+        assert_eq!(opening[0], 0x82, "starts with a binary frame");
+        assert!(opening[1] & 0x80 != 0, "client frames are masked");
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            super::hub_intake(&opening),
+        )
+        .await
+        .expect("the replayed session ends when its input does");
+    }
+
     #[test]
     fn patterns_differ_by_seed_and_repeat_for_the_same_seed() {
         assert_eq!(super::pattern(1, 64), super::pattern(1, 64));

@@ -99,6 +99,15 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(_) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
             }
+            StoreError::DiskFull(detail) => {
+                tracing::error!(error = %detail, "the store's disk is full; writes fail until space is freed");
+                Self::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "InsufficientStorage",
+                    "the hub's disk is full: nothing was changed by this request; free space where the \
+                     hub keeps its data (--data-dir), then retry",
+                )
+            }
             StoreError::Backend(detail) => {
                 tracing::error!(error = %detail, "store failure");
                 Self::new(

@@ -27,6 +27,7 @@ pub mod openapi;
 mod watch;
 
 pub use error::ApiError;
+pub use objects::check_body;
 
 /// The API's version in `apiVersion`.
 pub const API_VERSION: &str = "drover.io/v1";

@@ -74,6 +74,16 @@ pub(super) async fn get_one(
     Ok(Json(present(kind, object)))
 }
 
+/// What create and replace check of a body before anything else: the right kind, a valid
+/// name, metadata the store can keep, and a spec without the fields only the hub writes.
+/// Returns that metadata and spec. Needs no store, so the fuzzer calls it too
+/// (`fuzz/fuzz_targets/api_body.rs`).
+pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, Value), ApiError> {
+    kind_matches(value, kind)?;
+    validate_name(kind, name).map_err(ApiError::invalid)?;
+    Ok((metadata_from(value, name)?, spec_from(value)?))
+}
+
 /// The caller's metadata fields that the store keeps (the rest is the store's).
 fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
     let mut meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
@@ -249,8 +259,6 @@ pub(super) async fn create(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
-    kind_matches(&value, kind)?;
-    let mut spec = spec_from(&value)?;
     let mut shown_once = Map::new();
     let mut also = Vec::new();
 
@@ -268,7 +276,7 @@ pub(super) async fn create(
             .ok_or_else(|| ApiError::invalid("metadata.name: every object needs a name"))?
             .to_owned(),
     };
-    validate_name(kind, &name).map_err(ApiError::invalid)?;
+    let (metadata, mut spec) = check_body(kind, &value, &name)?;
     if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
         set(&mut spec, "user", Value::String(principal.user.clone()));
     }
@@ -279,7 +287,7 @@ pub(super) async fn create(
     }
     let mut object = Object {
         kind: kind.name().to_owned(),
-        metadata: metadata_from(&value, &name)?,
+        metadata,
         spec,
         status: Value::Null,
     };
@@ -341,7 +349,6 @@ async fn replace(
     current: Object,
     value: Value,
 ) -> Result<Json<Value>, ApiError> {
-    kind_matches(&value, kind)?;
     allow(principal, Verb::Update, kind, &current)?;
     let name = current.metadata.name.clone();
     if let Some(other) = value.pointer("/metadata/name").and_then(Value::as_str)
@@ -351,10 +358,11 @@ async fn replace(
             "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
         )));
     }
-    let spec = checked_spec(api, kind, &name, spec_from(&value)?, Some(&current)).await?;
+    let (metadata, spec) = check_body(kind, &value, &name)?;
+    let spec = checked_spec(api, kind, &name, spec, Some(&current)).await?;
     let object = Object {
         kind: kind.name().to_owned(),
-        metadata: metadata_from(&value, &name)?,
+        metadata,
         spec,
         // Status belongs to the hub's controllers.
         status: current.status.clone(),

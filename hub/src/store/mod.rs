@@ -133,6 +133,9 @@ pub enum StoreError {
     Gone { requested: u64, oldest: u64 },
     #[error("{0}")]
     Invalid(String),
+    /// The disk holding the store is full; the write was rolled back.
+    #[error("the disk holding the hub's store is full ({0}); nothing was written")]
+    DiskFull(String),
     #[error("store failure: {0}")]
     Backend(String),
 }

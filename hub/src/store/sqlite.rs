@@ -43,7 +43,12 @@ struct Inner {
     retain: u64,
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+fn backend(e: rusqlite::Error) -> StoreError {
+    // SQLite reports ENOSPC as SQLITE_FULL and rolls the transaction back: nothing was
+    // written, and the caller can say exactly that and what to do.
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+        return StoreError::DiskFull(e.to_string());
+    }
     StoreError::Backend(e.to_string())
 }
 
@@ -127,7 +132,7 @@ fn decode(body: &str) -> Result<Object, StoreError> {
 }
 
 fn encode(object: &Object) -> Result<String, StoreError> {
-    serde_json::to_string(object).map_err(backend)
+    serde_json::to_string(object).map_err(|e| StoreError::Backend(e.to_string()))
 }
 
 fn load(conn: &Connection, kind: &str, name: &str) -> Result<Option<Object>, StoreError> {

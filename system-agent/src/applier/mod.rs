@@ -173,15 +173,21 @@ async fn apply(record: &Record, checksum: &str, plan: &Plan, retry: &Retry) {
     }
 }
 
-async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
-    // Nothing is touched unless every entry makes sense.
+/// Checks every entry of a plan without touching anything; the message names the bad entry.
+/// Public for the fuzzer (`fuzz/fuzz_targets/plan_protobuf.rs`), which feeds it decoded bytes.
+pub fn check_plan(plan: &Plan) -> Result<(), String> {
     plan.files.iter().try_for_each(files::check)?;
     plan.instructions.iter().try_for_each(exec::check)?;
     plan.periodic
         .iter()
         .filter_map(|p| p.instruction.as_ref())
         .try_for_each(exec::check)?;
-    plan.probes.iter().try_for_each(probe::check)?;
+    plan.probes.iter().try_for_each(probe::check)
+}
+
+async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
+    // Nothing is touched unless every entry makes sense.
+    check_plan(plan)?;
     for file in &plan.files {
         files::apply(file)?;
     }

@@ -334,8 +334,13 @@ impl SimCluster {
     }
 
     /// `https://127.0.0.1:PORT`.
+    /// The address it is reached at: the one it listens on, or 127.0.0.1 when that is every
+    /// address.
     pub fn url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.addr.port())
+        match self.addr.ip() {
+            ip if ip.is_unspecified() => format!("https://127.0.0.1:{}", self.addr.port()),
+            _ => format!("https://{}", self.addr),
+        }
     }
 
     pub fn ca_pem(&self) -> &str {

@@ -288,6 +288,16 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
     )
     .await?;
 
+    // What `kubectl apply` of the import manifest would install, the agent's RBAC among it.
+    let manifest = hub::registration::agents_manifest(
+        hub.store().as_ref(),
+        hub.url(),
+        hub.ca_checksum(),
+        "prod",
+        &registration,
+    )
+    .await?;
+    sim.apply_manifest(&manifest).map_err(anyhow::Error::msg)?;
     let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
         &sim.kubeconfig(AGENT_TOKEN),
         "the simulated cluster",

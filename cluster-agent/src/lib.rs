@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
 
+pub mod access;
 pub mod cache;
 mod facts;
 pub mod kube;
@@ -342,6 +343,15 @@ async fn serve(
             move |stream| cache::serve(stream, caches.clone())
         });
     let connector = Connector::new(tunnel)?;
+    // RBAC sync runs while leading, from the latest access the hub sent over any session.
+    let (access, desired) = tokio::sync::watch::channel(None);
+    let access = std::sync::Arc::new(access);
+    tokio::spawn(access::sync(
+        client.clone(),
+        config.lease.namespace.clone(),
+        desired,
+        leading.clone(),
+    ));
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, leading));
     while let Some(session) = sessions.recv().await {
@@ -351,6 +361,7 @@ async fn serve(
             let session = session.clone();
             async move { hostinfo::beat(&session, None).await }
         });
+        tokio::spawn(access::follow(session.clone(), access.clone()));
         tokio::spawn(facts::report(session, client.clone(), caches.clone()));
     }
     let _ = runner.await;

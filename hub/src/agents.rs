@@ -403,24 +403,42 @@ pub struct FactsService {
     pub store: Arc<dyn Store>,
 }
 
+/// The cluster of the cluster-agent whose session `request` came on; no other agent may
+/// report a cluster's facts or follow its access.
+fn cluster_agent_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+    let peer = request
+        .extensions()
+        .get::<tunnel::SessionInfo>()
+        .map(|i| i.peer.clone())
+        .ok_or_else(|| tonic::Status::internal("a cluster call outside a tunnel session"))?;
+    match (peer.kind.as_str(), belongs(&peer.id)) {
+        (CLUSTER_AGENT, Some(Belongs::Cluster(cluster))) => Ok(cluster),
+        _ => Err(tonic::Status::permission_denied(
+            "only cluster-agents report cluster facts and follow its access",
+        )),
+    }
+}
+
 #[tonic::async_trait]
 impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
+    type WatchAccessStream = crate::access::Snapshots;
+
+    async fn watch_access(
+        &self,
+        request: tonic::Request<proto::cluster::v1::WatchAccessRequest>,
+    ) -> Result<tonic::Response<Self::WatchAccessStream>, tonic::Status> {
+        let cluster = cluster_agent_of(&request)?;
+        Ok(tonic::Response::new(crate::access::follow(
+            self.store.clone(),
+            cluster,
+        )))
+    }
+
     async fn report_facts(
         &self,
         request: tonic::Request<proto::cluster::v1::ClusterFacts>,
     ) -> Result<tonic::Response<proto::cluster::v1::FactsAck>, tonic::Status> {
-        let peer = request
-            .extensions()
-            .get::<tunnel::SessionInfo>()
-            .map(|i| i.peer.clone())
-            .ok_or_else(|| tonic::Status::internal("facts outside a tunnel session"))?;
-        let (CLUSTER_AGENT, Some(Belongs::Cluster(cluster))) =
-            (peer.kind.as_str(), belongs(&peer.id))
-        else {
-            return Err(tonic::Status::permission_denied(
-                "only cluster-agents report cluster facts",
-            ));
-        };
+        let cluster = cluster_agent_of(&request)?;
         let facts = request.into_inner();
         update_status(self.store.as_ref(), Kind::Cluster, &cluster, |status| {
             status

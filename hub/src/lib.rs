@@ -17,6 +17,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::{Acceptor, AcceptorConfig, Registry};
 
+pub mod access;
 pub mod agents;
 pub mod api;
 pub mod auth;

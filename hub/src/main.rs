@@ -156,11 +156,26 @@ async fn start_demo(
         let spec =
             serde_json::json!({"type": "imported", "description": "simulated (drover --demo)"});
         let token = hub::registration::ensure_cluster(hub.store().as_ref(), &name, &spec).await?;
+        let manifest = hub::registration::agents_manifest(
+            hub.store().as_ref(),
+            &demo.url,
+            &demo.ca_checksum,
+            &name,
+            &token,
+        )
+        .await?;
         // Two to five nodes, so the clusters differ.
         let nodes = 2 + (i - 1) % 4;
         tokio::spawn(log_failure(
             name.clone(),
-            sim::demo::imported_cluster(demo.clone(), name, token, nodes, shutdown.clone()),
+            sim::demo::imported_cluster(
+                demo.clone(),
+                name,
+                token,
+                manifest,
+                nodes,
+                shutdown.clone(),
+            ),
         ));
     }
     let name = "demo-hosts".to_owned();

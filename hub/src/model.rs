@@ -228,6 +228,10 @@ pub struct UserSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(skip)]
     pub password_hash: String,
+    /// Groups the user is in: role bindings of a group apply to its members, on the hub and
+    /// (as Kubernetes RBAC groups) in every cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// Which agent a credential belongs to.
@@ -264,7 +268,9 @@ pub struct TokenSpec {
     pub secret_hash: String,
 }
 
-/// Roles: `admin` is global; the others apply to one cluster.
+/// Roles: `admin` is global; `cluster-owner`, `cluster-member` and `read-only` apply to one
+/// cluster; `project-owner`, `project-member` and `read-only` (with a project) to the
+/// namespaces of one project.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -274,9 +280,26 @@ pub enum Role {
     ClusterOwner,
     ClusterMember,
     ReadOnly,
+    ProjectOwner,
+    ProjectMember,
 }
 
-/// Grants a role to a user (or a group) on one cluster, or globally for `admin`.
+impl Role {
+    /// The name in the API and in the cluster's RBAC labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::ClusterOwner => "cluster-owner",
+            Role::ClusterMember => "cluster-member",
+            Role::ReadOnly => "read-only",
+            Role::ProjectOwner => "project-owner",
+            Role::ProjectMember => "project-member",
+        }
+    }
+}
+
+/// Grants a role to a user (or a group) on one cluster, on one project of a cluster, or
+/// globally for `admin`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RoleBindingSpec {
@@ -285,9 +308,40 @@ pub struct RoleBindingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     pub role: Role,
-    /// Required for cluster roles; absent for `admin`.
+    /// Required for cluster and project roles (a project's own cluster); absent for `admin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// For project roles: the project (of `cluster`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+}
+
+/// A project: namespaces of one cluster grouped under one set of members and secrets, as in
+/// Rancher. A namespace is in the project when it carries the label `drover.io/project` with
+/// the project's name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectSpec {
+    pub cluster: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// A secret defined once for a project and kept in every namespace of it (created, updated and
+/// deleted there as it is here). The object's name is the Secret's name in those namespaces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectSecretSpec {
+    pub cluster: String,
+    pub project: String,
+    /// The Kubernetes Secret type; `Opaque` when absent.
+    #[serde(default, skip_serializing_if = "String::is_empty", rename = "type")]
+    pub secret_type: String,
+    /// Values in base64, as in a Kubernetes Secret's `data`.
+    #[serde(default)]
+    pub data: BTreeMap<String, String>,
 }
 
 /// What one host must look like; named after the host, pushed to its system-agent the moment
@@ -322,10 +376,12 @@ pub enum Kind {
     RoleBinding,
     Plan,
     Setting,
+    Project,
+    ProjectSecret,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -334,6 +390,8 @@ impl Kind {
         Kind::RoleBinding,
         Kind::Plan,
         Kind::Setting,
+        Kind::Project,
+        Kind::ProjectSecret,
     ];
 
     pub fn name(self) -> &'static str {
@@ -346,6 +404,8 @@ impl Kind {
             Kind::RoleBinding => "RoleBinding",
             Kind::Plan => "Plan",
             Kind::Setting => "Setting",
+            Kind::Project => "Project",
+            Kind::ProjectSecret => "ProjectSecret",
         }
     }
 
@@ -360,6 +420,8 @@ impl Kind {
             Kind::RoleBinding => "rolebindings",
             Kind::Plan => "plans",
             Kind::Setting => "settings",
+            Kind::Project => "projects",
+            Kind::ProjectSecret => "projectsecrets",
         }
     }
 
@@ -382,6 +444,8 @@ impl Kind {
             Kind::RoleBinding => generator.subschema_for::<RoleBindingSpec>(),
             Kind::Plan => generator.subschema_for::<PlanSpec>(),
             Kind::Setting => generator.subschema_for::<SettingSpec>(),
+            Kind::Project => generator.subschema_for::<ProjectSpec>(),
+            Kind::ProjectSecret => generator.subschema_for::<ProjectSecretSpec>(),
         }
     }
 
@@ -454,11 +518,22 @@ impl Kind {
             Kind::RegistrationToken => {
                 check::<RegistrationTokenSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
             }
-            Kind::User => check::<UserSpec>(spec, |s| match &s.password {
-                Some(p) if p.chars().count() < 12 => {
-                    Err("spec.password must have at least 12 characters".into())
+            Kind::User => check::<UserSpec>(spec, |s| {
+                if let Some(p) = &s.password
+                    && p.chars().count() < 12
+                {
+                    return Err("spec.password must have at least 12 characters".into());
                 }
-                _ => Ok(()),
+                for group in &s.groups {
+                    // Like object names: no ':' so no group here can pose as a Kubernetes
+                    // system group (system:masters) when impersonated downstream.
+                    validate_name(Kind::User, group).map_err(|_| {
+                        format!(
+                            "spec.groups: {group:?} must be lowercase letters, digits and '-', starting with a letter"
+                        )
+                    })?;
+                }
+                Ok(())
             }),
             Kind::Token => check::<TokenSpec>(spec, |s| match (&s.user, &s.agent) {
                 (Some(_), None) | (None, Some(_)) => Ok(()),
@@ -470,15 +545,29 @@ impl Kind {
                         "a role binding names exactly one of spec.user or spec.group".into(),
                     );
                 }
-                match (s.role, &s.cluster) {
-                    (Role::Admin, Some(_)) => {
-                        Err("spec.cluster: admin is a global role; leave the cluster out".into())
+                match (s.role, &s.cluster, &s.project) {
+                    (Role::Admin, None, None) => Ok(()),
+                    (Role::Admin, _, _) => Err(
+                        "spec.cluster, spec.project: admin is a global role; leave them out".into(),
+                    ),
+                    (Role::ProjectOwner | Role::ProjectMember, _, None) => Err(format!(
+                        "spec.project: {} needs the project it applies to",
+                        s.role.label()
+                    )),
+                    (Role::ClusterOwner | Role::ClusterMember, _, Some(_)) => Err(format!(
+                        "spec.project: {} is a cluster role; for a project use project-owner, project-member or read-only",
+                        s.role.label()
+                    )),
+                    (_, None, _) => Err(
+                        "spec.cluster: cluster and project roles need the cluster they apply to"
+                            .into(),
+                    ),
+                    (_, Some(c), project) => {
+                        non_empty("spec.cluster", c)?;
+                        project
+                            .as_deref()
+                            .map_or(Ok(()), |p| non_empty("spec.project", p))
                     }
-                    (Role::Admin, None) => Ok(()),
-                    (_, None) => {
-                        Err("spec.cluster: cluster roles need the cluster they apply to".into())
-                    }
-                    (_, Some(c)) => non_empty("spec.cluster", c),
                 }
             }),
             Kind::Plan => check::<PlanSpec>(spec, |s| {
@@ -487,6 +576,30 @@ impl Kind {
                 parse_plan(&s.plan).map(drop)
             }),
             Kind::Setting => check::<SettingSpec>(spec, |_| Ok(())),
+            Kind::Project => check::<ProjectSpec>(spec, |s| non_empty("spec.cluster", &s.cluster)),
+            Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
+                non_empty("spec.cluster", &s.cluster)?;
+                non_empty("spec.project", &s.project)?;
+                for (key, value) in &s.data {
+                    let key_ok = !key.is_empty()
+                        && key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                    if !key_ok {
+                        return Err(format!(
+                            "spec.data: key {key:?} must be letters, digits, '-', '_' or '.'"
+                        ));
+                    }
+                    use base64::Engine as _;
+                    if base64::engine::general_purpose::STANDARD
+                        .decode(value)
+                        .is_err()
+                    {
+                        return Err(format!("spec.data.{key}: the value must be base64"));
+                    }
+                }
+                Ok(())
+            }),
         }
     }
 

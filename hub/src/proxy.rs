@@ -36,8 +36,8 @@ use crate::{
 
 pub use proto::KUBE_API_SERVICE;
 
-/// Who a proxied request acts as downstream: the user, and groups for their hub roles so
-/// downstream RBAC can bind them.
+/// Groups of the hub's own set on proxied requests: `drover:authenticated` for everyone and
+/// `drover:admin` for the hub's admins (bound to cluster-admin by the import manifest).
 pub const GROUP_PREFIX: &str = "drover:";
 
 #[derive(Clone, Debug)]
@@ -389,19 +389,13 @@ pub async fn handle(
         );
     };
     headers.insert("impersonate-user", user);
+    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
+    // with the hub's role bindings, binds besides the user.
     let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
     if principal.admin {
         groups.push(format!("{GROUP_PREFIX}admin"));
     }
-    if let Some(role) = principal.clusters.get(&cluster) {
-        let role = match role {
-            Role::Admin => "admin",
-            Role::ClusterOwner => "cluster-owner",
-            Role::ClusterMember => "cluster-member",
-            Role::ReadOnly => "read-only",
-        };
-        groups.push(format!("{GROUP_PREFIX}{role}"));
-    }
+    groups.extend(principal.groups.iter().cloned());
     for group in groups {
         if let Ok(value) = HeaderValue::from_str(&group) {
             headers.append("impersonate-group", value);

@@ -24,12 +24,14 @@ pub struct DemoHub {
 const AGENT_TOKEN: &str = "drover-demo-agent";
 
 /// Runs imported cluster `name`: a simulated API server with `nodes` nodes (and ten pods a
-/// node), its cluster-agent registering with `registration`, and a node-agent on each node;
-/// until `shutdown`.
+/// node) into which the hub's import `manifest` is applied (the agent's RBAC among it), its
+/// cluster-agent registering with `registration`, and a node-agent on each node; until
+/// `shutdown`.
 pub async fn imported_cluster(
     hub: DemoHub,
     name: String,
     registration: String,
+    manifest: String,
     nodes: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -50,6 +52,8 @@ pub async fn imported_cluster(
             impersonator: true,
         },
     );
+    sim.apply_manifest(&manifest)
+        .map_err(|e| anyhow::anyhow!("applying the import manifest to {name}: {e}"))?;
     let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
         &sim.kubeconfig(AGENT_TOKEN),
         &format!("the simulated cluster {name}"),

@@ -199,6 +199,26 @@ impl Imported {
     }
 }
 
+/// Waits until `kubectl auth can-i <can>` says yes for the user of `kubeconfig`: until the
+/// cluster-agent has written the hub's role bindings into the cluster's RBAC. Panics after
+/// 30 s with the last answer.
+pub async fn until_allowed(kubeconfig: &Path, can: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut args = vec!["auth", "can-i"];
+        args.extend_from_slice(can);
+        let (_, stdout, stderr) = kubectl(kubeconfig, &args).await;
+        if stdout.trim() == "yes" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl auth can-i {can:?} still says {stdout:?} {stderr}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A user with `role` on `cluster`, and a kubeconfig for them from the hub (aimed at the
 /// address the test reaches the hub by).
 pub async fn user_kubeconfig(

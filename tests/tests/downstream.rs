@@ -15,7 +15,7 @@ use serde_json::Value;
 use sim::cluster::SimConfig;
 use tests::{
     api, binary,
-    imported::{Imported, kubectl, kubectl_ok, user_kubeconfig},
+    imported::{Imported, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
     wait_for_event,
 };
 use tokio_util::sync::CancellationToken;
@@ -215,6 +215,7 @@ async fn when_the_leading_replica_dies_the_other_takes_over() {
         replicas.insert(pod.to_owned(), child);
     }
     until_connected(&imported).await;
+    until_allowed(&member, &["list", "pods", "--all-namespaces"]).await;
     let pods = kubectl_ok(&member, &["get", "pods", "-A", "--no-headers"]).await;
     assert_eq!(pods.lines().count(), 10, "{pods}");
 

@@ -21,7 +21,7 @@ use std::{
 use serde_json::{Value, json};
 use tests::{
     api, binary, create_custom_cluster,
-    imported::{Imported, kubectl, user_kubeconfig},
+    imported::{Imported, kubectl, until_allowed, user_kubeconfig},
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -338,6 +338,7 @@ async fn a_slow_lossy_link_still_works_and_a_black_hole_is_detected_and_recovere
         Some("cluster-member"),
     )
     .await;
+    until_allowed(&kubeconfig, &["list", "nodes"]).await;
     let started = Instant::now();
     let (ok, nodes, err) = kubectl(&kubeconfig, &["get", "nodes", "-o", "name"]).await;
     assert!(ok && nodes.lines().count() == 3, "{nodes}{err}");

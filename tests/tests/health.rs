@@ -18,7 +18,7 @@ use serde_json::Value;
 use sim::cluster::SimConfig;
 use tests::{
     api, api_with_headers, binary,
-    imported::{Imported, kubectl, user_kubeconfig},
+    imported::{Imported, kubectl, until_allowed, user_kubeconfig},
     wait_for_event,
 };
 use tokio::process::{Child, Command};
@@ -169,6 +169,7 @@ async fn agents_go_and_return_and_kubectl_falls_back_to_a_node_agent() {
         Some("cluster-member"),
     )
     .await;
+    until_allowed(&kubeconfig, &["list", "nodes"]).await;
     let user = tests::login(hub, "dev", "a long enough password").await;
     let route = |headers: &http::HeaderMap| {
         headers

@@ -8,7 +8,7 @@ use std::{process::Stdio, time::Duration};
 
 use sim::cluster::SimConfig;
 use tests::{
-    imported::{AGENT_USER, Imported, kubectl, kubectl_ok, user_kubeconfig},
+    imported::{AGENT_USER, Imported, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
     wait_for_event,
 };
 
@@ -82,6 +82,8 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
 
     // A cluster-member works with the cluster through the hub, as themselves.
     let member = user_kubeconfig(&hub, &admin, &dir, "mia", Some("cluster-member")).await;
+    // The cluster-agent writes mia's role into the cluster's RBAC.
+    until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
     let pods = kubectl_ok(&member, &["get", "pods", "-A", "--no-headers"]).await;
     assert_eq!(pods.lines().count(), 10, "{pods}");
     let app = dir.join("app.yaml");
@@ -154,7 +156,7 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     assert!(
         acted_as_mia
             .iter()
-            .all(|e| e.groups.iter().any(|g| g == "drover:cluster-member"))
+            .all(|e| e.groups.iter().any(|g| g == "drover:authenticated"))
     );
 
     // A forged Impersonate-User from the caller is dropped: the request still acts as mia.
@@ -186,11 +188,29 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
 
     // A read-only user reads, and the hub refuses their writes before the cluster sees them.
     let reader = user_kubeconfig(&hub, &admin, &dir, "rita", Some("read-only")).await;
+    until_allowed(&reader, &["list", "pods", "-n", "load-0"]).await;
     kubectl_ok(&reader, &["get", "pods", "-n", "load-0"]).await;
     let (ok, _, stderr) = kubectl(&reader, &["delete", "pod", "pod-0", "-n", "load-0"]).await;
     assert!(!ok && stderr.contains("read-only"), "{stderr}");
     let rita = sim.audit().into_iter().filter(|e| e.user == "rita");
-    assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method == "GET"));
+    assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method != "DELETE"));
+    // The cluster's own RBAC (as the cluster-agent wrote it) says the same: kubectl auth
+    // can-i asks the cluster, and the cluster refuses rita's delete when it gets one.
+    let (_, answer, _) = kubectl(
+        &reader,
+        &["auth", "can-i", "delete", "pods", "-n", "load-0"],
+    )
+    .await;
+    assert_eq!(answer.trim(), "no");
+    let (ok, _, stderr) = kubectl(
+        &sim_admin,
+        &["delete", "pod", "pod-0", "-n", "load-0", "--as", "rita"],
+    )
+    .await;
+    assert!(
+        !ok && stderr.contains("User \"rita\" cannot delete resource \"pods\""),
+        "{stderr}"
+    );
     kubectl_ok(&sim_admin, &["get", "pod", "pod-0", "-n", "load-0"]).await;
 
     shutdown.cancel();

@@ -256,10 +256,37 @@ async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     );
     let admin = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
     let alice = Kubectl::new(&dir, &cluster, "alice-token");
+    // RBAC decides what the impersonated identity may do: the group devs, and alice, may view.
+    cluster
+        .apply_manifest(&format!(
+            "{}---\n{}",
+            binding(
+                "ClusterRoleBinding",
+                "devs-view",
+                None,
+                "view",
+                "Group",
+                "devs"
+            ),
+            binding(
+                "ClusterRoleBinding",
+                "alice-view",
+                None,
+                "view",
+                "User",
+                "alice"
+            ),
+        ))
+        .unwrap();
 
     admin
         .ok(&["get", "ns", "default", "--as", "bob", "--as-group", "devs"])
         .await;
+    let (ok, _, stderr) = admin.run(&["get", "ns", "default", "--as", "bob"]).await;
+    assert!(
+        !ok && stderr.contains("forbidden"),
+        "bob alone has no role: {stderr}"
+    );
     let (ok, _, stderr) = alice.run(&["get", "ns", "default", "--as", "bob"]).await;
     assert!(!ok && stderr.contains("cannot impersonate"), "{stderr}");
     alice.ok(&["get", "ns", "default"]).await;
@@ -272,6 +299,133 @@ async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     assert_eq!(bob.impersonated_by.as_deref(), Some("kubernetes-admin"));
     assert!(bob.groups.contains(&"devs".to_owned()));
     assert!(audit.iter().any(|e| e.user == "alice" && e.code == 403));
+    shutdown.cancel();
+    cluster.wait().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A RoleBinding (in `namespace`) or ClusterRoleBinding of `role` (a ClusterRole) to one
+/// subject, as YAML.
+fn binding(
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    role: &str,
+    subject_kind: &str,
+    subject: &str,
+) -> String {
+    let namespace = namespace.map_or(String::new(), |ns| format!("\n  namespace: {ns}"));
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {name}{namespace}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\n\
+         subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: {subject_kind}, name: {subject}}}]\n"
+    )
+}
+
+#[tokio::test]
+async fn rbac_is_enforced_per_verb_namespace_and_resource_and_can_i_answers() {
+    let dir = temp_dir("sim-rbac");
+    let shutdown = CancellationToken::new();
+    let cluster = SimCluster::start(SimConfig::default(), shutdown.clone())
+        .await
+        .unwrap();
+    cluster.add_token(
+        "carol-token",
+        Identity {
+            user: "carol".into(),
+            groups: vec!["system:authenticated".into(), "testers".into()],
+            impersonator: false,
+        },
+    );
+    let admin = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
+    let carol = Kubectl::new(&dir, &cluster, "carol-token");
+    let manifest = dir.join("setup.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "{MANIFEST}---\n{}---\n{}---\n{}",
+            binding("RoleBinding", "carol-edit", Some("web"), "edit", "User", "carol"),
+            binding("RoleBinding", "testers-view", Some("default"), "view", "Group", "testers"),
+            // A role of one's own, aggregated into view as Kubernetes does it.
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: leases-viewer\n  \
+             labels: {rbac.authorization.k8s.io/aggregate-to-view: \"true\"}\n\
+             rules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch]}]\n",
+        ),
+    )
+    .unwrap();
+    admin.ok(&["apply", "-f", manifest.to_str().unwrap()]).await;
+
+    // edit in web: deployments and pods, scale; not RBAC objects.
+    carol.ok(&["get", "deploy", "-n", "web"]).await;
+    carol
+        .ok(&[
+            "scale",
+            "deployment",
+            "frontend",
+            "-n",
+            "web",
+            "--replicas",
+            "3",
+        ])
+        .await;
+    carol
+        .ok(&["delete", "deployment", "frontend", "-n", "web"])
+        .await;
+    // view (through the group) in default, and what view aggregates.
+    carol.ok(&["get", "pods", "-n", "default"]).await;
+    carol.ok(&["get", "leases", "-n", "default"]).await;
+    for (args, what) in [
+        (
+            &["delete", "configmap", "x", "-n", "default"][..],
+            "configmaps \"x\" is forbidden: User \"carol\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"default\"",
+        ),
+        (
+            &["get", "pods", "-n", "kube-system"][..],
+            "cannot list resource \"pods\" in API group \"\" in the namespace \"kube-system\"",
+        ),
+        (
+            &["get", "nodes"][..],
+            "cannot list resource \"nodes\" in API group \"\" at the cluster scope",
+        ),
+        (
+            &["get", "secrets", "-n", "default"][..],
+            "cannot list resource \"secrets\"",
+        ),
+        (
+            &["get", "rolebindings", "-n", "web"][..],
+            "cannot list resource \"rolebindings\" in API group \"rbac.authorization.k8s.io\"",
+        ),
+    ] {
+        let (ok, _, stderr) = carol.run(args).await;
+        assert!(!ok && stderr.contains(what), "{args:?}: {stderr}");
+    }
+    // kubectl auth can-i (a SelfSubjectAccessReview, sent as protobuf) says the same.
+    for (args, answer) in [
+        (
+            &["auth", "can-i", "create", "deployments", "-n", "web"][..],
+            "yes",
+        ),
+        (
+            &["auth", "can-i", "delete", "pods", "-n", "default"][..],
+            "no",
+        ),
+        (
+            &["auth", "can-i", "list", "pods", "-n", "default"][..],
+            "yes",
+        ),
+        (&["auth", "can-i", "list", "nodes"][..], "no"),
+    ] {
+        let (_, stdout, stderr) = carol.run(args).await;
+        assert_eq!(stdout.trim(), answer, "{args:?}: {stderr}");
+    }
+    // The cluster's admin may do anything, and a 403 reached the audit log.
+    admin.ok(&["delete", "ns", "web"]).await;
+    assert!(
+        cluster
+            .audit()
+            .iter()
+            .any(|e| e.user == "carol" && e.code == 403)
+    );
     shutdown.cancel();
     cluster.wait().await;
     std::fs::remove_dir_all(&dir).unwrap();

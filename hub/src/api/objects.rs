@@ -244,10 +244,37 @@ async fn checked_spec(
             if let Some(user) = spec.get("user").and_then(Value::as_str) {
                 must_exist(api, Kind::User, user, "spec.user").await?;
             }
+            if let Some(project) = spec.get("project").and_then(Value::as_str) {
+                in_project(api, &spec, project).await?;
+            }
+        }
+        Kind::Project => {
+            let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
+            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+        }
+        Kind::ProjectSecret => {
+            let project = spec.get("project").and_then(Value::as_str).unwrap_or("");
+            in_project(api, &spec, project).await?;
         }
         _ => {}
     }
     Ok(spec)
+}
+
+/// `project` exists and belongs to the cluster `spec` names.
+async fn in_project(api: &Api, spec: &Value, project: &str) -> Result<(), ApiError> {
+    let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
+    match api.store.get(Kind::Project.name(), project).await {
+        Ok(p) if p.spec.get("cluster").and_then(Value::as_str) == Some(cluster) => Ok(()),
+        Ok(p) => Err(ApiError::invalid(format!(
+            "spec.cluster: project {project:?} is in cluster {}, not {cluster:?}",
+            p.spec.get("cluster").unwrap_or(&Value::Null)
+        ))),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::invalid(format!(
+            "spec.project: Project {project:?} does not exist; create it first"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub(super) async fn create(

@@ -569,6 +569,10 @@ fn example(kind: Kind) -> Value {
         // A plan is named after its host (created just before it).
         Kind::Plan => json!({"host": "hosts-1", "cluster": "c1", "plan": {}}),
         Kind::Setting => json!({"value": "x"}),
+        Kind::Project => json!({"cluster": "c1", "displayName": "Shop"}),
+        Kind::ProjectSecret => {
+            json!({"cluster": "c1", "project": "projects-1", "data": {"password": "czNjcmV0"}})
+        }
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),

@@ -28,9 +28,13 @@ pub const SESSION_COOKIE: &str = "drover_session";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub user: String,
+    /// The user's groups (downstream, the impersonated groups).
+    pub groups: Vec<String>,
     pub admin: bool,
-    /// The strongest role held on each cluster.
+    /// The strongest cluster role held on each cluster.
     pub clusters: BTreeMap<String, Role>,
+    /// The strongest role held on each project, with the project's cluster.
+    pub projects: BTreeMap<String, (String, Role)>,
     /// The Token object that authenticated this request.
     pub token: String,
 }
@@ -130,7 +134,11 @@ pub(crate) async fn principal_until(
         .list(Kind::RoleBinding.name(), &LabelSelector::everything())
         .await
         .map_err(|e| AuthError::Store(e.to_string()))?;
-    let (admin, clusters) = roles_of(&bindings, &user);
+    let Roles {
+        admin,
+        clusters,
+        projects,
+    } = roles_of(&bindings, &user, &user_spec.groups);
     let expires = token
         .spec
         .get("expiresAt")
@@ -141,47 +149,82 @@ pub(crate) async fn principal_until(
     Ok((
         Principal {
             user,
+            groups: user_spec.groups,
             admin,
             clusters,
+            projects,
             token: token.metadata.name,
         },
         expires,
     ))
 }
 
-/// How much a role may do; a user with several roles on a cluster has the strongest.
+/// How much a role may do; a user with several roles on a cluster (or a project) has the
+/// strongest.
 fn rank(role: Role) -> u8 {
     match role {
         Role::Admin => 4,
-        Role::ClusterOwner => 3,
-        Role::ClusterMember => 2,
+        Role::ClusterOwner | Role::ProjectOwner => 3,
+        Role::ClusterMember | Role::ProjectMember => 2,
         Role::ReadOnly => 1,
     }
 }
 
-/// The roles `user` holds through `bindings`.
-pub fn roles_of(bindings: &[Object], user: &str) -> (bool, BTreeMap<String, Role>) {
-    let mut admin = false;
-    let mut clusters: BTreeMap<String, Role> = BTreeMap::new();
+/// What a user may do, from the role bindings of the user and of their groups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roles {
+    pub admin: bool,
+    pub clusters: BTreeMap<String, Role>,
+    /// Project → (its cluster, role).
+    pub projects: BTreeMap<String, (String, Role)>,
+}
+
+fn keep_stronger(entry: &mut Role, role: Role) {
+    if rank(role) > rank(*entry) {
+        *entry = role;
+    }
+}
+
+/// The roles `user`, a member of `groups`, holds through `bindings`.
+pub fn roles_of(bindings: &[Object], user: &str, groups: &[String]) -> Roles {
+    let mut roles = Roles::default();
     for binding in bindings {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec.clone()) else {
             continue;
         };
-        if spec.user.as_deref() != Some(user) {
+        let bound = spec.user.as_deref() == Some(user)
+            || spec.group.as_ref().is_some_and(|g| groups.contains(g));
+        if !bound {
             continue;
         }
-        match (spec.role, spec.cluster) {
-            (Role::Admin, _) => admin = true,
-            (role, Some(cluster)) => {
-                let entry = clusters.entry(cluster).or_insert(role);
-                if rank(role) > rank(*entry) {
-                    *entry = role;
-                }
+        match (spec.role, spec.cluster, spec.project) {
+            (Role::Admin, _, _) => roles.admin = true,
+            (role, Some(cluster), Some(project)) => {
+                let entry = roles.projects.entry(project).or_insert((cluster, role));
+                keep_stronger(&mut entry.1, role);
             }
-            (_, None) => {}
+            (role, Some(cluster), None) => {
+                keep_stronger(roles.clusters.entry(cluster).or_insert(role), role);
+            }
+            (_, None, _) => {}
         }
     }
-    (admin, clusters)
+    roles
+}
+
+impl Principal {
+    /// Whether the user holds any role in `cluster`, on it or on one of its projects: what it
+    /// takes to reach the cluster through the proxy (its own RBAC decides the rest).
+    pub fn reaches(&self, cluster: &str) -> bool {
+        self.admin
+            || self.clusters.contains_key(cluster)
+            || self.projects.values().any(|(c, _)| c == cluster)
+    }
+
+    /// The role held on `project`, if any.
+    pub fn project_role(&self, project: &str) -> Option<Role> {
+        self.projects.get(project).map(|(_, role)| *role)
+    }
 }
 
 fn spec_str<'a>(object: &'a Object, field: &str) -> Option<&'a str> {
@@ -192,9 +235,12 @@ fn spec_str<'a>(object: &'a Object, field: &str) -> Option<&'a str> {
 fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
     match kind {
         Kind::Cluster => Some(&object.metadata.name),
-        Kind::Host | Kind::RegistrationToken | Kind::RoleBinding | Kind::Plan => {
-            spec_str(object, "cluster")
-        }
+        Kind::Host
+        | Kind::RegistrationToken
+        | Kind::RoleBinding
+        | Kind::Plan
+        | Kind::Project
+        | Kind::ProjectSecret => spec_str(object, "cluster"),
         Kind::Token => object
             .spec
             .get("agent")
@@ -222,15 +268,37 @@ pub fn authorize(
     let allowed = match kind {
         // Creating clusters and hosts is for admins (hosts arrive through registration).
         Kind::Cluster | Kind::Host => match verb {
-            v if v.reads() => role.is_some(),
+            // Project members see their project's cluster (not its hosts).
+            v if v.reads() => {
+                role.is_some()
+                    || (kind == Kind::Cluster && principal.reaches(&object.metadata.name))
+            }
             Verb::Update | Verb::Delete => owner,
             _ => false,
         },
         Kind::RegistrationToken => owner,
-        Kind::RoleBinding => match verb {
-            v if v.reads() => role.is_some(),
+        // A project's owner manages its members; a cluster's owner, everyone's.
+        Kind::RoleBinding => {
+            let project_owner = spec_str(object, "project")
+                .is_some_and(|p| principal.project_role(p) == Some(Role::ProjectOwner));
+            match verb {
+                v if v.reads() => role.is_some() || project_owner,
+                _ => owner || project_owner,
+            }
+        }
+        // Projects: their members see them; the cluster's owner makes and changes them.
+        Kind::Project => match verb {
+            v if v.reads() => {
+                role.is_some() || principal.project_role(&object.metadata.name).is_some()
+            }
             _ => owner,
         },
+        // A project's secrets are its owners' (and the cluster's owners') to read and write.
+        Kind::ProjectSecret => {
+            owner
+                || spec_str(object, "project")
+                    .is_some_and(|p| principal.project_role(p) == Some(Role::ProjectOwner))
+        }
         // Plans carry the cluster's join token: its owners may read them, no one else.
         Kind::Plan => verb.reads() && owner,
         Kind::User => verb == Verb::Get && object.metadata.name == principal.user,

@@ -10,11 +10,13 @@ use crate::model::Role;
 fn principal(admin: bool, roles: &[(&str, Role)]) -> Principal {
     Principal {
         user: "u".into(),
+        groups: Vec::new(),
         admin,
         clusters: roles
             .iter()
             .map(|(c, r)| (c.to_string(), *r))
             .collect::<BTreeMap<_, _>>(),
+        projects: BTreeMap::new(),
         token: "t".into(),
     }
 }
@@ -200,11 +202,11 @@ fn the_strongest_binding_wins() {
             json!({"user": "v", "role": "admin"}),
         ),
     ];
-    let (admin, clusters) = roles_of(&bindings, "u");
-    assert!(!admin);
-    assert_eq!(clusters.get("a"), Some(&Role::ClusterOwner));
-    assert_eq!(clusters.get("b"), Some(&Role::ClusterMember));
-    assert!(roles_of(&bindings, "v").0);
+    let roles = roles_of(&bindings, "u", &[]);
+    assert!(!roles.admin);
+    assert_eq!(roles.clusters.get("a"), Some(&Role::ClusterOwner));
+    assert_eq!(roles.clusters.get("b"), Some(&Role::ClusterMember));
+    assert!(roles_of(&bindings, "v", &[]).admin);
 }
 
 #[test]

@@ -24,6 +24,7 @@ use tunnel::tls::{self, CertificateAuthority};
 
 mod discovery;
 mod patch;
+mod rbac;
 pub(crate) mod resources;
 mod server;
 mod store;
@@ -356,6 +357,48 @@ impl SimCluster {
             .insert(token.to_owned(), identity);
     }
 
+    /// Creates (or replaces) every object of a multi-document YAML manifest, as `kubectl
+    /// apply -f` by the cluster's admin would; returns how many. For code that embeds a
+    /// simulated cluster and installs what an import manifest installs (the agent's RBAC).
+    pub fn apply_manifest(&self, yaml: &str) -> Result<usize, String> {
+        let objects: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| e.to_string())?;
+        let mut applied = 0;
+        for object in objects.into_iter().filter(Value::is_object) {
+            let (api_version, kind) = (
+                object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                object["kind"].as_str().unwrap_or_default().to_owned(),
+            );
+            let resource = resources::RESOURCES
+                .iter()
+                .find(|r| r.kind == kind && r.api_version() == api_version)
+                .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
+            let key = (
+                object["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|_| resource.namespaced)
+                    .unwrap_or_default()
+                    .to_owned(),
+                object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            let wanted = object.clone();
+            match self.sim.store.create(&resource.key(), object) {
+                Ok(_) => {}
+                Err(store::StoreError::AlreadyExists) => {
+                    self.sim
+                        .store
+                        .update(&resource.key(), &key, None, |_| wanted)
+                        .map_err(|e| format!("{kind} {:?}: {e:?}", key.1))?;
+                }
+                Err(e) => return Err(format!("{kind} {:?}: {e:?}", key.1)),
+            }
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
     /// Every request so far (the last 10,000), oldest first.
     pub fn audit(&self) -> Vec<AuditEntry> {
         self.sim.audit()
@@ -390,6 +433,7 @@ impl SimCluster {
 
 /// The namespaces every cluster has, the nodes and the load pods.
 fn seed(sim: &Sim, config: &SimConfig) {
+    rbac::seed_defaults(&sim.store);
     let namespaces = ["default", "kube-system", "kube-public", "kube-node-lease"]
         .into_iter()
         .map(str::to_owned)

@@ -13,7 +13,7 @@ use kubeshape::LabelSelector;
 use serde_json::{Value, json};
 
 use super::{
-    Identity, Sim, discovery, patch,
+    Identity, Sim, discovery, patch, rbac,
     resources::{self, Resource},
     store::{Change, Key, StoreError},
     table,
@@ -314,6 +314,11 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
             return ok_json(StatusCode::OK, &value);
         }
     }
+    if request.method() == Method::POST
+        && path.trim_end_matches('/') == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    {
+        return self_review(sim, identity, request).await;
+    }
     let Some(target) = parse_target(&path) else {
         return status(
             StatusCode::NOT_FOUND,
@@ -321,7 +326,103 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
             "the server could not find the requested resource",
         );
     };
+    let attributes = attributes(&target, request.method(), request.uri());
+    if rbac::allowed(&sim.store, identity, &attributes).is_none() {
+        return forbidden(identity, &attributes);
+    }
     resource_request(sim, identity, target, request).await
+}
+
+/// The verb and resource RBAC judges a resource request by, as kube-apiserver derives them.
+fn attributes(target: &Target, method: &Method, uri: &axum::http::Uri) -> rbac::Attributes {
+    let watch = matches!(
+        query(uri).get("watch").map(String::as_str),
+        Some("true" | "1")
+    );
+    let verb = match (method.as_str(), &target.name) {
+        ("GET" | "HEAD", None) if watch => "watch",
+        ("GET" | "HEAD", None) => "list",
+        ("GET" | "HEAD", Some(_)) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", None) => "deletecollection",
+        ("DELETE", Some(_)) => "delete",
+        (other, _) => other,
+    };
+    rbac::Attributes {
+        verb: verb.to_owned(),
+        group: target.resource.group.to_owned(),
+        resource: target.resource.plural.to_owned(),
+        subresource: target.sub.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    }
+}
+
+/// 403 with the Status body kube-apiserver sends when RBAC refuses.
+fn forbidden(identity: &Identity, attributes: &rbac::Attributes) -> Response {
+    let mut body = serde_json::from_str::<Value>(&kubeshape::status::failure(
+        403,
+        "Forbidden",
+        &attributes.forbidden(identity),
+    ))
+    .unwrap_or_default();
+    body["details"] = json!({"kind": attributes.resource});
+    if let Some(name) = &attributes.name {
+        body["details"]["name"] = json!(name);
+    }
+    ok_json(StatusCode::FORBIDDEN, &body)
+}
+
+/// `SelfSubjectAccessReview`: may the caller do what the body asks? (`kubectl auth can-i`)
+async fn self_review(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Response {
+    let protobuf = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("protobuf"));
+    let review = rbac::Attributes {
+        verb: "create".into(),
+        group: "authorization.k8s.io".into(),
+        resource: "selfsubjectaccessreviews".into(),
+        subresource: None,
+        namespace: None,
+        name: None,
+    };
+    if rbac::allowed(&sim.store, identity, &review).is_none() {
+        return forbidden(identity, &review);
+    }
+    let bytes = match axum::body::to_bytes(request.into_body(), 1 << 20).await {
+        Ok(bytes) => bytes,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    };
+    let asked = match rbac::review_attributes(&bytes, protobuf) {
+        Ok(asked) => asked,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
+    let reason = rbac::allowed(&sim.store, identity, &asked);
+    let mut attributes =
+        json!({"verb": asked.verb, "group": asked.group, "resource": asked.resource});
+    for (key, value) in [
+        ("namespace", &asked.namespace),
+        ("subresource", &asked.subresource),
+        ("name", &asked.name),
+    ] {
+        if let Some(value) = value {
+            attributes[key] = json!(value);
+        }
+    }
+    ok_json(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": {"resourceAttributes": attributes},
+            "status": {"allowed": reason.is_some(), "reason": reason.unwrap_or_default()},
+        }),
+    )
 }
 
 async fn body_json(request: Request, limit: usize) -> Result<(HeaderMap, Value), Response> {

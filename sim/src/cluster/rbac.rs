@@ -1,0 +1,590 @@
+//! Authorization as kube-apiserver's RBAC authorizer does it: every request, after
+//! impersonation, is allowed only if a rule of a Role or ClusterRole bound to the user, one of
+//! their groups or their service account grants the verb on the resource (and subresource),
+//! in the namespace, for the name. ClusterRoles with an `aggregationRule` take the rules of
+//! every ClusterRole their selectors match, as the built-in `admin`, `edit` and `view` do.
+//! The defaults a new cluster has are seeded at start: `cluster-admin` (bound to
+//! `system:masters`), `admin`, `edit`, `view`, and `system:basic-user` so that everyone may
+//! ask what they may do (`SelfSubjectAccessReview`, i.e. `kubectl auth can-i`).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Identity, store::Store};
+
+const GROUP: &str = "rbac.authorization.k8s.io";
+const CLUSTER_ROLES: &str = "rbac.authorization.k8s.io/clusterroles";
+const CLUSTER_ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/clusterrolebindings";
+const ROLES: &str = "rbac.authorization.k8s.io/roles";
+const ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/rolebindings";
+const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
+
+/// What a request asks to do, in RBAC's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attributes {
+    pub(crate) verb: String,
+    /// "" for the core group.
+    pub(crate) group: String,
+    pub(crate) resource: String,
+    pub(crate) subresource: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
+}
+
+impl Attributes {
+    /// The message kube-apiserver gives when RBAC says no.
+    pub(crate) fn forbidden(&self, who: &Identity) -> String {
+        let resource = match &self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.clone(),
+        };
+        let object = match &self.name {
+            Some(name) => format!("{resource} \"{name}\""),
+            None => resource.clone(),
+        };
+        let scope = match &self.namespace {
+            Some(ns) => format!("in the namespace \"{ns}\""),
+            None => "at the cluster scope".to_owned(),
+        };
+        format!(
+            "{object} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+            who.user, self.verb, self.group
+        )
+    }
+}
+
+fn strings(value: &Value) -> impl Iterator<Item = &str> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
+fn listed(list: &Value, wanted: &str) -> bool {
+    strings(list).any(|v| v == "*" || v == wanted)
+}
+
+/// Does one PolicyRule grant `attrs`?
+fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
+    if !listed(&rule["verbs"], &attrs.verb) || !listed(&rule["apiGroups"], &attrs.group) {
+        return false;
+    }
+    let resource_ok = match &attrs.subresource {
+        Some(sub) => strings(&rule["resources"]).any(|r| {
+            r == "*" || r == format!("{}/{sub}", attrs.resource) || r == format!("*/{sub}")
+        }),
+        None => listed(&rule["resources"], &attrs.resource),
+    };
+    if !resource_ok {
+        return false;
+    }
+    let names: Vec<&str> = strings(&rule["resourceNames"]).collect();
+    names.is_empty() || attrs.name.as_deref().is_some_and(|n| names.contains(&n))
+}
+
+fn labels_match(object: &Value, selector: &Value) -> bool {
+    let labels = &object["metadata"]["labels"];
+    selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// A ClusterRole's rules, with an aggregated role's taken from the roles it selects, and from
+/// what those select in turn (the controller that fills `rules` in Kubernetes gets there over
+/// several passes; `view` is selected by `edit`, `edit` by `admin`).
+fn cluster_role_rules(store: &Store, role: &Value) -> Vec<Value> {
+    let (all, _) = store.list(CLUSTER_ROLES, None);
+    let mut seen = vec![role["metadata"]["name"].clone()];
+    let mut pending = vec![role.clone()];
+    let mut rules = Vec::new();
+    while let Some(role) = pending.pop() {
+        rules.extend(role["rules"].as_array().cloned().unwrap_or_default());
+        for selector in role["aggregationRule"]["clusterRoleSelectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for other in &all {
+                let name = &other["metadata"]["name"];
+                if labels_match(other, selector) && !seen.contains(name) {
+                    seen.push(name.clone());
+                    pending.push((**other).clone());
+                }
+            }
+        }
+    }
+    rules
+}
+
+fn subject_matches(subject: &Value, who: &Identity, binding_namespace: &str) -> bool {
+    let name = subject["name"].as_str().unwrap_or_default();
+    match subject["kind"].as_str() {
+        Some("User") => who.user == name,
+        Some("Group") => who.groups.iter().any(|g| g == name),
+        Some("ServiceAccount") => {
+            let ns = subject["namespace"]
+                .as_str()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or(binding_namespace);
+            who.user == format!("system:serviceaccount:{ns}:{name}")
+        }
+        _ => false,
+    }
+}
+
+fn bound(binding: &Value, who: &Identity) -> bool {
+    let namespace = binding["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    binding["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| subject_matches(s, who, namespace))
+}
+
+fn role_rules(store: &Store, role_ref: &Value, namespace: Option<&str>) -> Vec<Value> {
+    let name = role_ref["name"].as_str().unwrap_or_default().to_owned();
+    match (role_ref["kind"].as_str(), namespace) {
+        (Some("ClusterRole"), _) => store
+            .get(CLUSTER_ROLES, &(String::new(), name))
+            .map(|role| cluster_role_rules(store, &role))
+            .unwrap_or_default(),
+        (Some("Role"), Some(ns)) => store
+            .get(ROLES, &(ns.to_owned(), name))
+            .and_then(|role| role["rules"].as_array().cloned())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `who` may do `attrs`, and the binding that allows it (for the review's reason).
+pub(crate) fn allowed(store: &Store, who: &Identity, attrs: &Attributes) -> Option<String> {
+    let grants = |binding: &Arc<Value>, namespace: Option<&str>| {
+        bound(binding, who)
+            && role_rules(store, &binding["roleRef"], namespace)
+                .iter()
+                .any(|rule| rule_allows(rule, attrs))
+    };
+    let name = |binding: &Value| {
+        binding["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (cluster_bindings, _) = store.list(CLUSTER_ROLE_BINDINGS, None);
+    if let Some(b) = cluster_bindings.iter().find(|b| grants(b, None)) {
+        return Some(format!(
+            "RBAC: allowed by ClusterRoleBinding \"{}\"",
+            name(b)
+        ));
+    }
+    let namespace = attrs.namespace.as_deref()?;
+    let (bindings, _) = store.list(ROLE_BINDINGS, Some(namespace));
+    bindings
+        .iter()
+        .find(|b| grants(b, Some(namespace)))
+        .map(|b| format!("RBAC: allowed by RoleBinding \"{}/{namespace}\"", name(b)))
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
+
+/// Rules of the built-in aggregated roles, as far as the resources served here go.
+fn view_rules() -> Vec<Value> {
+    vec![
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "pods",
+                "pods/log",
+                "pods/status",
+                "replicationcontrollers",
+                "serviceaccounts",
+                "services",
+                "services/status",
+                "events",
+                "namespaces",
+                "namespaces/status",
+            ],
+            READ,
+        ),
+        rule(
+            &["apps"],
+            &[
+                "daemonsets",
+                "daemonsets/status",
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "statefulsets",
+            ],
+            READ,
+        ),
+    ]
+}
+
+fn edit_rules() -> Vec<Value> {
+    let mut rules = view_rules();
+    rules.extend([
+        rule(
+            &[""],
+            &["pods/attach", "pods/exec", "pods/portforward"],
+            &["create", "get"],
+        ),
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "pods",
+                "replicationcontrollers",
+                "secrets",
+                "serviceaccounts",
+                "services",
+            ],
+            WRITE,
+        ),
+        rule(&[""], &["secrets"], READ),
+        rule(
+            &["apps"],
+            &[
+                "daemonsets",
+                "deployments",
+                "deployments/scale",
+                "replicasets",
+                "statefulsets",
+            ],
+            WRITE,
+        ),
+    ]);
+    rules
+}
+
+fn admin_rules() -> Vec<Value> {
+    let mut rules = edit_rules();
+    rules.push(rule(&[GROUP], &["roles", "rolebindings"], &["*"]));
+    rules.push(rule(
+        &["authorization.k8s.io"],
+        &["localsubjectaccessreviews"],
+        &["create"],
+    ));
+    rules
+}
+
+fn cluster_role(name: &str, labels: Value, rules: Vec<Value>, aggregate: Option<&str>) -> Value {
+    let mut role = json!({
+        "kind": "ClusterRole",
+        "apiVersion": format!("{GROUP}/v1"),
+        "metadata": {"name": name, "labels": labels},
+        "rules": rules,
+    });
+    if let Some(to) = aggregate {
+        role["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {format!("{AGGREGATE}{to}"): "true"}}]});
+    }
+    role
+}
+
+fn cluster_role_binding(name: &str, role: &str, group: &str) -> Value {
+    json!({
+        "kind": "ClusterRoleBinding",
+        "apiVersion": format!("{GROUP}/v1"),
+        "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+        "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": GROUP, "kind": "Group", "name": group}],
+    })
+}
+
+/// The roles and bindings a new cluster starts with.
+pub(crate) fn seed_defaults(store: &Store) {
+    let defaults = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+    let with = |extra: &[&str]| {
+        let mut labels = defaults.clone();
+        for to in extra {
+            labels[format!("{AGGREGATE}{to}")] = json!("true");
+        }
+        labels
+    };
+    store.seed(
+        CLUSTER_ROLES,
+        [
+            cluster_role(
+                "cluster-admin",
+                defaults.clone(),
+                vec![
+                    rule(&["*"], &["*"], &["*"]),
+                    json!({"nonResourceURLs": ["*"], "verbs": ["*"]}),
+                ],
+                None,
+            ),
+            // Empty rules: filled by aggregation, as in Kubernetes.
+            cluster_role("admin", defaults.clone(), Vec::new(), Some("admin")),
+            cluster_role("edit", with(&["admin"]), Vec::new(), Some("edit")),
+            cluster_role("view", with(&["admin", "edit"]), Vec::new(), Some("view")),
+            cluster_role(
+                "system:aggregate-to-admin",
+                with(&["admin"]),
+                admin_rules(),
+                None,
+            ),
+            cluster_role(
+                "system:aggregate-to-edit",
+                with(&["admin", "edit"]),
+                edit_rules(),
+                None,
+            ),
+            cluster_role(
+                "system:aggregate-to-view",
+                with(&["admin", "edit", "view"]),
+                view_rules(),
+                None,
+            ),
+            cluster_role(
+                "system:basic-user",
+                defaults.clone(),
+                vec![rule(
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    &["create"],
+                )],
+                None,
+            ),
+        ],
+    );
+    store.seed(
+        CLUSTER_ROLE_BINDINGS,
+        [
+            cluster_role_binding("cluster-admin", "cluster-admin", "system:masters"),
+            cluster_role_binding(
+                "system:basic-user",
+                "system:basic-user",
+                "system:authenticated",
+            ),
+        ],
+    );
+}
+
+/// Reads a `SelfSubjectAccessReview` body: JSON, or the protobuf kubectl's typed client sends
+/// (`k8s\0` then a `runtime.Unknown` whose `raw` holds the review).
+pub(crate) fn review_attributes(body: &[u8], protobuf: bool) -> Result<Attributes, String> {
+    let spec = if protobuf {
+        protobuf_review(body)?
+    } else {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        value["spec"]["resourceAttributes"].clone()
+    };
+    let field = |name: &str| spec[name].as_str().unwrap_or_default().to_owned();
+    let optional = |name: &str| Some(field(name)).filter(|v| !v.is_empty());
+    if field("verb").is_empty() || field("resource").is_empty() {
+        return Err(
+            "spec.resourceAttributes needs a verb and a resource (non-resource reviews are not simulated)"
+                .into(),
+        );
+    }
+    Ok(Attributes {
+        verb: field("verb"),
+        group: field("group"),
+        resource: field("resource"),
+        subresource: optional("subresource"),
+        namespace: optional("namespace"),
+        name: optional("name"),
+    })
+}
+
+/// Fields of a protobuf message: (field number, bytes of a length-delimited value); varints and
+/// fixed-width values are skipped, as none of the fields read here has one.
+fn fields(mut bytes: &[u8]) -> Result<Vec<(u64, &[u8])>, String> {
+    fn varint(bytes: &mut &[u8]) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = bytes.split_first().ok_or("truncated protobuf")?;
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("protobuf varint too long".into())
+    }
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes)?;
+        match key & 7 {
+            0 => {
+                varint(&mut bytes)?;
+            }
+            1 => bytes = bytes.get(8..).ok_or("truncated protobuf")?,
+            2 => {
+                let len = usize::try_from(varint(&mut bytes)?).map_err(|e| e.to_string())?;
+                let value = bytes.get(..len).ok_or("truncated protobuf")?;
+                out.push((key >> 3, value));
+                bytes = &bytes[len..];
+            }
+            5 => bytes = bytes.get(4..).ok_or("truncated protobuf")?,
+            other => return Err(format!("unsupported protobuf wire type {other}")),
+        }
+    }
+    Ok(out)
+}
+
+fn field(message: &[u8], number: u64) -> Result<Option<&[u8]>, String> {
+    Ok(fields(message)?
+        .into_iter()
+        .find(|(n, _)| *n == number)
+        .map(|(_, v)| v))
+}
+
+fn protobuf_review(body: &[u8]) -> Result<Value, String> {
+    let unknown = body
+        .strip_prefix(b"k8s\0")
+        .ok_or("a protobuf body starts with k8s\\0")?;
+    // runtime.Unknown: 2 raw. SelfSubjectAccessReview: 2 spec. Spec: 1 resourceAttributes.
+    let raw = field(unknown, 2)?.ok_or("no object in the protobuf envelope")?;
+    let spec = field(raw, 2)?.ok_or("no spec in the review")?;
+    let attributes = field(spec, 1)?.ok_or("only resource reviews are simulated")?;
+    let names = [
+        (1, "namespace"),
+        (2, "verb"),
+        (3, "group"),
+        (4, "version"),
+        (5, "resource"),
+        (6, "subresource"),
+        (7, "name"),
+    ];
+    let mut out = serde_json::Map::new();
+    for (number, value) in fields(attributes)? {
+        if let Some((_, name)) = names.iter().find(|(n, _)| *n == number) {
+            out.insert(
+                (*name).to_owned(),
+                Value::String(String::from_utf8_lossy(value).into_owned()),
+            );
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(user: &str, groups: &[&str]) -> Identity {
+        Identity {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            impersonator: false,
+        }
+    }
+
+    fn attrs(verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: None,
+            namespace: namespace.map(str::to_owned),
+            name: None,
+        }
+    }
+
+    fn store_with(bindings: &[(&str, Value)]) -> Store {
+        let store = Store::default();
+        seed_defaults(&store);
+        for (resource, binding) in bindings {
+            store.seed(resource, [binding.clone()]);
+        }
+        store
+    }
+
+    #[test]
+    fn aggregated_roles_grant_what_kubernetes_built_ins_grant() {
+        let view = json!({"metadata": {"name": "v", "namespace": "team"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "User", "name": "vera"}]});
+        let edit = json!({"metadata": {"name": "e"}, "roleRef": {"kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "Group", "name": "devs"}]});
+        let store = store_with(&[(ROLE_BINDINGS, view), (CLUSTER_ROLE_BINDINGS, edit)]);
+        let vera = who("vera", &["system:authenticated"]);
+        assert!(allowed(&store, &vera, &attrs("list", "", "pods", Some("team"))).is_some());
+        assert!(allowed(&store, &vera, &attrs("delete", "", "pods", Some("team"))).is_none());
+        assert!(allowed(&store, &vera, &attrs("list", "", "pods", Some("other"))).is_none());
+        assert!(allowed(&store, &vera, &attrs("get", "", "secrets", Some("team"))).is_none());
+        let dev = who("dan", &["devs"]);
+        assert!(
+            allowed(
+                &store,
+                &dev,
+                &attrs("create", "apps", "deployments", Some("x"))
+            )
+            .is_some()
+        );
+        assert!(allowed(&store, &dev, &attrs("list", "", "nodes", None)).is_none());
+        assert!(
+            allowed(
+                &store,
+                &dev,
+                &attrs("create", GROUP, "rolebindings", Some("x"))
+            )
+            .is_none()
+        );
+        let root = who("root", &["system:masters"]);
+        assert!(allowed(&store, &root, &attrs("delete", "", "nodes", None)).is_some());
+    }
+
+    #[test]
+    fn service_accounts_and_resource_names_are_matched_exactly() {
+        let role = json!({"metadata": {"name": "one", "namespace": "ns"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cfg"], "verbs": ["get"]}]});
+        let binding = json!({"metadata": {"name": "b", "namespace": "ns"}, "roleRef": {"kind": "Role", "name": "one"},
+            "subjects": [{"kind": "ServiceAccount", "name": "app"}]});
+        let store = store_with(&[(ROLES, role), (ROLE_BINDINGS, binding)]);
+        let sa = who("system:serviceaccount:ns:app", &[]);
+        let mut get = attrs("get", "", "configmaps", Some("ns"));
+        assert!(allowed(&store, &sa, &get).is_none(), "no name, no grant");
+        get.name = Some("cfg".into());
+        assert!(allowed(&store, &sa, &get).is_some());
+        get.name = Some("other".into());
+        assert!(allowed(&store, &sa, &get).is_none());
+        let other = who("system:serviceaccount:elsewhere:app", &[]);
+        get.name = Some("cfg".into());
+        assert!(allowed(&store, &other, &get).is_none());
+    }
+
+    #[test]
+    fn a_protobuf_review_reads_like_its_json() {
+        fn ld(number: u64, value: &[u8]) -> Vec<u8> {
+            let mut out = vec![((number << 3) | 2) as u8, value.len() as u8];
+            out.extend_from_slice(value);
+            out
+        }
+        let attributes = [ld(1, b"default"), ld(2, b"delete"), ld(5, b"pods")].concat();
+        let review = ld(2, &ld(1, &attributes));
+        let body = [
+            b"k8s\0".as_slice(),
+            &ld(1, &ld(1, b"authorization.k8s.io/v1")),
+            &ld(2, &review),
+        ]
+        .concat();
+        let attrs = review_attributes(&body, true).unwrap();
+        assert_eq!(attrs, attrs_of("delete", "pods", "default"));
+        let json = br#"{"spec": {"resourceAttributes": {"namespace": "default", "verb": "delete", "resource": "pods"}}}"#;
+        assert_eq!(review_attributes(json, false).unwrap(), attrs);
+        assert!(review_attributes(b"k8s\0\x12", true).is_err());
+    }
+
+    fn attrs_of(verb: &str, resource: &str, namespace: &str) -> Attributes {
+        attrs(verb, "", resource, Some(namespace))
+    }
+}

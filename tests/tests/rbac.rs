@@ -1,0 +1,410 @@
+//! The hub's roles and projects made real in the cluster's RBAC, judged by the real kubectl
+//! through the hub: the cluster-agent keeps the (simulated) cluster's RoleBindings,
+//! ClusterRoleBindings and project secrets in step with the hub's role bindings, projects and
+//! project secrets; the cluster enforces them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    HubProcess, api,
+    imported::{Imported, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
+};
+
+/// Creates `body` at `/v1/{plural}` as `token`; panics unless 201.
+async fn create(hub: &HubProcess, token: &str, plural: &str, body: Value) -> Value {
+    let (status, created) = api(
+        hub.addr,
+        "POST",
+        &format!("/v1/{plural}"),
+        Some(token),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    created
+}
+
+/// Runs kubectl until `done` accepts (success, stdout); how long that took.
+async fn until(
+    kubeconfig: &Path,
+    args: &[&str],
+    within: Duration,
+    done: impl Fn(bool, &str) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (ok, stdout, stderr) = kubectl(kubeconfig, args).await;
+        if done(ok, &stdout) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "kubectl {args:?} not as wanted within {within:?}: {stdout}{stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn write(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn namespace(name: &str, project: Option<&str>) -> String {
+    let labels = project.map_or(String::new(), |p| {
+        format!("\n  labels: {{drover.io/project: {p}}}")
+    });
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}{labels}\n")
+}
+
+fn deployment(namespace: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {namespace}}}\n\
+         spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    \
+         metadata: {{labels: {{app: web}}}}\n    spec: {{containers: [{{name: web, image: nginx}}]}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
+    let imported = Imported::start("rbac", SimConfig::default()).await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let (hub, admin, dir, sim_admin) = (
+        &imported.hub,
+        imported.admin.as_str(),
+        imported.dir.as_path(),
+        imported.sim_admin.as_path(),
+    );
+
+    // Project "shop" with namespaces shop-a (now) and shop-b (later); "other" is outside it.
+    create(
+        hub,
+        admin,
+        "projects",
+        json!({"metadata": {"name": "shop"}, "spec": {"cluster": "prod", "displayName": "Shop"}}),
+    )
+    .await;
+    let setup = write(
+        dir,
+        "namespaces.yaml",
+        &[namespace("shop-a", Some("shop")), namespace("other", None)].join("---\n"),
+    );
+    kubectl_ok(sim_admin, &["apply", "-f", setup.to_str().unwrap()]).await;
+
+    // pat is a project-member of shop: deployments in shop's namespaces, nowhere else.
+    let pat = user_kubeconfig(hub, admin, dir, "pat", None).await;
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "pat-shop"},
+        "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}}),
+    )
+    .await;
+    until_allowed(&pat, &["create", "deployments", "-n", "shop-a"]).await;
+    let web_a = write(dir, "web-a.yaml", &deployment("shop-a"));
+    kubectl_ok(&pat, &["apply", "-f", web_a.to_str().unwrap()]).await;
+    let web_other = write(dir, "web-other.yaml", &deployment("other"));
+    let (ok, _, stderr) = kubectl(&pat, &["apply", "-f", web_other.to_str().unwrap()]).await;
+    assert!(
+        !ok && stderr.contains("forbidden") && stderr.contains("\"other\""),
+        "{stderr}"
+    );
+    let (_, answer, _) = kubectl(
+        &pat,
+        &["auth", "can-i", "create", "deployments", "-n", "other"],
+    )
+    .await;
+    assert_eq!(answer.trim(), "no");
+
+    // A project secret is in every namespace of the project, including one added later, and
+    // leaves a namespace moved out of it.
+    create(
+        hub,
+        admin,
+        "projectsecrets",
+        json!({"metadata": {"name": "db-password"},
+        "spec": {"cluster": "prod", "project": "shop", "data": {"password": "czNjcmV0"}}}),
+    )
+    .await;
+    let has_secret = |ok: bool, out: &str| ok && out == "czNjcmV0";
+    until(
+        sim_admin,
+        &[
+            "get",
+            "secret",
+            "db-password",
+            "-n",
+            "shop-a",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        Duration::from_secs(10),
+        has_secret,
+    )
+    .await;
+    let later = write(dir, "shop-b.yaml", &namespace("shop-b", Some("shop")));
+    kubectl_ok(sim_admin, &["apply", "-f", later.to_str().unwrap()]).await;
+    let appeared = until(
+        sim_admin,
+        &[
+            "get",
+            "secret",
+            "db-password",
+            "-n",
+            "shop-b",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        Duration::from_secs(10),
+        has_secret,
+    )
+    .await;
+    until_allowed(&pat, &["create", "deployments", "-n", "shop-b"]).await;
+    kubectl_ok(
+        sim_admin,
+        &[
+            "label",
+            "namespace",
+            "shop-b",
+            "drover.io/project-",
+            "--overwrite",
+        ],
+    )
+    .await;
+    until(
+        sim_admin,
+        &["get", "secret", "db-password", "-n", "shop-b"],
+        Duration::from_secs(10),
+        |ok, _| !ok,
+    )
+    .await;
+    let (_, answer, _) = kubectl(
+        &pat,
+        &["auth", "can-i", "create", "deployments", "-n", "shop-b"],
+    )
+    .await;
+    assert_eq!(
+        answer.trim(),
+        "no",
+        "moved out: the project's bindings went with it"
+    );
+    // Changed on the hub, changed in the cluster; deleted, deleted.
+    let (status, _) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/projectsecrets/db-password",
+        Some(admin),
+        Some(json!({"spec": {"data": {"password": "bmV3"}}})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    until(
+        sim_admin,
+        &[
+            "get",
+            "secret",
+            "db-password",
+            "-n",
+            "shop-a",
+            "-o",
+            "jsonpath={.data.password}",
+        ],
+        Duration::from_secs(10),
+        |ok, out| ok && out == "bmV3",
+    )
+    .await;
+    let (status, _) = api(
+        hub.addr,
+        "DELETE",
+        "/v1/projectsecrets/db-password",
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    until(
+        sim_admin,
+        &["get", "secret", "db-password", "-n", "shop-a"],
+        Duration::from_secs(10),
+        |ok, _| !ok,
+    )
+    .await;
+
+    // A group's role reaches its members: gina is in group "ops", ops are cluster-members.
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/users",
+        Some(admin),
+        Some(json!({"metadata": {"name": "gina"},
+        "spec": {"password": "a long enough password", "groups": ["ops"]}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "ops-members"},
+        "spec": {"group": "ops", "role": "cluster-member", "cluster": "prod"}}),
+    )
+    .await;
+    let gina_token = tests::login(hub.addr, "gina", "a long enough password").await;
+    let (status, kubeconfig) = tests::api_text(
+        hub.addr,
+        "POST",
+        "/v1/clusters/prod/kubeconfig",
+        Some(&gina_token),
+    )
+    .await;
+    assert_eq!(status, 201, "{kubeconfig}");
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_owned();
+    let gina = write(
+        dir,
+        "gina.kubeconfig",
+        &kubeconfig.replace(&server, &format!("{}/k8s/clusters/prod", hub.url())),
+    );
+    until_allowed(&gina, &["create", "configmaps", "-n", "other"]).await;
+    let (_, answer, _) = kubectl(
+        &gina,
+        &[
+            "auth",
+            "can-i",
+            "create",
+            "configmaps",
+            "-n",
+            "drover-system",
+        ],
+    )
+    .await;
+    assert_eq!(
+        answer.trim(),
+        "no",
+        "cluster-members do not write in the agent's namespace"
+    );
+
+    // Drift: a synced binding deleted by hand comes back.
+    let binding = [
+        "get",
+        "rolebinding",
+        "drover-cluster-member",
+        "-n",
+        "other",
+        "-o",
+        "jsonpath={.subjects[*].name}",
+    ];
+    until(sim_admin, &binding, Duration::from_secs(10), |ok, out| {
+        ok && out.contains("ops")
+    })
+    .await;
+    kubectl_ok(
+        sim_admin,
+        &[
+            "delete",
+            "rolebinding",
+            "drover-cluster-member",
+            "-n",
+            "other",
+        ],
+    )
+    .await;
+    let repaired = until(sim_admin, &binding, Duration::from_secs(10), |ok, out| {
+        ok && out.contains("ops")
+    })
+    .await;
+
+    // Someone else's object under a name the sync uses is left alone.
+    let foreign = write(
+        dir,
+        "foreign.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+        metadata: {name: drover-project-member, namespace: shop-a}\n\
+        roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\n\
+        subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: someone-else}]\n",
+    );
+    let (status, _) = api(
+        hub.addr,
+        "DELETE",
+        "/v1/rolebindings/pat-shop",
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Removed on the hub: the downstream binding goes, and pat is denied.
+    let removed = until(
+        sim_admin,
+        &[
+            "get",
+            "rolebinding",
+            "drover-project-member",
+            "-n",
+            "shop-a",
+        ],
+        Duration::from_secs(10),
+        |ok, _| !ok,
+    )
+    .await;
+    // (Refused by the hub first: pat holds no role in the cluster any more.)
+    let (ok, _, stderr) = kubectl(&pat, &["get", "deployments", "-n", "shop-a"]).await;
+    assert!(!ok && stderr.contains("Forbidden"), "{stderr}");
+    // And by the cluster, should the request come some other way.
+    let (ok, _, stderr) = kubectl(
+        sim_admin,
+        &["get", "deployments", "-n", "shop-a", "--as", "pat"],
+    )
+    .await;
+    assert!(!ok && stderr.contains("forbidden"), "{stderr}");
+    kubectl_ok(sim_admin, &["apply", "-f", foreign.to_str().unwrap()]).await;
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "pat-shop-again"},
+        "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}}),
+    )
+    .await;
+    // The sync runs (gina's binding elsewhere is still kept), and the foreign one stays as it was.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let subjects = kubectl_ok(
+        sim_admin,
+        &[
+            "get",
+            "rolebinding",
+            "drover-project-member",
+            "-n",
+            "shop-a",
+            "-o",
+            "jsonpath={.subjects[*].name}",
+        ],
+    )
+    .await;
+    assert_eq!(
+        subjects, "someone-else",
+        "an object not labelled drover.io/sync is never changed"
+    );
+
+    eprintln!(
+        "rbac: project secret in a new namespace after {:.2} s; a deleted binding back after {:.2} s; a hub binding's removal downstream after {:.2} s",
+        appeared.as_secs_f64(),
+        repaired.as_secs_f64(),
+        removed.as_secs_f64()
+    );
+    imported.shutdown.cancel();
+    let _ = agent.await;
+}

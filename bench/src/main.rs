@@ -9,6 +9,7 @@ mod hub_scenario;
 mod load;
 mod plans_scenario;
 mod proxy_scenario;
+mod rbac_scenario;
 mod tunnel_scenario;
 
 #[derive(Parser, Debug)]
@@ -42,6 +43,10 @@ enum Scenario {
     /// N idle agents on one hub (hub as its own process): time to connect them all, the hub's
     /// memory per agent and idle CPU, and the time until all are back after a hub restart.
     Fleet(fleet_scenario::Args),
+    /// RBAC sync at scale: U users' roles on a cluster of N namespaces in P projects written
+    /// into the cluster's RBAC by the real cluster-agent: objects, time to converge, and the
+    /// writes made afterwards while nothing changes.
+    Rbac(rbac_scenario::Args),
 }
 
 #[global_allocator]
@@ -65,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Plans(args) => runtime.block_on(plans_scenario::run(args))?,
         Scenario::Health(args) => runtime.block_on(health_scenario::run(args))?,
         Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
+        Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -95,6 +95,35 @@ pub enum Request {
     TokenRevoke {
         name: String,
     },
+    ProjectCreate {
+        name: String,
+        cluster: String,
+        display_name: String,
+    },
+    ProjectList,
+    ProjectDelete {
+        name: String,
+    },
+    /// A role on a project for a user or a group: a RoleBinding named `<project>-<subject>`.
+    ProjectAddMember {
+        project: String,
+        cluster: String,
+        user: Option<String>,
+        group: Option<String>,
+        role: String,
+    },
+    ProjectRemoveMember {
+        binding: String,
+    },
+}
+
+/// The name of the RoleBinding `project add-member` makes, so `remove-member` can find it.
+pub fn member_binding(project: &str, user: Option<&str>, group: Option<&str>) -> String {
+    match (user, group) {
+        (Some(user), _) => format!("{project}-{user}"),
+        (None, Some(group)) => format!("{project}-group-{group}"),
+        (None, None) => project.to_owned(),
+    }
 }
 
 /// Where the CLI keeps its login: `--config`, else `$DROVER_CONFIG`, else
@@ -163,6 +192,42 @@ pub async fn run(
         ),
         Request::TokenList => ("GET", "/v1/tokens".to_owned(), None),
         Request::TokenRevoke { name } => ("DELETE", format!("/v1/tokens/{name}"), None),
+        Request::ProjectCreate {
+            name,
+            cluster,
+            display_name,
+        } => (
+            "POST",
+            "/v1/projects".to_owned(),
+            Some(json!({"metadata": {"name": name},
+                "spec": {"cluster": cluster, "displayName": display_name}})),
+        ),
+        Request::ProjectList => ("GET", "/v1/projects".to_owned(), None),
+        Request::ProjectDelete { name } => ("DELETE", format!("/v1/projects/{name}"), None),
+        Request::ProjectAddMember {
+            project,
+            cluster,
+            user,
+            group,
+            role,
+        } => {
+            let mut spec = json!({"role": role, "cluster": cluster, "project": project});
+            if let Some(user) = user {
+                spec["user"] = json!(user);
+            }
+            if let Some(group) = group {
+                spec["group"] = json!(group);
+            }
+            let name = member_binding(project, user.as_deref(), group.as_deref());
+            (
+                "POST",
+                "/v1/rolebindings".to_owned(),
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+        }
+        Request::ProjectRemoveMember { binding } => {
+            ("DELETE", format!("/v1/rolebindings/{binding}"), None)
+        }
         Request::Login { .. } => unreachable!("handled above"),
     };
     let (status, bytes) = client
@@ -244,6 +309,26 @@ fn render(request: &Request, value: &Value, output: Output) -> String {
                 text(&value["metadata"]["name"]),
                 text(&value["token"])
             ),
+            Request::ProjectList => table(
+                &["NAME", "CLUSTER", "DISPLAY NAME"],
+                value["items"].as_array().into_iter().flatten().map(|p| {
+                    vec![
+                        text(&p["metadata"]["name"]),
+                        text(&p["spec"]["cluster"]),
+                        text(&p["spec"]["displayName"]),
+                    ]
+                }),
+            ),
+            Request::ProjectCreate { name, cluster, .. } => format!(
+                "Project {name} created in cluster {cluster}.\nLabel its namespaces drover.io/project={name}.\n"
+            ),
+            Request::ProjectDelete { name } => format!("Project {name} deleted.\n"),
+            Request::ProjectAddMember { project, role, .. } => format!(
+                "{} is {role} of project {project} (binding {}).\n",
+                text(&value["spec"]["user"]).max(text(&value["spec"]["group"])),
+                text(&value["metadata"]["name"])
+            ),
+            Request::ProjectRemoveMember { binding } => format!("Binding {binding} removed.\n"),
             Request::ClusterDelete { name } => format!("Cluster {name} deleted.\n"),
             Request::TokenRevoke { name } => format!("Token {name} revoked.\n"),
             _ => serde_saphyr::to_string(value).unwrap_or_default(),

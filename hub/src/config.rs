@@ -114,6 +114,8 @@ enum CliCommand {
     Kubeconfig(KubeconfigArgs),
     /// Create, list or revoke your API tokens.
     Token(TokenArgs),
+    /// Projects: namespaces of a cluster under one set of members (and secrets).
+    Project(ProjectArgs),
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +205,51 @@ enum TokenCommand {
     List,
     /// Revoke a token by name
     Revoke { name: String },
+}
+
+#[derive(Args, Debug)]
+struct ProjectArgs {
+    #[command(subcommand)]
+    command: ProjectCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum ProjectCommand {
+    /// Create a project in a cluster; its namespaces are those labelled drover.io/project=NAME
+    Create {
+        name: String,
+        #[arg(long)]
+        cluster: String,
+        #[arg(long, default_value = "")]
+        display_name: String,
+    },
+    /// List the projects you may see
+    List,
+    /// Delete a project (its namespaces stay; its bindings and secrets stop applying)
+    Delete { name: String },
+    /// Give a user (or a group) a role on a project: project-owner, project-member or read-only
+    AddMember {
+        project: String,
+        /// The project's cluster
+        #[arg(long)]
+        cluster: String,
+        #[arg(long, conflicts_with = "group", required_unless_present = "group")]
+        user: Option<String>,
+        #[arg(long)]
+        group: Option<String>,
+        #[arg(long, default_value = "project-member")]
+        role: String,
+    },
+    /// Take a user's (or a group's) role on a project away
+    RemoveMember {
+        project: String,
+        #[arg(long, conflicts_with = "group", required_unless_present = "group")]
+        user: Option<String>,
+        #[arg(long)]
+        group: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -368,6 +415,47 @@ where
                 },
                 TokenCommand::List => Request::TokenList,
                 TokenCommand::Revoke { name } => Request::TokenRevoke { name },
+            };
+            Ok(client(request, args.opts, env))
+        }
+        CliCommand::Project(args) => {
+            use crate::cli::Request;
+            let request = match args.command {
+                ProjectCommand::Create {
+                    name,
+                    cluster,
+                    display_name,
+                } => Request::ProjectCreate {
+                    name,
+                    cluster,
+                    display_name,
+                },
+                ProjectCommand::List => Request::ProjectList,
+                ProjectCommand::Delete { name } => Request::ProjectDelete { name },
+                ProjectCommand::AddMember {
+                    project,
+                    cluster,
+                    user,
+                    group,
+                    role,
+                } => Request::ProjectAddMember {
+                    project,
+                    cluster,
+                    user,
+                    group,
+                    role,
+                },
+                ProjectCommand::RemoveMember {
+                    project,
+                    user,
+                    group,
+                } => Request::ProjectRemoveMember {
+                    binding: crate::cli::member_binding(
+                        &project,
+                        user.as_deref(),
+                        group.as_deref(),
+                    ),
+                },
             };
             Ok(client(request, args.opts, env))
         }

@@ -184,6 +184,75 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
     let r = cli(&config, &["token", "revoke", &name], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
 
+    // Projects and their members.
+    let r = cli(
+        &config,
+        &[
+            "project",
+            "create",
+            "shop",
+            "--cluster",
+            "prod",
+            "--display-name",
+            "Shop",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("drover.io/project=shop"), "{}", r.stdout);
+    let r = cli(&config, &["project", "list"], "");
+    assert!(
+        r.stdout.contains("shop") && r.stdout.contains("Shop"),
+        "{}",
+        r.stdout
+    );
+    let r = cli(
+        &config,
+        &[
+            "project",
+            "add-member",
+            "shop",
+            "--cluster",
+            "prod",
+            "--user",
+            "admin",
+            "--role",
+            "project-owner",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("project-owner of project shop"),
+        "{}",
+        r.stdout
+    );
+    let r = cli(
+        &config,
+        &[
+            "project",
+            "add-member",
+            "shop",
+            "--cluster",
+            "prod",
+            "--user",
+            "admin",
+            "--role",
+            "cluster-owner",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 1, "a cluster role is not a project role");
+    assert!(r.stderr.contains("cluster role"), "{}", r.stderr);
+    let r = cli(
+        &config,
+        &["project", "remove-member", "shop", "--user", "admin"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cli(&config, &["project", "delete", "shop"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
     let r = cli(&config, &["cluster", "delete", "prod"], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = cli(&config, &["cluster", "get", "prod"], "");

@@ -1,0 +1,261 @@
+//! Scenario `rbac`: RBAC sync at scale. A hub with U users bound to one cluster (cluster
+//! roles, and project roles over P projects) and a cluster of N namespaces spread over those
+//! projects, each project with a secret; the real cluster-agent writes it all into the
+//! (simulated) cluster's RBAC. Reports the objects written downstream against what the mapping
+//! calls for, the time from the first hub write until the cluster matches, and the writes the
+//! agent makes afterwards while nothing changes (a window longer than its periodic resync),
+//! which should be none.
+//!
+//! Hub, cluster-agent and simulated cluster run in this process. Users and bindings are written
+//! straight to the hub's store (as the API would store them, without hashing 500 passwords).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use hub::store::Object;
+use serde_json::{Value, json};
+use sim::cluster::{Identity, SimCluster, SimConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    health_scenario::round,
+    proxy_scenario::{admin_with_cluster, hub_config},
+};
+
+const AGENT_TOKEN: &str = "bench-agent-token";
+const AGENT_USER: &str = "system:serviceaccount:drover-system:drover-agent";
+const AGENT_NAMESPACE: &str = "drover-system";
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Users with a role on the cluster or one of its projects.
+    #[arg(long, default_value_t = 500)]
+    users: usize,
+    /// Namespaces in the cluster, spread over the projects.
+    #[arg(long, default_value_t = 200)]
+    namespaces: usize,
+    /// Projects.
+    #[arg(long, default_value_t = 20)]
+    projects: usize,
+    /// Seconds watched after convergence for writes that should not happen (the agent
+    /// resyncs every 60 s, so the default window holds one resync).
+    #[arg(long, default_value_t = 65)]
+    quiet_seconds: u64,
+}
+
+/// The role user `i` gets: a tenth each cluster-owner and read-only, a fifth cluster-member,
+/// the rest project roles on project `i % projects`.
+fn role_of(i: usize, projects: usize) -> (&'static str, Option<String>) {
+    let project = || Some(format!("p-{}", i % projects));
+    match i % 10 {
+        0 => ("cluster-owner", None),
+        1 | 2 => ("cluster-member", None),
+        3 => ("read-only", None),
+        4 => ("project-owner", project()),
+        9 => ("read-only", project()),
+        _ => ("project-member", project()),
+    }
+}
+
+/// Successful writes (create, update, delete) the agent has made so far.
+fn agent_writes(sim: &SimCluster) -> usize {
+    sim.audit()
+        .iter()
+        .filter(|e| {
+            e.user == AGENT_USER
+                && e.impersonated_by.is_none()
+                && matches!(e.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+                && (200..300).contains(&e.code)
+                && (e.path.contains("/rbac.authorization.k8s.io/") || e.path.contains("/secrets"))
+        })
+        .count()
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
+    let (users, namespaces, projects) = (args.users, args.namespaces, args.projects.max(1));
+    let shutdown = CancellationToken::new();
+    let sim = SimCluster::start(SimConfig::default(), shutdown.clone()).await?;
+    sim.add_token(
+        AGENT_TOKEN,
+        Identity {
+            user: AGENT_USER.into(),
+            groups: vec!["system:serviceaccounts".into()],
+            impersonator: true,
+        },
+    );
+    let manifest: Vec<String> = (0..namespaces)
+        .map(|n| {
+            format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-{n}\n  labels: {{drover.io/project: p-{}}}\n",
+                n % projects
+            )
+        })
+        .collect();
+    sim.apply_manifest(&manifest.join("---\n"))
+        .map_err(anyhow::Error::msg)?;
+
+    let data_dir = std::env::temp_dir().join(format!("drover-bench-rbac-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let hub = hub::Hub::start(hub_config(&data_dir.join("hub")), shutdown.clone()).await?;
+    let (api, registration) = admin_with_cluster(
+        &hub,
+        json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}}),
+    )
+    .await?;
+    let import = hub::registration::agents_manifest(
+        hub.store().as_ref(),
+        hub.url(),
+        hub.ca_checksum(),
+        "prod",
+        &registration,
+    )
+    .await?;
+    sim.apply_manifest(&import).map_err(anyhow::Error::msg)?;
+    let agent = cluster_agent::Config {
+        server: hub.url().to_owned(),
+        token: tunnel::Secret::new(registration),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        cluster: "prod".into(),
+        name: "bench-0".into(),
+        kube: cluster_agent::KubeTarget::from_kubeconfig_text(
+            &sim.kubeconfig(AGENT_TOKEN),
+            "the simulated cluster",
+        )?,
+        state_dir: data_dir.join("agent"),
+        lease: cluster_agent::lease::LeaseConfig {
+            namespace: AGENT_NAMESPACE.into(),
+            name: "drover-cluster-agent".into(),
+            identity: "bench-0".into(),
+            duration: Duration::from_secs(15),
+        },
+    };
+    tokio::spawn(cluster_agent::run(agent, shutdown.clone()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let cluster = api.call("GET", "/v1/clusters/prod", None, 200).await?;
+        let connected = cluster["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Connected" && c["status"] == "True")
+            });
+        if connected {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the cluster-agent did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = agent_writes(&sim);
+
+    // The burst: projects, users, their bindings, a secret per project.
+    let store = hub.store().clone();
+    let started = Instant::now();
+    let mut hub_objects = 0;
+    for p in 0..projects {
+        store
+            .create(Object::new(
+                "Project",
+                &format!("p-{p}"),
+                json!({"cluster": "prod"}),
+            ))
+            .await?;
+        hub_objects += 1;
+    }
+    let mut project_roles: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    let mut cluster_roles = BTreeSet::new();
+    for i in 0..users {
+        let user = format!("u-{i}");
+        store
+            .create(Object::new("User", &user, json!({"displayName": user})))
+            .await?;
+        let (role, project) = role_of(i, projects);
+        let mut spec = json!({"user": user, "role": role, "cluster": "prod"});
+        match &project {
+            Some(p) => {
+                spec["project"] = json!(p);
+                project_roles.entry(p.clone()).or_default().insert(role);
+            }
+            None => {
+                cluster_roles.insert(role);
+            }
+        }
+        store
+            .create(Object::new("RoleBinding", &format!("b-{i}"), spec))
+            .await?;
+        hub_objects += 2;
+    }
+    for p in 0..projects {
+        store
+            .create(Object::new(
+                "ProjectSecret",
+                &format!("p-{p}-registry"),
+                json!({"cluster": "prod", "project": format!("p-{p}"), "data": {"token": "czNjcmV0"}}),
+            ))
+            .await?;
+        hub_objects += 1;
+    }
+    let hub_write_s = started.elapsed().as_secs_f64();
+
+    // What the mapping calls for: cluster bindings (owner; read-only and cluster-view for
+    // members and readers, with the cluster-view role), a member binding in every namespace
+    // but the agent's, and per project namespace a binding per project role held and the secret.
+    let all_namespaces = namespaces + 4; // default, kube-system, kube-public, kube-node-lease
+    let viewers = cluster_roles.contains("read-only") || cluster_roles.contains("cluster-member");
+    let mut expected =
+        usize::from(cluster_roles.contains("cluster-owner")) + 3 * usize::from(viewers);
+    if cluster_roles.contains("cluster-member") {
+        expected += all_namespaces;
+    }
+    for n in 0..namespaces {
+        let roles = project_roles
+            .get(&format!("p-{}", n % projects))
+            .map_or(0, BTreeSet::len);
+        expected += roles + 1;
+    }
+
+    // Converged: the expected writes made, and then none for three seconds.
+    let mut last_count = agent_writes(&sim);
+    let mut last_change = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let count = agent_writes(&sim);
+        if count != last_count {
+            last_count = count;
+            last_change = Instant::now();
+        }
+        if count - before >= expected && last_change.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "not converged after 10 minutes: {} of {expected} objects written",
+            count - before
+        );
+    }
+    let converge_s = last_change.duration_since(started).as_secs_f64();
+    let written = last_count - before;
+
+    let quiet = Duration::from_secs(args.quiet_seconds);
+    tokio::time::sleep(quiet).await;
+    let writes_when_quiet = agent_writes(&sim) - last_count;
+    shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&data_dir);
+    Ok(json!({
+        "scenario": "rbac",
+        "users": users,
+        "namespaces": namespaces,
+        "projects": projects,
+        "hub_objects_written": hub_objects,
+        "hub_write_s": round(hub_write_s, 2),
+        "downstream_objects_expected": expected,
+        "downstream_writes": written,
+        "converge_s": round(converge_s, 2),
+        "quiet_seconds": quiet.as_secs(),
+        "writes_when_quiet": writes_when_quiet,
+    }))
+}

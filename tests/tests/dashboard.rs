@@ -242,9 +242,37 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     let node_config =
         node_agent::Config::from_env(&imported.node_agent_env("node-0").await).unwrap();
     let node_agent = tokio::spawn(node_agent::run(node_config, imported.shutdown.clone()));
+    // A project of the cluster, with a member: listed on the cluster page.
+    for (plural, body) in [
+        (
+            "projects",
+            serde_json::json!({"metadata": {"name": "shop"}, "spec": {"cluster": "web", "displayName": "Shop <front>"}}),
+        ),
+        (
+            "rolebindings",
+            serde_json::json!({"metadata": {"name": "shop-admin"}, "spec": {"user": "admin", "role": "project-owner", "cluster": "web", "project": "shop"}}),
+        ),
+    ] {
+        let (status, created) = api(
+            imported.hub.addr,
+            "POST",
+            &format!("/v1/{plural}"),
+            Some(&admin),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+    }
     browser.goto(&format!("{base}/clusters/web")).await;
     browser.find("table#cluster tr[data-name='web']").await;
     assert!(browser.text("main").await.contains("Connected"));
+    let projects = browser.text("table#projects").await;
+    assert!(
+        projects.contains("Shop <front>")
+            && projects.contains("drover.io/project=shop")
+            && projects.contains("admin (project-owner)"),
+        "{projects}"
+    );
     browser
         .until(
             "node-0 on the cluster page without a reload",

@@ -1,5 +1,5 @@
 //! The clusters list, creating a cluster, and a cluster's page (its machines, conditions,
-//! events, kubeconfig and registration commands).
+//! projects and their members, events, kubeconfig and registration commands).
 
 use std::fmt::Write as _;
 
@@ -265,6 +265,53 @@ async fn machine_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<
     Ok(rows)
 }
 
+/// The cluster's projects the caller may see, each with its members (user or group, and role)
+/// and the label that puts a namespace in it.
+async fn project_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<String, ApiError> {
+    let everything = LabelSelector::everything();
+    let (projects, _) = dash
+        .api
+        .store
+        .list(Kind::Project.name(), &everything)
+        .await?;
+    let (bindings, _) = dash
+        .api
+        .store
+        .list(Kind::RoleBinding.name(), &everything)
+        .await?;
+    let mut rows = String::new();
+    for project in projects.into_iter().filter(|p| {
+        p.spec["cluster"].as_str() == Some(name)
+            && allow(principal, Verb::Get, Kind::Project, p).is_ok()
+    }) {
+        let project_name = &project.metadata.name;
+        let members: Vec<String> = bindings
+            .iter()
+            .filter(|b| b.spec["project"].as_str() == Some(project_name))
+            .map(|b| {
+                let who = match (b.spec["user"].as_str(), b.spec["group"].as_str()) {
+                    (Some(user), _) => escape(user),
+                    (None, Some(group)) => format!("group {}", escape(group)),
+                    _ => String::new(),
+                };
+                format!("{who} ({})", escape(b.spec["role"].as_str().unwrap_or("")))
+            })
+            .collect();
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td><code>drover.io/project={}</code></td><td>{}</td></tr>",
+            escape(project_name),
+            escape(project.spec["displayName"].as_str().unwrap_or("")),
+            escape(project_name),
+            if members.is_empty() {
+                "none".to_owned()
+            } else {
+                members.join(", ")
+            },
+        ));
+    }
+    Ok(rows)
+}
+
 /// `/clusters/{name}/machines?part=rows`: the live rows of the cluster page's machines.
 pub(super) async fn machines(
     State(dash): State<Dash>,
@@ -298,6 +345,17 @@ pub(super) async fn one(
     let conditions = condition_rows(&shown);
     let machines = match machine_rows(&dash, &principal, &name).await {
         Ok(rows) => rows,
+        Err(e) => return e.into_response(),
+    };
+    let projects = match project_rows(&dash, &principal, &name).await {
+        Ok(rows) if rows.is_empty() => {
+            "<p>No projects. A project groups namespaces under one set of members and secrets: \
+             <code>drover-hub project create NAME --cluster CLUSTER</code>.</p>"
+                .to_owned()
+        }
+        Ok(rows) => format!(
+            r#"<table class="list" id="projects"><thead><tr><th scope="col">Project</th><th scope="col">Display name</th><th scope="col">Namespaces labelled</th><th scope="col">Members</th></tr></thead><tbody>{rows}</tbody></table>"#
+        ),
         Err(e) => return e.into_response(),
     };
     let register = if owner {
@@ -335,6 +393,8 @@ pub(super) async fn one(
 <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
 <tbody>{machines}</tbody>
 </table>
+<h2>Projects</h2>
+{projects}
 <h2>Conditions</h2>
 <table class="list" id="conditions" data-watch="/v1/clusters?watch=true" data-rows="/clusters/{title}/conditions"><thead><tr><th scope="col">Condition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead><tbody>{conditions}</tbody></table>
 <h2>Events</h2>

@@ -46,9 +46,10 @@ pub(crate) struct Args {
 }
 
 /// The role user `i` gets: a tenth each cluster-owner and read-only, a fifth cluster-member,
-/// the rest project roles on project `i % projects`.
+/// the rest project roles, ten users at a time to one project, so each project has an owner,
+/// members and readers.
 fn role_of(i: usize, projects: usize) -> (&'static str, Option<String>) {
-    let project = || Some(format!("p-{}", i % projects));
+    let project = || Some(format!("p-{}", (i / 10) % projects));
     match i % 10 {
         0 => ("cluster-owner", None),
         1 | 2 => ("cluster-member", None),
@@ -59,18 +60,30 @@ fn role_of(i: usize, projects: usize) -> (&'static str, Option<String>) {
     }
 }
 
-/// Successful writes (create, update, delete) the agent has made so far.
-fn agent_writes(sim: &SimCluster) -> usize {
-    sim.audit()
-        .iter()
-        .filter(|e| {
-            e.user == AGENT_USER
-                && e.impersonated_by.is_none()
-                && matches!(e.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
-                && (200..300).contains(&e.code)
-                && (e.path.contains("/rbac.authorization.k8s.io/") || e.path.contains("/secrets"))
-        })
-        .count()
+/// Successful writes the agent has made so far to RBAC objects and secrets: creates, updates,
+/// deletes.
+fn agent_writes(sim: &SimCluster) -> [usize; 3] {
+    let mut counts = [0; 3];
+    for e in sim.audit() {
+        let ours = e.user == AGENT_USER
+            && e.impersonated_by.is_none()
+            && (200..300).contains(&e.code)
+            && (e.path.contains("/rbac.authorization.k8s.io/") || e.path.contains("/secrets"));
+        let slot = match e.method.as_str() {
+            "POST" => 0,
+            "PUT" | "PATCH" => 1,
+            "DELETE" => 2,
+            _ => continue,
+        };
+        if ours {
+            counts[slot] += 1;
+        }
+    }
+    counts
+}
+
+fn total(counts: [usize; 3]) -> usize {
+    counts.iter().sum()
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
@@ -151,6 +164,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let before = agent_writes(&sim);
+    // The audit log keeps the last 10,000 requests: enough for the default sizes.
 
     // The burst: projects, users, their bindings, a secret per project.
     let store = hub.store().clone();
@@ -218,31 +232,31 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         expected += roles + 1;
     }
 
-    // Converged: the expected writes made, and then none for three seconds.
-    let mut last_count = agent_writes(&sim);
+    // Converged: the expected objects exist (created less deleted), and no write for 3 s.
+    let objects = |c: [usize; 3]| (c[0] - before[0]).saturating_sub(c[2] - before[2]);
+    let mut last = agent_writes(&sim);
     let mut last_change = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let count = agent_writes(&sim);
-        if count != last_count {
-            last_count = count;
+        let now = agent_writes(&sim);
+        if now != last {
+            last = now;
             last_change = Instant::now();
         }
-        if count - before >= expected && last_change.elapsed() > Duration::from_secs(3) {
+        if objects(now) >= expected && last_change.elapsed() > Duration::from_secs(3) {
             break;
         }
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(600),
-            "not converged after 10 minutes: {} of {expected} objects written",
-            count - before
+            "not converged after 10 minutes: {} of {expected} objects",
+            objects(now)
         );
     }
     let converge_s = last_change.duration_since(started).as_secs_f64();
-    let written = last_count - before;
 
     let quiet = Duration::from_secs(args.quiet_seconds);
     tokio::time::sleep(quiet).await;
-    let writes_when_quiet = agent_writes(&sim) - last_count;
+    let writes_when_quiet = total(agent_writes(&sim)) - total(last);
     shutdown.cancel();
     let _ = std::fs::remove_dir_all(&data_dir);
     Ok(json!({
@@ -253,7 +267,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "hub_objects_written": hub_objects,
         "hub_write_s": round(hub_write_s, 2),
         "downstream_objects_expected": expected,
-        "downstream_writes": written,
+        "downstream_objects": objects(last),
+        // Writes while converging: creates, and updates as bindings gained subjects.
+        "downstream_writes": total(last) - total(before),
         "converge_s": round(converge_s, 2),
         "quiet_seconds": quiet.as_secs(),
         "writes_when_quiet": writes_when_quiet,

@@ -345,7 +345,11 @@ pub async fn handle(
     let upgrade = parts.headers.contains_key(header::UPGRADE);
     // `read-only` is enforced here as well as by the cluster's RBAC, so it holds on clusters
     // whose RBAC Drover does not manage.
-    let read_only = !principal.admin && principal.clusters.get(&cluster) == Some(&Role::ReadOnly);
+    // A project role on the cluster may allow writes in the project's namespaces: then the
+    // cluster's RBAC alone decides.
+    let read_only = !principal.admin
+        && principal.clusters.get(&cluster) == Some(&Role::ReadOnly)
+        && !principal.projects.values().any(|(c, _)| c == &cluster);
     if read_only && !reads(&parts.method, &rest, upgrade) {
         return kube_status(
             StatusCode::FORBIDDEN,

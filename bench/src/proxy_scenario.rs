@@ -218,6 +218,47 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
     }
 }
 
+/// Imports the simulated cluster `sim` as cluster `prod` of `hub`: applies the hub's import
+/// manifest to it (the agent's RBAC among it, as `kubectl apply` would) and returns the
+/// cluster-agent's configuration, its service account's token `agent_token`, its lease in
+/// `namespace`, its state under `data_dir`.
+pub(crate) async fn import_into(
+    hub: &hub::Hub,
+    sim: &SimCluster,
+    agent_token: &str,
+    registration: String,
+    data_dir: &std::path::Path,
+    namespace: &str,
+) -> anyhow::Result<cluster_agent::Config> {
+    let manifest = hub::registration::agents_manifest(
+        hub.store().as_ref(),
+        hub.url(),
+        hub.ca_checksum(),
+        "prod",
+        &registration,
+    )
+    .await?;
+    sim.apply_manifest(&manifest).map_err(anyhow::Error::msg)?;
+    Ok(cluster_agent::Config {
+        server: hub.url().to_owned(),
+        token: tunnel::Secret::new(registration),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        cluster: "prod".into(),
+        name: "bench-0".into(),
+        kube: cluster_agent::KubeTarget::from_kubeconfig_text(
+            &sim.kubeconfig(agent_token),
+            "the simulated cluster",
+        )?,
+        state_dir: data_dir.join("agent"),
+        lease: cluster_agent::lease::LeaseConfig {
+            namespace: namespace.into(),
+            name: "drover-cluster-agent".into(),
+            identity: "bench-0".into(),
+            duration: Duration::from_secs(15),
+        },
+    })
+}
+
 /// Logs in to a new `hub` as its bootstrap admin and creates `cluster`; returns the admin's
 /// API and the cluster's registration token.
 pub(crate) async fn admin_with_cluster(
@@ -288,35 +329,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
     )
     .await?;
 
-    // What `kubectl apply` of the import manifest would install, the agent's RBAC among it.
-    let manifest = hub::registration::agents_manifest(
-        hub.store().as_ref(),
-        hub.url(),
-        hub.ca_checksum(),
-        "prod",
-        &registration,
-    )
-    .await?;
-    sim.apply_manifest(&manifest).map_err(anyhow::Error::msg)?;
-    let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
-        &sim.kubeconfig(AGENT_TOKEN),
-        "the simulated cluster",
-    )?;
-    let agent = cluster_agent::Config {
-        server: hub.url().to_owned(),
-        token: tunnel::Secret::new(registration),
-        ca_checksum: hub.ca_checksum().to_owned(),
-        cluster: "prod".into(),
-        name: "bench-0".into(),
-        kube,
-        state_dir: data_dir.join("agent"),
-        lease: cluster_agent::lease::LeaseConfig {
-            namespace: "default".into(),
-            name: "drover-cluster-agent".into(),
-            identity: "bench-0".into(),
-            duration: Duration::from_secs(15),
-        },
-    };
+    let agent = import_into(&hub, &sim, AGENT_TOKEN, registration, &data_dir, "default").await?;
     agent_rt.spawn(cluster_agent::run(agent, shutdown.clone()));
 
     // A kubeconfig token, as `kubectl` through the hub would send (the kubeconfig is YAML).

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     health_scenario::round,
-    proxy_scenario::{admin_with_cluster, hub_config},
+    proxy_scenario::{admin_with_cluster, hub_config, import_into},
 };
 
 const AGENT_TOKEN: &str = "bench-agent-token";
@@ -117,33 +117,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}}),
     )
     .await?;
-    let import = hub::registration::agents_manifest(
-        hub.store().as_ref(),
-        hub.url(),
-        hub.ca_checksum(),
-        "prod",
-        &registration,
+    let agent = import_into(
+        &hub,
+        &sim,
+        AGENT_TOKEN,
+        registration,
+        &data_dir,
+        AGENT_NAMESPACE,
     )
     .await?;
-    sim.apply_manifest(&import).map_err(anyhow::Error::msg)?;
-    let agent = cluster_agent::Config {
-        server: hub.url().to_owned(),
-        token: tunnel::Secret::new(registration),
-        ca_checksum: hub.ca_checksum().to_owned(),
-        cluster: "prod".into(),
-        name: "bench-0".into(),
-        kube: cluster_agent::KubeTarget::from_kubeconfig_text(
-            &sim.kubeconfig(AGENT_TOKEN),
-            "the simulated cluster",
-        )?,
-        state_dir: data_dir.join("agent"),
-        lease: cluster_agent::lease::LeaseConfig {
-            namespace: AGENT_NAMESPACE.into(),
-            name: "drover-cluster-agent".into(),
-            identity: "bench-0".into(),
-            duration: Duration::from_secs(15),
-        },
-    };
     tokio::spawn(cluster_agent::run(agent, shutdown.clone()));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -56,6 +56,29 @@ pub fn temp_dir(label: &str) -> PathBuf {
     dir
 }
 
+/// Runs `command` with `sh -c`; panics with its stderr unless it succeeds. Its stdout.
+pub fn sh(command: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .args(["-c", command])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `command` with `sh -c`, whatever comes of it (clean-ups of what may not exist).
+pub fn quiet(command: &str) {
+    let _ = std::process::Command::new("sh")
+        .args(["-c", command])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// A `drover-hub serve` process.
 #[derive(Debug)]
 pub struct HubProcess {

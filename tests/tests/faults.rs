@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tests::{
     api, binary, create_custom_cluster,
     imported::{Imported, kubectl, until_allowed, user_kubeconfig},
+    quiet, sh,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -37,26 +38,6 @@ const AGENT_SIDE: &str = "10.214.0.11";
 const DELAY: Duration = Duration::from_millis(200);
 /// The agents' and hub's ping interval (the default) and the bound it gives.
 const KEEPALIVE_BOUND: Duration = Duration::from_secs(30);
-
-fn sh(command: &str) {
-    let out = std::process::Command::new("sh")
-        .args(["-c", command])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn quiet(command: &str) {
-    let _ = std::process::Command::new("sh")
-        .args(["-c", command])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
 
 /// The agents' namespace, joined to the test's by a veth pair over a bridge.
 struct Link;

@@ -18,32 +18,12 @@ use std::{
 
 use serde_json::{Value, json};
 use tests::{
-    HubProcess, api, api_text, binary, create_custom_cluster, imported::kubectl_ok, login, temp_dir,
+    HubProcess, api, api_text, binary, create_custom_cluster, imported::kubectl_ok, login, quiet,
+    sh, temp_dir,
 };
 
 const BRIDGE: &str = "drvbr0";
 const PREFIX: &str = "10.213.0";
-
-fn sh(command: &str) -> String {
-    let out = std::process::Command::new("sh")
-        .args(["-c", command])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn quiet(command: &str) {
-    let _ = std::process::Command::new("sh")
-        .args(["-c", command])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
 
 /// The hosts' network: a bridge in the root namespace (the hub's side) and a namespace per host.
 struct Network {

@@ -127,8 +127,34 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
     .await;
     assert_eq!(answer.trim(), "no");
 
+    // A second project, lab, where pat may only read, with a secret of its own.
+    create(
+        hub,
+        admin,
+        "projects",
+        json!({"metadata": {"name": "lab"}, "spec": {"cluster": "prod"}}),
+    )
+    .await;
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "pat-lab"},
+            "spec": {"user": "pat", "role": "read-only", "cluster": "prod", "project": "lab"}}),
+    )
+    .await;
+    create(
+        hub,
+        admin,
+        "projectsecrets",
+        json!({"metadata": {"name": "lab-key"},
+            "spec": {"cluster": "prod", "project": "lab", "type": "kubernetes.io/ssh-auth",
+                "data": {"ssh-privatekey": "a2V5"}}}),
+    )
+    .await;
+
     // A project secret is in every namespace of the project, including one added later, and
-    // leaves a namespace moved out of it.
+    // leaves a namespace moved out of it (to another project).
     create(
         hub,
         admin,
@@ -177,7 +203,7 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
             "label",
             "namespace",
             "shop-b",
-            "drover.io/project-",
+            "drover.io/project=lab",
             "--overwrite",
         ],
     )
@@ -187,6 +213,38 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
         &["get", "secret", "db-password", "-n", "shop-b"],
         Duration::from_secs(10),
         |ok, _| !ok,
+    )
+    .await;
+    // ... into project lab, whose members and secret it now has.
+    until(
+        sim_admin,
+        &[
+            "get",
+            "secret",
+            "lab-key",
+            "-n",
+            "shop-b",
+            "-o",
+            "jsonpath={.type}",
+        ],
+        Duration::from_secs(10),
+        |ok, out| ok && out == "kubernetes.io/ssh-auth",
+    )
+    .await;
+    let lab_reader = [
+        "get",
+        "rolebinding",
+        "drover-project-read-only",
+        "-n",
+        "shop-b",
+        "-o",
+        "jsonpath={.roleRef.name} {.subjects[*].name}",
+    ];
+    until(
+        sim_admin,
+        &lab_reader,
+        Duration::from_secs(10),
+        |ok, out| ok && out == "view pat",
     )
     .await;
     let (_, answer, _) = kubectl(

@@ -242,37 +242,49 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     let node_config =
         node_agent::Config::from_env(&imported.node_agent_env("node-0").await).unwrap();
     let node_agent = tokio::spawn(node_agent::run(node_config, imported.shutdown.clone()));
-    // A project of the cluster, with a member: listed on the cluster page.
-    for (plural, body) in [
-        (
-            "projects",
-            serde_json::json!({"metadata": {"name": "shop"}, "spec": {"cluster": "web", "displayName": "Shop <front>"}}),
-        ),
-        (
-            "rolebindings",
-            serde_json::json!({"metadata": {"name": "shop-admin"}, "spec": {"user": "admin", "role": "project-owner", "cluster": "web", "project": "shop"}}),
-        ),
-    ] {
-        let (status, created) = api(
-            imported.hub.addr,
-            "POST",
-            &format!("/v1/{plural}"),
-            Some(&admin),
-            Some(body),
-        )
-        .await;
-        assert_eq!(status, 201, "{created}");
-    }
     browser.goto(&format!("{base}/clusters/web")).await;
     browser.find("table#cluster tr[data-name='web']").await;
     assert!(browser.text("main").await.contains("Connected"));
+    // The cluster's owner makes a project and gives someone a role on it, on this page.
+    browser.type_into("#project-name", "shop").await;
+    browser.type_into("#project-display", "Shop <front>").await;
+    browser.click("#create-project button[type='submit']").await;
+    browser.find("table#projects").await;
+    browser.type_into("#member-project", "shop").await;
+    browser.type_into("#member-user", "admin").await;
+    browser
+        .click("#create-project-member button[type='submit']")
+        .await;
+    browser
+        .until(
+            "the new member listed",
+            Duration::from_secs(10),
+            "const t = document.querySelector('table#projects'); return t !== null && t.textContent.includes('admin (project-member)');",
+        )
+        .await;
     let projects = browser.text("table#projects").await;
     assert!(
-        projects.contains("Shop <front>")
-            && projects.contains("drover.io/project=shop")
-            && projects.contains("admin (project-owner)"),
+        projects.contains("Shop <front>") && projects.contains("drover.io/project=shop"),
         "{projects}"
     );
+    let (status, binding) = api(
+        imported.hub.addr,
+        "GET",
+        "/v1/rolebindings/shop-admin",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "the same binding name as the CLI's: {binding}");
+    assert_eq!(binding["spec"]["project"], "shop");
+    browser.click("#projects button.delete").await;
+    browser
+        .until(
+            "the member removed",
+            Duration::from_secs(10),
+            "const t = document.querySelector('table#projects'); return t !== null && !t.textContent.includes('admin (project-member)');",
+        )
+        .await;
     browser
         .until(
             "node-0 on the cluster page without a reload",

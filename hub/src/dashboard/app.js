@@ -239,6 +239,16 @@ function setupCreateForms() {
       const name = `${user}-${role}-${spec.cluster || "global"}`.toLowerCase().replace(/[^a-z0-9-]+/g, "-");
       return ["/v1/rolebindings", { metadata: { name }, spec }];
     }],
+    "create-project": ["project-error", (f) => ["/v1/projects", {
+      metadata: { name: f.name.value.trim() },
+      spec: { cluster: f.dataset.cluster, displayName: f.displayName.value.trim() },
+    }]],
+    // Named as `drover-hub project add-member` names it, so either can remove it.
+    "create-project-member": ["member-error", (f) => {
+      const [project, user] = [f.project.value.trim(), f.user.value.trim()];
+      const spec = { user, role: f.role.value, cluster: f.dataset.cluster, project };
+      return ["/v1/rolebindings", { metadata: { name: `${project}-${user}` }, spec }];
+    }],
   };
   for (const [id, [errorId, build]] of Object.entries(forms)) {
     const form = document.getElementById(id);

@@ -267,7 +267,12 @@ async fn machine_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<
 
 /// The cluster's projects the caller may see, each with its members (user or group, and role)
 /// and the label that puts a namespace in it.
-async fn project_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<String, ApiError> {
+async fn project_rows(
+    dash: &Dash,
+    principal: &Principal,
+    name: &str,
+    owner: bool,
+) -> Result<String, ApiError> {
     let everything = LabelSelector::everything();
     let (projects, _) = dash
         .api
@@ -294,7 +299,19 @@ async fn project_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<
                     (None, Some(group)) => format!("group {}", escape(group)),
                     _ => String::new(),
                 };
-                format!("{who} ({})", escape(b.spec["role"].as_str().unwrap_or("")))
+                let remove = if owner {
+                    format!(
+                        r#" <button type="button" class="danger delete" data-path="/v1/rolebindings/{binding}" aria-label="Remove {who} from {project}">Remove</button>"#,
+                        binding = escape(&b.metadata.name),
+                        project = escape(project_name),
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "<span class=\"member\">{who} ({}){remove}</span>",
+                    escape(b.spec["role"].as_str().unwrap_or(""))
+                )
             })
             .collect();
         rows.push_str(&format!(
@@ -347,10 +364,9 @@ pub(super) async fn one(
         Ok(rows) => rows,
         Err(e) => return e.into_response(),
     };
-    let projects = match project_rows(&dash, &principal, &name).await {
+    let mut projects = match project_rows(&dash, &principal, &name, owner).await {
         Ok(rows) if rows.is_empty() => {
-            "<p>No projects. A project groups namespaces under one set of members and secrets: \
-             <code>drover-hub project create NAME --cluster CLUSTER</code>.</p>"
+            "<p>No projects. A project groups namespaces under one set of members and secrets.</p>"
                 .to_owned()
         }
         Ok(rows) => format!(
@@ -358,6 +374,31 @@ pub(super) async fn one(
         ),
         Err(e) => return e.into_response(),
     };
+    if owner {
+        // Owners make projects and give people roles on them (the API checks again).
+        let _ = write!(
+            projects,
+            r#"<form id="create-project" data-cluster="{cluster}">
+<label for="project-name">New project</label>
+<input id="project-name" name="name" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="name">
+<label for="project-display">Display name</label>
+<input id="project-display" name="displayName">
+<button type="submit">Create project</button>
+<p class="error" role="alert" id="project-error"></p>
+</form>
+<form id="create-project-member" data-cluster="{cluster}">
+<label for="member-project">Project</label>
+<input id="member-project" name="project" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?">
+<label for="member-user">User</label>
+<input id="member-user" name="user" required>
+<label for="member-role">Role</label>
+<select id="member-role" name="role"><option value="project-member">project-member</option><option value="project-owner">project-owner</option><option value="read-only">read-only</option></select>
+<button type="submit">Add member</button>
+<p class="error" role="alert" id="member-error"></p>
+</form>"#,
+            cluster = escape(&name),
+        );
+    }
     let register = if owner {
         let what = if custom {
             "Run it on each host (as root), with --etcd, --controlplane or --worker for its roles."

@@ -19,6 +19,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    pin::Pin,
     time::Duration,
 };
 
@@ -34,7 +35,7 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
-    runtime::watcher,
+    runtime::{WatchStreamExt, watcher},
 };
 use proto::cluster::v1::{
     AccessSnapshot, Grant, WatchAccessRequest, cluster_agent_client::ClusterAgentClient,
@@ -119,28 +120,23 @@ pub(crate) async fn sync(
 
 /// A signal for each change to a namespace or to an object of ours, from watches.
 fn downstream_changes(client: &Client) -> impl Stream<Item = ()> + Send + 'static {
+    fn signals<K>(api: Api<K>, config: watcher::Config) -> Pin<Box<dyn Stream<Item = bool> + Send>>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        // Backoff: an unreachable API server is retried calmly, not in a loop.
+        Box::pin(watcher(api, config).default_backoff().map(|e| e.is_ok()))
+    }
     let ours = || watcher::Config::default().labels(SYNC_LABEL);
-    let signals = |s: std::pin::Pin<Box<dyn Stream<Item = bool> + Send>>| s;
     futures::stream::select_all([
-        signals(Box::pin(
-            watcher(
-                Api::<Namespace>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .map(|e| e.is_ok()),
-        )),
-        signals(Box::pin(
-            watcher(Api::<RoleBinding>::all(client.clone()), ours()).map(|e| e.is_ok()),
-        )),
-        signals(Box::pin(
-            watcher(Api::<ClusterRoleBinding>::all(client.clone()), ours()).map(|e| e.is_ok()),
-        )),
-        signals(Box::pin(
-            watcher(Api::<ClusterRole>::all(client.clone()), ours()).map(|e| e.is_ok()),
-        )),
-        signals(Box::pin(
-            watcher(Api::<Secret>::all(client.clone()), ours()).map(|e| e.is_ok()),
-        )),
+        signals(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        signals(Api::<RoleBinding>::all(client.clone()), ours()),
+        signals(Api::<ClusterRoleBinding>::all(client.clone()), ours()),
+        signals(Api::<ClusterRole>::all(client.clone()), ours()),
+        signals(Api::<Secret>::all(client.clone()), ours()),
     ])
     .filter_map(|ok| async move { ok.then_some(()) })
 }

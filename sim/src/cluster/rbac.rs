@@ -93,16 +93,27 @@ fn labels_match(object: &Value, selector: &Value) -> bool {
         .all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// A ClusterRole's rules, with an aggregated role's taken from the roles it selects, and from
-/// what those select in turn (the controller that fills `rules` in Kubernetes gets there over
-/// several passes; `view` is selected by `edit`, `edit` by `admin`).
-fn cluster_role_rules(store: &Store, role: &Value) -> Vec<Value> {
+fn any_rule(role: &Value, attrs: &Attributes) -> bool {
+    role["rules"]
+        .as_array()
+        .is_some_and(|rules| rules.iter().any(|rule| rule_allows(rule, attrs)))
+}
+
+/// Whether a ClusterRole grants `attrs`: by its own rules, or (aggregated) by those of the
+/// roles it selects, and of what those select in turn (the controller that fills `rules` in
+/// Kubernetes gets there over several passes; `view` is selected by `edit`, `edit` by
+/// `admin`). Objects are shared, not copied: this runs on every request.
+fn cluster_role_allows(store: &Store, role: Arc<Value>, attrs: &Attributes) -> bool {
+    if any_rule(&role, attrs) {
+        return true;
+    }
+    if role["aggregationRule"].is_null() {
+        return false;
+    }
     let (all, _) = store.list(CLUSTER_ROLES, None);
     let mut seen = vec![role["metadata"]["name"].clone()];
-    let mut pending = vec![role.clone()];
-    let mut rules = Vec::new();
+    let mut pending = vec![role];
     while let Some(role) = pending.pop() {
-        rules.extend(role["rules"].as_array().cloned().unwrap_or_default());
         for selector in role["aggregationRule"]["clusterRoleSelectors"]
             .as_array()
             .into_iter()
@@ -111,13 +122,16 @@ fn cluster_role_rules(store: &Store, role: &Value) -> Vec<Value> {
             for other in &all {
                 let name = &other["metadata"]["name"];
                 if labels_match(other, selector) && !seen.contains(name) {
+                    if any_rule(other, attrs) {
+                        return true;
+                    }
                     seen.push(name.clone());
-                    pending.push((**other).clone());
+                    pending.push(other.clone());
                 }
             }
         }
     }
-    rules
+    false
 }
 
 fn subject_matches(subject: &Value, who: &Identity, binding_namespace: &str) -> bool {
@@ -147,28 +161,28 @@ fn bound(binding: &Value, who: &Identity) -> bool {
         .any(|s| subject_matches(s, who, namespace))
 }
 
-fn role_rules(store: &Store, role_ref: &Value, namespace: Option<&str>) -> Vec<Value> {
+fn role_allows(
+    store: &Store,
+    role_ref: &Value,
+    namespace: Option<&str>,
+    attrs: &Attributes,
+) -> bool {
     let name = role_ref["name"].as_str().unwrap_or_default().to_owned();
     match (role_ref["kind"].as_str(), namespace) {
         (Some("ClusterRole"), _) => store
             .get(CLUSTER_ROLES, &(String::new(), name))
-            .map(|role| cluster_role_rules(store, &role))
-            .unwrap_or_default(),
+            .is_some_and(|role| cluster_role_allows(store, role, attrs)),
         (Some("Role"), Some(ns)) => store
             .get(ROLES, &(ns.to_owned(), name))
-            .and_then(|role| role["rules"].as_array().cloned())
-            .unwrap_or_default(),
-        _ => Vec::new(),
+            .is_some_and(|role| any_rule(&role, attrs)),
+        _ => false,
     }
 }
 
 /// Whether `who` may do `attrs`, and the binding that allows it (for the review's reason).
 pub(crate) fn allowed(store: &Store, who: &Identity, attrs: &Attributes) -> Option<String> {
     let grants = |binding: &Arc<Value>, namespace: Option<&str>| {
-        bound(binding, who)
-            && role_rules(store, &binding["roleRef"], namespace)
-                .iter()
-                .any(|rule| rule_allows(rule, attrs))
+        bound(binding, who) && role_allows(store, &binding["roleRef"], namespace, attrs)
     };
     let name = |binding: &Value| {
         binding["metadata"]["name"]

@@ -110,6 +110,9 @@ pub struct Acceptor {
 
 struct Inner {
     config: AcceptorConfig,
+    /// The configured gRPC services plus the handshake, built once: every session's control
+    /// channel shares them (building a router per session cost about 4 KiB a session).
+    routes: tonic::service::Routes,
     auth: Box<dyn Authenticate>,
     registry: Registry,
     shutdown: CancellationToken,
@@ -143,9 +146,16 @@ impl Acceptor {
         registry: Registry,
         shutdown: CancellationToken,
     ) -> Self {
+        let routes = config
+            .routes
+            .clone()
+            .add_service(HandshakeServer::new(HandshakeService {
+                hub_version: config.hub_version.clone(),
+            }));
         Self {
             inner: Arc::new(Inner {
                 config,
+                routes,
                 auth: Box::new(auth),
                 registry,
                 shutdown,
@@ -209,14 +219,11 @@ impl Acceptor {
         let (hello_tx, hello_rx) = oneshot::channel();
         let mut extensions = http::Extensions::new();
         extensions.insert(HelloSlot(Arc::new(Mutex::new(Some(hello_tx)))));
-        let handshake = HandshakeServer::new(HandshakeService {
-            hub_version: config.hub_version.clone(),
-        });
         let inbound = Inbound {
             allow: config.allow.clone(),
             dial_timeout: config.settings.dial_timeout,
             control: Some(Control {
-                routes: config.routes.clone().add_service(handshake),
+                routes: self.inner.routes.clone(),
                 extensions,
             }),
             services: config.services.clone(),

@@ -403,16 +403,26 @@ pub struct FactsService {
     pub store: Arc<dyn Store>,
 }
 
-/// The cluster of the cluster-agent whose session `request` came on; no other agent may
-/// report a cluster's facts or follow its access.
-fn cluster_agent_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+/// The kind of agent a control-channel `request` came from and what it belongs to, from the
+/// tunnel session it came on (never from anything the agent says).
+pub(crate) fn caller_of<T>(
+    request: &tonic::Request<T>,
+) -> Result<(String, Option<Belongs>), tonic::Status> {
     let peer = request
         .extensions()
         .get::<tunnel::SessionInfo>()
-        .map(|i| i.peer.clone())
-        .ok_or_else(|| tonic::Status::internal("a cluster call outside a tunnel session"))?;
-    match (peer.kind.as_str(), belongs(&peer.id)) {
-        (CLUSTER_AGENT, Some(Belongs::Cluster(cluster))) => Ok(cluster),
+        .map(|i| &i.peer)
+        .ok_or_else(|| {
+            tonic::Status::internal("a control-channel call outside a tunnel session")
+        })?;
+    Ok((peer.kind.clone(), belongs(&peer.id)))
+}
+
+/// The cluster of the cluster-agent whose session `request` came on; no other agent may
+/// report a cluster's facts or follow its access.
+fn cluster_agent_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
+    match caller_of(request)? {
+        (kind, Some(Belongs::Cluster(cluster))) if kind == CLUSTER_AGENT => Ok(cluster),
         _ => Err(tonic::Status::permission_denied(
             "only cluster-agents report cluster facts and follow its access",
         )),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    agents::{Belongs, SYSTEM_AGENT, belongs, update_status},
+    agents::{Belongs, SYSTEM_AGENT, caller_of, update_status},
     model::{Kind, Status, parse_plan},
     store::{EventType, LabelSelector, Object, Store},
 };
@@ -168,13 +168,8 @@ pub struct PlansService {
 
 /// The host a request's session belongs to; only system-agents have one.
 fn host_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
-    let peer = request
-        .extensions()
-        .get::<tunnel::SessionInfo>()
-        .map(|i| i.peer.clone())
-        .ok_or_else(|| tonic::Status::internal("plans outside a tunnel session"))?;
-    match (peer.kind.as_str(), belongs(&peer.id)) {
-        (SYSTEM_AGENT, Some(Belongs::Host(host))) => Ok(host),
+    match caller_of(request)? {
+        (kind, Some(Belongs::Host(host))) if kind == SYSTEM_AGENT => Ok(host),
         _ => Err(tonic::Status::permission_denied(
             "only system-agents follow plans",
         )),

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Identity, SimCluster, SimConfig, resources::RESOURCES};
+use crate::cluster::{Identity, SimCluster, SimConfig, resources::by_kind};
 
 /// Which distribution is stood in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -726,9 +726,7 @@ async fn apply_manifest(api: &str, token: &str, text: &str) -> Result<Vec<Value>
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );
-        let resource = RESOURCES
-            .iter()
-            .find(|r| r.kind == kind && r.api_version() == api_version)
+        let resource = by_kind(api_version, kind)
             .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
         let prefix = if resource.group.is_empty() {
             "/api/v1".to_owned()

@@ -254,37 +254,44 @@ pub async fn user_kubeconfig(
         );
     }
     let token = login(hub.addr, name, password).await;
-    // Without a role the hub issues no kubeconfig; the user's own API token stands in.
-    let issuer = if role.is_some() {
-        token.clone()
-    } else {
-        admin.to_owned()
-    };
+    match role {
+        Some(_) => issued_kubeconfig(hub, &token, dir, name, None).await,
+        // Without a role the hub issues no kubeconfig; the user's own API token stands in.
+        None => issued_kubeconfig(hub, admin, dir, name, Some(&token)).await,
+    }
+}
+
+/// The kubeconfig the hub issues for cluster `prod` to the holder of `token`, aimed at the
+/// address the test reaches the hub by, written to `dir/<name>.kubeconfig`; with `use_token`,
+/// that token in place of the issued one.
+pub async fn issued_kubeconfig(
+    hub: &HubProcess,
+    token: &str,
+    dir: &Path,
+    name: &str,
+    use_token: Option<&str>,
+) -> PathBuf {
     let (status, kubeconfig) = crate::api_text(
         hub.addr,
         "POST",
         "/v1/clusters/prod/kubeconfig",
-        Some(&issuer),
+        Some(token),
     )
     .await;
     assert_eq!(status, 201, "{kubeconfig}");
-    let issued = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: "))
-        .unwrap()
-        .to_owned();
-    let kubeconfig = if role.is_some() {
+    let field = |prefix: &str| {
         kubeconfig
-    } else {
-        kubeconfig.replace(&issued, &token)
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .unwrap()
+            .to_owned()
     };
-    let server = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .to_owned();
-    let reachable = format!("{}/k8s/clusters/prod", hub.url());
+    let (issued, server) = (field("token: "), field("server: "));
+    let mut kubeconfig = kubeconfig.replace(&server, &format!("{}/k8s/clusters/prod", hub.url()));
+    if let Some(use_token) = use_token {
+        kubeconfig = kubeconfig.replace(&issued, use_token);
+    }
     let path = dir.join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, kubeconfig.replace(&server, &reachable)).unwrap();
+    std::fs::write(&path, kubeconfig).unwrap();
     path
 }

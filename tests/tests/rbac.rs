@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api,
-    imported::{Imported, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
+    imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
 };
 
 /// Creates `body` at `/v1/{plural}` as `token`; panics unless 201.
@@ -319,24 +319,7 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
     )
     .await;
     let gina_token = tests::login(hub.addr, "gina", "a long enough password").await;
-    let (status, kubeconfig) = tests::api_text(
-        hub.addr,
-        "POST",
-        "/v1/clusters/prod/kubeconfig",
-        Some(&gina_token),
-    )
-    .await;
-    assert_eq!(status, 201, "{kubeconfig}");
-    let server = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .to_owned();
-    let gina = write(
-        dir,
-        "gina.kubeconfig",
-        &kubeconfig.replace(&server, &format!("{}/k8s/clusters/prod", hub.url())),
-    );
+    let gina = issued_kubeconfig(hub, &gina_token, dir, "gina", None).await;
     until_allowed(&gina, &["create", "configmaps", "-n", "other"]).await;
     let (_, answer, _) = kubectl(
         &gina,

@@ -162,6 +162,25 @@ pub fn agent_config(hub: &TestHub, id: &str) -> ConnectorConfig {
     config
 }
 
+/// The hub's end of a session on `io` for agent `id`, as the test hub's acceptor runs it after
+/// the upgrade; ends with `io` or `shutdown`.
+fn hub_session<S>(io: S, id: &str, shutdown: CancellationToken) -> JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let acceptor = Acceptor::new(
+        AcceptorConfig::default(),
+        authenticate,
+        Registry::default(),
+        shutdown,
+    );
+    let peer = Peer {
+        id: id.to_owned(),
+        kind: KIND.to_owned(),
+    };
+    tokio::spawn(async move { acceptor.run_session(io, peer, None).await })
+}
+
 /// Feeds `bytes` to the hub's end of a session as if an agent had sent them after the
 /// WebSocket upgrade (WebSocket frames carrying yamux, the control stream's gRPC and stream
 /// headers), ends the input, and returns once the session has ended. The hub's frame intake
@@ -169,17 +188,7 @@ pub fn agent_config(hub: &TestHub, id: &str) -> ConnectorConfig {
 pub async fn hub_intake(bytes: &[u8]) {
     use tokio::io::AsyncWriteExt as _;
     let (agent, hub) = tokio::io::duplex(64 * 1024);
-    let acceptor = Acceptor::new(
-        AcceptorConfig::default(),
-        authenticate,
-        Registry::default(),
-        CancellationToken::new(),
-    );
-    let peer = Peer {
-        id: "fuzz".to_owned(),
-        kind: KIND.to_owned(),
-    };
-    let session = tokio::spawn(async move { acceptor.run_session(hub, peer, None).await });
+    let session = hub_session(hub, "fuzz", CancellationToken::new());
     let (mut from_hub, mut to_hub) = tokio::io::split(agent);
     // What the hub sends (pings, window updates, replies) must be read or it stalls.
     let drain = tokio::spawn(async move {
@@ -200,17 +209,7 @@ pub async fn agent_opening() -> Vec<u8> {
     let (agent, relay_a) = tokio::io::duplex(64 * 1024);
     let (relay_b, hub) = tokio::io::duplex(64 * 1024);
     let shutdown = CancellationToken::new();
-    let acceptor = Acceptor::new(
-        AcceptorConfig::default(),
-        authenticate,
-        Registry::default(),
-        shutdown.clone(),
-    );
-    let peer = Peer {
-        id: "seed-agent".to_owned(),
-        kind: KIND.to_owned(),
-    };
-    tokio::spawn(async move { acceptor.run_session(hub, peer, None).await });
+    hub_session(hub, "seed-agent", shutdown.clone());
     let (mut agent_out, mut agent_in) = tokio::io::split(relay_a);
     let (mut hub_out, mut hub_in) = tokio::io::split(relay_b);
     tokio::spawn(async move {

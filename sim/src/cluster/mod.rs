@@ -214,16 +214,7 @@ impl Sim {
                 || object.pointer("/status/observedGeneration")
                     != object.pointer("/metadata/generation")
             {
-                let key = (
-                    object["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    object["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
+                let key = store::key_of(object);
                 let _ = self.store.update(&resource.key(), &key, None, |current| {
                     let mut next = current.clone();
                     deployment_status(&mut next);
@@ -368,21 +359,9 @@ impl SimCluster {
                 object["apiVersion"].as_str().unwrap_or_default().to_owned(),
                 object["kind"].as_str().unwrap_or_default().to_owned(),
             );
-            let resource = resources::RESOURCES
-                .iter()
-                .find(|r| r.kind == kind && r.api_version() == api_version)
+            let resource = resources::by_kind(&api_version, &kind)
                 .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
-            let key = (
-                object["metadata"]["namespace"]
-                    .as_str()
-                    .filter(|_| resource.namespaced)
-                    .unwrap_or_default()
-                    .to_owned(),
-                object["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            );
+            let key = store::key_of(&object);
             let wanted = object.clone();
             match self.sim.store.create(&resource.key(), object) {
                 Ok(_) => {}

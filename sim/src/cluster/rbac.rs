@@ -212,7 +212,8 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 
-/// Rules of the built-in aggregated roles, as far as the resources served here go.
+/// Rules of the built-in aggregated roles, as far as the resources served here go. Each holds
+/// only what its level adds: `edit` takes `view`'s by aggregation, `admin` both.
 fn view_rules() -> Vec<Value> {
     vec![
         rule(
@@ -251,8 +252,7 @@ fn view_rules() -> Vec<Value> {
 }
 
 fn edit_rules() -> Vec<Value> {
-    let mut rules = view_rules();
-    rules.extend([
+    vec![
         rule(
             &[""],
             &["pods/attach", "pods/exec", "pods/portforward"],
@@ -284,19 +284,18 @@ fn edit_rules() -> Vec<Value> {
             ],
             WRITE,
         ),
-    ]);
-    rules
+    ]
 }
 
 fn admin_rules() -> Vec<Value> {
-    let mut rules = edit_rules();
-    rules.push(rule(&[GROUP], &["roles", "rolebindings"], &["*"]));
-    rules.push(rule(
-        &["authorization.k8s.io"],
-        &["localsubjectaccessreviews"],
-        &["create"],
-    ));
-    rules
+    vec![
+        rule(&[GROUP], &["roles", "rolebindings"], &["*"]),
+        rule(
+            &["authorization.k8s.io"],
+            &["localsubjectaccessreviews"],
+            &["create"],
+        ),
+    ]
 }
 
 fn cluster_role(name: &str, labels: Value, rules: Vec<Value>, aggregate: Option<&str>) -> Value {
@@ -391,104 +390,93 @@ pub(crate) fn seed_defaults(store: &Store) {
     );
 }
 
+/// The parts of Kubernetes' protobuf messages a `SelfSubjectAccessReview` needs, with their
+/// field numbers from k8s.io/api (prost skips the fields left out).
+mod wire {
+    /// `runtime.Unknown`, the envelope after the `k8s\0` magic.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Unknown {
+        #[prost(bytes = "vec", tag = "2")]
+        pub(super) raw: Vec<u8>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct SelfSubjectAccessReview {
+        #[prost(message, optional, tag = "2")]
+        pub(super) spec: Option<Spec>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct Spec {
+        #[prost(message, optional, tag = "1")]
+        pub(super) resource_attributes: Option<ResourceAttributes>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub(super) struct ResourceAttributes {
+        #[prost(string, tag = "1")]
+        pub(super) namespace: String,
+        #[prost(string, tag = "2")]
+        pub(super) verb: String,
+        #[prost(string, tag = "3")]
+        pub(super) group: String,
+        #[prost(string, tag = "5")]
+        pub(super) resource: String,
+        #[prost(string, tag = "6")]
+        pub(super) subresource: String,
+        #[prost(string, tag = "7")]
+        pub(super) name: String,
+    }
+}
+
 /// Reads a `SelfSubjectAccessReview` body: JSON, or the protobuf kubectl's typed client sends
 /// (`k8s\0` then a `runtime.Unknown` whose `raw` holds the review).
 pub(crate) fn review_attributes(body: &[u8], protobuf: bool) -> Result<Attributes, String> {
-    let spec = if protobuf {
+    let asked = if protobuf {
         protobuf_review(body)?
     } else {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        value["spec"]["resourceAttributes"].clone()
+        let spec = &value["spec"]["resourceAttributes"];
+        let field = |name: &str| spec[name].as_str().unwrap_or_default().to_owned();
+        wire::ResourceAttributes {
+            namespace: field("namespace"),
+            verb: field("verb"),
+            group: field("group"),
+            resource: field("resource"),
+            subresource: field("subresource"),
+            name: field("name"),
+        }
     };
-    let field = |name: &str| spec[name].as_str().unwrap_or_default().to_owned();
-    let optional = |name: &str| Some(field(name)).filter(|v| !v.is_empty());
-    if field("verb").is_empty() || field("resource").is_empty() {
+    if asked.verb.is_empty() || asked.resource.is_empty() {
         return Err(
             "spec.resourceAttributes needs a verb and a resource (non-resource reviews are not simulated)"
                 .into(),
         );
     }
+    let optional = |v: String| Some(v).filter(|v| !v.is_empty());
     Ok(Attributes {
-        verb: field("verb"),
-        group: field("group"),
-        resource: field("resource"),
-        subresource: optional("subresource"),
-        namespace: optional("namespace"),
-        name: optional("name"),
+        verb: asked.verb,
+        group: asked.group,
+        resource: asked.resource,
+        subresource: optional(asked.subresource),
+        namespace: optional(asked.namespace),
+        name: optional(asked.name),
     })
 }
 
-/// Fields of a protobuf message: (field number, bytes of a length-delimited value); varints and
-/// fixed-width values are skipped, as none of the fields read here has one.
-fn fields(mut bytes: &[u8]) -> Result<Vec<(u64, &[u8])>, String> {
-    fn varint(bytes: &mut &[u8]) -> Result<u64, String> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = bytes.split_first().ok_or("truncated protobuf")?;
-            *bytes = rest;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err("protobuf varint too long".into())
-    }
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let key = varint(&mut bytes)?;
-        match key & 7 {
-            0 => {
-                varint(&mut bytes)?;
-            }
-            1 => bytes = bytes.get(8..).ok_or("truncated protobuf")?,
-            2 => {
-                let len = usize::try_from(varint(&mut bytes)?).map_err(|e| e.to_string())?;
-                let value = bytes.get(..len).ok_or("truncated protobuf")?;
-                out.push((key >> 3, value));
-                bytes = &bytes[len..];
-            }
-            5 => bytes = bytes.get(4..).ok_or("truncated protobuf")?,
-            other => return Err(format!("unsupported protobuf wire type {other}")),
-        }
-    }
-    Ok(out)
-}
-
-fn field(message: &[u8], number: u64) -> Result<Option<&[u8]>, String> {
-    Ok(fields(message)?
-        .into_iter()
-        .find(|(n, _)| *n == number)
-        .map(|(_, v)| v))
-}
-
-fn protobuf_review(body: &[u8]) -> Result<Value, String> {
-    let unknown = body
+fn protobuf_review(body: &[u8]) -> Result<wire::ResourceAttributes, String> {
+    use prost::Message as _;
+    let envelope = body
         .strip_prefix(b"k8s\0")
         .ok_or("a protobuf body starts with k8s\\0")?;
-    // runtime.Unknown: 2 raw. SelfSubjectAccessReview: 2 spec. Spec: 1 resourceAttributes.
-    let raw = field(unknown, 2)?.ok_or("no object in the protobuf envelope")?;
-    let spec = field(raw, 2)?.ok_or("no spec in the review")?;
-    let attributes = field(spec, 1)?.ok_or("only resource reviews are simulated")?;
-    let names = [
-        (1, "namespace"),
-        (2, "verb"),
-        (3, "group"),
-        (4, "version"),
-        (5, "resource"),
-        (6, "subresource"),
-        (7, "name"),
-    ];
-    let mut out = serde_json::Map::new();
-    for (number, value) in fields(attributes)? {
-        if let Some((_, name)) = names.iter().find(|(n, _)| *n == number) {
-            out.insert(
-                (*name).to_owned(),
-                Value::String(String::from_utf8_lossy(value).into_owned()),
-            );
-        }
-    }
-    Ok(Value::Object(out))
+    let unknown = wire::Unknown::decode(envelope).map_err(|e| format!("protobuf envelope: {e}"))?;
+    let review = wire::SelfSubjectAccessReview::decode(unknown.raw.as_slice())
+        .map_err(|e| format!("protobuf review: {e}"))?;
+    review
+        .spec
+        .and_then(|spec| spec.resource_attributes)
+        .ok_or_else(|| "only resource reviews are simulated".to_owned())
 }
 
 #[cfg(test)]

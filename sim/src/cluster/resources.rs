@@ -176,6 +176,13 @@ pub(crate) fn groups() -> Vec<&'static str> {
     groups
 }
 
+/// The resource whose objects have this `apiVersion` and `kind`.
+pub(crate) fn by_kind(api_version: &str, kind: &str) -> Option<&'static Resource> {
+    RESOURCES
+        .iter()
+        .find(|r| r.kind == kind && r.api_version() == api_version)
+}
+
 /// The resource `plural` of `group`/`version`.
 pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES

@@ -74,6 +74,14 @@ fn now() -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
+/// Where an object is kept: its namespace ("" for cluster-scoped) and name.
+pub(crate) fn key_of(object: &Value) -> Key {
+    (
+        meta_str(object, "namespace").to_owned(),
+        meta_str(object, "name").to_owned(),
+    )
+}
+
 fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
     object
         .pointer(&format!("/metadata/{field}"))
@@ -137,10 +145,7 @@ impl Store {
         resource: &str,
         mut object: Value,
     ) -> Result<Arc<Value>, StoreError> {
-        let key = (
-            meta_str(&object, "namespace").to_owned(),
-            meta_str(&object, "name").to_owned(),
-        );
+        let key = key_of(&object);
         let uid = self.new_uid();
         let mut inner = self.lock();
         if inner
@@ -295,10 +300,7 @@ impl Store {
         };
         for (resource, items) in objects {
             for object in items.as_array().into_iter().flatten() {
-                let key = (
-                    meta_str(object, "namespace").to_owned(),
-                    meta_str(object, "name").to_owned(),
-                );
+                let key = key_of(object);
                 inner
                     .objects
                     .entry(resource.clone())
@@ -313,10 +315,7 @@ impl Store {
         let mut inner = self.lock();
         for mut object in objects {
             inner.revision += 1;
-            let key = (
-                meta_str(&object, "namespace").to_owned(),
-                meta_str(&object, "name").to_owned(),
-            );
+            let key = key_of(&object);
             let meta = &mut object["metadata"];
             meta["uid"] = json!(self.new_uid());
             meta["resourceVersion"] = json!(inner.revision.to_string());

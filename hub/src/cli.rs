@@ -84,6 +84,25 @@ pub enum Request {
     ClusterDelete {
         name: String,
     },
+    SnapshotCreate {
+        cluster: String,
+        name: String,
+    },
+    SnapshotList {
+        cluster: String,
+    },
+    SnapshotDelete {
+        name: String,
+    },
+    /// Raises the cluster's `spec.restore.generation`, naming the snapshot.
+    ClusterRestore {
+        cluster: String,
+        snapshot: String,
+    },
+    /// Raises the cluster's `spec.rotateCertificates.generation`.
+    ClusterRotateCertificates {
+        cluster: String,
+    },
     Kubeconfig {
         cluster: String,
     },
@@ -179,6 +198,32 @@ pub async fn run(
         Request::ClusterList => ("GET", "/v1/clusters".to_owned(), None),
         Request::ClusterGet { name } => ("GET", format!("/v1/clusters/{name}"), None),
         Request::ClusterDelete { name } => ("DELETE", format!("/v1/clusters/{name}"), None),
+        Request::SnapshotCreate { cluster, name } => (
+            "POST",
+            "/v1/etcdsnapshots".to_owned(),
+            Some(json!({"metadata": {"name": name}, "spec": {"cluster": cluster}})),
+        ),
+        Request::SnapshotList { .. } => ("GET", "/v1/etcdsnapshots".to_owned(), None),
+        Request::SnapshotDelete { name } => ("DELETE", format!("/v1/etcdsnapshots/{name}"), None),
+        Request::ClusterRestore { cluster, snapshot } => {
+            let generation = next_generation(&client, &saved, cluster, "restore").await?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(
+                    json!({"spec": {"restore": {"snapshot": snapshot, "generation": generation}}}),
+                ),
+            )
+        }
+        Request::ClusterRotateCertificates { cluster } => {
+            let generation =
+                next_generation(&client, &saved, cluster, "rotateCertificates").await?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(json!({"spec": {"rotateCertificates": {"generation": generation}}})),
+            )
+        }
         Request::Kubeconfig { cluster } => {
             ("POST", format!("/v1/clusters/{cluster}/kubeconfig"), None)
         }
@@ -246,9 +291,99 @@ pub async fn run(
     if let Request::Kubeconfig { .. } = request {
         return Ok(String::from_utf8_lossy(&bytes).into_owned());
     }
-    let value: Value = serde_json::from_slice(&bytes)
+    let mut value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Refused(format!("unreadable answer: {e}")))?;
+    // As kubectl waits for finalizers: a cluster is deleted once its cleanup is done, a
+    // snapshot taken once it is saved.
+    match &request {
+        Request::ClusterDelete { name } => {
+            until(&client, &saved, &format!("/v1/clusters/{name}"), |v| {
+                v.is_none().then_some(Ok(()))
+            })
+            .await?;
+        }
+        Request::SnapshotDelete { name } => {
+            until(&client, &saved, &format!("/v1/etcdsnapshots/{name}"), |v| {
+                v.is_none().then_some(Ok(()))
+            })
+            .await?;
+        }
+        Request::SnapshotCreate { name, .. } => {
+            value = until(&client, &saved, &format!("/v1/etcdsnapshots/{name}"), |v| {
+                let v = v?;
+                match v["state"]["state"].as_str() {
+                    Some("active") => Some(Ok(v.clone())),
+                    Some("error") => Some(Err(CliError::Refused(format!(
+                        "snapshot {name} failed: {}",
+                        text(&v["state"]["message"])
+                    )))),
+                    _ => None,
+                }
+            })
+            .await?;
+        }
+        Request::SnapshotList { cluster } => {
+            if let Some(items) = value["items"].as_array_mut() {
+                items.retain(|s| s["spec"]["cluster"] == cluster.as_str());
+            }
+        }
+        _ => {}
+    }
     Ok(render(&request, &value, output))
+}
+
+/// How long the CLI waits for a deletion or a snapshot.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Reads `path` every second until `done` says (given the object, `None` once it is gone).
+async fn until<T>(
+    client: &Client,
+    saved: &Saved,
+    path: &str,
+    done: impl Fn(Option<&Value>) -> Option<Result<T, CliError>>,
+) -> Result<T, CliError> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (status, bytes) = client.send("GET", path, Some(&saved.token), None).await?;
+        let value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+        let current = (status != 404).then_some(&value);
+        if let Some(result) = done(current) {
+            return result;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::Refused(format!(
+                "still not done after {} s: {}",
+                WAIT.as_secs(),
+                text(&value["state"]["message"])
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// The cluster's `spec.<field>.generation` plus one.
+async fn next_generation(
+    client: &Client,
+    saved: &Saved,
+    cluster: &str,
+    field: &str,
+) -> Result<u64, CliError> {
+    let (status, bytes) = client
+        .send(
+            "GET",
+            &format!("/v1/clusters/{cluster}"),
+            Some(&saved.token),
+            None,
+        )
+        .await?;
+    let value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+    if status != 200 {
+        return Err(CliError::Refused(format!(
+            "the hub answered {status}: {}",
+            text(&value["message"])
+        )));
+    }
+    Ok(value["spec"][field]["generation"].as_u64().unwrap_or(0) + 1)
 }
 
 fn render(request: &Request, value: &Value, output: Output) -> String {
@@ -330,6 +465,42 @@ fn render(request: &Request, value: &Value, output: Output) -> String {
             ),
             Request::ProjectRemoveMember { binding } => format!("Binding {binding} removed.\n"),
             Request::ClusterDelete { name } => format!("Cluster {name} deleted.\n"),
+            Request::SnapshotCreate { name, .. } => format!(
+                "Snapshot {name} saved on {}: {} ({} bytes, sha256 {}).\n",
+                text(&value["status"]["host"]),
+                text(&value["status"]["file"]),
+                text(&value["status"]["size"]),
+                text(&value["status"]["sha256"])
+            ),
+            Request::SnapshotList { .. } => table(
+                &[
+                    "NAME",
+                    "STATE",
+                    "HOST",
+                    "SIZE",
+                    "CREATED",
+                    "VERSION",
+                    "SCHEDULED",
+                ],
+                value["items"].as_array().into_iter().flatten().map(|s| {
+                    vec![
+                        text(&s["metadata"]["name"]),
+                        text(&s["state"]["state"]),
+                        text(&s["status"]["host"]),
+                        text(&s["status"]["size"]),
+                        text(&s["status"]["createdAt"]),
+                        text(&s["status"]["version"]),
+                        text(&s["spec"]["scheduled"]),
+                    ]
+                }),
+            ),
+            Request::SnapshotDelete { name } => format!("Snapshot {name} deleted.\n"),
+            Request::ClusterRestore { cluster, snapshot } => format!(
+                "Restoring cluster {cluster} from {snapshot}; `drover-hub cluster get {cluster}` shows each phase.\n"
+            ),
+            Request::ClusterRotateCertificates { cluster } => format!(
+                "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
+            ),
             Request::TokenRevoke { name } => format!("Token {name} revoked.\n"),
             _ => serde_saphyr::to_string(value).unwrap_or_default(),
         },

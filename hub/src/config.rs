@@ -172,8 +172,28 @@ enum ClusterCommand {
     List,
     /// Show one cluster
     Get { name: String },
-    /// Delete a cluster
+    /// Delete a cluster: its hosts run their uninstall plan, its agents' credentials are
+    /// revoked, and what Drover created in an imported cluster is removed; waits until done
     Delete { name: String },
+    /// Take an etcd snapshot of a custom cluster now (waits until it is saved)
+    Snapshot {
+        cluster: String,
+        /// The snapshot's name [default: CLUSTER-YYYYMMDDHHMMSS]
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List a cluster's etcd snapshots
+    Snapshots { cluster: String },
+    /// Delete an etcd snapshot (its file on the host too)
+    DeleteSnapshot { name: String },
+    /// Restore a custom cluster's etcd from one of its snapshots
+    Restore {
+        cluster: String,
+        #[arg(long)]
+        snapshot: String,
+    },
+    /// Rotate a custom cluster's certificates, host by host
+    RotateCertificates { cluster: String },
 }
 
 #[derive(Args, Debug)]
@@ -393,6 +413,31 @@ where
                 ClusterCommand::List => Request::ClusterList,
                 ClusterCommand::Get { name } => Request::ClusterGet { name },
                 ClusterCommand::Delete { name } => Request::ClusterDelete { name },
+                ClusterCommand::Snapshot { cluster, name } => {
+                    let name = name.unwrap_or_else(|| {
+                        let now = time::OffsetDateTime::now_utc();
+                        let prefix: String = cluster.chars().take(48).collect();
+                        format!(
+                            "{}-{:04}{:02}{:02}{:02}{:02}{:02}",
+                            prefix.trim_end_matches('-'),
+                            now.year(),
+                            u8::from(now.month()),
+                            now.day(),
+                            now.hour(),
+                            now.minute(),
+                            now.second()
+                        )
+                    });
+                    Request::SnapshotCreate { cluster, name }
+                }
+                ClusterCommand::Snapshots { cluster } => Request::SnapshotList { cluster },
+                ClusterCommand::DeleteSnapshot { name } => Request::SnapshotDelete { name },
+                ClusterCommand::Restore { cluster, snapshot } => {
+                    Request::ClusterRestore { cluster, snapshot }
+                }
+                ClusterCommand::RotateCertificates { cluster } => {
+                    Request::ClusterRotateCertificates { cluster }
+                }
             };
             Ok(client(request, args.opts, env))
         }

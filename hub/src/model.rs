@@ -116,8 +116,64 @@ pub struct ClusterSpec {
     /// until this is false again; hosts still register and connect.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// For custom clusters: scheduled etcd snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_snapshots: Option<SnapshotSchedule>,
+    /// For custom clusters: restore etcd from a snapshot. A restore runs once per
+    /// `generation`; raise it to run one again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreRequest>,
+    /// For custom clusters: rotate the distribution's certificates, host by host within the
+    /// upgrade strategy's concurrency. Runs once per `generation`; raise it to rotate again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate_certificates: Option<Generation>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+}
+
+/// When a custom cluster's etcd is snapshotted on its own, and how many such snapshots stay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotSchedule {
+    /// A cron expression in UTC: minute hour day-of-month month day-of-week, each `*`, a
+    /// number, a range `a-b`, a step `*/n` or `a-b/n`, or a list of those; e.g. `0 */6 * * *`.
+    pub schedule: String,
+    /// Scheduled snapshots kept (the oldest go first); snapshots taken on demand are never
+    /// removed by this. Default 5.
+    #[serde(default = "five")]
+    pub retention: u32,
+}
+
+fn five() -> u32 {
+    5
+}
+
+/// Which snapshot to restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// The EtcdSnapshot's name (one of this cluster's, saved).
+    pub snapshot: String,
+    pub generation: u64,
+}
+
+/// A request that runs once per generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Generation {
+    pub generation: u64,
+}
+
+/// An etcd snapshot of a custom cluster: creating one takes it (as a task on one of the
+/// cluster's etcd hosts, with the distribution's `etcd-snapshot save`); its status says where
+/// it is, its size, checksum and the distribution version; deleting it deletes the file too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdSnapshotSpec {
+    pub cluster: String,
+    /// Taken by the cluster's schedule (and so subject to its retention), not on demand.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduled: bool,
 }
 
 /// How a custom cluster's version change rolls over its hosts: servers (etcd and control
@@ -352,6 +408,11 @@ pub struct PlanSpec {
     pub host: String,
     /// The host's cluster (for access checks).
     pub cluster: String,
+    /// Which of the host's plan slots: "" (its plan) or "task" (a one-time operation, applied
+    /// beside the plan; see `drover.plan.v1.Plans`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(regex(pattern = r"^(task)?$"))]
+    pub slot: String,
     /// The plan (`drover.plan.v1.Plan` as JSON): `files`, `instructions`, `periodic`,
     /// `probes`, `maxFailures`.
     #[serde(default)]
@@ -378,10 +439,11 @@ pub enum Kind {
     Setting,
     Project,
     ProjectSecret,
+    EtcdSnapshot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -392,6 +454,7 @@ impl Kind {
         Kind::Setting,
         Kind::Project,
         Kind::ProjectSecret,
+        Kind::EtcdSnapshot,
     ];
 
     pub fn name(self) -> &'static str {
@@ -406,6 +469,7 @@ impl Kind {
             Kind::Setting => "Setting",
             Kind::Project => "Project",
             Kind::ProjectSecret => "ProjectSecret",
+            Kind::EtcdSnapshot => "EtcdSnapshot",
         }
     }
 
@@ -422,6 +486,7 @@ impl Kind {
             Kind::Setting => "settings",
             Kind::Project => "projects",
             Kind::ProjectSecret => "projectsecrets",
+            Kind::EtcdSnapshot => "etcdsnapshots",
         }
     }
 
@@ -446,6 +511,7 @@ impl Kind {
             Kind::Setting => generator.subschema_for::<SettingSpec>(),
             Kind::Project => generator.subschema_for::<ProjectSpec>(),
             Kind::ProjectSecret => generator.subschema_for::<ProjectSecretSpec>(),
+            Kind::EtcdSnapshot => generator.subschema_for::<EtcdSnapshotSpec>(),
         }
     }
 
@@ -482,6 +548,13 @@ impl Kind {
                     "spec.upgradeStrategy is for custom clusters; the hub does not upgrade an imported cluster"
                         .into(),
                 ),
+                ClusterType::Imported
+                    if s.etcd_snapshots.is_some()
+                        || s.restore.is_some()
+                        || s.rotate_certificates.is_some() =>
+                {
+                    Err("spec.etcdSnapshots, spec.restore and spec.rotateCertificates are for custom clusters; an imported cluster's etcd and certificates are its own".into())
+                }
                 _ => {
                     let strategy = s.upgrade_strategy.clone().unwrap_or_default();
                     for (field, value) in [
@@ -493,6 +566,17 @@ impl Kind {
                                 "spec.upgradeStrategy.{field}: {value:?} must be a number of hosts (\"2\") or a percentage (\"25%\")"
                             ));
                         }
+                    }
+                    if let Some(schedule) = &s.etcd_snapshots {
+                        crate::planner::cron::Cron::parse(&schedule.schedule)
+                            .map_err(|e| format!("spec.etcdSnapshots.schedule: {e}"))?;
+                        if schedule.retention == 0 {
+                            return Err("spec.etcdSnapshots.retention: keep at least 1 scheduled snapshot (or remove spec.etcdSnapshots to stop scheduling)".into());
+                        }
+                    }
+                    if let Some(restore) = &s.restore {
+                        validate_name(Kind::EtcdSnapshot, &restore.snapshot)
+                            .map_err(|e| format!("spec.restore.snapshot: {e}"))?;
                     }
                     Ok(())
                 }
@@ -573,10 +657,19 @@ impl Kind {
             Kind::Plan => check::<PlanSpec>(spec, |s| {
                 non_empty("spec.host", &s.host)?;
                 non_empty("spec.cluster", &s.cluster)?;
+                if !matches!(s.slot.as_str(), "" | "task") {
+                    return Err(format!(
+                        "spec.slot: {:?} is not a slot; use \"\" (the host's plan) or \"task\"",
+                        s.slot
+                    ));
+                }
                 parse_plan(&s.plan).map(drop)
             }),
             Kind::Setting => check::<SettingSpec>(spec, |_| Ok(())),
             Kind::Project => check::<ProjectSpec>(spec, |s| non_empty("spec.cluster", &s.cluster)),
+            Kind::EtcdSnapshot => {
+                check::<EtcdSnapshotSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
+            }
             Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
                 non_empty("spec.cluster", &s.cluster)?;
                 non_empty("spec.project", &s.project)?;
@@ -705,7 +798,13 @@ pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value
     {
         return State::new("disconnected", c.message.clone(), false, false);
     }
-    for (condition, state) in [("Provisioned", "provisioning"), ("Updated", "updating")] {
+    for (condition, state) in [
+        ("Provisioned", "provisioning"),
+        ("Updated", "updating"),
+        ("Restored", "restoring"),
+        ("CertificatesRotated", "rotating"),
+        ("Saved", "saving"),
+    ] {
         if let Some(c) = status
             .conditions
             .iter()
@@ -736,6 +835,12 @@ pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value
                 true,
             )
         }
+        Kind::EtcdSnapshot if !status.conditions.iter().any(|c| c.kind == "Saved") => State::new(
+            "pending",
+            "waiting for the planner to take it (on the cluster's init host)",
+            false,
+            true,
+        ),
         Kind::User if spec.get("disabled").and_then(Value::as_bool) == Some(true) => {
             State::new("inactive", "this user is disabled", false, false)
         }

@@ -75,7 +75,7 @@ impl Planner {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(Duration::from_secs(10)) => true,
                     change = changes.next() => match change {
-                        Some(Ok(e)) => matches!(e.object.kind.as_str(), "Cluster" | "Host" | "Plan"),
+                        Some(Ok(e)) => matches!(e.object.kind.as_str(), "Cluster" | "Host" | "Plan" | "EtcdSnapshot"),
                         Some(Err(_)) | None => break,
                     },
                 };
@@ -101,16 +101,21 @@ impl Planner {
         // Hosts and plans are read only when some cluster is planned: with every custom
         // cluster paused (or none), plan status reports cost the planner nothing.
         let planned = clusters.iter().any(|c| {
-            serde_json::from_value::<ClusterSpec>(c.spec.clone())
-                .is_ok_and(|s| s.cluster_type == ClusterType::Custom && !s.paused)
+            c.metadata.deletion_timestamp.is_some()
+                || serde_json::from_value::<ClusterSpec>(c.spec.clone())
+                    .is_ok_and(|s| s.cluster_type == ClusterType::Custom && !s.paused)
         });
-        let (hosts, plans) = if planned {
+        let (hosts, plans, snapshots) = if planned {
             (
                 self.store.list(Kind::Host.name(), &everything).await?.0,
                 self.store.list(Kind::Plan.name(), &everything).await?.0,
+                self.store
+                    .list(Kind::EtcdSnapshot.name(), &everything)
+                    .await?
+                    .0,
             )
         } else {
-            (Vec::new(), Vec::new())
+            (Vec::new(), Vec::new(), Vec::new())
         };
         let plans: HashMap<String, Object> = plans
             .into_iter()
@@ -121,11 +126,6 @@ impl Planner {
             let Ok(spec) = serde_json::from_value::<ClusterSpec>(cluster.spec.clone()) else {
                 continue;
             };
-            if spec.cluster_type != ClusterType::Custom
-                || cluster.metadata.deletion_timestamp.is_some()
-            {
-                continue;
-            }
             let mut mine: Vec<&Object> = hosts
                 .iter()
                 .filter(|h| {
@@ -136,8 +136,32 @@ impl Planner {
                 (&a.metadata.creation_timestamp, &a.metadata.name)
                     .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
             });
+            if let Err(e) = self.keep_cluster(&cluster).await {
+                tracing::warn!(cluster = %cluster.metadata.name, error = %e, "cannot put the planner's finalizer on a cluster");
+            }
+            if cluster.metadata.deletion_timestamp.is_some() {
+                let version = spec.version.clone().unwrap_or_default();
+                let ctx = (spec.cluster_type == ClusterType::Custom)
+                    .then(|| self.ctx(&spec, &settings, &version));
+                if let Err(e) = self
+                    .remove_cluster(&cluster, &mine, &plans, ctx.as_ref())
+                    .await
+                {
+                    tracing::warn!(cluster = %cluster.metadata.name, error = %e, "removing a cluster failed; retrying");
+                }
+                continue;
+            }
+            if spec.cluster_type != ClusterType::Custom {
+                continue;
+            }
+            let snapshots: Vec<&Object> = snapshots
+                .iter()
+                .filter(|s| {
+                    s.spec.get("cluster").and_then(Value::as_str) == Some(&cluster.metadata.name)
+                })
+                .collect();
             if let Err(e) = self
-                .reconcile(&cluster, &spec, &mine, &plans, &settings)
+                .reconcile(&cluster, &spec, &mine, &plans, snapshots, &settings)
                 .await
             {
                 tracing::warn!(cluster = %cluster.metadata.name, error = %e, "planning a cluster failed");
@@ -152,6 +176,7 @@ impl Planner {
         spec: &ClusterSpec,
         hosts: &[&Object],
         plans: &HashMap<String, Object>,
+        snapshots: Vec<&Object>,
         settings: &Settings,
     ) -> Result<(), StoreError> {
         let name = &cluster.metadata.name;
@@ -170,12 +195,7 @@ impl Planner {
         let dist = spec.distribution.unwrap_or(Distribution::K3s);
         let version = spec.version.clone().unwrap_or_default();
         let strategy = spec.upgrade_strategy.clone().unwrap_or_default();
-        let ctx = Ctx {
-            dist,
-            version: &version,
-            installer: settings.installer(dist, &self.server_url, &version),
-            ca_pem: &self.ca_pem,
-        };
+        let ctx = self.ctx(spec, settings, &version);
 
         // Hosts on their way out: uninstall, then let them go.
         let (leaving, staying): (Vec<&Object>, Vec<&Object>) = hosts
@@ -213,6 +233,20 @@ impl Planner {
                 .await;
         };
         let init_name = init_host.metadata.name.clone();
+
+        // Snapshots, restores, rotations; a restore owns the hosts until it is over.
+        let operations = day2::Cluster {
+            object: cluster,
+            spec,
+            dist,
+            hosts: &specs,
+            init: &init_name,
+            plans,
+            snapshots,
+        };
+        if self.day2(&operations).await? {
+            return Ok(());
+        }
 
         // The agents' manifest, made once (its registration token lives only inside it).
         let mut also = Vec::new();
@@ -388,7 +422,7 @@ impl Planner {
                     }
                 }
             }
-            self.write_plan(name, host, &target, std::mem::take(&mut also))
+            self.write_plan(name, host, "", &target, std::mem::take(&mut also))
                 .await?;
         }
 
@@ -425,20 +459,40 @@ impl Planner {
         .await
     }
 
-    /// Writes `plan` for `host` (and puts the planner's finalizer on the host), with `also`.
+    /// How a custom cluster's hosts install and uninstall its distribution.
+    fn ctx<'a>(&'a self, spec: &ClusterSpec, settings: &Settings, version: &'a str) -> Ctx<'a> {
+        let dist = spec.distribution.unwrap_or(Distribution::K3s);
+        Ctx {
+            dist,
+            version,
+            installer: settings.installer(dist, &self.server_url, version),
+            ca_pem: &self.ca_pem,
+        }
+    }
+
+    /// Writes `plan` into `host`'s `slot` (and puts the planner's finalizer on the host), with
+    /// `also`.
     async fn write_plan(
         &self,
         cluster: &str,
         host: &Object,
+        slot: &str,
         plan: &Plan,
         mut also: Vec<Op>,
     ) -> Result<(), StoreError> {
-        let name = &host.metadata.name;
-        let spec = json!({
-            "host": name,
+        let name = &if slot.is_empty() {
+            host.metadata.name.clone()
+        } else {
+            crate::plans::task_plan_name(&host.metadata.name)
+        };
+        let mut spec = json!({
+            "host": host.metadata.name,
             "cluster": cluster,
             "plan": serde_json::to_value(plan).map_err(|e| StoreError::Backend(e.to_string()))?,
         });
+        if !slot.is_empty() {
+            spec["slot"] = json!(slot);
+        }
         match self.store.get(Kind::Plan.name(), name).await {
             Ok(mut existing) => {
                 existing.spec = spec;
@@ -454,7 +508,7 @@ impl Planner {
             host.metadata.finalizers.push(FINALIZER.into());
             also.push(Op::Update(host));
         }
-        tracing::info!(host = %name, %cluster, plan = %&checksum(plan)[..12], "planned");
+        tracing::info!(host = %host.metadata.name, %cluster, %slot, plan = %&checksum(plan)[..12], "planned");
         self.store.transact(also).await.map(drop)
     }
 
@@ -490,7 +544,7 @@ impl Planner {
                 tracing::info!(host = %name, %node, "draining before removal: {why}");
                 return Ok(());
             }
-            return self.write_plan(cluster, host, &plan, Vec::new()).await;
+            return self.write_plan(cluster, host, "", &plan, Vec::new()).await;
         }
         if stored.map(PlanReport::of).is_some_and(|r| r.applied == sum) {
             if let Some(registry) = &self.registry
@@ -994,7 +1048,11 @@ struct PlanReport {
     state: String,
     healthy: Vec<String>,
     failure: Option<String>,
+    /// Failed as many times as the plan allows: the agent tries no more.
+    gave_up: bool,
     done: usize,
+    /// The one-time instructions' results (name, exit code, stdout, finished at).
+    results: Vec<Value>,
 }
 
 impl PlanReport {
@@ -1006,11 +1064,11 @@ impl PlanReport {
                 .unwrap_or_default()
                 .to_owned()
         };
+        let (count, max) = (
+            s.get("failureCount").and_then(Value::as_u64).unwrap_or(0),
+            s.get("maxFailures").and_then(Value::as_u64).unwrap_or(0),
+        );
         let failure = (text("state") == "failed").then(|| {
-            let (count, max) = (
-                s.get("failureCount").and_then(Value::as_u64).unwrap_or(0),
-                s.get("maxFailures").and_then(Value::as_u64).unwrap_or(0),
-            );
             if count >= max {
                 format!("{} (gave up after {count} attempts)", text("message"))
             } else {
@@ -1029,12 +1087,40 @@ impl PlanReport {
                 .filter(|p| p["healthy"] == true)
                 .filter_map(|p| p["name"].as_str().map(str::to_owned))
                 .collect(),
+            gave_up: text("state") == "failed" && count >= max,
             failure,
             done: s
                 .get("results")
                 .and_then(Value::as_array)
                 .map_or(0, Vec::len),
+            results: s
+                .get("results")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
         }
+    }
+
+    /// The `key=value` lines instruction `name` printed (with `saveOutput`).
+    fn output(&self, name: &str) -> HashMap<String, String> {
+        self.results
+            .iter()
+            .filter(|r| r["name"] == name)
+            .filter_map(|r| r["stdout"].as_str())
+            .flat_map(str::lines)
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+            .collect()
+    }
+
+    /// When instruction `name` finished (RFC 3339), or "".
+    fn finished(&self, name: &str) -> String {
+        self.results
+            .iter()
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["finishedAt"].as_str())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// Applied at `sum` with every one of its `probes` healthy.
@@ -1056,5 +1142,8 @@ impl PlanReport {
     }
 }
 
+pub mod cron;
+mod day2;
+mod removal;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,9 @@
-//! Plan delivery and plan status. One watch on the store's Plans keeps, per host, the current
-//! plan and its checksum; each connected system-agent follows its host's entry over the `Watch`
-//! stream, so a plan reaches its host the moment it is written (and again on every reconnect).
-//! Agents report status with `Report`; the hub acknowledges a status only once it is stored,
-//! on the Plan (`status`) and on the Host (condition `Provisioned`).
+//! Plan delivery and plan status. One watch on the store's Plans keeps, per host and slot (the
+//! host's plan, and its task: a one-time operation beside the plan), the current plan and its
+//! checksum; each connected system-agent follows its host's entries over the `Watch` stream, so
+//! a plan reaches its host the moment it is written (and again on every reconnect). Agents
+//! report status with `Report`; the hub acknowledges a status only once it is stored, on the
+//! Plan (`status`) and, for the host's plan, on the Host (condition `Provisioned`).
 
 use std::{
     collections::HashMap,
@@ -56,7 +57,7 @@ impl Dispatch {
         self.hosts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Follows `host`'s plan (waits until the store has been read).
+    /// Follows a host's slot (see [`slot_key`]; waits until the store has been read).
     pub async fn subscribe(&self, host: &str) -> watch::Receiver<Current> {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
@@ -91,7 +92,7 @@ impl Dispatch {
     }
 
     fn take(&self, object: &Object) {
-        let host = object.metadata.name.as_str();
+        let host = &plan_key(object);
         match parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)) {
             Ok(plan) => self.set(
                 host,
@@ -119,7 +120,7 @@ impl Dispatch {
                     continue;
                 }
             };
-            let names: Vec<String> = plans.iter().map(|p| p.metadata.name.clone()).collect();
+            let names: Vec<String> = plans.iter().map(plan_key).collect();
             let gone: Vec<String> = self
                 .hosts()
                 .keys()
@@ -148,7 +149,7 @@ impl Dispatch {
                 };
                 match change {
                     Some(Ok(event)) if event.kind == EventType::Deleted => {
-                        self.set(&event.object.metadata.name, None);
+                        self.set(&plan_key(&event.object), None);
                     }
                     Some(Ok(event)) => self.take(&event.object),
                     // Fell behind or the store hiccuped: read everything again.
@@ -156,6 +157,49 @@ impl Dispatch {
                 }
             }
         }
+    }
+}
+
+/// The task slot's name, on the wire and in a Plan's `spec.slot`.
+pub const TASK: &str = "task";
+
+/// The dispatch's key for a host's slot: the host for its plan, `host/task` for its task.
+pub fn slot_key(host: &str, slot: &str) -> String {
+    if slot.is_empty() {
+        host.to_owned()
+    } else {
+        format!("{host}/{slot}")
+    }
+}
+
+/// The key of a stored Plan: its `spec.host` (its name, for one written without) and slot.
+fn plan_key(object: &Object) -> String {
+    let host = object
+        .spec
+        .get("host")
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())
+        .unwrap_or(&object.metadata.name);
+    let slot = object
+        .spec
+        .get("slot")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    slot_key(host, slot)
+}
+
+/// The name of the Plan object holding a host's task (a host's plan is named as the host).
+pub fn task_plan_name(host: &str) -> String {
+    format!("task-{host}")
+}
+
+/// The slot a request names: "" or "task".
+fn slot_of(slot: &str) -> Result<&str, tonic::Status> {
+    match slot {
+        "" | TASK => Ok(slot),
+        other => Err(tonic::Status::invalid_argument(format!(
+            "slot {other:?}: a host's slots are \"\" (its plan) and \"task\""
+        ))),
     }
 }
 
@@ -187,7 +231,8 @@ impl plans_server::Plans for PlansService {
         request: tonic::Request<WatchPlan>,
     ) -> Result<tonic::Response<Deliveries>, tonic::Status> {
         let host = host_of(&request)?;
-        let receiver = self.dispatch.subscribe(&host).await;
+        let slot = slot_of(&request.get_ref().slot)?;
+        let receiver = self.dispatch.subscribe(&slot_key(&host, slot)).await;
         let deliveries = futures::stream::unfold((receiver, true), |(mut rx, first)| async move {
             if !first {
                 rx.changed().await.ok()?;
@@ -211,8 +256,9 @@ impl plans_server::Plans for PlansService {
         let host = host_of(&request)?;
         let status = request.into_inner();
         let seq = status.seq;
-        let desired = self.dispatch.checksum(&host);
-        record(self.store.as_ref(), &host, &desired, status)
+        let slot = slot_of(&status.slot)?.to_owned();
+        let desired = self.dispatch.checksum(&slot_key(&host, &slot));
+        record(self.store.as_ref(), &host, &slot, &desired, status)
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
         Ok(tonic::Response::new(StatusAck { seq }))
@@ -263,17 +309,23 @@ fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static st
     }
 }
 
-/// Stores a host's plan status on its Plan and its Host.
+/// Stores a host's plan status on its Plan and, for the host's plan, its Host.
 async fn record(
     store: &dyn Store,
     host: &str,
+    slot: &str,
     desired: &str,
     status: PlanStatus,
 ) -> Result<(), crate::store::StoreError> {
     let (ok, reason, message) = provisioned(desired, &status);
     let body = serde_json::to_value(&status).unwrap_or(Value::Null);
     let mut stale = false;
-    update_status(store, Kind::Plan, host, |s: &mut Status| {
+    let plan = if slot.is_empty() {
+        host.to_owned()
+    } else {
+        task_plan_name(host)
+    };
+    update_status(store, Kind::Plan, &plan, |s: &mut Status| {
         // Reports can cross on a reconnect; an older one never overwrites a newer.
         let kept = s.extra.get("seq").and_then(Value::as_u64).unwrap_or(0);
         if kept > status.seq {
@@ -288,7 +340,7 @@ async fn record(
         s.set_condition_to("Provisioned", ok, reason, &message);
     })
     .await?;
-    if stale {
+    if stale || !slot.is_empty() {
         return Ok(());
     }
     // The host shows the same (written only when it changes: hosts are read by many).

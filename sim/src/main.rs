@@ -45,6 +45,23 @@ enum Command {
     Uninstall {
         distribution: sim::standin::Distribution,
     },
+    /// Stand-in for the `k3s` binary's day-2 commands: `etcd-snapshot save|ls|delete`,
+    /// `server --cluster-reset --cluster-reset-restore-path=FILE`, `certificate rotate`.
+    K3s {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Stand-in for the `rke2` binary's day-2 commands (as for `k3s`).
+    Rke2 {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// `systemctl start|stop|restart|is-active` for the stand-in's units (a test's network
+    /// namespace has no systemd).
+    Systemctl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The stand-in node service the installer starts (not run by hand).
     ServeNode {
         distribution: sim::standin::Distribution,
@@ -81,6 +98,19 @@ fn main() -> anyhow::Result<()> {
         } => (listen, nodes, pods, kubeconfig),
         Command::Install { distribution } => return say(sim::standin::install(distribution)),
         Command::Uninstall { distribution } => return say(sim::standin::uninstall(distribution)),
+        Command::K3s { args } => {
+            return say(sim::standin::command(
+                sim::standin::Distribution::K3s,
+                &args,
+            ));
+        }
+        Command::Rke2 { args } => {
+            return say(sim::standin::command(
+                sim::standin::Distribution::Rke2,
+                &args,
+            ));
+        }
+        Command::Systemctl { args } => return say(sim::standin::systemctl(&args)),
         Command::ServeNode { distribution } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

@@ -35,6 +35,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{Identity, SimCluster, SimConfig, resources::by_kind};
 
+mod day2;
+pub use day2::{client_cert_path, command, systemctl, units};
+
 /// Which distribution is stood in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Distribution {
@@ -177,20 +180,27 @@ pub fn install(dist: Distribution) -> Result<String, String> {
     )
     .map_err(|e| e.to_string())?;
     stop_service(dist);
-    let log = std::fs::File::create(data.join("service.log")).map_err(|e| e.to_string())?;
+    let pid = start_service(dist)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // A service of its own, as systemd would run it: its own process group, no pipes back to
-    // the installer (whose output the system-agent reads to its end).
-    let child = std::process::Command::new(&exe)
-        .args(["serve-node", dist.name()])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .env("DROVER_LOG", "info")
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("starting the {} service: {e}", dist.name()))?;
-    std::fs::write(data.join("service.pid"), child.id().to_string()).map_err(|e| e.to_string())?;
+    // The distribution's own command (`k3s etcd-snapshot …`, `rke2 certificate rotate`): the
+    // K3s installer downloads it unless told the binary is in place (an air-gapped install
+    // put it there), the RKE2 installer unpacks it from its tarball.
+    let skip = dist == Distribution::K3s
+        && std::env::var("INSTALL_K3S_SKIP_DOWNLOAD").is_ok_and(|v| v == "true");
+    if !skip {
+        write_script(
+            &Path::new("/usr/local/bin").join(dist.name()),
+            &binary_script(dist, &exe, &version),
+        )?;
+    }
+    // A test's network namespace has no systemd: a `systemctl` for the stand-in's units.
+    write_script(
+        Path::new("/usr/local/bin/systemctl"),
+        &format!(
+            "#!/bin/sh\n# stand-in: no systemd in this network namespace\nexec {} systemctl \"$@\"\n",
+            exe.display()
+        ),
+    )?;
     // The uninstall script the real installer leaves behind.
     let uninstall = match (dist, server) {
         (Distribution::K3s, true) => "/usr/local/bin/k3s-uninstall.sh",
@@ -221,8 +231,61 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         "[INFO] stand-in {} {version} installed as {}; service started (pid {})",
         dist.name(),
         if server { "server" } else { "agent" },
-        child.id()
+        pid
     ))
+}
+
+/// The stand-in for the distribution's binary: a script running `drover-sim <dist>`.
+pub fn binary_script(dist: Distribution, sim: &Path, version: &str) -> String {
+    format!(
+        "#!/bin/sh\n# stand-in for the {0} {version} binary\nexec {1} {0} \"$@\"\n",
+        dist.name(),
+        sim.display()
+    )
+}
+
+/// Starts the node service, as systemd would run it: its own process group, no pipes back to
+/// whoever started it (the installer's output is read to its end by the system-agent).
+fn start_service(dist: Distribution) -> Result<u32, String> {
+    let data = dist.data_dir();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data.join("service.log"))
+        .map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = std::process::Command::new(&exe)
+        .args(["serve-node", dist.name()])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .env("DROVER_LOG", "info")
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting the {} service: {e}", dist.name()))?;
+    std::fs::write(data.join("service.pid"), child.id().to_string()).map_err(|e| e.to_string())?;
+    Ok(child.id())
+}
+
+/// Whether the node service runs.
+fn service_running(dist: Distribution) -> bool {
+    std::fs::read_to_string(dist.data_dir().join("service.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .is_some_and(alive)
+}
+
+/// The server's client certificate, made once and kept across restarts (as K3s keeps its
+/// certificates); `renew` makes a new one (`certificate rotate`).
+fn write_client_cert(dist: Distribution, renew: bool) -> Result<(), String> {
+    let cert = client_cert_path(dist);
+    if cert.exists() && !renew {
+        return Ok(());
+    }
+    let client = tunnel::tls::CertificateAuthority::generate("system:admin stand-in")
+        .map_err(|e| e.to_string())?;
+    write_private(&cert.with_extension("key"), &client.pem().key_pem)?;
+    write_private(&cert, &client.pem().cert_pem)
 }
 
 /// `drover-sim uninstall <dist>`: stops the service and removes what install and the service
@@ -230,6 +293,7 @@ pub fn install(dist: Distribution) -> Result<String, String> {
 pub fn uninstall(dist: Distribution) -> Result<String, String> {
     stop_service(dist);
     stop_pid_file(&dist.data_dir().join("pods/drover-cluster-agent.pid"));
+    let _ = std::fs::remove_file(Path::new("/usr/local/bin").join(dist.name()));
     for dir in [
         dist.data_dir(),
         dist.config_path()
@@ -302,14 +366,6 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         shutdown.clone(),
     ));
     let etcd = installed.server && !config.disable_etcd;
-    if etcd {
-        tasks.spawn(serve_health(
-            ([127, 0, 0, 1], 2381).into(),
-            "/health",
-            r#"{"health":"true","reason":""}"#,
-            shutdown.clone(),
-        ));
-    }
     let mut cluster = None;
     if installed.server {
         let sim = SimCluster::start(
@@ -350,17 +406,14 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         // What the probes of the real thing name: the server CA and a client certificate.
         let tls = dist.data_dir().join("server/tls");
         write_private(&tls.join("server-ca.crt"), sim.ca_pem())?;
-        let client = tunnel::tls::CertificateAuthority::generate("system:admin stand-in")
-            .map_err(|e| e.to_string())?;
-        write_private(
-            &tls.join("client-kube-apiserver.crt"),
-            &client.pem().cert_pem,
-        )?;
-        write_private(
-            &tls.join("client-kube-apiserver.key"),
-            &client.pem().key_pem,
-        )?;
+        write_client_cert(dist, false)?;
         cluster = Some(sim);
+    }
+    if etcd {
+        // etcd's health, and (the stand-in's etcd being the API server's store) its data for
+        // `etcd-snapshot save`; both on loopback only.
+        let state = cluster.as_ref().map(SimCluster::state_reader);
+        tasks.spawn(serve_etcd(state, shutdown.clone()));
     }
     // Where this node's Node object lives: the first server's API.
     let (api, token) = match (&config.server, &cluster) {
@@ -503,6 +556,37 @@ async fn serve_health(
         }
     };
     let app = axum::Router::new().route(path, axum::routing::get(move || async move { body }));
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+}
+
+/// etcd's loopback health endpoint and the datastore `etcd-snapshot save` reads.
+async fn serve_etcd(
+    state: Option<std::sync::Arc<dyn Fn() -> Value + Send + Sync>>,
+    shutdown: CancellationToken,
+) {
+    let addr: SocketAddr = ([127, 0, 0, 1], 2381).into();
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "cannot serve etcd's health");
+            return;
+        }
+    };
+    let mut app = axum::Router::new().route(
+        "/health",
+        axum::routing::get(|| async { r#"{"health":"true","reason":""}"# }),
+    );
+    if let Some(state) = state {
+        app = app.route(
+            day2::STATE_PATH,
+            axum::routing::get(move || {
+                let state = state.clone();
+                async move { state().to_string() }
+            }),
+        );
+    }
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;

@@ -1,6 +1,6 @@
-//! The system-agent's side of a session with the hub: it takes plans from the hub's `Watch`
-//! stream into the record and sends the record's status until the hub acknowledges it; and it
-//! beats, with the host's facts and usage.
+//! The system-agent's side of a session with the hub: for each plan slot (the host's plan and
+//! its task) it takes plans from the hub's `Watch` stream into the slot's record and sends the
+//! record's status until the hub acknowledges it; and it beats, with the host's facts and usage.
 
 use std::{sync::Arc, time::Duration};
 
@@ -9,22 +9,41 @@ use tunnel::AgentSession;
 
 use crate::record::Record;
 
+/// The records of the host's two plan slots.
+#[derive(Debug, Clone)]
+pub(crate) struct Slots {
+    pub plan: Arc<Record>,
+    pub task: Arc<Record>,
+}
+
+/// The task slot's name on the wire.
+pub(crate) const TASK: &str = "task";
+
 /// Serves one session until it ends.
-pub(crate) async fn serve(session: AgentSession, record: Arc<Record>) {
+pub(crate) async fn serve(session: AgentSession, slots: Slots) {
     let client = PlansClient::new(session.channel.clone());
     let mut sampler = hostinfo::Sampler::new();
     tokio::select! {
         _ = session.session.ended() => {}
-        () = take_plans(client.clone(), &record) => {}
-        () = report(client, &record) => {}
+        () = take_plans(client.clone(), "", &slots.plan) => {}
+        () = take_plans(client.clone(), TASK, &slots.task) => {}
+        () = report(client.clone(), "", &slots.plan) => {}
+        () = report(client, TASK, &slots.task) => {}
         () = hostinfo::beat(&session, sampler.as_mut()) => {}
     }
 }
 
-/// Follows the hub's plan for this host; a broken stream is opened again after a pause.
-async fn take_plans(mut client: PlansClient<tonic::transport::Channel>, record: &Record) {
+/// Follows the hub's plan for this host's `slot`; a broken stream is opened again after a pause.
+async fn take_plans(
+    mut client: PlansClient<tonic::transport::Channel>,
+    slot: &str,
+    record: &Record,
+) {
     loop {
-        match client.watch(WatchPlan {}).await {
+        let watch = WatchPlan {
+            slot: slot.to_owned(),
+        };
+        match client.watch(watch).await {
             Ok(stream) => {
                 let mut stream = stream.into_inner();
                 loop {
@@ -60,12 +79,13 @@ async fn take_plans(mut client: PlansClient<tonic::transport::Channel>, record: 
     }
 }
 
-/// Sends each new status; what the hub did not acknowledge is sent again.
-async fn report(mut client: PlansClient<tonic::transport::Channel>, record: &Record) {
+/// Sends each new status of `slot`; what the hub did not acknowledge is sent again.
+async fn report(mut client: PlansClient<tonic::transport::Channel>, slot: &str, record: &Record) {
     let mut changes = record.watch_status();
     loop {
         changes.borrow_and_update();
-        if let Some(status) = record.unacked() {
+        if let Some(mut status) = record.unacked() {
+            status.slot = slot.to_owned();
             match client.report(status).await {
                 Ok(ack) => {
                     if let Err(e) = record.ack(ack.into_inner().seq) {

@@ -266,6 +266,8 @@ async fn registration(config: &Config, server: &str) -> Result<(String, Secret),
 pub struct Agent {
     /// The record of the hub's plan for this host (none with only local plans).
     pub record: Option<Arc<record::Record>>,
+    /// The record of the hub's task for this host (one-time operations, beside the plan).
+    pub task: Option<Arc<record::Record>>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -284,16 +286,15 @@ impl Agent {
                 shutdown.clone(),
             ));
         }
-        let mut kept = None;
+        let (mut kept, mut kept_task) = (None, None);
         if let Some(server) = &config.server {
             let (id, credential) = registration(&config, server).await?;
-            let record = record::Record::open(&config.dir.join("plan.json"))
-                .map_err(|e| AgentError::State(config.dir.display().to_string(), e))?;
-            tasks.spawn(applier::drive(
-                record.clone(),
-                config.retry,
-                shutdown.clone(),
-            ));
+            let state = |e| AgentError::State(config.dir.display().to_string(), e);
+            let record = record::Record::open(&config.dir.join("plan.json")).map_err(state)?;
+            let task = record::Record::open(&config.dir.join("task.json")).map_err(state)?;
+            for slot in [&record, &task] {
+                tasks.spawn(applier::drive(slot.clone(), config.retry, shutdown.clone()));
+            }
             let tunnel = ConnectorConfig::new(
                 server,
                 credential,
@@ -306,17 +307,22 @@ impl Agent {
             let connector = Connector::new(tunnel)?;
             let (tx, mut sessions) = mpsc::channel(1);
             tasks.spawn(connector.run(tx, shutdown.clone()));
-            let serving = record.clone();
+            let slots = hub::Slots {
+                plan: record.clone(),
+                task: task.clone(),
+            };
             tasks.spawn(async move {
                 while let Some(session) = sessions.recv().await {
                     tracing::info!(session = %session.hello.session_id, "connected to the hub");
-                    tokio::spawn(hub::serve(session, serving.clone()));
+                    tokio::spawn(hub::serve(session, slots.clone()));
                 }
             });
             kept = Some(record);
+            kept_task = Some(task);
         }
         Ok(Agent {
             record: kept,
+            task: kept_task,
             tasks,
         })
     }

@@ -16,6 +16,7 @@ use std::{
 };
 
 pub mod browser;
+pub mod hosts;
 pub mod imported;
 
 use bytes::Bytes;
@@ -167,6 +168,11 @@ impl HubProcess {
 
     /// Kills the process at once (SIGKILL), as a crash or power cut would.
     pub async fn kill(mut self) {
+        self.crash().await;
+    }
+
+    /// As [`HubProcess::kill`], keeping the handle (to replace it with a new start).
+    pub async fn crash(&mut self) {
         self.child.kill().await.unwrap();
     }
 

@@ -256,6 +256,23 @@ async fn checked_spec(
             let project = spec.get("project").and_then(Value::as_str).unwrap_or("");
             in_project(api, &spec, project).await?;
         }
+        Kind::EtcdSnapshot => {
+            let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
+            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+            let found = api.store.get(Kind::Cluster.name(), cluster).await?;
+            if found.spec.get("type").and_then(Value::as_str) != Some("custom") {
+                return Err(ApiError::invalid(format!(
+                    "spec.cluster: {cluster:?} is an imported cluster; Drover snapshots the etcd of clusters it provisioned (custom clusters) only"
+                )));
+            }
+            if let Some(current) = current
+                && current.spec != spec
+            {
+                return Err(ApiError::invalid(
+                    "spec: a snapshot's spec cannot change; take a new snapshot instead",
+                ));
+            }
+        }
         _ => {}
     }
     Ok(spec)

@@ -561,7 +561,9 @@ async fn the_openapi_document_is_whole_and_describes_every_kind() {
 /// One valid object of every kind, created through the API.
 fn example(kind: Kind) -> Value {
     let spec = match kind {
-        Kind::Cluster => json!({"type": "imported"}),
+        Kind::Cluster => {
+            json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"})
+        }
         Kind::Host | Kind::RegistrationToken => json!({"cluster": "c1"}),
         Kind::User => json!({"password": "a long enough password"}),
         Kind::Token => json!({"description": "ci"}),
@@ -573,6 +575,7 @@ fn example(kind: Kind) -> Value {
         Kind::ProjectSecret => {
             json!({"cluster": "c1", "project": "projects-1", "data": {"password": "czNjcmV0"}})
         }
+        Kind::EtcdSnapshot => json!({"cluster": "c1"}),
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),

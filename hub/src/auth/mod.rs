@@ -240,7 +240,8 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::RoleBinding
         | Kind::Plan
         | Kind::Project
-        | Kind::ProjectSecret => spec_str(object, "cluster"),
+        | Kind::ProjectSecret
+        | Kind::EtcdSnapshot => spec_str(object, "cluster"),
         Kind::Token => object
             .spec
             .get("agent")
@@ -299,6 +300,13 @@ pub fn authorize(
                 || spec_str(object, "project")
                     .is_some_and(|p| principal.project_role(p) == Some(Role::ProjectOwner))
         }
+        // The cluster's people see its snapshots; its owners take and delete them (the hub
+        // writes what a snapshot holds: there is nothing to update).
+        Kind::EtcdSnapshot => match verb {
+            v if v.reads() => role.is_some(),
+            Verb::Create | Verb::Delete => owner,
+            _ => false,
+        },
         // Plans carry the cluster's join token: its owners may read them, no one else.
         Kind::Plan => verb.reads() && owner,
         Kind::User => verb == Verb::Get && object.metadata.name == principal.user,

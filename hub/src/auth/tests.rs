@@ -28,6 +28,7 @@ fn object(kind: Kind, name: &str, cluster: &str) -> Object {
         Kind::RegistrationToken => json!({"cluster": cluster}),
         Kind::RoleBinding => json!({"user": "x", "role": "read-only", "cluster": cluster}),
         Kind::Plan => json!({"host": "h", "cluster": cluster}),
+        Kind::EtcdSnapshot => json!({"cluster": cluster}),
         _ => json!({}),
     };
     Object::new(kind.name(), name, spec)
@@ -53,6 +54,9 @@ fn expected(kind: Kind, verb: Verb, role: Option<Role>) -> bool {
         Kind::RegistrationToken => owner,
         Kind::RoleBinding => (read && role.is_some()) || (owner && !read),
         Kind::Plan => read && owner,
+        Kind::EtcdSnapshot => {
+            (read && role.is_some()) || (owner && matches!(verb, Verb::Create | Verb::Delete))
+        }
         _ => unreachable!(),
     }
 }
@@ -71,6 +75,7 @@ fn every_role_times_every_verb_on_its_own_and_another_cluster() {
         Kind::RegistrationToken,
         Kind::RoleBinding,
         Kind::Plan,
+        Kind::EtcdSnapshot,
     ] {
         for role in roles {
             let p = principal(false, &role.map(|r| vec![("mine", r)]).unwrap_or_default());

@@ -387,6 +387,18 @@ impl Health {
                 let key = (object.kind.clone(), object.metadata.name.clone());
                 if event.kind == EventType::Deleted {
                     seen.remove(&key);
+                    // What stays on the hub of a removed cluster.
+                    if kind == Kind::Cluster {
+                        let subject = Subject {
+                            cluster: object.metadata.name.clone(),
+                            ..Subject::default()
+                        };
+                        let message = format!(
+                            "cluster {} removed; its agents' credentials are revoked",
+                            object.metadata.name
+                        );
+                        self.events.normal("Removed", &subject, message);
+                    }
                     continue;
                 }
                 let status = Status::of(object);

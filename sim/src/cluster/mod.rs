@@ -399,6 +399,12 @@ impl SimCluster {
         self.sim.store.export()
     }
 
+    /// A handle that exports the state on demand, for a task that outlives this borrow.
+    pub fn state_reader(&self) -> std::sync::Arc<dyn Fn() -> Value + Send + Sync> {
+        let sim = self.sim.clone();
+        std::sync::Arc::new(move || sim.store.export())
+    }
+
     /// Loads what [`SimCluster::export_state`] returned (call before serving anyone).
     pub fn import_state(&self, state: &Value) {
         self.sim.store.import(state);

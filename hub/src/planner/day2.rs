@@ -1,0 +1,892 @@
+//! Day-2 operations on a provisioned custom cluster, each carried out as tasks (the hosts'
+//! second plan slot, applied beside their plans, so a plan is never run again because an
+//! operation came and went):
+//!
+//! - **etcd snapshots**, on demand (an EtcdSnapshot object) and on the cluster's schedule
+//!   (`spec.etcdSnapshots`, with retention): the distribution's `etcd-snapshot save` on the
+//!   init host, whose output gives the file, its size and checksum; deleting the object
+//!   deletes the file (`etcd-snapshot delete`) first.
+//! - **restore** (`spec.restore`): stop the distribution on every host; reset etcd from the
+//!   snapshot on the host that holds it and start it there; then start the other servers one
+//!   at a time (their old etcd data removed, so they rejoin), then the workers, each step gated
+//!   by the hosts' probes. The phase is kept in the cluster's status, so a hub that restarts
+//!   carries on where it was; and each step's task has its own checksum, so no step runs twice.
+//! - **certificate rotation** (`spec.rotateCertificates`): host by host within the upgrade
+//!   strategy's concurrency, servers before workers.
+//!
+//! One operation at a time per cluster: a restore first, then a rotation, then snapshots being
+//! deleted, then snapshots being taken. A restore owns the hosts while it runs: the planner
+//! writes no plans to them until it is over.
+
+use std::collections::HashMap;
+
+use proto::plan::v1::{Instruction, Plan, Probe, checksum};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use super::{FINALIZER, PlanReport, Planner, stored_checksum};
+use crate::{
+    agents::update_status,
+    model::{ClusterSpec, Distribution, HostSpec, Kind, Status, concurrency},
+    planner::cron::Cron,
+    plans::{TASK, task_plan_name},
+    store::{Object, Op, StoreError},
+};
+
+/// What one pass of the planner knows about a cluster, for its operations.
+pub(super) struct Cluster<'a> {
+    pub object: &'a Object,
+    pub spec: &'a ClusterSpec,
+    pub dist: Distribution,
+    /// The cluster's hosts (not those being removed), in creation order.
+    pub hosts: &'a [(&'a Object, HostSpec)],
+    pub init: &'a str,
+    pub plans: &'a HashMap<String, Object>,
+    /// The cluster's EtcdSnapshots.
+    pub snapshots: Vec<&'a Object>,
+}
+
+/// Where a task stands.
+enum Task {
+    Running(String),
+    Done(PlanReport),
+    Failed(String),
+}
+
+/// A restore's progress, kept in the cluster's `status.restore`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RestoreStatus {
+    generation: u64,
+    snapshot: String,
+    /// Stopping, Restoring, Rejoining, Restored or Failed.
+    phase: String,
+    /// The host the snapshot is restored on, and the snapshot's file there.
+    host: String,
+    file: String,
+    /// Servers started again after the restore, in order.
+    rejoined: Vec<String>,
+    message: String,
+}
+
+/// A rotation's progress, kept in the cluster's `status.certificateRotation`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RotationStatus {
+    generation: u64,
+    /// Rotating, Rotated or Failed.
+    phase: String,
+    done: Vec<String>,
+    message: String,
+}
+
+/// A snapshot's record, in its `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(super) struct SnapshotStatus {
+    pub host: String,
+    /// The node name of the host, as the distribution names the file.
+    pub node: String,
+    pub file: String,
+    pub size: u64,
+    pub sha256: String,
+    pub created_at: String,
+    /// The distribution and version the cluster ran.
+    pub version: String,
+}
+
+impl Cluster<'_> {
+    fn name(&self) -> &str {
+        &self.object.metadata.name
+    }
+
+    fn status(&self) -> Status {
+        Status::of(self.object)
+    }
+
+    fn host(&self, name: &str) -> Option<&(&Object, HostSpec)> {
+        self.hosts.iter().find(|(h, _)| h.metadata.name == name)
+    }
+
+    /// Servers (etcd hosts first, then control-plane hosts), then workers; each group in
+    /// creation order.
+    fn ordered(&self) -> Vec<&(&Object, HostSpec)> {
+        let mut hosts: Vec<&(&Object, HostSpec)> = self.hosts.iter().collect();
+        hosts.sort_by_key(|(_, s)| {
+            if s.roles.etcd {
+                0
+            } else if s.roles.control_plane {
+                1
+            } else {
+                2
+            }
+        });
+        hosts
+    }
+
+    /// The probes of the host's plan: what "this host is healthy" means for it.
+    fn probes(&self, host: &str) -> Vec<Probe> {
+        self.plans
+            .get(host)
+            .and_then(|p| crate::model::parse_plan(p.spec.get("plan")?).ok())
+            .map(|p| p.probes)
+            .unwrap_or_default()
+    }
+
+    /// The distribution's service on `spec`'s host.
+    fn unit(&self, spec: &HostSpec) -> &'static str {
+        let server = spec.roles.etcd || spec.roles.control_plane;
+        match (self.dist, server) {
+            (Distribution::K3s, true) => "k3s",
+            (Distribution::K3s, false) => "k3s-agent",
+            (Distribution::Rke2, true) => "rke2-server",
+            (Distribution::Rke2, false) => "rke2-agent",
+        }
+    }
+
+    fn data_dir(&self) -> String {
+        format!("/var/lib/rancher/{}", self.dist.name())
+    }
+
+    fn settled(&self) -> bool {
+        let status = self.status();
+        ["Provisioned", "Updated"].iter().all(|kind| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.kind == *kind && c.status == "True")
+        })
+    }
+}
+
+fn step(name: &str, command: &str, args: &[&str]) -> Instruction {
+    Instruction {
+        name: name.into(),
+        command: command.into(),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..Instruction::default()
+    }
+}
+
+/// A task plan: `instructions`, gated by `probes`; `id` makes each operation's task its own
+/// (an agent that applied an identical task before would not run it again).
+fn task_plan(id: &str, mut instructions: Vec<Instruction>, probes: Vec<Probe>) -> Plan {
+    if let Some(first) = instructions.first_mut() {
+        first.env.push(format!("DROVER_TASK={id}"));
+    }
+    Plan {
+        instructions,
+        probes,
+        // An operation that failed twice needs a person; retrying it for long hides that.
+        max_failures: 2,
+        ..Plan::default()
+    }
+}
+
+impl Planner {
+    /// Runs the cluster's operations one pass further. True while a restore owns the hosts
+    /// (the planner then leaves their plans alone).
+    pub(super) async fn day2(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+        if self.restore(c).await? {
+            return Ok(true);
+        }
+        let busy = if !c.settled() {
+            false
+        } else {
+            self.schedule(c).await?;
+            self.rotate(c).await? || self.snapshots(c).await?
+        };
+        if !busy {
+            self.clear_tasks(c).await?;
+        }
+        Ok(false)
+    }
+
+    /// Drives `plan` as `host`'s task.
+    async fn task(&self, c: &Cluster<'_>, host: &Object, plan: Plan) -> Result<Task, StoreError> {
+        let name = task_plan_name(&host.metadata.name);
+        let sum = checksum(&plan);
+        let stored = c.plans.get(&name);
+        if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
+            self.write_plan(c.name(), host, TASK, &plan, Vec::new())
+                .await?;
+            return Ok(Task::Running(
+                "waiting for the system-agent to take the task".into(),
+            ));
+        }
+        let report = stored.map(PlanReport::of).unwrap_or_default();
+        if report.ready(&sum, plan.probes.len()) {
+            return Ok(Task::Done(report));
+        }
+        if report.gave_up {
+            return Ok(Task::Failed(report.failure.unwrap_or_default()));
+        }
+        Ok(Task::Running(match &report.failure {
+            Some(why) => why.clone(),
+            None => report.progress(&sum),
+        }))
+    }
+
+    /// Removes the cluster's finished tasks, once no operation needs them.
+    async fn clear_tasks(&self, c: &Cluster<'_>) -> Result<(), StoreError> {
+        let ops: Vec<Op> = c
+            .plans
+            .values()
+            .filter(|p| {
+                p.spec.get("slot").and_then(Value::as_str) == Some(TASK)
+                    && p.spec.get("cluster").and_then(Value::as_str) == Some(c.name())
+            })
+            .map(|p| Op::Delete {
+                kind: Kind::Plan.name().into(),
+                name: p.metadata.name.clone(),
+                resource_version: None,
+            })
+            .collect();
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.store.transact(ops).await.map(drop)
+    }
+
+    // --- restore ---
+
+    async fn restore(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+        let Some(request) = &c.spec.restore else {
+            return Ok(false);
+        };
+        let mut st: RestoreStatus = c
+            .status()
+            .extra
+            .get("restore")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        if st.generation > request.generation
+            || (st.generation == request.generation
+                && matches!(st.phase.as_str(), "Restored" | "Failed"))
+        {
+            return Ok(false);
+        }
+        if st.generation < request.generation {
+            st = RestoreStatus {
+                generation: request.generation,
+                snapshot: request.snapshot.clone(),
+                phase: "Stopping".into(),
+                ..RestoreStatus::default()
+            };
+            match self.restorable(c, &request.snapshot) {
+                Ok((host, file)) => {
+                    st.host = host;
+                    st.file = file;
+                    tracing::info!(cluster = %c.name(), snapshot = %st.snapshot, host = %st.host, "restoring etcd");
+                    self.restore_status(c, &st, None, "stopping the cluster's hosts")
+                        .await?;
+                    return Ok(true);
+                }
+                Err(why) => {
+                    st.phase = "Failed".into();
+                    st.message = why.clone();
+                    self.restore_status(c, &st, Some(false), &why).await?;
+                    return Ok(false);
+                }
+            }
+        }
+        let id = format!("{}/restore/{}", c.object.metadata.uid, st.generation);
+        let outcome = match st.phase.as_str() {
+            "Stopping" => self.restore_stop(c, &id).await?,
+            "Restoring" => self.restore_reset(c, &st, &id).await?,
+            _ => self.restore_rejoin(c, &mut st, &id).await?,
+        };
+        match outcome {
+            Progress::Waiting(message) => {
+                let message = format!("{}: {message}", st.phase.to_lowercase());
+                self.restore_status(c, &st, None, &message).await?;
+                Ok(true)
+            }
+            Progress::Next => {
+                st.phase = match st.phase.as_str() {
+                    "Stopping" => "Restoring",
+                    "Restoring" => "Rejoining",
+                    _ => "Restored",
+                }
+                .into();
+                if st.phase == "Restored" {
+                    tracing::info!(cluster = %c.name(), snapshot = %st.snapshot, "etcd restored");
+                    self.restore_status(c, &st, Some(true), "").await?;
+                    return Ok(false);
+                }
+                let message = match st.phase.as_str() {
+                    "Restoring" => format!("restoring etcd on {}", st.host),
+                    _ => "starting the other hosts".to_owned(),
+                };
+                self.restore_status(c, &st, None, &message).await?;
+                Ok(true)
+            }
+            Progress::Failed(why) => {
+                let message = format!(
+                    "the restore from {} stopped while {}: {why}; the hosts are as that step left them: fix the cause and raise spec.restore.generation to restore again",
+                    st.snapshot,
+                    st.phase.to_lowercase()
+                );
+                tracing::warn!(cluster = %c.name(), "{message}");
+                st.phase = "Failed".into();
+                st.message = message.clone();
+                self.restore_status(c, &st, Some(false), &message).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// The host and file of a snapshot this cluster can be restored from, or why not.
+    fn restorable(&self, c: &Cluster<'_>, name: &str) -> Result<(String, String), String> {
+        let snapshot = c
+            .snapshots
+            .iter()
+            .find(|s| s.metadata.name == name)
+            .ok_or_else(|| {
+                format!("spec.restore.snapshot: this cluster has no snapshot {name:?}")
+            })?;
+        let status = Status::of(snapshot);
+        let saved = status
+            .conditions
+            .iter()
+            .any(|c| c.kind == "Saved" && c.status == "True");
+        let record: SnapshotStatus =
+            serde_json::from_value(snapshot.status.clone()).unwrap_or_default();
+        if !saved || record.file.is_empty() {
+            return Err(format!(
+                "spec.restore.snapshot: snapshot {name:?} was not saved; choose a saved one"
+            ));
+        }
+        if c.host(&record.host).is_none() {
+            return Err(format!(
+                "snapshot {name:?} is on host {}, which is no longer in the cluster",
+                record.host
+            ));
+        }
+        Ok((record.host, record.file))
+    }
+
+    async fn restore_status(
+        &self,
+        c: &Cluster<'_>,
+        st: &RestoreStatus,
+        done: Option<bool>,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let value = serde_json::to_value(st).unwrap_or(Value::Null);
+        let reason = match done {
+            Some(true) => "Restored",
+            Some(false) => "RestoreFailed",
+            None => "Restoring",
+        };
+        update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
+            s.extra.insert("restore".into(), value.clone());
+            s.set_condition_to("Restored", done, reason, message);
+        })
+        .await
+    }
+
+    /// Every host's distribution stopped.
+    async fn restore_stop(&self, c: &Cluster<'_>, id: &str) -> Result<Progress, StoreError> {
+        let mut tasks = Vec::new();
+        for (host, spec) in c.hosts {
+            let plan = task_plan(
+                id,
+                vec![step("stop", "systemctl", &["stop", c.unit(spec)])],
+                vec![],
+            );
+            tasks.push((host.metadata.name.clone(), self.task(c, host, plan).await?));
+        }
+        Ok(Progress::all(tasks))
+    }
+
+    /// etcd reset from the snapshot on its host, which then starts and passes its probes.
+    async fn restore_reset(
+        &self,
+        c: &Cluster<'_>,
+        st: &RestoreStatus,
+        id: &str,
+    ) -> Result<Progress, StoreError> {
+        let Some((host, spec)) = c.host(&st.host) else {
+            return Ok(Progress::Failed(format!(
+                "host {} left the cluster",
+                st.host
+            )));
+        };
+        let restore_path = format!("--cluster-reset-restore-path={}", st.file);
+        let plan = task_plan(
+            id,
+            vec![
+                step(
+                    "cluster-reset",
+                    c.dist.name(),
+                    &["server", "--cluster-reset", &restore_path],
+                ),
+                step("start", "systemctl", &["start", c.unit(spec)]),
+            ],
+            c.probes(&st.host),
+        );
+        Ok(Progress::all(vec![(
+            st.host.clone(),
+            self.task(c, host, plan).await?,
+        )]))
+    }
+
+    /// The other servers started one at a time (their old etcd member data gone, so they
+    /// join the restored one), then the workers.
+    async fn restore_rejoin(
+        &self,
+        c: &Cluster<'_>,
+        st: &mut RestoreStatus,
+        id: &str,
+    ) -> Result<Progress, StoreError> {
+        let ordered = c.ordered();
+        let servers = ordered
+            .iter()
+            .filter(|(h, s)| (s.roles.etcd || s.roles.control_plane) && h.metadata.name != st.host);
+        for (host, spec) in servers {
+            if st.rejoined.contains(&host.metadata.name) {
+                continue;
+            }
+            let mut steps = Vec::new();
+            if spec.roles.etcd {
+                steps.push(step(
+                    "remove-etcd-member-data",
+                    "rm",
+                    &["-rf", &format!("{}/server/db/etcd", c.data_dir())],
+                ));
+            }
+            steps.push(step("start", "systemctl", &["start", c.unit(spec)]));
+            let plan = task_plan(id, steps, c.probes(&host.metadata.name));
+            return Ok(match self.task(c, host, plan).await? {
+                Task::Done(_) => {
+                    st.rejoined.push(host.metadata.name.clone());
+                    Progress::Waiting(format!("{} rejoined", host.metadata.name))
+                }
+                Task::Running(what) => Progress::Waiting(format!("{}: {what}", host.metadata.name)),
+                Task::Failed(why) => Progress::Failed(format!("{}: {why}", host.metadata.name)),
+            });
+        }
+        let mut tasks = Vec::new();
+        for (host, spec) in ordered
+            .iter()
+            .filter(|(_, s)| !(s.roles.etcd || s.roles.control_plane))
+        {
+            let plan = task_plan(
+                id,
+                vec![step("start", "systemctl", &["start", c.unit(spec)])],
+                c.probes(&host.metadata.name),
+            );
+            tasks.push((host.metadata.name.clone(), self.task(c, host, plan).await?));
+        }
+        Ok(Progress::all(tasks))
+    }
+
+    // --- certificate rotation ---
+
+    async fn rotate(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+        let Some(request) = c.spec.rotate_certificates else {
+            return Ok(false);
+        };
+        let mut st: RotationStatus = c
+            .status()
+            .extra
+            .get("certificateRotation")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        if st.generation > request.generation
+            || (st.generation == request.generation && st.phase != "Rotating")
+        {
+            return Ok(false);
+        }
+        if st.generation < request.generation {
+            st = RotationStatus {
+                generation: request.generation,
+                phase: "Rotating".into(),
+                ..RotationStatus::default()
+            };
+        }
+        let id = format!("{}/rotate/{}", c.object.metadata.uid, st.generation);
+        let strategy = c.spec.upgrade_strategy.clone().unwrap_or_default();
+        let ordered = c.ordered();
+        let is_server = |s: &HostSpec| s.roles.etcd || s.roles.control_plane;
+        let servers = ordered.iter().filter(|(_, s)| is_server(s)).count();
+        let (group, limit): (Vec<_>, usize) = if ordered
+            .iter()
+            .filter(|(_, s)| is_server(s))
+            .all(|(h, _)| st.done.contains(&h.metadata.name))
+        {
+            let workers: Vec<_> = ordered.iter().filter(|(_, s)| !is_server(s)).collect();
+            let limit = concurrency(&strategy.worker_concurrency, workers.len()).unwrap_or(1);
+            (workers, limit)
+        } else {
+            let limit = concurrency(&strategy.control_plane_concurrency, servers).unwrap_or(1);
+            (
+                ordered.iter().filter(|(_, s)| is_server(s)).collect(),
+                limit,
+            )
+        };
+        let mut waiting = Vec::new();
+        let mut failed = None;
+        let turn: Vec<_> = group
+            .iter()
+            .filter(|(h, _)| !st.done.contains(&h.metadata.name))
+            .take(limit)
+            .collect();
+        for (host, spec) in turn {
+            let unit = c.unit(spec);
+            let steps = if is_server(spec) {
+                vec![
+                    step("stop", "systemctl", &["stop", unit]),
+                    step(
+                        "certificate-rotate",
+                        c.dist.name(),
+                        &["certificate", "rotate"],
+                    ),
+                    step("start", "systemctl", &["start", unit]),
+                ]
+            } else {
+                // An agent's client certificates are renewed by its server when it restarts.
+                vec![step("restart", "systemctl", &["restart", unit])]
+            };
+            let plan = task_plan(&id, steps, c.probes(&host.metadata.name));
+            match self.task(c, host, plan).await? {
+                Task::Done(_) => st.done.push(host.metadata.name.clone()),
+                Task::Running(what) => waiting.push(format!("{}: {what}", host.metadata.name)),
+                Task::Failed(why) => failed = Some(format!("{}: {why}", host.metadata.name)),
+            }
+        }
+        let total = ordered.len();
+        let (condition, reason, message) = if let Some(why) = failed {
+            st.phase = "Failed".into();
+            st.message = format!(
+                "certificate rotation stopped at host {why}; fix the cause and raise spec.rotateCertificates.generation to rotate again"
+            );
+            (Some(false), "RotationFailed", st.message.clone())
+        } else if st.done.len() >= total {
+            st.phase = "Rotated".into();
+            st.message.clear();
+            tracing::info!(cluster = %c.name(), hosts = total, "certificates rotated");
+            (Some(true), "Rotated", String::new())
+        } else {
+            let message = format!(
+                "{} of {total} hosts rotated; {}",
+                st.done.len(),
+                waiting.join("; ")
+            );
+            (None, "Rotating", message)
+        };
+        let value = serde_json::to_value(&st).unwrap_or(Value::Null);
+        update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
+            s.extra.insert("certificateRotation".into(), value.clone());
+            s.set_condition_to("CertificatesRotated", condition, reason, &message);
+        })
+        .await?;
+        Ok(st.phase == "Rotating")
+    }
+
+    // --- snapshots ---
+
+    /// Takes a scheduled snapshot when one is due: the latest due time only (a hub that was
+    /// down for hours takes one, not one per missed slot), named after that time, created in
+    /// the same write as the schedule's progress so it is never taken twice.
+    async fn schedule(&self, c: &Cluster<'_>) -> Result<(), StoreError> {
+        let Some(schedule) = &c.spec.etcd_snapshots else {
+            return Ok(());
+        };
+        let Ok(cron) = Cron::parse(&schedule.schedule) else {
+            return Ok(());
+        };
+        let now = OffsetDateTime::now_utc();
+        let kept = c.status().extra.get("snapshotSchedule").cloned();
+        let last = kept
+            .as_ref()
+            .filter(|k| k["schedule"] == schedule.schedule.as_str())
+            .and_then(|k| k["last"].as_str())
+            .and_then(|t| {
+                OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            });
+        let mut cluster = self.store.get(Kind::Cluster.name(), c.name()).await?;
+        let Some(last) = last else {
+            // A new schedule counts from now.
+            let mut status = Status::of(&cluster);
+            status.extra.insert(
+                "snapshotSchedule".into(),
+                json!({"schedule": schedule.schedule, "last": rfc3339(now)}),
+            );
+            cluster.status = serde_json::to_value(status).unwrap_or(Value::Null);
+            return self
+                .store
+                .transact(vec![Op::Update(cluster)])
+                .await
+                .map(drop);
+        };
+        let mut due = None;
+        let mut at = last;
+        while let Some(next) = cron.next_after(at) {
+            if next > now {
+                break;
+            }
+            due = Some(next);
+            at = next;
+        }
+        let Some(due) = due else {
+            return Ok(());
+        };
+        let prefix: String = c.name().chars().take(44).collect();
+        let stamp = format!(
+            "{:04}{:02}{:02}{:02}{:02}",
+            due.year(),
+            u8::from(due.month()),
+            due.day(),
+            due.hour(),
+            due.minute()
+        );
+        let name = format!("{}-{stamp}", prefix.trim_end_matches('-'));
+        let snapshot = Object::new(
+            Kind::EtcdSnapshot.name(),
+            &name,
+            json!({"cluster": c.name(), "scheduled": true}),
+        );
+        let mut status = Status::of(&cluster);
+        status.extra.insert(
+            "snapshotSchedule".into(),
+            json!({"schedule": schedule.schedule, "last": rfc3339(due)}),
+        );
+        cluster.status = serde_json::to_value(status).unwrap_or(Value::Null);
+        tracing::info!(cluster = %c.name(), snapshot = %name, "scheduled etcd snapshot due");
+        self.store
+            .transact(vec![Op::Create(snapshot), Op::Update(cluster)])
+            .await
+            .map(drop)
+    }
+
+    /// Snapshots being deleted (their files first), then retention, then snapshots to take.
+    /// True while one is in flight.
+    async fn snapshots(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+        let mut ordered = c.snapshots.clone();
+        ordered.sort_by(|a, b| {
+            (&a.metadata.creation_timestamp, &a.metadata.name)
+                .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+        });
+        for snapshot in ordered
+            .iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_some())
+        {
+            if snapshot.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+                return self.delete_snapshot(c, snapshot).await.map(|_| true);
+            }
+        }
+        self.retain(c, &ordered).await?;
+        let pending = ordered.iter().find(|s| {
+            s.metadata.deletion_timestamp.is_none()
+                && !Status::of(s)
+                    .conditions
+                    .iter()
+                    .any(|c| c.kind == "Saved" && c.status != "Unknown")
+        });
+        match pending {
+            Some(snapshot) => self.take_snapshot(c, snapshot).await.map(|_| true),
+            None => Ok(false),
+        }
+    }
+
+    async fn take_snapshot(&self, c: &Cluster<'_>, snapshot: &Object) -> Result<(), StoreError> {
+        let name = &snapshot.metadata.name;
+        let Some((host, host_spec)) = c.host(c.init) else {
+            return Ok(());
+        };
+        if !snapshot.metadata.finalizers.iter().any(|f| f == FINALIZER) {
+            // Kept until its file is deleted too.
+            let mut kept = snapshot.clone();
+            kept.metadata.finalizers.push(FINALIZER.into());
+            let mut status = Status::of(&kept);
+            status.set_condition_to("Saved", None, "Saving", &format!("saving on {}", c.init));
+            kept.status = serde_json::to_value(status).unwrap_or(Value::Null);
+            return self.store.transact(vec![Op::Update(kept)]).await.map(drop);
+        }
+        let dist = c.dist.name();
+        let script = format!(
+            "set -e\n{dist} etcd-snapshot save --name \"$1\"\n\
+             f=$(ls -1t {data}/server/db/snapshots/\"$1\"-* | head -n 1)\n\
+             echo \"file=$f\"\necho \"size=$(stat -c %s \"$f\")\"\n\
+             echo \"sha256=$(sha256sum \"$f\" | cut -d ' ' -f 1)\"\n",
+            data = c.data_dir()
+        );
+        let plan = task_plan(
+            &snapshot.metadata.uid,
+            vec![Instruction {
+                name: "etcd-snapshot".into(),
+                script,
+                args: vec![name.clone()],
+                save_output: true,
+                ..Instruction::default()
+            }],
+            Vec::new(),
+        );
+        let (saved, message, record) = match self.task(c, host, plan).await? {
+            Task::Running(what) => {
+                let message = format!("saving on {}: {what}", c.init);
+                (None, message, None)
+            }
+            Task::Failed(why) => (
+                Some(false),
+                format!("saving on {} failed: {why}", c.init),
+                None,
+            ),
+            Task::Done(report) => {
+                let fields = report.output("etcd-snapshot");
+                let field = |k: &str| fields.get(k).cloned().unwrap_or_default();
+                let version = c
+                    .status()
+                    .extra
+                    .get("version")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_default();
+                let record = SnapshotStatus {
+                    host: host.metadata.name.clone(),
+                    node: host_spec.node_name.clone(),
+                    file: field("file"),
+                    size: field("size").parse().unwrap_or(0),
+                    sha256: field("sha256"),
+                    created_at: report.finished("etcd-snapshot"),
+                    version: format!("{dist} {version}"),
+                };
+                tracing::info!(cluster = %c.name(), snapshot = %name, file = %record.file, size = record.size, "etcd snapshot saved");
+                (Some(true), String::new(), Some(record))
+            }
+        };
+        let reason = match saved {
+            Some(true) => "Saved",
+            Some(false) => "SaveFailed",
+            None => "Saving",
+        };
+        let record = record.map(|r| serde_json::to_value(r).unwrap_or(Value::Null));
+        update_status(self.store.as_ref(), Kind::EtcdSnapshot, name, |s| {
+            if let Some(Value::Object(fields)) = &record {
+                for (k, v) in fields {
+                    s.extra.insert(k.clone(), v.clone());
+                }
+            }
+            s.set_condition_to("Saved", saved, reason, &message);
+        })
+        .await
+    }
+
+    /// The snapshot's file deleted on its host, then the snapshot.
+    async fn delete_snapshot(&self, c: &Cluster<'_>, snapshot: &Object) -> Result<(), StoreError> {
+        let record: SnapshotStatus =
+            serde_json::from_value(snapshot.status.clone()).unwrap_or_default();
+        let file_name = record
+            .file
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let release = async {
+            let mut gone = snapshot.clone();
+            gone.metadata.finalizers.retain(|f| f != FINALIZER);
+            self.store.transact(vec![Op::Update(gone)]).await.map(drop)
+        };
+        let Some((host, _)) = c.host(&record.host).filter(|_| !file_name.is_empty()) else {
+            // Never saved, or its host is gone (and the file with it).
+            return release.await;
+        };
+        let plan = task_plan(
+            &format!("{}/delete", snapshot.metadata.uid),
+            vec![step(
+                "etcd-snapshot-delete",
+                c.dist.name(),
+                &["etcd-snapshot", "delete", &file_name],
+            )],
+            Vec::new(),
+        );
+        match self.task(c, host, plan).await? {
+            Task::Running(_) => Ok(()),
+            Task::Done(_) => {
+                tracing::info!(cluster = %c.name(), snapshot = %snapshot.metadata.name, "etcd snapshot deleted");
+                release.await
+            }
+            Task::Failed(why) => {
+                // The record goes anyway (the user asked for it); what was left is said.
+                tracing::warn!(cluster = %c.name(), snapshot = %snapshot.metadata.name, host = %record.host, file = %record.file, "deleting the snapshot's file failed; remove it by hand: {why}");
+                release.await
+            }
+        }
+    }
+
+    /// Keeps the newest `retention` saved scheduled snapshots (and anything newer), deleting
+    /// older scheduled ones; snapshots taken on demand are the user's to delete.
+    async fn retain(&self, c: &Cluster<'_>, ordered: &[&Object]) -> Result<(), StoreError> {
+        let Some(schedule) = &c.spec.etcd_snapshots else {
+            return Ok(());
+        };
+        let scheduled: Vec<&&Object> = ordered
+            .iter()
+            .filter(|s| {
+                s.metadata.deletion_timestamp.is_none()
+                    && s.spec.get("scheduled").and_then(Value::as_bool) == Some(true)
+            })
+            .collect();
+        let saved = |s: &Object| {
+            Status::of(s)
+                .conditions
+                .iter()
+                .any(|c| c.kind == "Saved" && c.status == "True")
+        };
+        let mut kept = 0u32;
+        let mut old = Vec::new();
+        for snapshot in scheduled.iter().rev() {
+            if kept >= schedule.retention {
+                old.push(snapshot.metadata.name.clone());
+            } else if saved(snapshot) {
+                kept += 1;
+            }
+        }
+        for name in old {
+            tracing::info!(cluster = %c.name(), snapshot = %name, retention = schedule.retention, "removing a scheduled snapshot past retention");
+            match self
+                .store
+                .delete(Kind::EtcdSnapshot.name(), &name, None)
+                .await
+            {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How far a step of an operation is.
+enum Progress {
+    Waiting(String),
+    Next,
+    Failed(String),
+}
+
+impl Progress {
+    /// Every host's task done: next; one failed: failed; else waiting, saying on whom.
+    fn all(tasks: Vec<(String, Task)>) -> Progress {
+        let mut waiting = Vec::new();
+        for (host, task) in tasks {
+            match task {
+                Task::Done(_) => {}
+                Task::Running(what) => waiting.push(format!("{host}: {what}")),
+                Task::Failed(why) => return Progress::Failed(format!("host {host}: {why}")),
+            }
+        }
+        if waiting.is_empty() {
+            Progress::Next
+        } else {
+            Progress::Waiting(waiting.join("; "))
+        }
+    }
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}

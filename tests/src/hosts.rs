@@ -1,0 +1,394 @@
+//! Hosts for provisioning tests: one Linux network namespace per host (each with its own
+//! address on a bridge, and its own /etc/rancher, /etc/drover, /var/lib/rancher and
+//! /usr/local/bin by a private mount namespace), the hub on the bridge serving the air-gap
+//! artifacts, and the hub's host command run on each. The distribution's binary and install
+//! script among the artifacts are the `drover-sim` stand-ins (real K3s cannot be downloaded
+//! here). Needs root.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::{HubProcess, api, binary, create_custom_cluster, login, quiet, sh};
+
+/// Whether this runs as root (else the caller skips, saying so).
+pub fn is_root() -> bool {
+    let out = std::process::Command::new("id").arg("-u").output();
+    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The hub on the bridge (where the hosts reach it), installing from its own artifacts for
+/// `versions`, with custom cluster `edge` (k3s at the first version, `spec` merged in); the
+/// hosts installed with `roles`, registering in that order.
+#[derive(Debug)]
+pub struct Site {
+    pub hub: HubProcess,
+    pub hub_url: String,
+    /// The hub's data directory and listen address, to start it again.
+    hub_dir: PathBuf,
+    listen: String,
+    pub admin: String,
+    pub token: String,
+    pub hosts: Vec<Host>,
+}
+
+impl Site {
+    pub async fn start(dir: &Path, versions: &[&str], spec: Value, roles: &[&str]) -> Site {
+        let port = std::net::TcpListener::bind(format!("{PREFIX}.1:0"))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let hub_url = format!("https://{PREFIX}.1:{port}");
+        let listen = format!("{PREFIX}.1:{port}");
+        let hub = HubProcess::start_with(
+            &dir.join("hub"),
+            &["--listen", &listen, "--server-url", &hub_url],
+        )
+        .await;
+        let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+        let (code, body) = api(
+            hub.addr,
+            "POST",
+            "/v1/settings",
+            Some(&admin),
+            Some(json!({"metadata": {"name": "install-source"}, "spec": {"value": "hub"}})),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        // The air-gap artifacts the hub serves: for each version, the distribution's binary
+        // and install script (the stand-ins) and its images (these bytes).
+        for version in versions {
+            let artifacts = dir.join("hub/artifacts").join(version);
+            std::fs::create_dir_all(&artifacts).unwrap();
+            let sim = binary("drover-sim");
+            std::fs::write(
+                artifacts.join("k3s"),
+                sim::standin::binary_script(sim::standin::Distribution::K3s, &sim, version),
+            )
+            .unwrap();
+            std::fs::write(artifacts.join("k3s-airgap-images-amd64.tar.zst"), b"images").unwrap();
+            std::fs::write(
+                artifacts.join("k3s-install.sh"),
+                format!("#!/bin/sh\nexec {} install k3s\n", sim.display()),
+            )
+            .unwrap();
+        }
+        let mut cluster = json!({"distribution": "k3s", "version": versions[0]});
+        if let (Value::Object(c), Value::Object(more)) = (&mut cluster, spec) {
+            c.extend(more);
+        }
+        let registration = create_custom_cluster(hub.addr, &admin, "edge", cluster).await;
+        let token = registration["token"].as_str().unwrap().to_owned();
+        let hosts: Vec<Host> = (1..=roles.len()).map(|i| Host::new(dir, i)).collect();
+        for (host, roles) in hosts.iter().zip(roles) {
+            host.install(&hub_url, &token, &hub.ca_checksum, roles);
+            // One at a time, so the hosts register (and are ordered) as listed.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let (_, list) = api(hub.addr, "GET", "/v1/hosts", Some(&admin), None).await;
+                if list["items"].as_array().map_or(0, Vec::len) == host.i {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "host {} did not register: {list:#}",
+                    host.i
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Site {
+            hub,
+            hub_url,
+            hub_dir: dir.join("hub"),
+            listen,
+            admin,
+            token,
+            hosts,
+        }
+    }
+
+    /// Kills the hub (SIGKILL) and starts it again on the same data and address.
+    pub async fn crash_hub(&mut self) {
+        self.hub.crash().await;
+        self.hub = HubProcess::start_with(
+            &self.hub_dir,
+            &["--listen", &self.listen, "--server-url", &self.hub_url],
+        )
+        .await;
+    }
+
+    /// The hosts' names, in the order they were installed.
+    pub async fn host_names(&self) -> Vec<String> {
+        let (_, list) = api(self.hub.addr, "GET", "/v1/hosts", Some(&self.admin), None).await;
+        let mut items: Vec<(String, String)> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["spec"]["nodeName"].as_str().unwrap().to_owned(),
+                    h["metadata"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        items.sort();
+        items.into_iter().map(|(_, name)| name).collect()
+    }
+}
+
+pub const BRIDGE: &str = "drvbr0";
+pub const PREFIX: &str = "10.213.0";
+
+/// The hosts' network: a bridge in the root namespace (the hub's side) and a namespace per host.
+#[derive(Debug)]
+pub struct Network {
+    hosts: usize,
+    made_dirs: Vec<PathBuf>,
+}
+
+impl Network {
+    pub fn new(hosts: usize) -> Network {
+        let net = Network {
+            hosts,
+            made_dirs: Vec::new(),
+        };
+        net.teardown();
+        sh(&format!(
+            "ip link add {BRIDGE} type bridge && ip addr add {PREFIX}.1/24 dev {BRIDGE} && ip link set {BRIDGE} up"
+        ));
+        for i in 1..=hosts {
+            let ns = format!("drv-h{i}");
+            sh(&format!(
+                "ip netns add {ns} && ip link add drv-h{i}a type veth peer name drv-h{i}b && \
+                 ip link set drv-h{i}a master {BRIDGE} up && ip link set drv-h{i}b netns {ns} && \
+                 ip netns exec {ns} ip addr add {} dev drv-h{i}b && \
+                 ip netns exec {ns} ip link set drv-h{i}b up && ip netns exec {ns} ip link set lo up && \
+                 ip netns exec {ns} ip route add default via {PREFIX}.1",
+                format_args!("{}/24", address(i))
+            ));
+        }
+        let mut net = net;
+        // Mount points for each host's own copy of the distribution's directories.
+        for dir in [
+            "/etc/rancher",
+            "/etc/drover",
+            "/var/lib/rancher",
+            "/usr/local/bin",
+        ] {
+            if !Path::new(dir).exists() {
+                std::fs::create_dir_all(dir).unwrap();
+                net.made_dirs.push(PathBuf::from(dir));
+            }
+        }
+        net
+    }
+
+    /// Cuts (or restores) host `i`'s link, as a pulled cable would.
+    pub fn link(&self, i: usize, up: bool) {
+        sh(&format!(
+            "ip link set drv-h{i}a {}",
+            if up { "up" } else { "down" }
+        ));
+    }
+
+    fn teardown(&self) {
+        for i in 1..=self.hosts.max(3) {
+            quiet(&format!(
+                "ip netns pids drv-h{i} 2>/dev/null | xargs -r kill -9; ip netns del drv-h{i}; ip link del drv-h{i}a"
+            ));
+        }
+        quiet(&format!("ip link del {BRIDGE}"));
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.teardown();
+        for dir in &self.made_dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+pub fn address(i: usize) -> String {
+    format!("{PREFIX}.{}", 10 + i)
+}
+
+/// One host: its namespace, its directories and what the test started in it.
+#[derive(Debug)]
+pub struct Host {
+    pub i: usize,
+    pub dir: PathBuf,
+    started: std::sync::Mutex<Vec<std::process::Child>>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for child in self.started.lock().unwrap().iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Host {
+    pub fn new(base: &Path, i: usize) -> Host {
+        let dir = base.join(format!("host-{i}"));
+        for sub in [
+            "etc-rancher",
+            "etc-drover",
+            "var-lib-rancher",
+            "usr-local-bin",
+            "root",
+        ] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        Host {
+            i,
+            dir,
+            started: std::sync::Mutex::default(),
+        }
+    }
+
+    /// `command` in the host's network namespace with its own /etc/rancher and /var/lib/rancher.
+    pub fn spawn(&self, command: &str) {
+        let script = format!(
+            "mount --bind {d}/etc-rancher /etc/rancher && mount --bind {d}/var-lib-rancher /var/lib/rancher && \
+             mount --bind {d}/usr-local-bin /usr/local/bin && mount --bind {d}/etc-drover /etc/drover && {command}",
+            d = self.dir.display()
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("agent.log"))
+            .unwrap();
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", &format!("drv-h{}", self.i)])
+            .args([
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ])
+            // The stand-in installer "downloads" for two seconds: time to interrupt it.
+            .env("DROVER_SIM_INSTALL_SECONDS", "2")
+            .env("DROVER_RETRY_SECONDS", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.started.lock().unwrap().push(child);
+    }
+
+    /// Runs the hub's host command on this host.
+    pub fn install(&self, hub_url: &str, token: &str, checksum: &str, roles: &str) {
+        self.spawn(&format!(
+            "curl --insecure -fsSL {hub_url}/system-agent-install.sh | sh -s - --server {hub_url} \
+             --token {token} --ca-checksum {checksum} {roles} --node-name node-{i} --address {a} \
+             --no-systemd --root {root}",
+            i = self.i,
+            a = address(self.i),
+            root = self.dir.join("root").display()
+        ));
+    }
+
+    /// Starts the installed agent again, as its systemd unit would.
+    pub fn restart(&self) {
+        let root = self.dir.join("root");
+        self.spawn(&format!(
+            "set -a; . {root}/etc/drover/system-agent.env; set +a; exec {root}/usr/local/bin/drover-system-agent",
+            root = root.display()
+        ));
+    }
+
+    pub fn kill_agent(&self) {
+        let pid =
+            std::fs::read_to_string(self.dir.join("root/var/lib/drover/system-agent/agent.pid"))
+                .unwrap();
+        sh(&format!("kill -9 {}", pid.trim()));
+    }
+
+    /// The stand-in installer's completed runs: "VERSION server|agent" per line.
+    pub fn installs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("var-lib-rancher/k3s/drover-sim-installs"))
+            .map(|s| s.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A plan's version and whether it is applied with its probes passing.
+pub fn plan_state(plan: &Value) -> (String, bool) {
+    let version = plan["spec"]["plan"]["instructions"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|e| e.as_str()?.strip_prefix("INSTALL_K3S_VERSION="))
+        .unwrap_or_default()
+        .to_owned();
+    let status = &plan["status"];
+    let probes = plan["spec"]["plan"]["probes"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let healthy = status["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["healthy"] == true)
+        .count();
+    // The plan's identity, computed here as the agent computes it.
+    let parsed: proto::plan::v1::Plan =
+        serde_json::from_value(plan["spec"]["plan"].clone()).unwrap();
+    let sum = proto::plan::v1::checksum(&parsed);
+    let ready = status["state"] == "applied"
+        && status["appliedChecksum"] == sum.as_str()
+        && status["checksum"] == sum.as_str()
+        && healthy >= probes;
+    (version, ready)
+}
+
+pub async fn plans(hub: &HubProcess, admin: &str) -> HashMap<String, Value> {
+    let (_, list) = api(hub.addr, "GET", "/v1/plans", Some(admin), None).await;
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p.clone(),
+            )
+        })
+        .collect()
+}
+
+pub async fn cluster(hub: &HubProcess, admin: &str) -> Value {
+    api(hub.addr, "GET", "/v1/clusters/edge", Some(admin), None)
+        .await
+        .1
+}
+
+pub async fn wait_active(hub: &HubProcess, admin: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let c = cluster(hub, admin).await;
+        if c["state"]["state"] == "active" {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster not active within {within:?}: {c:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

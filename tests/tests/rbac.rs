@@ -446,6 +446,66 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
         repaired.as_secs_f64(),
         removed.as_secs_f64()
     );
+
+    // Removing the cluster removes what Drover created in it (through its agent) and nothing
+    // else; its agents' credentials are revoked.
+    let started = std::time::Instant::now();
+    let (status, body) = api(hub.addr, "DELETE", "/v1/clusters/prod", Some(admin), None).await;
+    assert_eq!(status, 200, "{body}");
+    loop {
+        let (status, c) = api(hub.addr, "GET", "/v1/clusters/prod", Some(admin), None).await;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not removed: {c:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let synced = kubectl_ok(
+        sim_admin,
+        &[
+            "get",
+            "clusterrolebindings,clusterroles,rolebindings,secrets",
+            "-A",
+            "-l",
+            "drover.io/sync",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(synced.trim(), "", "the objects the agent kept are gone");
+    for object in [
+        "namespace/drover-system",
+        "clusterrolebinding/drover-admin",
+        "clusterrolebinding/drover-agent",
+    ] {
+        let (ok, _, _) = kubectl(sim_admin, &["get", object]).await;
+        assert!(!ok, "{object} is gone");
+    }
+    let (ok, _, _) = kubectl(
+        sim_admin,
+        &[
+            "get",
+            "rolebinding",
+            "drover-project-member",
+            "-n",
+            "shop-a",
+        ],
+    )
+    .await;
+    assert!(ok, "an object Drover did not create stays");
+    let (_, tokens) = api(hub.addr, "GET", "/v1/tokens", Some(admin), None).await;
+    assert!(
+        !tokens.to_string().contains("\"cluster\":\"prod\""),
+        "agent credentials revoked: {tokens:#}"
+    );
+    eprintln!(
+        "rbac: the imported cluster removed, and cleaned, in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     imported.shutdown.cancel();
     let _ = agent.await;
 }

@@ -441,6 +441,47 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         )
         .await;
     check_and_save(&browser, "cluster-custom-failed-plan").await;
+    // An etcd snapshot on demand from the cluster's page (the cluster is paused, so it waits
+    // to be taken: the taking is the day-2 test's), then deleted again.
+    browser
+        .type_into("#snapshot-name", "from-the-dashboard")
+        .await;
+    browser
+        .click("form#create-snapshot button[type=submit]")
+        .await;
+    browser
+        .until(
+            "the new snapshot in the table",
+            Duration::from_secs(10),
+            "return document.querySelector('#snapshots tbody').textContent.includes('from-the-dashboard');",
+        )
+        .await;
+    let (status, snapshot) = api(
+        imported.hub.addr,
+        "GET",
+        "/v1/etcdsnapshots/from-the-dashboard",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{snapshot}");
+    assert_eq!(
+        (&snapshot["spec"]["cluster"], &snapshot["state"]["state"]),
+        (&json!("edge"), &json!("pending"))
+    );
+    check_and_save(&browser, "cluster-custom-snapshot").await;
+    browser
+        .click(
+            "#snapshots button.snapshot-delete[data-path='/v1/etcdsnapshots/from-the-dashboard']",
+        )
+        .await;
+    browser
+        .until(
+            "the snapshot gone from the table",
+            Duration::from_secs(10),
+            "return !document.querySelector('#snapshots tbody').textContent.includes('from-the-dashboard');",
+        )
+        .await;
     // Sorting by name, both ways.
     browser.goto(&format!("{base}/clusters")).await;
     browser.find("tr[data-name='edge']").await;

@@ -239,6 +239,12 @@ function setupCreateForms() {
       const name = `${user}-${role}-${spec.cluster || "global"}`.toLowerCase().replace(/[^a-z0-9-]+/g, "-");
       return ["/v1/rolebindings", { metadata: { name }, spec }];
     }],
+    // Named after the cluster and the time (UTC), as `drover-hub cluster snapshot` names it.
+    "create-snapshot": ["snapshot-error", (f) => {
+      const stamp = new Date().toISOString().replace(/[-:T]/g, "").slice(0, 14);
+      const name = f.name.value.trim() || `${f.dataset.cluster.slice(0, 48).replace(/-+$/, "")}-${stamp}`;
+      return ["/v1/etcdsnapshots", { metadata: { name }, spec: { cluster: f.dataset.cluster } }];
+    }],
     "create-project": ["project-error", (f) => ["/v1/projects", {
       metadata: { name: f.name.value.trim() },
       spec: { cluster: f.dataset.cluster, displayName: f.displayName.value.trim() },
@@ -273,6 +279,28 @@ function setupCreateForms() {
       document.getElementById("token-value").textContent = result.data.token;
       document.getElementById("token-created").hidden = false;
       token.hidden = true;
+    });
+  }
+  // The snapshot table's rows are redrawn as snapshots change: one listener on the table.
+  const snapshots = document.getElementById("snapshots");
+  if (snapshots) {
+    snapshots.addEventListener("click", async (event) => {
+      const button = event.target.closest("button");
+      if (!button) return;
+      let result;
+      if (button.classList.contains("snapshot-restore")) {
+        const { cluster, snapshot, generation } = button.dataset;
+        if (!window.confirm(`Restore cluster ${cluster} from ${snapshot}? Its hosts stop while etcd is restored.`)) return;
+        result = await apiCall("PATCH", `/v1/clusters/${cluster}`, {
+          spec: { restore: { snapshot, generation: Number(generation) } },
+        });
+      } else if (button.classList.contains("snapshot-delete")) {
+        result = await apiCall("DELETE", button.dataset.path);
+      } else {
+        return;
+      }
+      if (result.ok) window.location.reload();
+      else showError("snapshot-action-error", result);
     });
   }
   for (const button of document.querySelectorAll("button.delete")) {

@@ -329,6 +329,87 @@ async fn project_rows(
     Ok(rows)
 }
 
+/// The cluster's etcd snapshots, newest first; for owners with Restore and Delete buttons.
+async fn snapshot_rows(dash: &Dash, principal: &Principal, name: &str) -> Result<String, ApiError> {
+    let (mut snapshots, _) = dash
+        .api
+        .store
+        .list(Kind::EtcdSnapshot.name(), &LabelSelector::everything())
+        .await?;
+    snapshots.retain(|s| {
+        s.spec["cluster"].as_str() == Some(name)
+            && allow(principal, Verb::Get, Kind::EtcdSnapshot, s).is_ok()
+    });
+    snapshots.sort_by(|a, b| {
+        (&b.metadata.creation_timestamp, &b.metadata.name)
+            .cmp(&(&a.metadata.creation_timestamp, &a.metadata.name))
+    });
+    let owner = principal.admin || principal.clusters.get(name) == Some(&Role::ClusterOwner);
+    let generation = match dash.api.store.get(Kind::Cluster.name(), name).await {
+        Ok(c) => c.spec["restore"]["generation"].as_u64().unwrap_or(0) + 1,
+        Err(_) => 1,
+    };
+    let mut rows = String::new();
+    for snapshot in snapshots {
+        let shown = present(Kind::EtcdSnapshot, snapshot);
+        let snap = escape(shown["metadata"]["name"].as_str().unwrap_or(""));
+        let status = &shown["status"];
+        let actions = if owner {
+            let restore = if shown["state"]["state"] == "active" {
+                format!(
+                    r#"<button type="button" class="snapshot-restore" data-cluster="{cluster}" data-snapshot="{snap}" data-generation="{generation}" aria-label="Restore the cluster from {snap}">Restore</button> "#,
+                    cluster = escape(name),
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                r#"{restore}<button type="button" class="danger snapshot-delete" data-path="/v1/etcdsnapshots/{snap}" aria-label="Delete snapshot {snap}">Delete</button>"#
+            )
+        } else {
+            String::new()
+        };
+        let size = status["size"]
+            .as_u64()
+            .map(|b| format!("{:.1} KiB", b as f64 / 1024.0))
+            .unwrap_or_default();
+        let _ = write!(
+            rows,
+            "<tr data-name=\"{snap}\"><td>{snap}{scheduled}</td><td>{state}</td><td>{host}</td><td>{size}</td><td>{created}</td><td>{version}</td><td><code>{sha}</code></td><td>{actions}</td></tr>",
+            scheduled = if shown["spec"]["scheduled"] == true {
+                " <small>(scheduled)</small>"
+            } else {
+                ""
+            },
+            state = state_cell(
+                shown["state"]["state"].as_str().unwrap_or(""),
+                shown["state"]["message"].as_str().unwrap_or("")
+            ),
+            host = escape(&text(&status["host"])),
+            created = escape(&text(&status["createdAt"])),
+            version = escape(&text(&status["version"])),
+            sha = escape(&text(&status["sha256"]).chars().take(12).collect::<String>()),
+        );
+    }
+    Ok(rows)
+}
+
+/// `/clusters/{name}/snapshots?part=rows`: the live rows of the cluster page's snapshots.
+pub(super) async fn snapshots(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let (principal, _) = match readable(&dash, &headers, Kind::Cluster, &name, None).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    match snapshot_rows(&dash, &principal, &name).await {
+        Ok(rows) => fragment(rows),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `/clusters/{name}/machines?part=rows`: the live rows of the cluster page's machines.
 pub(super) async fn machines(
     State(dash): State<Dash>,
@@ -399,6 +480,36 @@ pub(super) async fn one(
             cluster = escape(&name),
         );
     }
+    let snapshots = if custom {
+        let rows = match snapshot_rows(&dash, &principal, &name).await {
+            Ok(rows) => rows,
+            Err(e) => return e.into_response(),
+        };
+        let take = if owner {
+            format!(
+                r#"<form id="create-snapshot" data-cluster="{cluster}">
+<label for="snapshot-name">Snapshot name</label>
+<input id="snapshot-name" name="name" pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="optional">
+<button type="submit">Take snapshot</button>
+<p class="error" role="alert" id="snapshot-error"></p>
+</form>"#,
+                cluster = escape(&name)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"<h2>etcd snapshots</h2>
+<table class="list" id="snapshots" data-watch="/v1/etcdsnapshots?watch=true" data-rows="/clusters/{title}/snapshots?part=rows" data-poll="15">
+<thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Host</th><th scope="col">Size</th><th scope="col">Taken</th><th scope="col">Version</th><th scope="col">sha256</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+<tbody>{rows}</tbody></table>
+<p class="error" role="alert" id="snapshot-action-error"></p>
+{take}"#,
+            title = escape(&name)
+        )
+    } else {
+        String::new()
+    };
     let register = if owner {
         let what = if custom {
             "Run it on each host (as root), with --etcd, --controlplane or --worker for its roles."
@@ -434,6 +545,7 @@ pub(super) async fn one(
 <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
 <tbody>{machines}</tbody>
 </table>
+{snapshots}
 <h2>Projects</h2>
 {projects}
 <h2>Conditions</h2>

@@ -49,6 +49,7 @@ pub fn router(dash: Dash) -> Router {
         .route("/clusters/new", get(clusters::create))
         .route("/clusters/{name}", get(clusters::one))
         .route("/clusters/{name}/machines", get(clusters::machines))
+        .route("/clusters/{name}/snapshots", get(clusters::snapshots))
         .route("/clusters/{name}/conditions", get(clusters::conditions))
         .route("/clusters/{name}/nodes/{node}", get(machines::node))
         .route("/hosts", get(machines::hosts))

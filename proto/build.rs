@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Instruction",
         "PeriodicInstruction",
         "Probe",
+        "Upload",
+        "Download",
         "InstructionResult",
         "ProbeStatus",
         "PlanStatus",

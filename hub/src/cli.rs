@@ -87,6 +87,7 @@ pub enum Request {
     SnapshotCreate {
         cluster: String,
         name: String,
+        copy_to_hub: bool,
     },
     SnapshotList {
         cluster: String,
@@ -198,10 +199,15 @@ pub async fn run(
         Request::ClusterList => ("GET", "/v1/clusters".to_owned(), None),
         Request::ClusterGet { name } => ("GET", format!("/v1/clusters/{name}"), None),
         Request::ClusterDelete { name } => ("DELETE", format!("/v1/clusters/{name}"), None),
-        Request::SnapshotCreate { cluster, name } => (
+        Request::SnapshotCreate {
+            cluster,
+            name,
+            copy_to_hub,
+        } => (
             "POST",
             "/v1/etcdsnapshots".to_owned(),
-            Some(json!({"metadata": {"name": name}, "spec": {"cluster": cluster}})),
+            Some(json!({"metadata": {"name": name},
+                "spec": {"cluster": cluster, "copyToHub": copy_to_hub}})),
         ),
         Request::SnapshotList { .. } => ("GET", "/v1/etcdsnapshots".to_owned(), None),
         Request::SnapshotDelete { name } => ("DELETE", format!("/v1/etcdsnapshots/{name}"), None),

@@ -181,6 +181,9 @@ enum ClusterCommand {
         /// The snapshot's name [default: CLUSTER-YYYYMMDDHHMMSS]
         #[arg(long)]
         name: Option<String>,
+        /// Keep a copy in the hub's data directory too, for restoring after losing the host
+        #[arg(long)]
+        copy_to_hub: bool,
     },
     /// List a cluster's etcd snapshots
     Snapshots { cluster: String },
@@ -413,7 +416,11 @@ where
                 ClusterCommand::List => Request::ClusterList,
                 ClusterCommand::Get { name } => Request::ClusterGet { name },
                 ClusterCommand::Delete { name } => Request::ClusterDelete { name },
-                ClusterCommand::Snapshot { cluster, name } => {
+                ClusterCommand::Snapshot {
+                    cluster,
+                    name,
+                    copy_to_hub,
+                } => {
                     let name = name.unwrap_or_else(|| {
                         let now = time::OffsetDateTime::now_utc();
                         let prefix: String = cluster.chars().take(48).collect();
@@ -428,7 +435,11 @@ where
                             now.second()
                         )
                     });
-                    Request::SnapshotCreate { cluster, name }
+                    Request::SnapshotCreate {
+                        cluster,
+                        name,
+                        copy_to_hub,
+                    }
                 }
                 ClusterCommand::Snapshots { cluster } => Request::SnapshotList { cluster },
                 ClusterCommand::DeleteSnapshot { name } => Request::SnapshotDelete { name },

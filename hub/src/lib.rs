@@ -185,6 +185,7 @@ impl Hub {
                 plans::PlansService {
                     store: store.clone(),
                     dispatch,
+                    files: config.data_dir.join(plans::FILES_DIR),
                 },
             )),
             ..AcceptorConfig::default()
@@ -208,6 +209,7 @@ impl Hub {
                 ca_checksum: pki.ca_checksum.clone(),
                 ca_pem: pki.ca_pem.to_string(),
                 registry: Some(registry.clone()),
+                files: Some(config.data_dir.join(plans::FILES_DIR)),
             }
             .run(shutdown.clone()),
         );

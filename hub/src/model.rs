@@ -142,6 +142,10 @@ pub struct SnapshotSchedule {
     /// removed by this. Default 5.
     #[serde(default = "five")]
     pub retention: u32,
+    /// Keep a copy of each scheduled snapshot in the hub's data directory too (sent through
+    /// the tunnel), so a restore works after losing the host that took it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copy_to_hub: bool,
 }
 
 fn five() -> u32 {
@@ -174,6 +178,10 @@ pub struct EtcdSnapshotSpec {
     /// Taken by the cluster's schedule (and so subject to its retention), not on demand.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scheduled: bool,
+    /// Keep a copy in the hub's data directory too (sent through the tunnel), so a restore
+    /// works after losing the host that took it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copy_to_hub: bool,
 }
 
 /// How a custom cluster's version change rolls over its hosts: servers (etcd and control

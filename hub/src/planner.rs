@@ -48,6 +48,8 @@ pub struct Planner {
     /// The agents' sessions, to drain nodes through a cluster's cluster-agent (`None`: no
     /// draining, as in unit tests).
     pub registry: Option<tunnel::Registry>,
+    /// Where the hub keeps files from plans (copies of etcd snapshots); `None` in unit tests.
+    pub files: Option<std::path::PathBuf>,
 }
 
 impl Planner {

@@ -14,11 +14,16 @@ use std::{
 
 use futures::{Stream, StreamExt};
 use proto::plan::v1::{
-    Plan, PlanDelivery, PlanState, PlanStatus, StatusAck, WatchPlan, checksum, plans_server,
+    DownloadRequest, FileChunk, Plan, PlanDelivery, PlanState, PlanStatus, StatusAck, UploadAck,
+    WatchPlan, checksum, plans_server,
 };
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+mod files;
+
+pub use files::DIR as FILES_DIR;
 
 use crate::{
     agents::{Belongs, SYSTEM_AGENT, caller_of, update_status},
@@ -65,6 +70,11 @@ impl Dispatch {
             .entry(host.to_owned())
             .or_insert_with(|| watch::Sender::new(None))
             .subscribe()
+    }
+
+    /// A host's slot's current plan (see [`slot_key`]).
+    pub fn current(&self, key: &str) -> Current {
+        self.hosts().get(key).and_then(|s| s.borrow().clone())
     }
 
     /// The checksum of `host`'s current plan (empty: none).
@@ -203,11 +213,38 @@ fn slot_of(slot: &str) -> Result<&str, tonic::Status> {
     }
 }
 
-/// The gRPC service system-agents follow plans and report status on.
+/// The gRPC service system-agents follow plans, report status and move files on.
 #[derive(Debug, Clone)]
 pub struct PlansService {
     pub store: Arc<dyn Store>,
     pub dispatch: Arc<Dispatch>,
+    /// Where files from and for plans are kept (`<data dir>/files`).
+    pub files: std::path::PathBuf,
+}
+
+impl PlansService {
+    /// Whether `host`'s current plan or task names file `name` (in its uploads or downloads).
+    fn declares(&self, host: &str, name: &str, upload: bool) -> Result<(), tonic::Status> {
+        let declared = ["", TASK].iter().any(|slot| {
+            self.dispatch
+                .current(&slot_key(host, slot))
+                .is_some_and(|p| {
+                    if upload {
+                        p.plan.uploads.iter().any(|u| u.name == name)
+                    } else {
+                        p.plan.downloads.iter().any(|d| d.name == name)
+                    }
+                })
+        });
+        if declared {
+            Ok(())
+        } else {
+            Err(tonic::Status::permission_denied(format!(
+                "no current plan of this host names {name:?} in its {}",
+                if upload { "uploads" } else { "downloads" }
+            )))
+        }
+    }
 }
 
 /// The host a request's session belongs to; only system-agents have one.
@@ -262,6 +299,38 @@ impl plans_server::Plans for PlansService {
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
         Ok(tonic::Response::new(StatusAck { seq }))
+    }
+
+    async fn upload(
+        &self,
+        request: tonic::Request<tonic::Streaming<FileChunk>>,
+    ) -> Result<tonic::Response<UploadAck>, tonic::Status> {
+        let host = host_of(&request)?;
+        let mut chunks = request.into_inner();
+        let first = chunks
+            .next()
+            .await
+            .ok_or_else(|| tonic::Status::invalid_argument("an upload with no chunk"))??;
+        let name = first.name.clone();
+        self.declares(&host, &name, true)?;
+        let path = files::path_of(&self.files, &name)?;
+        let ack = files::receive(&path, &name, first, chunks).await?;
+        tracing::info!(%host, file = %name, size = ack.size, "received a file from a host");
+        Ok(tonic::Response::new(ack))
+    }
+
+    type DownloadStream = Pin<Box<dyn Stream<Item = Result<FileChunk, tonic::Status>> + Send>>;
+
+    async fn download(
+        &self,
+        request: tonic::Request<DownloadRequest>,
+    ) -> Result<tonic::Response<Self::DownloadStream>, tonic::Status> {
+        let host = host_of(&request)?;
+        let name = request.into_inner().name;
+        self.declares(&host, &name, false)?;
+        let path = files::path_of(&self.files, &name)?;
+        let chunks = files::send(path, name).await?;
+        Ok(tonic::Response::new(Box::pin(chunks)))
     }
 }
 

@@ -41,6 +41,26 @@ pub mod plan {
             digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
         }
 
+        /// Whether `name` may name a file the hub keeps for plans (`Upload.name`,
+        /// `Download.name`): 1 to 4 parts joined by '/', each of lowercase letters, digits,
+        /// '-' and '.', starting and ending with a letter or digit; so never a path that leaves
+        /// the hub's directory for them.
+        pub fn valid_file_name(name: &str) -> bool {
+            let parts: Vec<&str> = name.split('/').collect();
+            name.len() <= 255
+                && (1..=4).contains(&parts.len())
+                && parts.iter().all(|p| {
+                    let edge = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+                    p.starts_with(edge)
+                        && p.ends_with(edge)
+                        && p.chars().all(|c| edge(c) || c == '-' || c == '.')
+                        && !p.contains("..")
+                })
+        }
+
+        /// Files move in chunks of this size (well under gRPC's 4 MiB message limit).
+        pub const FILE_CHUNK: usize = 256 * 1024;
+
         impl PlanState {
             /// The name people see in JSON (`in-progress`, `applied`, `failed`).
             pub fn label(self) -> &'static str {

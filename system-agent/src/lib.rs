@@ -27,6 +27,7 @@ pub mod probe;
 pub mod record;
 #[cfg(test)]
 mod testing;
+pub mod transfer;
 
 pub use applier::Retry;
 
@@ -292,8 +293,16 @@ impl Agent {
             let state = |e| AgentError::State(config.dir.display().to_string(), e);
             let record = record::Record::open(&config.dir.join("plan.json")).map_err(state)?;
             let task = record::Record::open(&config.dir.join("task.json")).map_err(state)?;
+            // The session there is now, for plans that move files to or from the hub.
+            let (channel, follow) = tokio::sync::watch::channel(None);
+            let hub_files = transfer::Hub::new(follow);
             for slot in [&record, &task] {
-                tasks.spawn(applier::drive(slot.clone(), config.retry, shutdown.clone()));
+                tasks.spawn(applier::drive(
+                    slot.clone(),
+                    config.retry,
+                    Some(hub_files.clone()),
+                    shutdown.clone(),
+                ));
             }
             let tunnel = ConnectorConfig::new(
                 server,
@@ -313,8 +322,21 @@ impl Agent {
             };
             tasks.spawn(async move {
                 while let Some(session) = sessions.recv().await {
-                    tracing::info!(session = %session.hello.session_id, "connected to the hub");
-                    tokio::spawn(hub::serve(session, slots.clone()));
+                    let id = session.hello.session_id.clone();
+                    tracing::info!(session = %id, "connected to the hub");
+                    channel.send_replace(Some((id.clone(), session.channel.clone())));
+                    let (slots, channel) = (slots.clone(), channel.clone());
+                    tokio::spawn(async move {
+                        hub::serve(session, slots).await;
+                        // Gone: transfers wait for the next session (unless one came already).
+                        channel.send_if_modified(|current| {
+                            let this = current.as_ref().is_some_and(|(s, _)| *s == id);
+                            if this {
+                                *current = None;
+                            }
+                            this
+                        });
+                    });
                 }
             });
             kept = Some(record);

@@ -65,7 +65,7 @@ pub async fn follow(
                         }
                     };
                     let stop = shutdown.child_token();
-                    tokio::spawn(applier::drive(record.clone(), retry, stop.clone()));
+                    tokio::spawn(applier::drive(record.clone(), retry, None, stop.clone()));
                     slots.entry(name.clone()).or_insert(Slot {
                         record,
                         stop,

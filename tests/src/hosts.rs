@@ -33,6 +33,7 @@ pub struct Site {
     hub_dir: PathBuf,
     listen: String,
     pub admin: String,
+    pub admin_password: String,
     pub token: String,
     pub hosts: Vec<Host>,
 }
@@ -51,7 +52,8 @@ impl Site {
             &["--listen", &listen, "--server-url", &hub_url],
         )
         .await;
-        let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+        let admin_password = hub.admin_password.clone().unwrap();
+        let admin = login(hub.addr, "admin", &admin_password).await;
         let (code, body) = api(
             hub.addr,
             "POST",
@@ -109,6 +111,7 @@ impl Site {
             hub_dir: dir.join("hub"),
             listen,
             admin,
+            admin_password,
             token,
             hosts,
         }

@@ -80,6 +80,41 @@ pub fn quiet(command: &str) {
         .status();
 }
 
+/// What a `drover-hub` client command did.
+#[derive(Debug)]
+pub struct CliRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `drover-hub ARGS --config CONFIG` with `stdin`, as a person at a shell would.
+pub fn hub_cli(config: &Path, args: &[&str], stdin: &str) -> CliRun {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(binary("drover-hub"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DROVER_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    CliRun {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
 /// A `drover-hub serve` process.
 #[derive(Debug)]
 pub struct HubProcess {

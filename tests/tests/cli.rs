@@ -2,41 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{io::Write, path::Path, process::Stdio};
-
 use serde_json::Value;
-use tests::{HubProcess, binary, temp_dir};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn cli(config: &Path, args: &[&str], stdin: &str) -> Run {
-    let mut child = std::process::Command::new(binary("drover-hub"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("DROVER_PASSWORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
-}
+use tests::{HubProcess, hub_cli as cli, temp_dir};
 
 #[tokio::test]
 async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_command_line() {

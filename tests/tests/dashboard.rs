@@ -446,6 +446,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     browser
         .type_into("#snapshot-name", "from-the-dashboard")
         .await;
+    browser.click("#snapshot-copy").await;
     browser
         .click("form#create-snapshot button[type=submit]")
         .await;
@@ -466,8 +467,12 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     .await;
     assert_eq!(status, 200, "{snapshot}");
     assert_eq!(
-        (&snapshot["spec"]["cluster"], &snapshot["state"]["state"]),
-        (&json!("edge"), &json!("pending"))
+        (
+            &snapshot["spec"]["cluster"],
+            &snapshot["spec"]["copyToHub"],
+            &snapshot["state"]["state"]
+        ),
+        (&json!("edge"), &json!(true), &json!("pending"))
     );
     check_and_save(&browser, "cluster-custom-snapshot").await;
     browser

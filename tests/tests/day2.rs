@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tests::{
     api, api_text,
     hosts::{Network, Site, cluster, is_root, wait_active},
+    hub_cli,
     imported::kubectl_ok,
     temp_dir,
 };
@@ -170,15 +171,39 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         kubectl_ok(&kubeconfig, &["apply", "-f", file.to_str().unwrap()]).await;
     };
     apply("before").await;
-    let (code, body) = api(
-        site.hub.addr,
-        "POST",
-        "/v1/etcdsnapshots",
-        Some(&site.admin),
-        Some(json!({"metadata": {"name": "before-change"}, "spec": {"cluster": "edge"}})),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
+    // Through the CLI, which waits until the snapshot is saved.
+    let cli_config = dir.join("cli.json");
+    let r = hub_cli(
+        &cli_config,
+        &[
+            "login",
+            "--server",
+            &site.hub_url,
+            "--password-stdin",
+            "--ca-checksum",
+            &site.hub.ca_checksum,
+        ],
+        &format!("{}\n", site.admin_password),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = hub_cli(
+        &cli_config,
+        &[
+            "cluster",
+            "snapshot",
+            "edge",
+            "--name",
+            "before-change",
+            "--copy-to-hub",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.starts_with("Snapshot before-change saved on "),
+        "{}",
+        r.stdout
+    );
     let snap = saved(&site, "before-change").await;
     let record = &snap["status"];
     assert_eq!(record["host"], names[0].as_str(), "taken on the init host");
@@ -198,6 +223,10 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         std::fs::metadata(&on_host).unwrap().len()
     );
     assert_eq!(record["version"], "k3s v1.33.4+k3s1");
+    // A copy came to the hub through the tunnel, byte for byte.
+    assert_eq!(record["hubCopy"], "etcd-snapshots/edge/before-change");
+    let copy = dir.join("hub/files/etcd-snapshots/edge/before-change");
+    assert_eq!(sha256(&copy), sha256(&on_host), "the hub's copy");
     assert!(record["createdAt"].as_str().unwrap().ends_with('Z'));
     // The snapshot ran as a task, beside the host's plan: the installer ran once per host.
     for host in &site.hosts {
@@ -213,6 +242,8 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     )
     .await;
     apply("after").await;
+    // The host loses its snapshot file: the restore uses the hub's copy.
+    std::fs::remove_file(&on_host).unwrap();
     assert!(
         configmaps(&kubeconfig)
             .await
@@ -288,15 +319,8 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
             .join("var-lib-rancher/k3s/server/tls/client-kube-apiserver.crt")
     };
     let before = [sha256(&cert(0)), sha256(&cert(1))];
-    let (code, body) = api(
-        site.hub.addr,
-        "PATCH",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(json!({"spec": {"rotateCertificates": {"generation": 1}}})),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    let r = hub_cli(&cli_config, &["cluster", "rotate-certificates", "edge"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
     let started = Instant::now();
     loop {
         let c = cluster(&site.hub, &site.admin).await;
@@ -362,6 +386,11 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         files.iter().any(|f| f.starts_with("before-change-")),
         "{files:?}"
     );
+    let r = hub_cli(&cli_config, &["cluster", "snapshots", "edge"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for name in kept.iter().chain(["before-change".to_owned()].iter()) {
+        assert!(r.stdout.contains(name.as_str()), "{name}: {}", r.stdout);
+    }
 
     // 5. Remove the cluster: the hosts run their uninstall plan, and no agent of it can
     // connect again.

@@ -68,6 +68,7 @@ fn install_plan() -> Plan {
             ..Probe::default()
         }],
         max_failures: 3,
+        ..Plan::default()
     }
 }
 

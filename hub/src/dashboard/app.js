@@ -243,7 +243,8 @@ function setupCreateForms() {
     "create-snapshot": ["snapshot-error", (f) => {
       const stamp = new Date().toISOString().replace(/[-:T]/g, "").slice(0, 14);
       const name = f.name.value.trim() || `${f.dataset.cluster.slice(0, 48).replace(/-+$/, "")}-${stamp}`;
-      return ["/v1/etcdsnapshots", { metadata: { name }, spec: { cluster: f.dataset.cluster } }];
+      const spec = { cluster: f.dataset.cluster, copyToHub: f.copyToHub.checked };
+      return ["/v1/etcdsnapshots", { metadata: { name }, spec }];
     }],
     "create-project": ["project-error", (f) => ["/v1/projects", {
       metadata: { name: f.name.value.trim() },

@@ -490,6 +490,7 @@ pub(super) async fn one(
                 r#"<form id="create-snapshot" data-cluster="{cluster}">
 <label for="snapshot-name">Snapshot name</label>
 <input id="snapshot-name" name="name" pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="optional">
+<label><input type="checkbox" name="copyToHub" id="snapshot-copy"> Keep a copy on the hub</label>
 <button type="submit">Take snapshot</button>
 <p class="error" role="alert" id="snapshot-error"></p>
 </form>"#,

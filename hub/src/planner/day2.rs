@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use proto::plan::v1::{Instruction, Plan, Probe, checksum};
+use proto::plan::v1::{Download, Instruction, Plan, Probe, Upload, checksum};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -65,6 +65,8 @@ struct RestoreStatus {
     /// The host the snapshot is restored on, and the snapshot's file there.
     host: String,
     file: String,
+    /// The hub's copy of the snapshot, put on the host before the restore (empty: none).
+    hub_copy: String,
     /// Servers started again after the restore, in order.
     rejoined: Vec<String>,
     message: String,
@@ -94,6 +96,9 @@ pub(super) struct SnapshotStatus {
     pub created_at: String,
     /// The distribution and version the cluster ran.
     pub version: String,
+    /// The name of the hub's copy, under its data directory's `files/` (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hub_copy: String,
 }
 
 impl Cluster<'_> {
@@ -178,8 +183,8 @@ fn task_plan(id: &str, mut instructions: Vec<Instruction>, probes: Vec<Probe>) -
     Plan {
         instructions,
         probes,
-        // An operation that failed twice needs a person; retrying it for long hides that.
-        max_failures: 2,
+        // An operation that failed three times needs a person; retrying it for long hides that.
+        max_failures: 3,
         ..Plan::default()
     }
 }
@@ -275,9 +280,10 @@ impl Planner {
                 ..RestoreStatus::default()
             };
             match self.restorable(c, &request.snapshot) {
-                Ok((host, file)) => {
+                Ok((host, file, hub_copy)) => {
                     st.host = host;
                     st.file = file;
+                    st.hub_copy = hub_copy;
                     tracing::info!(cluster = %c.name(), snapshot = %st.snapshot, host = %st.host, "restoring etcd");
                     self.restore_status(c, &st, None, "stopping the cluster's hosts")
                         .await?;
@@ -337,8 +343,10 @@ impl Planner {
         }
     }
 
-    /// The host and file of a snapshot this cluster can be restored from, or why not.
-    fn restorable(&self, c: &Cluster<'_>, name: &str) -> Result<(String, String), String> {
+    /// Where to restore a snapshot of this cluster (host, file there, the hub's copy to put
+    /// there first), or why it cannot be. A snapshot whose host is gone is restored from the
+    /// hub's copy on the init host.
+    fn restorable(&self, c: &Cluster<'_>, name: &str) -> Result<(String, String, String), String> {
         let snapshot = c
             .snapshots
             .iter()
@@ -358,13 +366,18 @@ impl Planner {
                 "spec.restore.snapshot: snapshot {name:?} was not saved; choose a saved one"
             ));
         }
-        if c.host(&record.host).is_none() {
+        if c.host(&record.host).is_some() {
+            return Ok((record.host, record.file, record.hub_copy));
+        }
+        if record.hub_copy.is_empty() {
             return Err(format!(
-                "snapshot {name:?} is on host {}, which is no longer in the cluster",
+                "snapshot {name:?} is on host {}, which is no longer in the cluster, and the hub has no copy of it",
                 record.host
             ));
         }
-        Ok((record.host, record.file))
+        let base = record.file.rsplit('/').next().unwrap_or(name);
+        let file = format!("{}/server/db/snapshots/{base}", c.data_dir());
+        Ok((c.init.to_owned(), file, record.hub_copy))
     }
 
     async fn restore_status(
@@ -415,7 +428,7 @@ impl Planner {
             )));
         };
         let restore_path = format!("--cluster-reset-restore-path={}", st.file);
-        let plan = task_plan(
+        let mut plan = task_plan(
             id,
             vec![
                 step(
@@ -427,6 +440,14 @@ impl Planner {
             ],
             c.probes(&st.host),
         );
+        if !st.hub_copy.is_empty() {
+            // The hub's copy, whatever became of the host's.
+            plan.downloads.push(Download {
+                name: st.hub_copy.clone(),
+                path: st.file.clone(),
+                permissions: "0600".into(),
+            });
+        }
         Ok(Progress::all(vec![(
             st.host.clone(),
             self.task(c, host, plan).await?,
@@ -644,11 +665,11 @@ impl Planner {
             due.minute()
         );
         let name = format!("{}-{stamp}", prefix.trim_end_matches('-'));
-        let snapshot = Object::new(
-            Kind::EtcdSnapshot.name(),
-            &name,
-            json!({"cluster": c.name(), "scheduled": true}),
-        );
+        let mut spec = json!({"cluster": c.name(), "scheduled": true});
+        if schedule.copy_to_hub {
+            spec["copyToHub"] = json!(true);
+        }
+        let snapshot = Object::new(Kind::EtcdSnapshot.name(), &name, spec);
         let mut status = Status::of(&cluster);
         status.extra.insert(
             "snapshotSchedule".into(),
@@ -714,7 +735,7 @@ impl Planner {
              echo \"sha256=$(sha256sum \"$f\" | cut -d ' ' -f 1)\"\n",
             data = c.data_dir()
         );
-        let plan = task_plan(
+        let mut plan = task_plan(
             &snapshot.metadata.uid,
             vec![Instruction {
                 name: "etcd-snapshot".into(),
@@ -725,6 +746,15 @@ impl Planner {
             }],
             Vec::new(),
         );
+        let hub_copy = hub_copy_name(c.name(), name);
+        let copy = snapshot.spec.get("copyToHub").and_then(Value::as_bool) == Some(true)
+            && self.files.is_some();
+        if copy {
+            plan.uploads.push(Upload {
+                path: format!("{}/server/db/snapshots/{name}-*", c.data_dir()),
+                name: hub_copy.clone(),
+            });
+        }
         let (saved, message, record) = match self.task(c, host, plan).await? {
             Task::Running(what) => {
                 let message = format!("saving on {}: {what}", c.init);
@@ -753,6 +783,7 @@ impl Planner {
                     sha256: field("sha256"),
                     created_at: report.finished("etcd-snapshot"),
                     version: format!("{dist} {version}"),
+                    hub_copy: if copy { hub_copy } else { String::new() },
                 };
                 tracing::info!(cluster = %c.name(), snapshot = %name, file = %record.file, size = record.size, "etcd snapshot saved");
                 (Some(true), String::new(), Some(record))
@@ -786,6 +817,14 @@ impl Planner {
             .unwrap_or_default()
             .to_owned();
         let release = async {
+            if let (Some(files), false) = (&self.files, record.hub_copy.is_empty()) {
+                match std::fs::remove_file(files.join(&record.hub_copy)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(copy = %record.hub_copy, error = %e, "cannot delete the hub's copy of a snapshot");
+                    }
+                    _ => {}
+                }
+            }
             let mut gone = snapshot.clone();
             gone.metadata.finalizers.retain(|f| f != FINALIZER);
             self.store.transact(vec![Op::Update(gone)]).await.map(drop)
@@ -884,6 +923,11 @@ impl Progress {
             Progress::Waiting(waiting.join("; "))
         }
     }
+}
+
+/// The name of the hub's copy of a snapshot, under its files directory.
+pub(super) fn hub_copy_name(cluster: &str, snapshot: &str) -> String {
+    format!("etcd-snapshots/{cluster}/{snapshot}")
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {

@@ -177,6 +177,15 @@ impl Planner {
         let mut gone = cluster.clone();
         gone.metadata.finalizers.retain(|f| f != FINALIZER);
         ops.push(Op::Update(gone));
+        if let Some(files) = &self.files {
+            let copies = files.join(super::day2::hub_copy_name(name, ""));
+            match std::fs::remove_dir_all(&copies) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(dir = %copies.display(), error = %e, "cannot delete the hub's copies of the cluster's snapshots");
+                }
+                _ => {}
+            }
+        }
         tracing::info!(cluster = %name, objects = ops.len() - 1, "cluster removed; its agents' credentials are revoked");
         self.store.transact(ops).await.map(drop)
     }

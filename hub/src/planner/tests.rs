@@ -24,6 +24,7 @@ fn fixture() -> Fixture {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
     Fixture {
         planner: Planner {
+            files: None,
             store,
             server_url: "https://hub.example:8443".into(),
             ca_checksum: "ab".repeat(32),

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use proto::plan::v1::{InstructionResult, Plan, PlanState, PlanStatus, ProbeStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::{exec, files, probe, record::Record};
+use crate::{exec, files, probe, record::Record, transfer};
 
 /// How failures are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,14 @@ fn next(checksum: &str, plan: &Plan, status: &PlanStatus, retry: &Retry) -> Next
 
 /// Drives `record`'s plan until `shutdown`: applies new plans, retries failed ones, and keeps
 /// the applied one's periodic instructions and probes reporting.
-pub async fn drive(record: Arc<Record>, retry: Retry, shutdown: CancellationToken) {
+/// `hub` moves the plans' files (`None`: plans that name files to move fail, as local plans
+/// have no hub).
+pub async fn drive(
+    record: Arc<Record>,
+    retry: Retry,
+    hub: Option<transfer::Hub>,
+    shutdown: CancellationToken,
+) {
     stop_leftover(&record);
     let mut desired = record.watch_desired();
     loop {
@@ -90,11 +97,11 @@ pub async fn drive(record: Arc<Record>, retry: Retry, shutdown: CancellationToke
         let work = async {
             match step {
                 Next::Nothing => std::future::pending().await,
-                Next::Apply => apply(&record, &checksum, &plan, &retry).await,
+                Next::Apply => apply(&record, &checksum, &plan, &retry, hub.as_ref()).await,
                 Next::RetryAfter(wait) => {
                     tracing::info!(plan = %short(&checksum), ?wait, "retrying the failed plan after a wait");
                     tokio::time::sleep(wait).await;
-                    apply(&record, &checksum, &plan, &retry).await;
+                    apply(&record, &checksum, &plan, &retry, hub.as_ref()).await;
                 }
                 Next::Monitor => monitor(&record, &plan).await,
             }
@@ -132,7 +139,13 @@ fn short(checksum: &str) -> &str {
 
 /// One attempt at a plan: record in-progress, write the files, run the instructions in order,
 /// record applied or failed.
-async fn apply(record: &Record, checksum: &str, plan: &Plan, retry: &Retry) {
+async fn apply(
+    record: &Record,
+    checksum: &str,
+    plan: &Plan,
+    retry: &Retry,
+    hub: Option<&transfer::Hub>,
+) {
     let max = retry.max(plan);
     let recorded = record.record(|s| {
         if s.checksum != checksum {
@@ -151,7 +164,7 @@ async fn apply(record: &Record, checksum: &str, plan: &Plan, retry: &Retry) {
         return;
     }
     tracing::info!(plan = %short(checksum), "applying a plan");
-    let outcome = attempt(record, plan).await;
+    let outcome = attempt(record, plan, hub).await;
     let finished = record.record(|s| match &outcome {
         Ok(()) => {
             s.state = PlanState::Applied as i32;
@@ -182,12 +195,26 @@ pub fn check_plan(plan: &Plan) -> Result<(), String> {
         .iter()
         .filter_map(|p| p.instruction.as_ref())
         .try_for_each(exec::check)?;
-    plan.probes.iter().try_for_each(probe::check)
+    plan.probes.iter().try_for_each(probe::check)?;
+    transfer::check(&plan.downloads, &plan.uploads)
 }
 
-async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
+async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> Result<(), String> {
     // Nothing is touched unless every entry makes sense.
     check_plan(plan)?;
+    let moving = !plan.downloads.is_empty() || !plan.uploads.is_empty();
+    let hub = match hub {
+        Some(hub) => Some(hub),
+        None if moving => {
+            return Err("this plan moves files to or from the hub, and it has no hub".into());
+        }
+        None => None,
+    };
+    for download in &plan.downloads {
+        if let Some(hub) = hub {
+            transfer::download(hub, download).await?;
+        }
+    }
     for file in &plan.files {
         files::apply(file)?;
     }
@@ -220,6 +247,21 @@ async fn attempt(record: &Record, plan: &Plan) -> Result<(), String> {
         if failed {
             return Err(message);
         }
+    }
+    for upload in &plan.uploads {
+        let Some(hub) = hub else { break };
+        let (path, size, sha256) = transfer::upload(hub, upload).await?;
+        // Recorded as a step of its own, so the status says what the hub has.
+        let result = InstructionResult {
+            name: format!("upload {}", upload.name),
+            exit_code: 0,
+            stdout: format!("file={}\nsize={size}\nsha256={sha256}\n", path.display()),
+            finished_at: crate::now(),
+            ..InstructionResult::default()
+        };
+        record
+            .record(|s| s.results.push(result))
+            .map_err(|e| format!("cannot record an upload: {e}"))?;
     }
     Ok(())
 }

@@ -454,4 +454,78 @@ mod tests {
         let (_, _, message) = provisioned("a", &status("a", PlanState::Failed, 3));
         assert!(message.starts_with("gave up after 3"), "{message}");
     }
+
+    #[test]
+    fn a_host_moves_only_the_files_its_own_current_plans_name() {
+        let dispatch = Arc::new(Dispatch::default());
+        let task = Plan {
+            uploads: vec![proto::plan::v1::Upload {
+                path: "/var/lib/rancher/k3s/server/db/snapshots/s1-*".into(),
+                name: "etcd-snapshots/edge/s1".into(),
+            }],
+            downloads: vec![proto::plan::v1::Download {
+                name: "etcd-snapshots/edge/s0".into(),
+                path: "/tmp/s0".into(),
+                ..Default::default()
+            }],
+            ..Plan::default()
+        };
+        dispatch.set(
+            &slot_key("h-a", TASK),
+            Some(Arc::new(Pushed {
+                checksum: checksum(&task),
+                plan: task,
+            })),
+        );
+        let service = PlansService {
+            store: Arc::new(
+                crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap(),
+            ),
+            dispatch,
+            files: std::path::PathBuf::from("/nonexistent"),
+        };
+        assert!(
+            service
+                .declares("h-a", "etcd-snapshots/edge/s1", true)
+                .is_ok()
+        );
+        assert!(
+            service
+                .declares("h-a", "etcd-snapshots/edge/s0", false)
+                .is_ok()
+        );
+        // Not the other way round, not another name, not for another host.
+        assert!(
+            service
+                .declares("h-a", "etcd-snapshots/edge/s0", true)
+                .is_err()
+        );
+        assert!(
+            service
+                .declares("h-a", "etcd-snapshots/edge/s1", false)
+                .is_err()
+        );
+        assert!(
+            service
+                .declares("h-a", "etcd-snapshots/edge/s2", true)
+                .is_err()
+        );
+        assert!(
+            service
+                .declares("h-b", "etcd-snapshots/edge/s1", true)
+                .is_err()
+        );
+        // And never a path out of the hub's directory.
+        let root = std::path::Path::new("/data/files");
+        assert!(files::path_of(root, "etcd-snapshots/edge/s1").is_ok());
+        for bad in [
+            "../state.db",
+            "etcd-snapshots/../../x",
+            "/etc/passwd",
+            "a//b",
+            "",
+        ] {
+            assert!(files::path_of(root, bad).is_err(), "{bad}");
+        }
+    }
 }

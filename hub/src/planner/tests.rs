@@ -396,3 +396,349 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         "RKE2 initialises without it: {rke2}"
     );
 }
+
+/// A provisioned cluster: `h-a` (etcd, control plane, worker) and worker `h-b`, both applied.
+async fn provisioned() -> Fixture {
+    let f = fixture();
+    f.cluster("v1.33.4+k3s1", json!({})).await;
+    f.host("h-a", true, true, "10.0.0.1").await;
+    f.host("h-b", false, true, "10.0.0.2").await;
+    f.planner.reconcile_all().await;
+    f.applied("h-a", "K10abc::server:secret").await;
+    f.planner.reconcile_all().await;
+    f.applied("h-b", "").await;
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    assert!(f.settled().await, "{:?}", f.cluster_status().await);
+    f
+}
+
+impl Fixture {
+    async fn settled(&self) -> bool {
+        let status = self.cluster_status().await;
+        ["Provisioned", "Updated"].iter().all(|k| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.kind == *k && c.status == "True")
+        })
+    }
+
+    /// `host`'s current task, if any.
+    async fn task(&self, host: &str) -> Option<Plan> {
+        let object = self
+            .store()
+            .get("Plan", &crate::plans::task_plan_name(host))
+            .await
+            .ok()?;
+        crate::model::parse_plan(&object.spec["plan"]).ok()
+    }
+
+    /// Reports `host`'s task as its agent would: applied (probes healthy), or failed for good.
+    async fn task_done(&self, host: &str, outcome: Result<&str, &str>) {
+        let plan = self.task(host).await.expect("a task");
+        let sum = checksum(&plan);
+        let probes: Vec<Value> = plan
+            .probes
+            .iter()
+            .map(|p| json!({"name": p.name, "healthy": true}))
+            .collect();
+        let name = crate::plans::task_plan_name(host);
+        update_status(self.store(), Kind::Plan, &name, |s| {
+            s.extra.insert("checksum".into(), json!(sum));
+            match outcome {
+                Ok(stdout) => {
+                    let results: Vec<Value> = plan
+                        .instructions
+                        .iter()
+                        .map(|i| json!({"name": i.name, "exitCode": 0, "stdout": stdout, "finishedAt": "2026-11-23T17:00:00Z"}))
+                        .collect();
+                    s.extra.insert("appliedChecksum".into(), json!(sum));
+                    s.extra.insert("state".into(), json!("applied"));
+                    s.extra.insert("probes".into(), json!(probes));
+                    s.extra.insert("results".into(), json!(results));
+                }
+                Err(message) => {
+                    s.extra.insert("state".into(), json!("failed"));
+                    s.extra.insert("failureCount".into(), json!(3));
+                    s.extra.insert("maxFailures".into(), json!(3));
+                    s.extra.insert("message".into(), json!(message));
+                }
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    /// A snapshot of `edge` saved on `h-a`.
+    async fn saved_snapshot(&self, name: &str, created: &str, scheduled: bool) {
+        let mut object = Object::new(
+            "EtcdSnapshot",
+            name,
+            json!({"cluster": "edge", "scheduled": scheduled}),
+        );
+        object.metadata.finalizers.push(FINALIZER.into());
+        let mut created_object = self.store().create(object).await.unwrap();
+        created_object.metadata.creation_timestamp = created.into();
+        let mut status = Status::default();
+        status.set_condition("Saved", true, "Saved", "");
+        status.extra.insert("host".into(), json!("h-a"));
+        status.extra.insert(
+            "file".into(),
+            json!(format!(
+                "/var/lib/rancher/k3s/server/db/snapshots/{name}-h-a-1"
+            )),
+        );
+        created_object.status = serde_json::to_value(status).unwrap();
+        self.store().update(created_object).await.unwrap();
+    }
+
+    async fn restore(&self, snapshot: &str, generation: u64) {
+        let mut c = self.store().get("Cluster", "edge").await.unwrap();
+        c.spec["restore"] = json!({"snapshot": snapshot, "generation": generation});
+        self.store().update(c).await.unwrap();
+    }
+
+    async fn restore_phase(&self) -> String {
+        let status = self.cluster_status().await;
+        status.extra["restore"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+#[tokio::test]
+async fn a_restore_goes_step_by_step_and_leaves_the_hosts_plans_alone() {
+    let f = provisioned().await;
+    let plans_before = (f.plan("h-a").await, f.plan("h-b").await);
+    f.saved_snapshot("s1", "2026-11-23T16:00:00Z", false).await;
+    f.restore("s1", 1).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Stopping");
+    let state = |s: &Status| {
+        crate::model::derive_state(
+            Kind::Cluster,
+            &crate::store::ObjectMeta::default(),
+            s,
+            &Value::Null,
+        )
+    };
+    assert_eq!(state(&f.cluster_status().await).state, "restoring");
+
+    // 1. Every host stops its distribution.
+    f.planner.reconcile_all().await;
+    for (host, unit) in [("h-a", "k3s"), ("h-b", "k3s-agent")] {
+        let task = f.task(host).await.expect("a stop task");
+        assert_eq!(task.instructions[0].args, ["stop", unit]);
+        assert!(
+            task.instructions[0]
+                .env
+                .iter()
+                .any(|e| e.starts_with("DROVER_TASK="))
+        );
+    }
+    f.task_done("h-a", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Stopping", "waits for every host");
+    f.task_done("h-b", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Restoring");
+
+    // 2. etcd reset from the snapshot on its host, gated by that host's probes.
+    f.planner.reconcile_all().await;
+    let reset = f.task("h-a").await.unwrap();
+    assert_eq!(reset.instructions[0].command, "k3s");
+    assert_eq!(
+        reset.instructions[0].args,
+        [
+            "server",
+            "--cluster-reset",
+            "--cluster-reset-restore-path=/var/lib/rancher/k3s/server/db/snapshots/s1-h-a-1"
+        ]
+    );
+    assert_eq!(reset.instructions[1].args, ["start", "k3s"]);
+    let probes: Vec<&str> = reset.probes.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(probes, ["kubelet", "kube-apiserver", "etcd"]);
+    f.task_done("h-a", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Rejoining");
+
+    // 3. The workers start again; then the restore is over and the tasks are cleared.
+    f.planner.reconcile_all().await;
+    assert_eq!(
+        f.task("h-b").await.unwrap().instructions[0].args,
+        ["start", "k3s-agent"]
+    );
+    f.task_done("h-b", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Restored");
+    let status = f.cluster_status().await;
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.kind == "Restored" && c.status == "True")
+    );
+    f.planner.reconcile_all().await;
+    assert!(f.task("h-a").await.is_none() && f.task("h-b").await.is_none());
+    assert_eq!(
+        (f.plan("h-a").await, f.plan("h-b").await),
+        plans_before,
+        "the hosts' plans never changed"
+    );
+    // Done once: another pass starts nothing.
+    f.planner.reconcile_all().await;
+    assert!(f.task("h-a").await.is_none());
+}
+
+#[tokio::test]
+async fn a_failed_restore_step_stops_the_restore_and_says_where() {
+    let f = provisioned().await;
+    f.restore("nope", 1).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Failed");
+    let message = f.cluster_status().await.extra["restore"]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("no snapshot \"nope\""),
+        "{message}"
+    );
+
+    f.saved_snapshot("s1", "2026-11-23T16:00:00Z", false).await;
+    f.restore("s1", 2).await;
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    f.task_done(
+        "h-a",
+        Err("instruction \"stop\" exited with 5: Unit k3s.service not loaded"),
+    )
+    .await;
+    f.task_done("h-b", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert_eq!(f.restore_phase().await, "Failed");
+    let status = f.cluster_status().await;
+    let restored = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Restored")
+        .unwrap();
+    assert_eq!(
+        (restored.status.as_str(), restored.reason.as_str()),
+        ("False", "RestoreFailed")
+    );
+    for what in [
+        "s1",
+        "stopping",
+        "host h-a",
+        "Unit k3s.service not loaded",
+        "spec.restore.generation",
+    ] {
+        assert!(
+            restored.message.contains(what),
+            "{what}: {}",
+            restored.message
+        );
+    }
+    // Stopped: nothing more is asked of the hosts.
+    f.planner.reconcile_all().await;
+    assert!(f.task("h-a").await.is_none(), "its tasks are cleared");
+    assert!(f.task("h-b").await.is_none(), "its tasks are cleared");
+}
+
+#[tokio::test]
+async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
+    let f = provisioned().await;
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    c.spec["etcdSnapshots"] = json!({"schedule": "*/5 * * * *", "retention": 2});
+    f.store().update(c).await.unwrap();
+    // The schedule counts from when it is first seen.
+    f.planner.reconcile_all().await;
+    let snapshots = async || {
+        let (list, _) = f
+            .store()
+            .list("EtcdSnapshot", &LabelSelector::everything())
+            .await
+            .unwrap();
+        list
+    };
+    assert!(snapshots().await.is_empty());
+    // An hour later (as if the hub had been down): one snapshot, for the latest due time.
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    let hour_ago = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+    c.status["snapshotSchedule"]["last"] = json!(
+        hour_ago
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap()
+    );
+    f.store().update(c).await.unwrap();
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    let taken = snapshots().await;
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].spec["scheduled"], true);
+    let name = &taken[0].metadata.name;
+    assert!(
+        name.starts_with("edge-") && name.len() == "edge-202611231700".len(),
+        "{name}"
+    );
+    let minute: u32 = name[name.len() - 2..].parse().unwrap();
+    assert_eq!(minute % 5, 0, "{name}");
+    // It is taken on the init host, by the distribution's command.
+    f.planner.reconcile_all().await;
+    let task = f.task("h-a").await.expect("a snapshot task");
+    assert!(
+        task.instructions[0]
+            .script
+            .contains("k3s etcd-snapshot save --name \"$1\"")
+    );
+    assert_eq!(task.instructions[0].args, [name.clone()]);
+    f.task_done(
+        "h-a",
+        Ok("file=/var/lib/rancher/k3s/server/db/snapshots/x\nsize=42\nsha256=abc\n"),
+    )
+    .await;
+    f.planner.reconcile_all().await;
+    let saved = f.store().get("EtcdSnapshot", name).await.unwrap();
+    assert_eq!(
+        (
+            &saved.status["size"],
+            &saved.status["sha256"],
+            &saved.status["host"]
+        ),
+        (&json!(42), &json!("abc"), &json!("h-a"))
+    );
+
+    // Retention 2: with three older scheduled ones saved, the oldest two go (the snapshot on
+    // demand stays, however old).
+    f.saved_snapshot("edge-202601010000", "2026-01-01T00:00:00Z", true)
+        .await;
+    f.saved_snapshot("edge-202601020000", "2026-01-02T00:00:00Z", true)
+        .await;
+    f.saved_snapshot("edge-202601030000", "2026-01-03T00:00:00Z", true)
+        .await;
+    f.saved_snapshot("by-hand", "2025-01-01T00:00:00Z", false)
+        .await;
+    f.planner.reconcile_all().await;
+    let deleting: Vec<String> = snapshots()
+        .await
+        .into_iter()
+        .filter(|s| s.metadata.deletion_timestamp.is_some())
+        .map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(deleting, ["edge-202601010000", "edge-202601020000"]);
+    // Each goes once its file is deleted on its host.
+    f.planner.reconcile_all().await;
+    let task = f.task("h-a").await.unwrap();
+    assert_eq!(
+        task.instructions[0].args,
+        ["etcd-snapshot", "delete", "edge-202601010000-h-a-1"]
+    );
+    f.task_done("h-a", Ok("")).await;
+    f.planner.reconcile_all().await;
+    assert!(
+        f.store()
+            .get("EtcdSnapshot", "edge-202601010000")
+            .await
+            .is_err()
+    );
+}

@@ -691,7 +691,7 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
             .script
             .contains("k3s etcd-snapshot save --name \"$1\"")
     );
-    assert_eq!(task.instructions[0].args, [name.clone()]);
+    assert_eq!(task.instructions[0].args, std::slice::from_ref(name));
     f.task_done(
         "h-a",
         Ok("file=/var/lib/rancher/k3s/server/db/snapshots/x\nsize=42\nsha256=abc\n"),

@@ -293,6 +293,22 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     }
     eprintln!("restored in {:?}, phases {phases:?}", started.elapsed());
     assert!(crashed, "the hub was killed during the restore: {phases:?}");
+    let events = async |site: &Site| -> String {
+        let (_, events) = api(
+            site.hub.addr,
+            "GET",
+            "/v1/events?cluster=edge",
+            Some(&site.admin),
+            None,
+        )
+        .await;
+        events.to_string()
+    };
+    let shown = events(&site).await;
+    assert!(
+        shown.contains("restore of edge from before-change: Restored"),
+        "each phase is an event: {shown}"
+    );
     assert_eq!(phases.first().map(String::as_str), Some("Stopping"));
     assert!(phases.contains(&"Rejoining".to_owned()), "{phases:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -348,6 +364,12 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     eprintln!("rotated in {:?}", started.elapsed());
+    let shown = events(&site).await;
+    assert!(
+        shown.contains("certificate rotation of edge: Rotating")
+            && shown.contains("certificate rotation of edge: Rotated"),
+        "{shown}"
+    );
     assert_ne!(sha256(&cert(0)), before[0], "host 1's certificate is new");
     assert_ne!(sha256(&cert(1)), before[1], "host 2's certificate is new");
     kubectl_ok(&kubeconfig, &["get", "nodes"]).await;

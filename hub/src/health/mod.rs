@@ -364,6 +364,49 @@ impl Health {
         }
     }
 
+    /// An event for each phase a cluster's restore or certificate rotation enters (`listed`:
+    /// the object is seen first as it was when the hub started, not as it changes).
+    fn operation_events(
+        &self,
+        seen: &mut HashMap<(String, String), String>,
+        cluster: &str,
+        status: &Status,
+        listed: bool,
+    ) {
+        for (field, what) in [
+            ("restore", "restore"),
+            ("certificateRotation", "certificate rotation"),
+        ] {
+            let Some(op) = status.extra.get(field) else {
+                continue;
+            };
+            let phase = op["phase"].as_str().unwrap_or_default();
+            let now = format!("{}|{phase}", op["generation"]);
+            let key = (format!("{field}.phase"), cluster.to_owned());
+            let before = seen.insert(key, now.clone());
+            if before.as_deref() == Some(now.as_str()) || (listed && before.is_none()) {
+                continue;
+            }
+            let subject = Subject {
+                cluster: cluster.to_owned(),
+                ..Subject::default()
+            };
+            let from = op["snapshot"]
+                .as_str()
+                .map(|s| format!(" from {s}"))
+                .unwrap_or_default();
+            let mut message = format!("{what} of {cluster}{from}: {phase}");
+            if let Some(m) = op["message"].as_str().filter(|m| !m.is_empty()) {
+                message.push_str(&format!(": {m}"));
+            }
+            if phase == "Failed" {
+                self.events.warning("OperationFailed", &subject, message);
+            } else {
+                self.events.normal("Operation", &subject, message);
+            }
+        }
+    }
+
     /// Records an event when a Cluster's or Host's state changes and when a Plan is applied or
     /// fails.
     async fn watch_states(&self) {
@@ -408,6 +451,10 @@ impl Health {
                     Kind::Cluster | Kind::Host => {
                         if kind == Kind::Host {
                             host_cluster.insert(name.clone(), cluster.to_owned());
+                        }
+                        if kind == Kind::Cluster {
+                            let listed = event.kind == EventType::Added;
+                            self.operation_events(&mut seen, name, &status, listed);
                         }
                         let state = derive_state(kind, &object.metadata, &status, &object.spec);
                         let now = format!("{}|{}", state.state, state.message);

@@ -1,7 +1,10 @@
 //! Drover's wire protocol. The `.proto` files under `proto/` are the single definition that
-//! the hub and every agent compile from; this crate holds nothing else.
+//! the hub and every agent compile from; this crate holds nothing else but what both ends must
+//! do alike (a plan's checksum, how a file moves in chunks).
 
 #![allow(missing_debug_implementations, unreachable_pub)] // generated code
+
+pub mod files;
 
 /// The tunnel protocol: stream headers, dial replies and the handshake service.
 pub mod tunnel {
@@ -57,9 +60,6 @@ pub mod plan {
                         && !p.contains("..")
                 })
         }
-
-        /// Files move in chunks of this size (well under gRPC's 4 MiB message limit).
-        pub const FILE_CHUNK: usize = 256 * 1024;
 
         impl PlanState {
             /// The name people see in JSON (`in-progress`, `applied`, `failed`).

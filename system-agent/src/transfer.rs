@@ -5,14 +5,12 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use proto::plan::v1::{
-    Download, DownloadRequest, FILE_CHUNK, FileChunk, Upload, plans_client::PlansClient,
-    valid_file_name,
+use futures::StreamExt as _;
+use proto::{
+    files::Arrival,
+    plan::v1::{Download, DownloadRequest, Upload, plans_client::PlansClient, valid_file_name},
 };
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    sync::watch,
-};
+use tokio::{io::AsyncWriteExt, sync::watch};
 use tonic::transport::Channel;
 
 /// The current session with the hub: its id and control channel.
@@ -89,10 +87,6 @@ pub fn check(downloads: &[Download], uploads: &[Upload]) -> Result<(), String> {
     Ok(())
 }
 
-fn hex(digest: ring::digest::Digest) -> String {
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Fetches `download` from the hub into its path.
 pub async fn download(hub: &Hub, download: &Download) -> Result<(), String> {
     let fail = |e: String| format!("download {:?}: {e}", download.name);
@@ -111,22 +105,17 @@ pub async fn download(hub: &Hub, download: &Download) -> Result<(), String> {
     }
     let tmp = path.with_extension("drover-download");
     let mut file = tokio::fs::File::create(&tmp).await.map_err(io)?;
-    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut arrival = Arrival::new(&download.name);
     let outcome = loop {
         match chunks.message().await {
             Ok(Some(chunk)) => {
-                hash.update(&chunk.data);
+                let whole = match arrival.take(&chunk) {
+                    Ok(whole) => whole,
+                    Err(e) => break Err(fail(e)),
+                };
                 file.write_all(&chunk.data).await.map_err(io)?;
-                if chunk.last {
-                    let sum = hex(hash.finish());
-                    break if sum.eq_ignore_ascii_case(&chunk.sha256) {
-                        Ok(())
-                    } else {
-                        Err(fail(format!(
-                            "arrived with sha256 {sum}, not {}",
-                            chunk.sha256
-                        )))
-                    };
+                if whole.is_some() {
+                    break Ok(());
                 }
             }
             Ok(None) => break Err(fail("the hub ended it before its last chunk".into())),
@@ -177,56 +166,57 @@ pub async fn upload(hub: &Hub, upload: &Upload) -> Result<(PathBuf, u64, String)
     let fail = |e: String| format!("upload {:?}: {e}", upload.name);
     let path = resolve(&upload.path).map_err(fail)?;
     let mut client = hub.client().await.map_err(fail)?;
-    let mut file = tokio::fs::File::open(&path)
+    let file = tokio::fs::File::open(&path)
         .await
         .map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    // Read ahead of the send by one chunk, so the last one carries the checksum.
-    let name = upload.name.clone();
-    let (tx, rx) = tokio::sync::mpsc::channel::<FileChunk>(2);
-    let reader = tokio::spawn(async move {
-        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut size = 0u64;
-        loop {
-            let mut data = vec![0u8; FILE_CHUNK];
-            let mut filled = 0;
-            while filled < FILE_CHUNK {
-                match file.read(&mut data[filled..]).await {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) => return Err(e.to_string()),
+    // What was sent, to compare with what the hub says it kept.
+    #[derive(Debug)]
+    struct Sent {
+        arrival: Arrival,
+        whole: Option<(String, u64)>,
+        read_error: Option<String>,
+    }
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Sent {
+        arrival: Arrival::new(&upload.name),
+        whole: None,
+        read_error: None,
+    }));
+    let watched = sent.clone();
+    let chunks = proto::files::chunks(file, upload.name.clone()).filter_map(move |chunk| {
+        let mut sent = watched.lock().unwrap_or_else(|e| e.into_inner());
+        let out = match chunk {
+            Ok(chunk) => {
+                if let Ok(Some(whole)) = sent.arrival.take(&chunk) {
+                    sent.whole = Some(whole);
                 }
+                Some(chunk)
             }
-            data.truncate(filled);
-            hash.update(&data);
-            size += filled as u64;
-            let last = filled < FILE_CHUNK;
-            let chunk = FileChunk {
-                name: name.clone(),
-                data,
-                sha256: if last {
-                    hex(hash.clone().finish())
-                } else {
-                    String::new()
-                },
-                last,
-            };
-            if tx.send(chunk).await.is_err() {
-                return Err("the upload stopped".into());
+            Err(e) => {
+                // Ending the stream early makes the hub refuse the upload; say why here.
+                sent.read_error = Some(e.to_string());
+                None
             }
-            if last {
-                return Ok((size, hex(hash.finish())));
-            }
-        }
+        };
+        std::future::ready(out)
     });
-    let sent = client
-        .upload(tokio_stream_of(rx))
-        .await
-        .map_err(|e| fail(e.message().to_owned()));
-    let (size, sum) = reader
-        .await
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    let ack = sent?.into_inner();
+    let answer = client.upload(chunks).await;
+    let sent = std::mem::replace(
+        &mut *sent.lock().unwrap_or_else(|e| e.into_inner()),
+        Sent {
+            arrival: Arrival::new(""),
+            whole: None,
+            read_error: None,
+        },
+    );
+    if let Some(e) = sent.read_error {
+        return Err(fail(format!("{}: {e}", path.display())));
+    }
+    let ack = answer
+        .map_err(|e| fail(e.message().to_owned()))?
+        .into_inner();
+    let (sum, size) = sent
+        .whole
+        .ok_or_else(|| fail("the file was not sent whole".into()))?;
     if ack.sha256 != sum || ack.size != size {
         return Err(fail(format!(
             "the hub kept {} bytes with sha256 {}, not {size} with {sum}",
@@ -234,13 +224,6 @@ pub async fn upload(hub: &Hub, upload: &Upload) -> Result<(PathBuf, u64, String)
         )));
     }
     Ok((path, size, sum))
-}
-
-/// The receiver as a stream, for tonic's client streaming.
-fn tokio_stream_of(
-    mut rx: tokio::sync::mpsc::Receiver<FileChunk>,
-) -> impl futures::Stream<Item = FileChunk> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 #[cfg(test)]

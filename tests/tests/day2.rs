@@ -111,24 +111,15 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     let names = site.host_names().await;
 
     // A schedule every minute, keeping 3: it runs beside everything below.
-    let (code, body) = api(
-        site.hub.addr,
-        "PATCH",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(json!({"spec": {"etcdSnapshots": {"schedule": "* * * * *", "retention": 3}}})),
-    )
-    .await;
+    let schedule = async |site: &Site, cron: &str| {
+        let spec = json!({"spec": {"etcdSnapshots": {"schedule": cron, "retention": 3}}});
+        let path = "/v1/clusters/edge";
+        api(site.hub.addr, "PATCH", path, Some(&site.admin), Some(spec)).await
+    };
+    let (code, body) = schedule(&site, "* * * * *").await;
     assert_eq!(code, 200, "{body}");
     let mut seen_scheduled = BTreeSet::new();
-    let (code, body) = api(
-        site.hub.addr,
-        "PATCH",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(json!({"spec": {"etcdSnapshots": {"schedule": "* * *", "retention": 3}}})),
-    )
-    .await;
+    let (code, body) = schedule(&site, "* * *").await;
     assert_eq!(code, 422, "a bad schedule is refused: {body}");
     assert!(
         body["message"]

@@ -394,20 +394,35 @@ async fn snapshot_rows(dash: &Dash, principal: &Principal, name: &str) -> Result
     Ok(rows)
 }
 
+/// The live parts of a cluster's page.
+enum Part {
+    Machines,
+    Snapshots,
+}
+
+/// A cluster page's live rows, for whoever may read the cluster.
+async fn part(dash: &Dash, headers: &HeaderMap, name: &str, which: Part) -> Response {
+    let (principal, _) = match readable(dash, headers, Kind::Cluster, name, None).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let rows = match which {
+        Part::Machines => machine_rows(dash, &principal, name).await,
+        Part::Snapshots => snapshot_rows(dash, &principal, name).await,
+    };
+    match rows {
+        Ok(rows) => fragment(rows),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `/clusters/{name}/snapshots?part=rows`: the live rows of the cluster page's snapshots.
 pub(super) async fn snapshots(
     State(dash): State<Dash>,
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let (principal, _) = match readable(&dash, &headers, Kind::Cluster, &name, None).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
-    match snapshot_rows(&dash, &principal, &name).await {
-        Ok(rows) => fragment(rows),
-        Err(e) => e.into_response(),
-    }
+    part(&dash, &headers, &name, Part::Snapshots).await
 }
 
 /// `/clusters/{name}/machines?part=rows`: the live rows of the cluster page's machines.
@@ -416,14 +431,7 @@ pub(super) async fn machines(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Response {
-    let (principal, _) = match readable(&dash, &headers, Kind::Cluster, &name, None).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
-    match machine_rows(&dash, &principal, &name).await {
-        Ok(rows) => fragment(rows),
-        Err(e) => e.into_response(),
-    }
+    part(&dash, &headers, &name, Part::Machines).await
 }
 
 pub(super) async fn one(

@@ -10,9 +10,12 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use futures::StreamExt;
-use proto::plan::v1::{FILE_CHUNK, FileChunk, UploadAck, valid_file_name};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use futures::{Stream, StreamExt};
+use proto::{
+    files::Arrival,
+    plan::v1::{FileChunk, UploadAck, valid_file_name},
+};
+use tokio::io::AsyncWriteExt;
 
 /// Where the hub keeps plan files, under its data directory.
 pub const DIR: &str = "files";
@@ -29,10 +32,6 @@ pub(super) fn path_of(root: &Path, name: &str) -> Result<PathBuf, tonic::Status>
 
 /// Unique temporary names for uploads in flight.
 static NEXT: AtomicU64 = AtomicU64::new(0);
-
-fn hex(digest: ring::digest::Digest) -> String {
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// Receives `first` and the rest of `chunks` (all naming `name`) into `path`.
 pub(super) async fn receive(
@@ -53,29 +52,14 @@ pub(super) async fn receive(
     ));
     let result = async {
         let mut file = tokio::fs::File::create(&tmp).await.map_err(io)?;
-        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut size = 0u64;
+        let mut arrival = Arrival::new(name);
         let mut chunk = first;
         loop {
-            if chunk.name != name {
-                // Every chunk names the same file; anything else is a confused agent.
-                return Err(tonic::Status::invalid_argument(
-                    "the chunks of one upload name different files",
-                ));
-            }
-            hash.update(&chunk.data);
-            size += chunk.data.len() as u64;
+            let whole = arrival.take(&chunk).map_err(tonic::Status::data_loss)?;
             file.write_all(&chunk.data).await.map_err(io)?;
-            if chunk.last {
-                let sum = hex(hash.finish());
-                if !chunk.sha256.eq_ignore_ascii_case(&sum) {
-                    return Err(tonic::Status::data_loss(format!(
-                        "the file arrived with sha256 {sum}, not {}; send it again",
-                        chunk.sha256
-                    )));
-                }
+            if let Some((sha256, size)) = whole {
                 file.sync_all().await.map_err(io)?;
-                return Ok(UploadAck { sha256: sum, size });
+                return Ok(UploadAck { sha256, size });
             }
             chunk = match chunks.next().await {
                 Some(Ok(c)) => c,
@@ -104,11 +88,11 @@ pub(super) async fn receive(
     }
 }
 
-/// The chunks of file `path`, the last with the whole file's sha256.
+/// The chunks of file `path`, kept as `name`.
 pub(super) async fn send(
     path: PathBuf,
     name: String,
-) -> Result<impl futures::Stream<Item = Result<FileChunk, tonic::Status>> + Send, tonic::Status> {
+) -> Result<impl Stream<Item = Result<FileChunk, tonic::Status>> + Send, tonic::Status> {
     let file = tokio::fs::File::open(&path).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             tonic::Status::not_found(format!("the hub has no file {name:?}"))
@@ -116,40 +100,6 @@ pub(super) async fn send(
             tonic::Status::internal(format!("reading {name:?}: {e}"))
         }
     })?;
-    let hash = ring::digest::Context::new(&ring::digest::SHA256);
-    Ok(futures::stream::unfold(
-        Some((file, hash, name)),
-        |state| async move {
-            let (mut file, mut hash, name) = state?;
-            let mut data = vec![0u8; FILE_CHUNK];
-            let mut filled = 0;
-            // A whole chunk (or the end), so only the last chunk is short.
-            while filled < FILE_CHUNK {
-                match file.read(&mut data[filled..]).await {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) => {
-                        return Some((Err(tonic::Status::internal(format!("reading: {e}"))), None));
-                    }
-                }
-            }
-            data.truncate(filled);
-            hash.update(&data);
-            if filled < FILE_CHUNK {
-                let chunk = FileChunk {
-                    name,
-                    data,
-                    sha256: hex(hash.finish()),
-                    last: true,
-                };
-                return Some((Ok(chunk), None));
-            }
-            let chunk = FileChunk {
-                name: name.clone(),
-                data,
-                ..FileChunk::default()
-            };
-            Some((Ok(chunk), Some((file, hash, name))))
-        },
-    ))
+    Ok(proto::files::chunks(file, name)
+        .map(|c| c.map_err(|e| tonic::Status::internal(format!("reading: {e}")))))
 }

@@ -196,12 +196,13 @@ impl Planner {
         if self.restore(c).await? {
             return Ok(true);
         }
-        let busy = if !c.settled() {
-            false
-        } else {
+        // New operations wait for a settled cluster (provisioned, not upgrading); one under way
+        // goes on whatever its hosts' probes say meanwhile (a rotation restarts them).
+        let settled = c.settled();
+        if settled {
             self.schedule(c).await?;
-            self.rotate(c).await? || self.snapshots(c).await?
-        };
+        }
+        let busy = self.rotate(c, settled).await? || self.snapshots(c, settled).await?;
         if !busy {
             self.clear_tasks(c).await?;
         }
@@ -506,7 +507,8 @@ impl Planner {
 
     // --- certificate rotation ---
 
-    async fn rotate(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+    /// Drives a rotation under way, or starts a requested one if `may_start`.
+    async fn rotate(&self, c: &Cluster<'_>, may_start: bool) -> Result<bool, StoreError> {
         let Some(request) = c.spec.rotate_certificates else {
             return Ok(false);
         };
@@ -522,6 +524,9 @@ impl Planner {
             return Ok(false);
         }
         if st.generation < request.generation {
+            if !may_start {
+                return Ok(false);
+            }
             st = RotationStatus {
                 generation: request.generation,
                 phase: "Rotating".into(),
@@ -683,9 +688,10 @@ impl Planner {
             .map(drop)
     }
 
-    /// Snapshots being deleted (their files first), then retention, then snapshots to take.
-    /// True while one is in flight.
-    async fn snapshots(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+    /// Snapshots being deleted (their files first), then retention, then snapshots to take
+    /// (one being taken goes on; a new one starts only if `may_start`). True while one is in
+    /// flight.
+    async fn snapshots(&self, c: &Cluster<'_>, may_start: bool) -> Result<bool, StoreError> {
         let mut ordered = c.snapshots.clone();
         ordered.sort_by(|a, b| {
             (&a.metadata.creation_timestamp, &a.metadata.name)
@@ -701,7 +707,9 @@ impl Planner {
         }
         self.retain(c, &ordered).await?;
         let pending = ordered.iter().find(|s| {
+            let started = s.metadata.finalizers.iter().any(|f| f == FINALIZER);
             s.metadata.deletion_timestamp.is_none()
+                && (started || may_start)
                 && !Status::of(s)
                     .conditions
                     .iter()

@@ -742,3 +742,53 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn an_operation_under_way_goes_on_while_the_hosts_restart() {
+    let f = provisioned().await;
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    c.spec["rotateCertificates"] = json!({"generation": 1});
+    f.store().update(c).await.unwrap();
+    f.planner.reconcile_all().await;
+    let task = f.task("h-a").await.expect("the first server rotates first");
+    assert_eq!(task.instructions[1].args, ["certificate", "rotate"]);
+    assert!(
+        f.task("h-b").await.is_none(),
+        "one host at a time, servers first"
+    );
+    // Its service restarting, h-a's probes fail: the cluster is no longer settled, yet the
+    // rotation goes on and its task stays.
+    update_status(f.store(), Kind::Plan, "h-a", |s| {
+        s.extra.insert(
+            "probes".into(),
+            json!([{"name": "kubelet", "healthy": false}]),
+        );
+    })
+    .await
+    .unwrap();
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    assert!(!f.settled().await);
+    assert_eq!(f.task("h-a").await, Some(task), "the task under way stays");
+    f.task_done("h-a", Ok("")).await;
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    let rotation = f.cluster_status().await.extra["certificateRotation"].clone();
+    assert_eq!(rotation["done"], json!(["h-a"]), "{rotation}");
+    assert_eq!(
+        f.task("h-b").await.expect("then the worker").instructions[0].args,
+        ["restart", "k3s-agent"]
+    );
+    // A new snapshot waits for the cluster to settle.
+    f.saved_snapshot("s0", "2026-11-23T16:00:00Z", false).await;
+    let pending = Object::new("EtcdSnapshot", "s1", json!({"cluster": "edge"}));
+    f.store().create(pending).await.unwrap();
+    f.task_done("h-b", Ok("")).await;
+    f.planner.reconcile_all().await;
+    f.planner.reconcile_all().await;
+    let s1 = f.store().get("EtcdSnapshot", "s1").await.unwrap();
+    assert!(
+        s1.metadata.finalizers.is_empty(),
+        "not started on an unsettled cluster"
+    );
+}

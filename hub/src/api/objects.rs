@@ -209,16 +209,24 @@ async fn checked_spec(
             must_exist(api, Kind::Cluster, &cluster, "spec.cluster").await?;
         }
         Kind::Plan => {
-            // One plan per host, named after it: the hub pushes a host the plan of its name.
+            // One plan per host and slot, named after them: the host's own plan as the host, its
+            // task `task-<host>`.
             let (host, cluster) = (
                 spec.get("host").and_then(Value::as_str).unwrap_or_default(),
                 spec.get("cluster")
                     .and_then(Value::as_str)
                     .unwrap_or_default(),
             );
-            if host != name {
+            let task = spec.get("slot").and_then(Value::as_str) == Some(crate::plans::TASK);
+            let expected = if task {
+                crate::plans::task_plan_name(host)
+            } else {
+                host.to_owned()
+            };
+            if expected != name {
                 return Err(ApiError::invalid(format!(
-                    "metadata.name: a plan is named after its host; name it {host:?} (spec.host)"
+                    "metadata.name: a {} is named after its host; name it {expected:?}",
+                    if task { "host's task" } else { "plan" }
                 )));
             }
             must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;

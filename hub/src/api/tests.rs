@@ -710,3 +710,58 @@ async fn the_conformance_check_catches_answers_that_do_not_match() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_hosts_task_is_named_after_the_host_and_kept_beside_its_plan() {
+    let t = setup().await;
+    t.create(
+        &t.admin,
+        "clusters",
+        json!({"metadata": {"name": "edge"}, "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}}),
+    )
+    .await;
+    t.create(
+        &t.admin,
+        "hosts",
+        json!({"metadata": {"name": "h1"}, "spec": {"cluster": "edge"}}),
+    )
+    .await;
+    let task = |name: &str, slot: &str| {
+        json!({"metadata": {"name": name}, "spec": {"host": "h1", "cluster": "edge", "slot": slot,
+            "plan": {"instructions": [{"name": "snap", "command": "true"}]}}})
+    };
+    let (status, body) = t
+        .call(
+            Method::POST,
+            "/v1/plans",
+            Some(&t.admin),
+            Some(task("h1", "task")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("\"task-h1\""),
+        "{body}"
+    );
+    let (status, body) = t
+        .call(
+            Method::POST,
+            "/v1/plans",
+            Some(&t.admin),
+            Some(task("task-h1", "chores")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("spec.slot"),
+        "{body}"
+    );
+    t.create(&t.admin, "plans", task("task-h1", "task")).await;
+    t.create(&t.admin, "plans", task("h1", "")).await;
+    let (_, list) = t.call(Method::GET, "/v1/plans", Some(&t.admin), None).await;
+    assert_eq!(
+        list["items"].as_array().unwrap().len(),
+        2,
+        "a plan and a task"
+    );
+}

@@ -225,12 +225,14 @@ impl Planner {
         if report.ready(&sum, plan.probes.len()) {
             return Ok(Task::Done(report));
         }
-        if report.gave_up {
+        // (The slot's status may still be about the task before this one.)
+        let about_this = report.checksum == sum;
+        if about_this && report.gave_up {
             return Ok(Task::Failed(report.failure.unwrap_or_default()));
         }
         Ok(Task::Running(match &report.failure {
-            Some(why) => why.clone(),
-            None => report.progress(&sum),
+            Some(why) if about_this => why.clone(),
+            _ => report.progress(&sum),
         }))
     }
 

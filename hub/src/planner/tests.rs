@@ -792,3 +792,40 @@ async fn an_operation_under_way_goes_on_while_the_hosts_restart() {
         "not started on an unsettled cluster"
     );
 }
+
+#[tokio::test]
+async fn a_failed_snapshot_does_not_fail_the_next_one() {
+    let f = provisioned().await;
+    for name in ["s1", "s2"] {
+        let snapshot = Object::new("EtcdSnapshot", name, json!({"cluster": "edge"}));
+        f.store().create(snapshot).await.unwrap();
+        // Distinct creation times, so they are taken in order.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    for _ in 0..3 {
+        f.planner.reconcile_all().await;
+    }
+    f.task_done(
+        "h-a",
+        Err("instruction \"etcd-snapshot\" exited with 1: etcd is not running"),
+    )
+    .await;
+    f.planner.reconcile_all().await;
+    let saved = |s: &Object| {
+        Status::of(s)
+            .conditions
+            .into_iter()
+            .find(|c| c.kind == "Saved")
+            .map(|c| (c.status, c.reason))
+    };
+    let s1 = f.store().get("EtcdSnapshot", "s1").await.unwrap();
+    assert_eq!(saved(&s1), Some(("False".into(), "SaveFailed".into())));
+    // The next one gets its own task; the slot's old failure is not its.
+    for _ in 0..3 {
+        f.planner.reconcile_all().await;
+    }
+    let task = f.task("h-a").await.unwrap();
+    assert_eq!(task.instructions[0].args, ["s2"]);
+    let s2 = f.store().get("EtcdSnapshot", "s2").await.unwrap();
+    assert_eq!(saved(&s2), Some(("Unknown".into(), "Saving".into())));
+}

@@ -70,6 +70,7 @@ pub fn check(downloads: &[Download], uploads: &[Upload]) -> Result<(), String> {
         if !valid_file_name(&d.name) {
             return Err(format!("download {:?}: not a name the hub keeps", d.name));
         }
+        mode(d).map_err(|e| format!("download {:?}: {e}", d.name))?;
     }
     for u in uploads {
         check_path("upload", &u.path)?;
@@ -127,22 +128,35 @@ pub async fn download(hub: &Hub, download: &Download) -> Result<(), String> {
         return Err(e);
     }
     file.sync_all().await.map_err(io)?;
-    let mode = if download.permissions.is_empty() {
-        0o600
-    } else {
-        u32::from_str_radix(download.permissions.trim_start_matches("0o"), 8).map_err(|_| {
-            fail(format!(
-                "permissions {:?} are not octal",
-                download.permissions
-            ))
-        })?
-    };
+    let mode = mode(download).map_err(fail)?;
     use std::os::unix::fs::PermissionsExt as _;
     tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
         .await
         .map_err(io)?;
     tokio::fs::rename(&tmp, path).await.map_err(io)?;
+    // The rename itself on disk, as for a plan's files.
+    if let Some(dir) = path.parent()
+        && let Ok(dir) = tokio::fs::File::open(dir).await
+    {
+        let _ = dir.sync_all().await;
+    }
     Ok(())
+}
+
+/// A download's mode: its octal `permissions`, else 0600.
+fn mode(download: &Download) -> Result<u32, String> {
+    if download.permissions.is_empty() {
+        return Ok(0o600);
+    }
+    u32::from_str_radix(download.permissions.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o7777)
+        .ok_or_else(|| {
+            format!(
+                "permissions {:?} must be octal, e.g. \"0600\"",
+                download.permissions
+            )
+        })
 }
 
 /// The file an upload's path names: itself, or the newest match of its trailing `*`.

@@ -422,18 +422,13 @@ where
                     copy_to_hub,
                 } => {
                     let name = name.unwrap_or_else(|| {
-                        let now = time::OffsetDateTime::now_utc();
+                        let stamp = time::OffsetDateTime::now_utc()
+                            .format(time::macros::format_description!(
+                                "[year][month][day][hour][minute][second]"
+                            ))
+                            .unwrap_or_default();
                         let prefix: String = cluster.chars().take(48).collect();
-                        format!(
-                            "{}-{:04}{:02}{:02}{:02}{:02}{:02}",
-                            prefix.trim_end_matches('-'),
-                            now.year(),
-                            u8::from(now.month()),
-                            now.day(),
-                            now.hour(),
-                            now.minute(),
-                            now.second()
-                        )
+                        format!("{}-{stamp}", prefix.trim_end_matches('-'))
                     });
                     Request::SnapshotCreate {
                         cluster,

@@ -366,7 +366,7 @@ impl Planner {
                     if report.applied.is_empty() {
                         never_provisioned += 1;
                     }
-                    match &report.failure {
+                    match report.failure(&target_sum) {
                         Some(why) => {
                             failed =
                                 Some(format!("host {host_name} ({}): {why}", host_spec.node_name))
@@ -1049,10 +1049,10 @@ struct PlanReport {
     applied: String,
     state: String,
     healthy: Vec<String>,
-    failure: Option<String>,
-    /// Failed as many times as the plan allows: the agent tries no more.
-    gave_up: bool,
-    done: usize,
+    /// Why the status's plan failed (see [`PlanReport::failure`]).
+    failed: Option<String>,
+    /// That plan failed as many times as it allows: the agent tries no more.
+    out_of_attempts: bool,
     /// The one-time instructions' results (name, exit code, stdout, finished at).
     results: Vec<Value>,
 }
@@ -1089,12 +1089,8 @@ impl PlanReport {
                 .filter(|p| p["healthy"] == true)
                 .filter_map(|p| p["name"].as_str().map(str::to_owned))
                 .collect(),
-            gave_up: text("state") == "failed" && count >= max,
-            failure,
-            done: s
-                .get("results")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len),
+            out_of_attempts: text("state") == "failed" && count >= max,
+            failed: failure,
             results: s
                 .get("results")
                 .and_then(Value::as_array)
@@ -1125,6 +1121,17 @@ impl PlanReport {
             .to_owned()
     }
 
+    /// Why plan `sum` failed, if it did: a status still about an earlier plan in the slot says
+    /// nothing about this one.
+    fn failure(&self, sum: &str) -> Option<&str> {
+        self.failed.as_deref().filter(|_| self.checksum == sum)
+    }
+
+    /// Plan `sum` failed for good: the agent tries it no more.
+    fn gave_up(&self, sum: &str) -> bool {
+        self.out_of_attempts && self.checksum == sum
+    }
+
     /// Applied at `sum` with every one of its `probes` healthy.
     fn ready(&self, sum: &str, probes: usize) -> bool {
         self.applied == sum
@@ -1137,7 +1144,10 @@ impl PlanReport {
         if self.checksum != sum {
             "waiting for the system-agent to take its plan".into()
         } else if self.applied != sum {
-            format!("applying its plan ({} instructions done)", self.done)
+            format!(
+                "applying its plan ({} instructions done)",
+                self.results.len()
+            )
         } else {
             "waiting for its probes to pass".into()
         }

@@ -79,9 +79,8 @@ impl Dispatch {
 
     /// The checksum of `host`'s current plan (empty: none).
     pub fn checksum(&self, host: &str) -> String {
-        self.hosts()
-            .get(host)
-            .and_then(|s| s.borrow().as_ref().map(|p| p.checksum.clone()))
+        self.current(host)
+            .map(|p| p.checksum.clone())
             .unwrap_or_default()
     }
 

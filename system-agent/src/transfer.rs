@@ -214,23 +214,17 @@ pub async fn upload(hub: &Hub, upload: &Upload) -> Result<(PathBuf, u64, String)
         std::future::ready(out)
     });
     let answer = client.upload(chunks).await;
-    let sent = std::mem::replace(
-        &mut *sent.lock().unwrap_or_else(|e| e.into_inner()),
-        Sent {
-            arrival: Arrival::new(""),
-            whole: None,
-            read_error: None,
-        },
-    );
-    if let Some(e) = sent.read_error {
+    let (whole, read_error) = {
+        let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+        (sent.whole.take(), sent.read_error.take())
+    };
+    if let Some(e) = read_error {
         return Err(fail(format!("{}: {e}", path.display())));
     }
     let ack = answer
         .map_err(|e| fail(e.message().to_owned()))?
         .into_inner();
-    let (sum, size) = sent
-        .whole
-        .ok_or_else(|| fail("the file was not sent whole".into()))?;
+    let (sum, size) = whole.ok_or_else(|| fail("the file was not sent whole".into()))?;
     if ack.sha256 != sum || ack.size != size {
         return Err(fail(format!(
             "the hub kept {} bytes with sha256 {}, not {size} with {sum}",

@@ -117,6 +117,11 @@ impl Site {
         }
     }
 
+    /// A GET of the hub's API as the admin.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        api(self.hub.addr, "GET", path, Some(&self.admin), None).await
+    }
+
     /// Kills the hub (SIGKILL) and starts it again on the same data and address.
     pub async fn crash_hub(&mut self) {
         self.hub.crash().await;

@@ -32,14 +32,7 @@ fn sha256(path: &Path) -> String {
 }
 
 async fn snapshots(site: &Site) -> Vec<Value> {
-    let (_, list) = api(
-        site.hub.addr,
-        "GET",
-        "/v1/etcdsnapshots",
-        Some(&site.admin),
-        None,
-    )
-    .await;
+    let (_, list) = site.get("/v1/etcdsnapshots").await;
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
@@ -47,14 +40,7 @@ async fn snapshots(site: &Site) -> Vec<Value> {
 async fn saved(site: &Site, name: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (code, s) = api(
-            site.hub.addr,
-            "GET",
-            &format!("/v1/etcdsnapshots/{name}"),
-            Some(&site.admin),
-            None,
-        )
-        .await;
+        let (code, s) = site.get(&format!("/v1/etcdsnapshots/{name}")).await;
         if code == 200 && s["state"]["state"] == "active" {
             return s;
         }
@@ -285,14 +271,7 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     eprintln!("restored in {:?}, phases {phases:?}", started.elapsed());
     assert!(crashed, "the hub was killed during the restore: {phases:?}");
     let events = async |site: &Site| -> String {
-        let (_, events) = api(
-            site.hub.addr,
-            "GET",
-            "/v1/events?cluster=edge",
-            Some(&site.admin),
-            None,
-        )
-        .await;
+        let (_, events) = site.get("/v1/events?cluster=edge").await;
         events.to_string()
     };
     let shown = events(&site).await;
@@ -433,14 +412,7 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     assert_eq!(code, 200, "{body}");
     let started = Instant::now();
     loop {
-        let (code, c) = api(
-            site.hub.addr,
-            "GET",
-            "/v1/clusters/edge",
-            Some(&site.admin),
-            None,
-        )
-        .await;
+        let (code, c) = site.get("/v1/clusters/edge").await;
         if code == 404 {
             break;
         }
@@ -490,14 +462,7 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         "projects",
         "rolebindings",
     ] {
-        let (_, list) = api(
-            site.hub.addr,
-            "GET",
-            &format!("/v1/{kind}"),
-            Some(&site.admin),
-            None,
-        )
-        .await;
+        let (_, list) = site.get(&format!("/v1/{kind}")).await;
         let left: Vec<&Value> = list["items"]
             .as_array()
             .unwrap()
@@ -506,22 +471,15 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
             .collect();
         assert!(left.is_empty(), "{kind} left: {left:?}");
     }
-    let (_, tokens) = api(site.hub.addr, "GET", "/v1/tokens", Some(&site.admin), None).await;
+    let (_, tokens) = site.get("/v1/tokens").await;
     assert!(
         !tokens.to_string().contains("\"cluster\":\"edge\""),
         "agent tokens left: {tokens:#}"
     );
-    let (_, events) = api(
-        site.hub.addr,
-        "GET",
-        "/v1/events?cluster=edge",
-        Some(&site.admin),
-        None,
-    )
-    .await;
+    let shown = events(&site).await;
     assert!(
-        events.to_string().contains("cluster edge removed"),
-        "the removal is an event: {events:#}"
+        shown.contains("cluster edge removed"),
+        "the removal is an event: {shown}"
     );
 
     drop(site);

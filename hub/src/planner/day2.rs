@@ -225,14 +225,13 @@ impl Planner {
         if report.ready(&sum, plan.probes.len()) {
             return Ok(Task::Done(report));
         }
-        // (The slot's status may still be about the task before this one.)
-        let about_this = report.checksum == sum;
-        if about_this && report.gave_up {
-            return Ok(Task::Failed(report.failure.unwrap_or_default()));
+        if report.gave_up(&sum) {
+            let why = report.failure(&sum).unwrap_or_default().to_owned();
+            return Ok(Task::Failed(why));
         }
-        Ok(Task::Running(match &report.failure {
-            Some(why) if about_this => why.clone(),
-            _ => report.progress(&sum),
+        Ok(Task::Running(match report.failure(&sum) {
+            Some(why) => why.to_owned(),
+            None => report.progress(&sum),
         }))
     }
 
@@ -635,59 +634,54 @@ impl Planner {
             .and_then(|t| {
                 OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
             });
-        let mut cluster = self.store.get(Kind::Cluster.name(), c.name()).await?;
-        let Some(last) = last else {
+        // What to write: the schedule's progress, and the snapshot now due (if one is).
+        let (last, snapshot) = match last {
             // A new schedule counts from now.
-            let mut status = Status::of(&cluster);
-            status.extra.insert(
-                "snapshotSchedule".into(),
-                json!({"schedule": schedule.schedule, "last": rfc3339(now)}),
-            );
-            cluster.status = serde_json::to_value(status).unwrap_or(Value::Null);
-            return self
-                .store
-                .transact(vec![Op::Update(cluster)])
-                .await
-                .map(drop);
-        };
-        let mut due = None;
-        let mut at = last;
-        while let Some(next) = cron.next_after(at) {
-            if next > now {
-                break;
+            None => (now, None),
+            Some(last) => {
+                let mut due = None;
+                let mut at = last;
+                while let Some(next) = cron.next_after(at) {
+                    if next > now {
+                        break;
+                    }
+                    due = Some(next);
+                    at = next;
+                }
+                let Some(due) = due else {
+                    return Ok(());
+                };
+                let stamp = due
+                    .format(time::macros::format_description!(
+                        "[year][month][day][hour][minute]"
+                    ))
+                    .unwrap_or_default();
+                let prefix: String = c.name().chars().take(44).collect();
+                let name = format!("{}-{stamp}", prefix.trim_end_matches('-'));
+                let mut spec = json!({"cluster": c.name(), "scheduled": true});
+                if schedule.copy_to_hub {
+                    spec["copyToHub"] = json!(true);
+                }
+                tracing::info!(cluster = %c.name(), snapshot = %name, "scheduled etcd snapshot due");
+                (
+                    due,
+                    Some(Object::new(Kind::EtcdSnapshot.name(), &name, spec)),
+                )
             }
-            due = Some(next);
-            at = next;
-        }
-        let Some(due) = due else {
-            return Ok(());
         };
-        let prefix: String = c.name().chars().take(44).collect();
-        let stamp = format!(
-            "{:04}{:02}{:02}{:02}{:02}",
-            due.year(),
-            u8::from(due.month()),
-            due.day(),
-            due.hour(),
-            due.minute()
-        );
-        let name = format!("{}-{stamp}", prefix.trim_end_matches('-'));
-        let mut spec = json!({"cluster": c.name(), "scheduled": true});
-        if schedule.copy_to_hub {
-            spec["copyToHub"] = json!(true);
-        }
-        let snapshot = Object::new(Kind::EtcdSnapshot.name(), &name, spec);
+        let mut cluster = self.store.get(Kind::Cluster.name(), c.name()).await?;
         let mut status = Status::of(&cluster);
         status.extra.insert(
             "snapshotSchedule".into(),
-            json!({"schedule": schedule.schedule, "last": rfc3339(due)}),
+            json!({"schedule": schedule.schedule, "last": rfc3339(last)}),
         );
         cluster.status = serde_json::to_value(status).unwrap_or(Value::Null);
-        tracing::info!(cluster = %c.name(), snapshot = %name, "scheduled etcd snapshot due");
-        self.store
-            .transact(vec![Op::Create(snapshot), Op::Update(cluster)])
-            .await
-            .map(drop)
+        let ops = snapshot
+            .map(Op::Create)
+            .into_iter()
+            .chain([Op::Update(cluster)])
+            .collect();
+        self.store.transact(ops).await.map(drop)
     }
 
     /// Snapshots being deleted (their files first), then retention, then snapshots to take
@@ -935,9 +929,14 @@ impl Progress {
     }
 }
 
+/// Where the hub keeps copies of a cluster's snapshots, under its files directory.
+pub(super) fn hub_copies(cluster: &str) -> String {
+    format!("etcd-snapshots/{cluster}")
+}
+
 /// The name of the hub's copy of a snapshot, under its files directory.
-pub(super) fn hub_copy_name(cluster: &str, snapshot: &str) -> String {
-    format!("etcd-snapshots/{cluster}/{snapshot}")
+fn hub_copy_name(cluster: &str, snapshot: &str) -> String {
+    format!("{}/{snapshot}", hub_copies(cluster))
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {

@@ -203,13 +203,9 @@ async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> R
     // Nothing is touched unless every entry makes sense.
     check_plan(plan)?;
     let moving = !plan.downloads.is_empty() || !plan.uploads.is_empty();
-    let hub = match hub {
-        Some(hub) => Some(hub),
-        None if moving => {
-            return Err("this plan moves files to or from the hub, and it has no hub".into());
-        }
-        None => None,
-    };
+    if moving && hub.is_none() {
+        return Err("this plan moves files to or from the hub, and it has no hub".into());
+    }
     for download in &plan.downloads {
         if let Some(hub) = hub {
             transfer::download(hub, download).await?;

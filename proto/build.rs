@@ -45,5 +45,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "#[serde(with = \"crate::json::plan_state\")]",
         );
     builder.compile_with_config(config, &files, &["proto"])?;
+
+    // The hub's etcd store is an etcd client only; agents never build it.
+    if std::env::var_os("CARGO_FEATURE_ETCD").is_some() {
+        let file = "proto/etcd/etcd.proto";
+        println!("cargo:rerun-if-changed={file}");
+        let mut config = prost_build::Config::new();
+        config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+        tonic_prost_build::configure()
+            .build_server(false)
+            .compile_with_config(config, &[file], &["proto"])?;
+    }
     Ok(())
 }

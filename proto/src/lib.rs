@@ -76,6 +76,12 @@ pub mod plan {
 }
 
 /// Serde helpers the generated plan types name in their attributes.
+/// etcd's v3 API, the part the hub's etcd store uses (client stubs only).
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
 pub mod json {
     /// `bytes` as base64 text.
     pub mod base64_bytes {

@@ -5,4 +5,5 @@
 
 pub mod cluster;
 pub mod demo;
+pub mod etcd;
 pub mod standin;

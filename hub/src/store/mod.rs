@@ -11,6 +11,8 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod apply;
+pub mod etcd;
 pub mod sqlite;
 
 pub use kubeshape::LabelSelector;

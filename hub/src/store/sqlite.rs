@@ -9,12 +9,12 @@ use std::{
 };
 
 use futures::StreamExt;
-use ring::rand::{SecureRandom, SystemRandom};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::broadcast;
 
 use super::{
     BoxFuture, EventType, LabelSelector, Object, Op, Store, StoreError, WatchEvent, WatchStream,
+    apply::{Applied, apply},
     now_rfc3339,
 };
 
@@ -147,154 +147,26 @@ fn load(conn: &Connection, kind: &str, name: &str) -> Result<Option<Object>, Sto
     body.as_deref().map(decode).transpose()
 }
 
-fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    let _ = SystemRandom::new().fill(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40; // version 4
-    b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
-}
-
-fn check_name(object: &Object) -> Result<(), StoreError> {
-    let name = &object.metadata.name;
-    if object.kind.is_empty() {
-        return Err(StoreError::Invalid("an object needs a kind".into()));
-    }
-    if name.is_empty() || name.len() > 253 || name.contains('/') {
-        return Err(StoreError::Invalid(format!(
-            "{} name {name:?} is not valid: 1 to 253 characters, no '/'",
-            object.kind
-        )));
+/// Writes what the transaction's ops made of each object they touched.
+fn write(tx: &Transaction<'_>, applied: &Applied) -> Result<(), StoreError> {
+    for ((kind, name), after) in &applied.after {
+        match after {
+            Some(object) => tx
+                .execute(
+                    "INSERT OR REPLACE INTO objects (kind, name, body) VALUES (?1, ?2, ?3)",
+                    params![kind, name, encode(object)?],
+                )
+                .map(drop),
+            None => tx
+                .execute(
+                    "DELETE FROM objects WHERE kind = ?1 AND name = ?2",
+                    params![kind, name],
+                )
+                .map(drop),
+        }
+        .map_err(backend)?;
     }
     Ok(())
-}
-
-/// Applies the ops inside `tx`; returns the written objects and the changes to log.
-fn apply(
-    tx: &Transaction<'_>,
-    ops: Vec<Op>,
-    revision: u64,
-) -> Result<(Vec<Object>, Vec<WatchEvent>), StoreError> {
-    let rv = revision.to_string();
-    let now = now_rfc3339();
-    let mut written = Vec::with_capacity(ops.len());
-    let mut events = Vec::with_capacity(ops.len());
-    let put = |object: &Object| -> Result<(), StoreError> {
-        tx.execute(
-            "INSERT OR REPLACE INTO objects (kind, name, body) VALUES (?1, ?2, ?3)",
-            params![object.kind, object.metadata.name, encode(object)?],
-        )
-        .map(drop)
-        .map_err(backend)
-    };
-    let remove = |object: &Object| -> Result<(), StoreError> {
-        tx.execute(
-            "DELETE FROM objects WHERE kind = ?1 AND name = ?2",
-            params![object.kind, object.metadata.name],
-        )
-        .map(drop)
-        .map_err(backend)
-    };
-    for op in ops {
-        let (event, object) = match op {
-            Op::Create(mut object) => {
-                check_name(&object)?;
-                if load(tx, &object.kind, &object.metadata.name)?.is_some() {
-                    return Err(StoreError::AlreadyExists {
-                        kind: object.kind,
-                        name: object.metadata.name,
-                    });
-                }
-                let m = &mut object.metadata;
-                m.uid = new_uid();
-                m.resource_version = rv.clone();
-                m.generation = 1;
-                m.creation_timestamp = now.clone();
-                m.deletion_timestamp = None;
-                put(&object)?;
-                (EventType::Added, object)
-            }
-            Op::Update(mut object) => {
-                check_name(&object)?;
-                let Some(current) = load(tx, &object.kind, &object.metadata.name)? else {
-                    return Err(StoreError::NotFound {
-                        kind: object.kind,
-                        name: object.metadata.name,
-                    });
-                };
-                let sent = &object.metadata.resource_version;
-                if !sent.is_empty() && *sent != current.metadata.resource_version {
-                    return Err(StoreError::Conflict {
-                        kind: object.kind,
-                        name: object.metadata.name,
-                        sent: sent.clone(),
-                        current: current.metadata.resource_version,
-                    });
-                }
-                let spec_changed = object.spec != current.spec;
-                let m = &mut object.metadata;
-                // Identity and history are the store's, whatever the caller sent.
-                m.uid = current.metadata.uid.clone();
-                m.creation_timestamp = current.metadata.creation_timestamp.clone();
-                m.deletion_timestamp = current.metadata.deletion_timestamp.clone();
-                m.generation = current.metadata.generation + u64::from(spec_changed);
-                m.resource_version = rv.clone();
-                if m.deletion_timestamp.is_some() && m.finalizers.is_empty() {
-                    // The last finalizer is gone: the deletion asked for earlier happens now.
-                    remove(&object)?;
-                    (EventType::Deleted, object)
-                } else {
-                    put(&object)?;
-                    (EventType::Modified, object)
-                }
-            }
-            Op::Delete {
-                kind,
-                name,
-                resource_version,
-            } => {
-                let Some(mut object) = load(tx, &kind, &name)? else {
-                    return Err(StoreError::NotFound { kind, name });
-                };
-                if let Some(expected) = resource_version
-                    && expected != object.revision()
-                {
-                    return Err(StoreError::Conflict {
-                        kind,
-                        name,
-                        sent: expected.to_string(),
-                        current: object.metadata.resource_version,
-                    });
-                }
-                object.metadata.resource_version = rv.clone();
-                if object.metadata.finalizers.is_empty() {
-                    remove(&object)?;
-                    (EventType::Deleted, object)
-                } else {
-                    object
-                        .metadata
-                        .deletion_timestamp
-                        .get_or_insert_with(|| now.clone());
-                    put(&object)?;
-                    (EventType::Modified, object)
-                }
-            }
-        };
-        events.push(WatchEvent {
-            kind: event,
-            object: object.clone(),
-        });
-        written.push(object);
-    }
-    Ok((written, events))
 }
 
 fn event_name(kind: EventType) -> &'static str {
@@ -362,7 +234,15 @@ impl Store for SqliteStore {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(backend)?;
             let revision = meta(&tx, "revision")? + 1;
-            let (written, events) = apply(&tx, ops, revision)?;
+            let Applied {
+                written, events, ..
+            } = {
+                let applied = apply(ops, Some(revision), &now_rfc3339(), |kind, name| {
+                    load(&tx, kind, name)
+                })?;
+                write(&tx, &applied)?;
+                applied
+            };
             {
                 let mut log = tx
                     .prepare_cached("INSERT INTO changes (revision, seq, kind, type, body) VALUES (?1, ?2, ?3, ?4, ?5)")

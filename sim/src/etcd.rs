@@ -1,0 +1,145 @@
+//! A real etcd (Debian's `etcd-server`, or `$DROVER_ETCD`) started on loopback for the tests
+//! and benchmarks of the hub's HA store: a one-member cluster with its own data directory and
+//! free ports, killed and its data removed when dropped. Nothing is simulated here; this only
+//! spares each test the same dozen flags.
+
+use std::{
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// A running etcd member.
+#[derive(Debug)]
+pub struct LocalEtcd {
+    child: Option<Child>,
+    dir: PathBuf,
+    client: SocketAddr,
+    peer: SocketAddr,
+}
+
+fn free_port() -> std::io::Result<SocketAddr> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()
+}
+
+/// The etcd binary: `$DROVER_ETCD`, or `etcd` on the PATH.
+fn binary() -> String {
+    std::env::var("DROVER_ETCD").unwrap_or_else(|_| "etcd".to_owned())
+}
+
+impl LocalEtcd {
+    /// Starts a member whose data lives in a new directory under `parent`, and waits until it
+    /// answers its health check.
+    pub fn start(parent: &Path) -> std::io::Result<Self> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("etcd-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let mut etcd = Self {
+            child: None,
+            dir,
+            client: free_port()?,
+            peer: free_port()?,
+        };
+        etcd.restart()?;
+        Ok(etcd)
+    }
+
+    /// (Re)starts the member on the same ports and data, e.g. after [`LocalEtcd::kill`].
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        let (client, peer) = (
+            format!("http://{}", self.client),
+            format!("http://{}", self.peer),
+        );
+        let log = std::fs::File::create(self.dir.join("etcd.log"))?;
+        let child = Command::new(binary())
+            .args(["--name", "drover-test"])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("drover-test={peer}")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot start {:?} ({e}): install Debian's etcd-server (or set DROVER_ETCD to an etcd binary)",
+                        binary()
+                    ),
+                )
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.healthy() {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(std::io::Error::other(format!(
+                    "etcd exited ({status}): {tail:?}"
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(
+                    "etcd did not become healthy within 30 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// etcd's own health check: `GET /health` on the client port answers `"health":"true"`.
+    fn healthy(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect_timeout(&self.client, Duration::from_secs(1))
+        else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        if stream
+            .write_all(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.contains("\"health\":\"true\"")
+    }
+
+    /// The hub's `--store` value for this member.
+    pub fn store_url(&self) -> String {
+        format!("etcd://{}", self.client)
+    }
+
+    /// The client address.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client
+    }
+
+    /// Kills the member (SIGKILL), keeping its data.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for LocalEtcd {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

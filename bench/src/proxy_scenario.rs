@@ -215,6 +215,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         agent_binaries: None,
         heartbeat: hub::config::DEFAULT_HEARTBEAT,
         demo: 0,
+        store: hub::config::StoreLocation::Sqlite,
     }
 }
 

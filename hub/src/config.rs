@@ -56,6 +56,18 @@ pub struct Config {
     pub heartbeat: std::time::Duration,
     /// Simulated clusters to start in-process for a demo (`--demo N`); 0 for none.
     pub demo: usize,
+    /// Where the objects live.
+    pub store: StoreLocation,
+}
+
+/// Where the hub's objects live (`--store`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreLocation {
+    /// The embedded SQLite file in the data directory.
+    #[default]
+    Sqlite,
+    /// An etcd cluster, `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]`, which several hubs can share.
+    Etcd(String),
 }
 
 /// Heartbeats every 10 s, as Rancher's agents; a silent agent shows within half a minute.
@@ -330,6 +342,10 @@ struct ServeArgs {
     /// process, to see a populated dashboard [env: DROVER_DEMO]
     #[arg(long, value_name = "N")]
     demo: Option<String>,
+    /// Where the hub's objects live: `sqlite` (a file in the data directory) or
+    /// `etcd://HOST:2379[,HOST:2379…][/PREFIX]` [env: DROVER_STORE] [default: sqlite]
+    #[arg(long)]
+    store: Option<String>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -599,6 +615,18 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
                 reason: "give a number of simulated clusters from 1 to 20".into(),
             })?,
     };
+    let store = match pick(args.store, "DROVER_STORE", "sqlite") {
+        text if text == "sqlite" => StoreLocation::Sqlite,
+        text => {
+            crate::store::etcd::EtcdUrl::parse(&text).map_err(|reason| ConfigError::Invalid {
+                flag: "--store",
+                var: "DROVER_STORE",
+                value: text.clone(),
+                reason: format!("{reason}; or use sqlite, the default"),
+            })?;
+            StoreLocation::Etcd(text)
+        }
+    };
     Ok(Config {
         data_dir,
         listen,
@@ -608,6 +636,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         agent_binaries: path(args.agent_binaries, "DROVER_AGENT_BINARIES"),
         heartbeat,
         demo,
+        store,
     })
 }
 
@@ -713,6 +742,26 @@ mod tests {
         let config = serve(&["--heartbeat-seconds", "2"], &[]).unwrap();
         assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
         assert_eq!(serve(&["--demo", "3"], &[]).unwrap().demo, 3);
+        assert_eq!(serve(&[], &[]).unwrap().store, StoreLocation::Sqlite);
+        assert_eq!(
+            serve(&["--store", "etcd://10.0.0.1:2379,10.0.0.2:2379"], &[])
+                .unwrap()
+                .store,
+            StoreLocation::Etcd("etcd://10.0.0.1:2379,10.0.0.2:2379".into())
+        );
+        assert_eq!(
+            serve(&[], &[("DROVER_STORE", "etcd://etcd:2379/hubs/eu")])
+                .unwrap()
+                .store,
+            StoreLocation::Etcd("etcd://etcd:2379/hubs/eu".into())
+        );
+        let err = serve(&["--store", "postgres://db"], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--store") && err.contains("etcd://HOST:PORT"),
+            "{err}"
+        );
         let err = serve(&["--demo", "0"], &[]).unwrap_err().to_string();
         assert!(
             err.contains("--demo") && err.contains("DROVER_DEMO"),

@@ -149,12 +149,17 @@ impl Hub {
             Some((cert, key)) => pki::from_files(cert, key)?,
             None => pki::load_or_create(&config.data_dir, &names)?,
         };
-        let sqlite: Arc<dyn store::Store> = Arc::new(store::sqlite::SqliteStore::open(
-            &config.data_dir.join(backup::STORE_FILE),
-        )?);
+        let objects: Arc<dyn store::Store> = match &config.store {
+            config::StoreLocation::Sqlite => Arc::new(store::sqlite::SqliteStore::open(
+                &config.data_dir.join(backup::STORE_FILE),
+            )?),
+            config::StoreLocation::Etcd(url) => {
+                Arc::new(store::etcd::EtcdStore::connect(url).await?)
+            }
+        };
         let known = Arc::new(auth::known::Known::default());
         let store: Arc<dyn store::Store> =
-            Arc::new(auth::known::Tracked::new(sqlite, known.clone()));
+            Arc::new(auth::known::Tracked::new(objects, known.clone()));
         tokio::spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
 

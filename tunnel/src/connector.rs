@@ -66,7 +66,8 @@ impl fmt::Debug for Secret {
 /// Everything an agent needs to hold a session to the hub.
 #[derive(Debug, Clone)]
 pub struct ConnectorConfig {
-    /// The hub: `https://HOST[:PORT]` or `wss://HOST[:PORT]/v3/connect`.
+    /// The hub: `https://HOST[:PORT]` or `wss://HOST[:PORT]/v3/connect`; or several hub
+    /// replicas' URLs, comma-separated, tried in turn (the next one after a failed attempt).
     pub url: String,
     /// Sent as `Authorization: Bearer …` in the upgrade request.
     pub credential: Secret,
@@ -169,7 +170,9 @@ pub struct Connector {
 #[derive(Debug)]
 struct Inner {
     config: ConnectorConfig,
-    target: Target,
+    /// One per hub URL; attempts go to `targets[current]`.
+    targets: Vec<Target>,
+    current: std::sync::atomic::AtomicUsize,
     /// Roots proven by the CA checksum (or given), kept for later attempts.
     roots: Mutex<Option<Arc<ClientConfig>>>,
 }
@@ -234,7 +237,11 @@ impl Target {
 
 impl Connector {
     pub fn new(config: ConnectorConfig) -> Result<Self, ConnectError> {
-        let target = Target::parse(&config.url)?;
+        let targets = config
+            .url
+            .split(',')
+            .map(|url| Target::parse(url.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
         let roots = match &config.trust {
             Trust::CaChecksum(_) => None,
             Trust::CaPem(pem) => Some(tls::client_config(tls::roots_from_pem(pem)?)),
@@ -243,7 +250,8 @@ impl Connector {
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
-                target,
+                targets,
+                current: std::sync::atomic::AtomicUsize::new(0),
                 roots: Mutex::new(roots),
             }),
         })
@@ -251,6 +259,22 @@ impl Connector {
 
     pub fn config(&self) -> &ConnectorConfig {
         &self.inner.config
+    }
+
+    /// The hub URL attempts go to now.
+    fn target(&self) -> &Target {
+        let i = self
+            .inner
+            .current
+            .load(std::sync::atomic::Ordering::Relaxed);
+        &self.inner.targets[i % self.inner.targets.len()]
+    }
+
+    /// After a failed attempt: the next hub URL, if several were given.
+    fn next_target(&self) {
+        self.inner
+            .current
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// One attempt: connect, authenticate, `Hello`.
@@ -263,7 +287,7 @@ impl Connector {
 
     async fn connect_unbounded(&self) -> Result<AgentSession, ConnectError> {
         let config = &self.inner.config;
-        let target = &self.inner.target;
+        let target = self.target();
         let tls_config = self.tls_config().await?;
         let tls = match self.open_tls(tls_config).await {
             Ok(tls) => tls,
@@ -321,7 +345,7 @@ impl Connector {
         tls: TlsStream<ReadAhead<TcpStream>>,
     ) -> Result<hyper::upgrade::Upgraded, ConnectError> {
         let config = &self.inner.config;
-        let target = &self.inner.target;
+        let target = self.target();
         let failed = |reason: String| ConnectError::Upgrade {
             url: target.ws_url.clone(),
             reason,
@@ -413,7 +437,7 @@ impl Connector {
         let actual = tls::ca_checksum(&pem);
         if !actual.eq_ignore_ascii_case(expected.trim()) {
             return Err(ConnectError::CaChecksumMismatch {
-                authority: self.inner.target.authority.clone(),
+                authority: self.target().authority.clone(),
                 expected: expected.clone(),
                 actual,
             });
@@ -428,7 +452,7 @@ impl Connector {
         &self,
         config: Arc<ClientConfig>,
     ) -> Result<TlsStream<ReadAhead<TcpStream>>, ConnectError> {
-        let target = &self.inner.target;
+        let target = self.target();
         // Connecting by name resolves it again on every attempt.
         let tcp = TcpStream::connect((target.host.as_str(), target.port))
             .await
@@ -453,7 +477,7 @@ impl Connector {
         &self,
         mut request: http::Request<http_body_util::Full<Bytes>>,
     ) -> Result<http::Response<Bytes>, ConnectError> {
-        let target = &self.inner.target;
+        let target = self.target();
         let url = format!("https://{}{}", target.authority, request_path(&request));
         let failed = |reason: String| ConnectError::Upgrade {
             url: url.clone(),
@@ -505,7 +529,7 @@ impl Connector {
     /// Downloads `/cacerts` without verifying the chain; the caller checks its checksum before
     /// trusting a byte of it.
     async fn fetch_cacerts(&self) -> Result<Vec<u8>, ConnectError> {
-        let target = &self.inner.target;
+        let target = self.target();
         let fail = |reason: String| ConnectError::CaFetch {
             authority: target.authority.clone(),
             reason,
@@ -537,10 +561,10 @@ impl Connector {
     /// when it ends, reconnects after a backoff delay. Returns once `shutdown` is cancelled
     /// (closing the live session) or `sessions` is dropped.
     pub async fn run(self, sessions: mpsc::Sender<AgentSession>, shutdown: CancellationToken) {
-        let hub = &self.inner.target.authority;
         let backoff = self.inner.config.backoff;
         let mut attempt: u32 = 0;
         loop {
+            let hub = self.target().authority.clone();
             let result = tokio::select! {
                 () = shutdown.cancelled() => return,
                 result = self.connect() => result,
@@ -565,7 +589,10 @@ impl Connector {
                         }
                     }
                 }
-                Err(e) => tracing::warn!(%hub, error = %e, "cannot connect to the hub"),
+                Err(e) => {
+                    tracing::warn!(%hub, error = %e, "cannot connect to the hub");
+                    self.next_target();
+                }
             }
             // Also after a session ends: agents cut off together come back spread out.
             let delay = backoff.delay(attempt);

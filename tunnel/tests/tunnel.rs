@@ -340,6 +340,36 @@ async fn the_agent_reconnects_after_a_hub_restart_and_streams_work_again() {
 }
 
 #[tokio::test]
+async fn with_several_hub_urls_the_agent_moves_to_the_next_when_its_hub_goes() {
+    init();
+    let dead = closed_port().await;
+    let first = TestHub::start(AcceptorConfig::default()).await;
+    let second = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&first, "replicas");
+    // A hub that is down, then two that are up (replicas share one CA).
+    config.url = format!(
+        "https://127.0.0.1:{}, {},{}",
+        dead.port(),
+        first.url(),
+        second.url()
+    );
+    let mut agent = TestAgent::start(config);
+    let on_first = agent.next_session().await;
+    first.session("replicas").await;
+
+    first.stop().await;
+    on_first.session.ended().await;
+    let on_second = agent.next_session().await;
+    let session = second.session("replicas").await;
+    let echo = echo_server().await;
+    assert_echoes(&session, echo, b"moved").await;
+    assert_ne!(on_first.hello.session_id, on_second.hello.session_id);
+
+    agent.stop().await;
+    second.stop().await;
+}
+
+#[tokio::test]
 async fn a_path_that_goes_quiet_is_noticed_by_both_ends_within_the_keepalive_bound() {
     init();
     let ws = WsSettings {

@@ -216,6 +216,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         heartbeat: hub::config::DEFAULT_HEARTBEAT,
         demo: 0,
         store: hub::config::StoreLocation::Sqlite,
+        replica_url: None,
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Config {
     pub demo: usize,
     /// Where the objects live.
     pub store: StoreLocation,
+    /// The URL other hub replicas reach this one at (etcd store only). `None`:
+    /// `https://ADDRESS:PORT` with the listen address (this machine's name if that is 0.0.0.0).
+    pub replica_url: Option<String>,
 }
 
 /// Where the hub's objects live (`--store`).
@@ -74,6 +77,21 @@ pub enum StoreLocation {
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Config {
+    /// The URL peers reach this replica at, given the address the listener actually bound.
+    pub fn replica_url_for(&self, addr: SocketAddr) -> String {
+        if let Some(url) = &self.replica_url {
+            return url.clone();
+        }
+        let host = if addr.ip().is_unspecified() {
+            self.host_name.clone()
+        } else if addr.is_ipv6() {
+            format!("[{}]", addr.ip())
+        } else {
+            addr.ip().to_string()
+        };
+        format!("https://{host}:{}", addr.port())
+    }
+
     /// The server URL, given the port the listener actually bound.
     pub fn server_url_for(&self, port: u16) -> String {
         self.server_url
@@ -346,6 +364,10 @@ struct ServeArgs {
     /// `etcd://HOST:2379[,HOST:2379…][/PREFIX]` [env: DROVER_STORE] [default: sqlite]
     #[arg(long)]
     store: Option<String>,
+    /// With the etcd store: the URL other hub replicas reach this one at
+    /// [env: DROVER_REPLICA_URL] [default: https://LISTEN_ADDRESS:PORT]
+    #[arg(long)]
+    replica_url: Option<String>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -637,6 +659,15 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         heartbeat,
         demo,
         store,
+        replica_url: args
+            .replica_url
+            .or_else(|| {
+                env.get("DROVER_REPLICA_URL")
+                    .filter(|v| !v.is_empty())
+                    .cloned()
+            })
+            .map(|url| check_url("--replica-url", "DROVER_REPLICA_URL", &url))
+            .transpose()?,
     })
 }
 
@@ -663,9 +694,14 @@ fn data_dir(flag: Option<PathBuf>, env: &HashMap<String, String>) -> PathBuf {
 }
 
 fn check_server_url(url: &str) -> Result<String, ConfigError> {
+    check_url("--server-url", "DROVER_SERVER_URL", url)
+}
+
+/// An `https://HOST[:PORT]` URL, given by `flag` or `var`.
+fn check_url(flag: &'static str, var: &'static str, url: &str) -> Result<String, ConfigError> {
     let invalid = |reason: &str| ConfigError::Invalid {
-        flag: "--server-url",
-        var: "DROVER_SERVER_URL",
+        flag,
+        var,
         value: url.to_owned(),
         reason: reason.to_owned(),
     };

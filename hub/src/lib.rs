@@ -35,6 +35,7 @@ pub mod planner;
 pub mod plans;
 pub mod proxy;
 pub mod registration;
+pub mod replicas;
 pub mod store;
 pub mod websec;
 
@@ -64,6 +65,7 @@ struct AppState {
     acceptor: Acceptor,
     /// `None` in tests of the plain routes.
     health: Option<Arc<health::Health>>,
+    replicas: Arc<replicas::Replicas>,
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
@@ -93,6 +95,7 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
             registry: state.acceptor.registry(),
             agent_states,
             plan_states,
+            leader: state.replicas.leading().borrow().is_some(),
         }),
     )
         .into_response()
@@ -145,16 +148,33 @@ impl Hub {
         })?;
         // One hub per data directory: two would interleave writes to the CA and the store.
         let lock = backup::lock_data_dir(&config.data_dir)?;
-        let pki = match &config.tls {
-            Some((cert, key)) => pki::from_files(cert, key)?,
-            None => pki::load_or_create(&config.data_dir, &names)?,
-        };
-        let objects: Arc<dyn store::Store> = match &config.store {
-            config::StoreLocation::Sqlite => Arc::new(store::sqlite::SqliteStore::open(
-                &config.data_dir.join(backup::STORE_FILE),
-            )?),
-            config::StoreLocation::Etcd(url) => {
-                Arc::new(store::etcd::EtcdStore::connect(url).await?)
+        let registry = Registry::default();
+        // With etcd, replicas share the CA through the store and call each other over mutual
+        // TLS; with SQLite the CA lives in the data directory.
+        let (objects, pki, peers, replicas): (Arc<dyn store::Store>, _, _, _) = match &config.store
+        {
+            config::StoreLocation::Sqlite => {
+                let pki = match &config.tls {
+                    Some((cert, key)) => pki::from_files(cert, key)?,
+                    None => pki::load_or_create(&config.data_dir, &names)?,
+                };
+                let objects =
+                    store::sqlite::SqliteStore::open(&config.data_dir.join(backup::STORE_FILE))?;
+                (Arc::new(objects), pki, None, replicas::Replicas::single())
+            }
+            config::StoreLocation::Etcd(etcd_url) => {
+                let etcd = store::etcd::EtcdStore::connect(etcd_url).await?;
+                let tls = config.tls.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+                let (pki, peers) = pki::shared(&etcd, &config.data_dir, &names, tls).await?;
+                let replica_url = config.replica_url_for(addr);
+                let replicas = replicas::Replicas::join(
+                    etcd.clone(),
+                    replica_url,
+                    registry.clone(),
+                    shutdown.clone(),
+                )
+                .await?;
+                (Arc::new(etcd), pki, Some(peers.client), replicas)
             }
         };
         let known = Arc::new(auth::known::Known::default());
@@ -170,7 +190,6 @@ impl Hub {
                 .and_then(|exe| exe.parent().map(std::path::Path::to_path_buf))
                 .unwrap_or_default(),
         };
-        let registry = Registry::default();
         let health = Arc::new(health::Health::new(store.clone(), config.heartbeat));
         tokio::spawn(health.clone().run(shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
@@ -207,17 +226,26 @@ impl Hub {
             health.clone(),
             shutdown.clone(),
         ));
-        tokio::spawn(
-            planner::Planner {
-                store: store.clone(),
-                server_url: url.clone(),
-                ca_checksum: pki.ca_checksum.clone(),
-                ca_pem: pki.ca_pem.to_string(),
-                registry: Some(registry.clone()),
-                files: Some(config.data_dir.join(plans::FILES_DIR)),
-            }
-            .run(shutdown.clone()),
-        );
+        // The planner and its controllers run on the leading replica only, writing fenced.
+        let planner = planner::Planner {
+            store: store.clone(),
+            server_url: url.clone(),
+            ca_checksum: pki.ca_checksum.clone(),
+            ca_pem: pki.ca_pem.to_string(),
+            registry: Some(registry.clone()),
+            files: Some(config.data_dir.join(plans::FILES_DIR)),
+        };
+        tokio::spawn(replicas.clone().lead(
+            store.clone(),
+            move |store, stop| {
+                let planner = planner::Planner {
+                    store,
+                    ..planner.clone()
+                };
+                planner.run(stop)
+            },
+            shutdown.clone(),
+        ));
         let api = api::Api {
             store: store.clone(),
             limiter: Arc::default(),
@@ -230,6 +258,7 @@ impl Hub {
             ca_pem: pki.ca_pem.clone(),
             acceptor,
             health: Some(health.clone()),
+            replicas: replicas.clone(),
         })
         .merge(api::router(api.clone()))
         .merge(dashboard::router(dashboard::Dash {
@@ -278,12 +307,18 @@ impl Hub {
         .merge(
             Router::new()
                 .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
+                .route(
+                    "/v3/relay/{kind}/{cluster}/{service}/{*rest}",
+                    any(proxy::relay),
+                )
                 .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
                 // Shared, not cloned per request: the proxy's hot path.
                 .with_state(Arc::new(proxy::ProxyState {
                     api,
                     registry: registry.clone(),
                     pools: proxy::Pools::default(),
+                    replicas: replicas.clone(),
+                    peers,
                 })),
         );
         let app = app
@@ -391,6 +426,7 @@ mod tests {
             ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             acceptor,
             health: None,
+            replicas: replicas::Replicas::single(),
         })
     }
 

@@ -113,6 +113,8 @@ pub struct Scrape<'a> {
     pub agent_states: Vec<((String, &'static str), u64)>,
     /// Host plans by state (`in-progress`, `applied`, `failed`, `pending`).
     pub plan_states: BTreeMap<String, u64>,
+    /// Whether this replica leads (runs the planner and controllers).
+    pub leader: bool,
 }
 
 /// The whole exposition.
@@ -137,6 +139,11 @@ pub fn render(scrape: &Scrape<'_>) -> String {
             "drover_agents{{kind=\"{kind}\",state=\"{state}\"}} {n}"
         );
     }
+    let _ = write!(
+        out,
+        "# HELP drover_replica_leader 1 if this hub replica leads (runs the planner and controllers), else 0.\n# TYPE drover_replica_leader gauge\ndrover_replica_leader {}\n",
+        u8::from(scrape.leader)
+    );
     let _ = write!(
         out,
         "# HELP drover_heartbeats_total Heartbeats taken since start.\n# TYPE drover_heartbeats_total counter\ndrover_heartbeats_total {}\n",

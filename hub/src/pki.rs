@@ -7,7 +7,10 @@ use std::{io, path::Path, sync::Arc};
 
 use tunnel::tls::{self, CertificateAuthority};
 
-use crate::fsutil::write_atomic;
+use crate::{
+    fsutil::write_atomic,
+    store::{Object, Store, StoreError},
+};
 
 /// Where in the data directory the CA lives, and its two files.
 pub const TLS_DIR: &str = "tls";
@@ -42,6 +45,8 @@ pub enum PkiError {
     },
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    #[error("cannot keep the hub's CA in the store: {0}")]
+    Store(StoreError),
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PkiError + '_ {
@@ -92,6 +97,11 @@ pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError
         tracing::info!(dir = %dir.display(), "created the hub's certificate authority");
         ca
     };
+    serving(&ca, names)
+}
+
+/// A serving certificate from `ca` for `names`.
+fn serving(ca: &CertificateAuthority, names: &[String]) -> Result<Pki, PkiError> {
     let leaf = ca.issue_server(names)?;
     let server_config = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
     let ca_pem: Arc<str> = ca.pem().cert_pem.clone().into();
@@ -100,6 +110,103 @@ pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError
         ca_pem,
         server_config,
     })
+}
+
+/// The store object that holds the hub's CA when replicas share an etcd store. No API route
+/// serves this kind.
+pub const CA_KIND: &str = "HubCertificateAuthority";
+
+/// What a replica needs to call its peers: a client configuration that trusts their serving
+/// certificates and presents this replica's own certificate from the hub's CA.
+#[derive(Debug, Clone)]
+pub struct PeerTls {
+    pub client: Arc<rustls::ClientConfig>,
+}
+
+/// With replicas on one etcd store: the CA is the store's (the first replica puts it there,
+/// taking this data directory's if it has one, else creating one), so every replica serves
+/// certificates agents trust by one checksum. The listener also verifies client certificates
+/// from that CA (replicas present one to each other); `tls` is an operator's serving chain and
+/// key, used instead of one from the CA.
+pub async fn shared(
+    store: &dyn Store,
+    data_dir: &Path,
+    names: &[String],
+    tls_files: Option<(&Path, &Path)>,
+) -> Result<(Pki, PeerTls), PkiError> {
+    let ca = shared_ca(store, data_dir).await?;
+    let mut pki = match tls_files {
+        Some((cert, key)) => from_files(cert, key)?,
+        None => serving(&ca, names)?,
+    };
+    // Peers are trusted by the hub's CA and by whatever the served chain ends in.
+    let mut roots = tls::roots_from_pem(ca.pem().cert_pem.as_bytes())?;
+    for cert in tls::certs_from_pem(pki.ca_pem.as_bytes())? {
+        let _ = roots.add(cert);
+    }
+    let (chain, key) = match tls_files {
+        Some((cert, key)) => (
+            std::fs::read(cert).map_err(io_error(cert))?,
+            std::fs::read(key).map_err(io_error(key))?,
+        ),
+        None => {
+            let leaf = ca.issue_server(names)?;
+            (leaf.cert_pem.into_bytes(), leaf.key_pem.into_bytes())
+        }
+    };
+    let clients = tls::roots_from_pem(ca.pem().cert_pem.as_bytes())?;
+    pki.server_config = tls::server_config_with_clients(&chain, &key, clients)?;
+    let me = ca.issue_client("drover-hub-replica")?;
+    let client = tls::client_config_with_cert(roots, &me)?;
+    Ok((pki, PeerTls { client }))
+}
+
+async fn shared_ca(store: &dyn Store, data_dir: &Path) -> Result<CertificateAuthority, PkiError> {
+    let from_store = |object: &Object| {
+        let text = |field: &str| object.spec[field].as_str().unwrap_or_default().to_owned();
+        CertificateAuthority::from_pem(&text("certPem"), &text("keyPem")).map_err(|source| {
+            PkiError::BadCa {
+                dir: "the store".into(),
+                source,
+            }
+        })
+    };
+    match store.get(CA_KIND, "hub").await {
+        Ok(object) => return from_store(&object),
+        Err(StoreError::NotFound { .. }) => {}
+        Err(e) => return Err(PkiError::Store(e)),
+    }
+    let dir = data_dir.join(TLS_DIR);
+    let ca = if dir.join(CA_CERT).exists() {
+        // A hub that ran on its own before: its agents already trust this CA.
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).map_err(io_error(&dir));
+        CertificateAuthority::from_pem(&read(CA_CERT)?, &read(CA_KEY)?).map_err(|source| {
+            PkiError::BadCa {
+                dir: dir.display().to_string(),
+                source,
+            }
+        })?
+    } else {
+        CertificateAuthority::generate("Drover hub CA")?
+    };
+    let object = Object::new(
+        CA_KIND,
+        "hub",
+        serde_json::json!({"certPem": ca.pem().cert_pem, "keyPem": ca.pem().key_pem}),
+    );
+    let store_ref: &dyn Store = store;
+    match store_ref.create(object).await {
+        Ok(_) => {
+            tracing::info!("put the hub's certificate authority in the shared store");
+            Ok(ca)
+        }
+        // Another replica was first: use its CA.
+        Err(StoreError::AlreadyExists { .. }) => {
+            let object = store.get(CA_KIND, "hub").await.map_err(PkiError::Store)?;
+            from_store(&object)
+        }
+        Err(e) => Err(PkiError::Store(e)),
+    }
 }
 
 #[cfg(test)]

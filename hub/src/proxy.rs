@@ -32,6 +32,7 @@ use crate::{
     api::{Api, ApiError, allow},
     auth::{Principal, Verb},
     model::{Kind, Role, Status},
+    replicas::Replicas,
 };
 
 pub use proto::KUBE_API_SERVICE;
@@ -45,6 +46,16 @@ pub struct ProxyState {
     pub api: Api,
     pub registry: Registry,
     pub pools: Pools,
+    pub replicas: Arc<Replicas>,
+    /// How this replica calls its peers (mutual TLS); `None` with a single replica.
+    pub peers: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Where a request for a cluster goes: through an agent session of this replica, or to the
+/// replica the agent is connected to.
+enum Route {
+    Local(Session),
+    Peer { url: String, kind: &'static str },
 }
 
 /// Kept HTTP/1 connections over tunnel streams, per agent session and service, so that a
@@ -179,16 +190,16 @@ fn from_api(e: ApiError) -> Response {
     kube_status(e.code, e.reason, e.message)
 }
 
-/// The caller, and the session of the cluster's agent, if the caller holds a role on the
-/// cluster and the agent is connected; otherwise the response that says which is missing.
-/// With `fallback`, a node-agent's session serves when no cluster-agent is connected; the
-/// flag returned says whether it did.
+/// The caller, and the route to the cluster's agent, if the caller holds a role on the cluster
+/// and the agent is connected (to this replica or another); otherwise the response that says
+/// which is missing. With `fallback`, a node-agent serves when no cluster-agent is connected;
+/// the flag returned says whether it did.
 async fn authorize(
     state: &ProxyState,
     headers: &HeaderMap,
     cluster: &str,
     fallback: bool,
-) -> Result<(Principal, Session, bool), Response> {
+) -> Result<(Principal, Route, bool), Response> {
     let principal = state.api.principal(headers).await.map_err(from_api)?;
     let object = state
         .api
@@ -199,12 +210,26 @@ async fn authorize(
     // Any role on the cluster lets a user through; what they may do there is the cluster's
     // RBAC's to decide, for the identity the proxy sets.
     allow(&principal, Verb::Get, Kind::Cluster, &object).map_err(from_api)?;
-    if let Some(session) = agent_session(&state.registry, cluster) {
-        return Ok((principal, session, false));
+    let kinds: &[&'static str] = if fallback {
+        &[agents::CLUSTER_AGENT, agents::NODE_AGENT]
+    } else {
+        &[agents::CLUSTER_AGENT]
+    };
+    for &kind in kinds {
+        if let Some(session) = newest_session(&state.registry, kind, cluster) {
+            return Ok((principal, Route::Local(session), kind == agents::NODE_AGENT));
+        }
     }
-    if fallback && let Some(session) = newest_session(&state.registry, agents::NODE_AGENT, cluster)
-    {
-        return Ok((principal, session, true));
+    if state.peers.is_some() {
+        for &kind in kinds {
+            if let Some(url) = state.replicas.locate(kind, cluster).await {
+                return Ok((
+                    principal,
+                    Route::Peer { url, kind },
+                    kind == agents::NODE_AGENT,
+                ));
+            }
+        }
     }
     let status = Status::of(&object);
     let since = status
@@ -223,6 +248,81 @@ async fn authorize(
         "ServiceUnavailable",
         format!("cluster {cluster:?} is not connected{since}{detail}"),
     ))
+}
+
+/// The path prefix a peer replica relays under (`/v3/relay/<agent kind>/<cluster>/<service>`).
+pub const RELAY_PREFIX: &str = "/v3/relay";
+
+/// An HTTP/1 connection to `service` of the cluster's agent along `route`, and the path to
+/// send `path` (the agent's own path, with its query) as.
+async fn connect_route(
+    state: &ProxyState,
+    route: &Route,
+    service: &'static str,
+    cluster: &str,
+    path: &str,
+    pooled: bool,
+) -> Result<(SendRequest<Body>, String, Option<Http1Pool<Body>>), Response> {
+    match route {
+        Route::Local(session) => {
+            let pool = pooled.then(|| state.pools.of(&state.registry, session, service));
+            let sender = connect(session, service, cluster, pool.as_ref()).await?;
+            Ok((sender, path.to_owned(), pool))
+        }
+        Route::Peer { url, kind } => {
+            let sender = connect_peer(state, url, cluster).await?;
+            let relayed = format!("{RELAY_PREFIX}/{kind}/{cluster}/{service}{path}");
+            Ok((sender, relayed, None))
+        }
+    }
+}
+
+/// A new HTTP/1 connection to the peer replica at `url`, over mutual TLS.
+async fn connect_peer(
+    state: &ProxyState,
+    url: &str,
+    cluster: &str,
+) -> Result<SendRequest<Body>, Response> {
+    let bad_gateway = |why: String| {
+        kube_status(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!(
+                "cluster {cluster:?} is connected to the hub replica at {url}, which cannot be reached: {why}"
+            ),
+        )
+    };
+    let Some(tls) = state.peers.clone() else {
+        return Err(bad_gateway("this replica has no peer credentials".into()));
+    };
+    let uri: http::Uri = url.parse().map_err(|e| bad_gateway(format!("{e}")))?;
+    let host = uri
+        .host()
+        .unwrap_or_default()
+        .trim_matches(['[', ']'])
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let name = rustls_pki_types::ServerName::try_from(host.clone())
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    let tcp = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    .map_err(|_| bad_gateway("no answer within 5 s".into()))?
+    .map_err(|e| bad_gateway(e.to_string()))?;
+    let _ = tcp.set_nodelay(true);
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(sender)
 }
 
 /// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,
@@ -288,22 +388,8 @@ pub async fn cache(
     request: Request,
 ) -> Response {
     // The cache lives in the cluster-agent: no fallback.
-    let (_, session, _) = match authorize(&state, request.headers(), &cluster, false).await {
-        Ok(pair) => pair,
-        Err(response) => return response,
-    };
-    let pool = state
-        .pools
-        .of(&state.registry, &session, proto::CLUSTER_CACHE_SERVICE);
-    let mut sender = match connect(
-        &session,
-        proto::CLUSTER_CACHE_SERVICE,
-        &cluster,
-        Some(&pool),
-    )
-    .await
-    {
-        Ok(sender) => sender,
+    let (_, route, _) = match authorize(&state, request.headers(), &cluster, false).await {
+        Ok(found) => found,
         Err(response) => return response,
     };
     let query = request
@@ -311,7 +397,20 @@ pub async fn cache(
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let Ok(outbound) = http::Request::get(format!("/{resource}{query}"))
+    let (mut sender, path, pool) = match connect_route(
+        &state,
+        &route,
+        proto::CLUSTER_CACHE_SERVICE,
+        &cluster,
+        &format!("/{resource}{query}"),
+        true,
+    )
+    .await
+    {
+        Ok(connected) => connected,
+        Err(response) => return response,
+    };
+    let Ok(outbound) = http::Request::get(path)
         .header(header::HOST, "cluster-cache")
         .body(Body::empty())
     else {
@@ -323,7 +422,9 @@ pub async fn cache(
     };
     match send(&mut sender, outbound, &cluster).await {
         Ok(response) => {
-            pool.put(sender);
+            if let Some(pool) = pool {
+                pool.put(sender);
+            }
             response.map(Body::new)
         }
         Err(response) => response,
@@ -335,9 +436,9 @@ pub async fn handle(
     Path((cluster, rest)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    let (principal, session, fallback) =
+    let (principal, route, fallback) =
         match authorize(&state, request.headers(), &cluster, true).await {
-            Ok(pair) => pair,
+            Ok(found) => found,
             Err(response) => return response,
         };
 
@@ -407,24 +508,50 @@ pub async fn handle(
     }
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
-    let pool = (!upgrade).then(|| state.pools.of(&state.registry, &session, KUBE_API_SERVICE));
-    let mut sender = match connect(&session, KUBE_API_SERVICE, &cluster, pool.as_ref()).await {
-        Ok(sender) => sender,
+    let (mut sender, path, pool) = match connect_route(
+        &state,
+        &route,
+        KUBE_API_SERVICE,
+        &cluster,
+        &format!("/{rest}{query}"),
+        !upgrade,
+    )
+    .await
+    {
+        Ok(connected) => connected,
         Err(response) => return response,
     };
     let mut outbound = http::Request::builder()
         .method(parts.method.clone())
-        .uri(format!("/{rest}{query}"))
+        .uri(path)
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let mut response = match send(&mut sender, outbound, &cluster).await {
-        Ok(response) => response,
-        Err(response) => return response,
-    };
+    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster).await;
     if let Some(pool) = pool {
         pool.put(sender);
     }
+    if fallback {
+        response.headers_mut().insert(
+            HeaderName::from_static(ROUTE_HEADER),
+            HeaderValue::from_static("node-agent"),
+        );
+    }
+    response
+}
+
+/// Sends `outbound`, splices an upgrade through to `on_upgrade`'s side, and returns the
+/// response without its hop-by-hop headers (but those of a protocol switch).
+async fn exchange(
+    sender: &mut SendRequest<Body>,
+    outbound: http::Request<Body>,
+    on_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    cluster: &str,
+) -> Response {
+    let mut response = match send(sender, outbound, cluster).await {
+        Ok(response) => response,
+        Err(response) => return response,
+    };
     if response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_side) = on_upgrade
     {
@@ -444,13 +571,92 @@ pub async fn handle(
     parts
         .headers
         .retain_mut_compat(|name| keep_upgrade || !hop_by_hop(name));
-    if fallback {
-        parts.headers.insert(
-            HeaderName::from_static(ROUTE_HEADER),
-            HeaderValue::from_static("node-agent"),
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// `/v3/relay/<agent kind>/<cluster>/<service>/<path>`: a request another hub replica has
+/// already authenticated, authorised and rewritten (impersonation set), for an agent connected
+/// to this replica. Only a peer presenting its replica certificate may send one.
+pub async fn relay(
+    State(state): State<Arc<ProxyState>>,
+    Path((kind, cluster, service, rest)): Path<(String, String, String, String)>,
+    request: Request,
+) -> Response {
+    if request
+        .extensions()
+        .get::<tunnel::listener::CertifiedClient>()
+        .is_none()
+    {
+        return kube_status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            "only another hub replica, presenting its certificate, may relay requests".into(),
         );
     }
-    Response::from_parts(parts, Body::new(body))
+    let kind = match kind.as_str() {
+        agents::CLUSTER_AGENT => agents::CLUSTER_AGENT,
+        agents::NODE_AGENT => agents::NODE_AGENT,
+        _ => {
+            return kube_status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("no agent kind {kind:?}"),
+            );
+        }
+    };
+    let service = match service.as_str() {
+        KUBE_API_SERVICE => KUBE_API_SERVICE,
+        proto::CLUSTER_CACHE_SERVICE => proto::CLUSTER_CACHE_SERVICE,
+        _ => {
+            return kube_status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("no service {service:?}"),
+            );
+        }
+    };
+    let Some(session) = newest_session(&state.registry, kind, &cluster) else {
+        return kube_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!(
+                "the {kind} of cluster {cluster:?} is not connected to this hub replica (any more)"
+            ),
+        );
+    };
+    let (mut parts, body) = request.into_parts();
+    let upgrade = parts.headers.contains_key(header::UPGRADE);
+    let on_upgrade = upgrade
+        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+        .flatten();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    for (name, value) in &parts.headers {
+        if hop_by_hop(name) && !upgrade {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    let pool = (!upgrade).then(|| state.pools.of(&state.registry, &session, service));
+    let mut sender = match connect(&session, service, &cluster, pool.as_ref()).await {
+        Ok(sender) => sender,
+        Err(response) => return response,
+    };
+    let mut outbound = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("/{rest}{query}"))
+        .body(body)
+        .unwrap_or_default();
+    *outbound.headers_mut() = headers;
+    let response = exchange(&mut sender, outbound, on_upgrade, &cluster).await;
+    if let Some(pool) = pool {
+        pool.put(sender);
+    }
+    response
 }
 
 /// `HeaderMap::retain` without a value borrow, for the one filter above.

@@ -44,8 +44,22 @@ impl LocalEtcd {
             client: free_port()?,
             peer: free_port()?,
         };
-        etcd.restart()?;
-        Ok(etcd)
+        // A port found free may be taken before etcd binds it (tests start many at once):
+        // then again on other ports.
+        let mut tries = 3;
+        loop {
+            match etcd.restart() {
+                Ok(()) => return Ok(etcd),
+                Err(e) if tries == 1 => return Err(e),
+                Err(_) => {
+                    tries -= 1;
+                    etcd.kill();
+                    let _ = std::fs::remove_dir_all(etcd.dir.join("data"));
+                    etcd.client = free_port()?;
+                    etcd.peer = free_port()?;
+                }
+            }
+        }
     }
 
     /// (Re)starts the member on the same ports and data, e.g. after [`LocalEtcd::kill`].
@@ -96,6 +110,12 @@ impl LocalEtcd {
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // A member that could not bind its port exits at once, but the health check may have
+        // reached whoever holds the port: healthy only if it is still running a moment later.
+        std::thread::sleep(Duration::from_millis(200));
+        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            return Err(std::io::Error::other(format!("etcd exited ({status}) after starting")));
         }
         Ok(())
     }

@@ -1,15 +1,21 @@
 //! The hub on etcd (`--store etcd://…`), with a real etcd (Debian's `etcd-server`) per test:
-//! an imported cluster reached with kubectl through it, the hub killed and started again, and
-//! etcd itself killed and started again under the running hub.
+//! one hub killed and started again, and etcd itself under it; three replicas on one etcd,
+//! the leader killed: another leads, the agents move, kubectl through any survivor works, no
+//! plan runs twice and no registration is lost.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
+use serde_json::json;
 use sim::{cluster::SimConfig, etcd::LocalEtcd};
 use tests::{
-    HubProcess, api,
+    HubProcess, api, create_custom_cluster, https_get,
     imported::{Imported, kubectl_ok, until_allowed, user_kubeconfig},
+    system_agent::{Host, applied, counted, put_plan, runs, until},
     temp_dir,
 };
 
@@ -72,4 +78,183 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
 
     shutdown.cancel();
     let _ = agent.await;
+}
+
+/// The kubeconfig at `path`, aimed at another replica (same CA, same token).
+fn via(path: &Path, from: &HubProcess, to: &HubProcess, label: &str) -> PathBuf {
+    let text = std::fs::read_to_string(path).unwrap();
+    let other = path.with_file_name(format!("{label}.kubeconfig"));
+    std::fs::write(&other, text.replace(&from.url(), &to.url())).unwrap();
+    other
+}
+
+/// Whether `hub` says it leads (its `/metrics`).
+async fn leads(hub: &HubProcess) -> bool {
+    let (_, metrics) = https_get(hub.addr, "/metrics").await;
+    String::from_utf8_lossy(&metrics)
+        .lines()
+        .any(|line| line == "drover_replica_leader 1")
+}
+
+async fn leader_of(hubs: &[&HubProcess], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut leading = Vec::new();
+        for (i, hub) in hubs.iter().enumerate() {
+            if leads(hub).await {
+                leading.push(i);
+            }
+        }
+        assert!(leading.len() <= 1, "two replicas lead at once: {leading:?}");
+        if let [one] = leading[..] {
+            return one;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replica leads after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_on_etcd_survive_the_loss_of_the_leader() {
+    let etcd = LocalEtcd::start(&temp_dir("ha-etcd")).unwrap();
+    let store = etcd.store_url();
+    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
+    let sim = SimConfig {
+        pods: 3,
+        ..SimConfig::default()
+    };
+    // The first replica imports the cluster; two more join on the same etcd.
+    let imported = Imported::start_with("ha-three", sim, &flags).await;
+    let dir = imported.dir.clone();
+    let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
+    let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
+    for other in [&second, &third] {
+        assert_eq!(
+            other.ca_checksum, imported.hub.ca_checksum,
+            "one CA for all replicas"
+        );
+        assert!(other.admin_password.is_none(), "one admin for all replicas");
+    }
+    let servers = [&imported.hub, &second, &third]
+        .map(HubProcess::url)
+        .join(",");
+
+    // The cluster-agent knows all three; it connects to the first.
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_SERVER".into(), servers.clone());
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let Imported {
+        hub: first,
+        admin,
+        shutdown,
+        ..
+    } = imported;
+    let member = user_kubeconfig(&first, &admin, &dir, "mia", Some("cluster-member")).await;
+    until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
+    // Every replica reaches the cluster: the other two forward to the agent's replica.
+    for (hub, label) in [(&second, "mia-2"), (&third, "mia-3")] {
+        let kubeconfig = via(&member, &first, hub, label);
+        let pods = kubectl_ok(&kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+        assert_eq!(pods.lines().count(), 3, "through {label}: {pods}");
+    }
+
+    // A host registers (through whichever replica is up) and gets a plan, applied once.
+    let registration = create_custom_cluster(
+        second.addr,
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
+    )
+    .await;
+    std::fs::create_dir_all(dir.join("host")).unwrap();
+    let mut host = Host::with_servers(
+        &servers,
+        &first.ca_checksum,
+        registration["token"].as_str().unwrap(),
+        &dir.join("host"),
+    );
+    host.start();
+    let hosts = until(&third, &admin, "/v1/hosts", Duration::from_secs(30), |v| {
+        v["items"].as_array().is_some_and(|items| items.len() == 1)
+    })
+    .await;
+    let name = hosts["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ran = dir.join("host").join("ran");
+    put_plan(
+        &second,
+        &admin,
+        &name,
+        json!({"instructions": [counted("once", &ran, "true")]}),
+    )
+    .await;
+    until(
+        &third,
+        &admin,
+        &format!("/v1/plans/{name}"),
+        Duration::from_secs(30),
+        applied,
+    )
+    .await;
+    assert_eq!(runs(&ran), 1);
+
+    // Kill the leader (started first, it leads: the agents are on it too).
+    let hubs = [&first, &second, &third];
+    let leader = leader_of(&hubs, Duration::from_secs(15)).await;
+    assert_eq!(leader, 0, "the first replica took the lead");
+    let (mut first, second, third) = (first, second, third);
+    let killed = Instant::now();
+    first.crash().await;
+    let next = leader_of(&[&second, &third], Duration::from_secs(15)).await;
+    eprintln!("a new leader after {:?}", killed.elapsed());
+    let (leader, follower) = if next == 0 {
+        (&second, &third)
+    } else {
+        (&third, &second)
+    };
+
+    // The agents move to the survivors; kubectl through either keeps working.
+    for (hub, label) in [(leader, "mia-leader"), (follower, "mia-follower")] {
+        let kubeconfig = via(&member, &first, hub, label);
+        until_allowed(&kubeconfig, &["create", "configmaps", "-n", "default"]).await;
+        let pods = kubectl_ok(&kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+        assert_eq!(pods.lines().count(), 3, "through {label}: {pods}");
+    }
+    // The registration was kept; the plan was not applied again; a new plan reaches the host.
+    let (status, _) = api(
+        follower.addr,
+        "GET",
+        &format!("/v1/hosts/{name}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    put_plan(
+        follower,
+        &admin,
+        &name,
+        json!({"instructions": [counted("next", &ran, "true")]}),
+    )
+    .await;
+    until(
+        leader,
+        &admin,
+        &format!("/v1/plans/{name}"),
+        Duration::from_secs(30),
+        applied,
+    )
+    .await;
+    assert_eq!(runs(&ran), 2, "the first plan ran once, the second once");
+
+    host.kill().await;
+    shutdown.cancel();
+    let _ = agent.await;
+    drop(etcd);
 }

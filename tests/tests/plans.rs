@@ -5,125 +5,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::{
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
+use std::time::Duration;
+
+use serde_json::json;
+use tests::{
+    HubProcess, api, create_custom_cluster, login,
+    system_agent::{Host, applied, counted, put_plan, runs, until},
+    temp_dir,
 };
-
-use serde_json::{Value, json};
-use tests::{HubProcess, api, binary, create_custom_cluster, login, temp_dir};
-use tokio::process::{Child, Command};
-
-struct Host {
-    dir: PathBuf,
-    env: Vec<(String, String)>,
-    child: Option<Child>,
-}
-
-impl Host {
-    fn new(hub: &HubProcess, token: &str, dir: &Path) -> Host {
-        let env = [
-            ("DROVER_SERVER", hub.url()),
-            ("DROVER_TOKEN", token.to_owned()),
-            ("DROVER_CA_CHECKSUM", hub.ca_checksum.clone()),
-            ("DROVER_DIR", dir.join("agent").display().to_string()),
-            ("DROVER_ROLES", "all".into()),
-            ("DROVER_NODE_NAME", "node-1".into()),
-            ("DROVER_RETRY_SECONDS", "1".into()),
-            ("DROVER_LOG", "info".into()),
-        ];
-        Host {
-            dir: dir.to_owned(),
-            env: env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-            child: None,
-        }
-    }
-
-    fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let child = Command::new(binary("drover-system-agent"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    /// SIGKILL, as a crash or power cut would.
-    async fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await.unwrap();
-        }
-    }
-}
-
-/// Runs of an instruction that appends a line to `file` each time.
-fn runs(file: &Path) -> usize {
-    std::fs::read_to_string(file)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
-}
-
-fn counted(name: &str, file: &Path, then: &str) -> Value {
-    json!({"name": name, "script": format!("echo run >> {}; {then}", file.display())})
-}
-
-/// Polls `path` as `token` until `done` accepts it; panics with the last answer after `within`.
-async fn until(
-    hub: &HubProcess,
-    token: &str,
-    path: &str,
-    within: Duration,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let (_, value) = api(hub.addr, "GET", path, Some(token), None).await;
-        if done(&value) {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{path} not as wanted within {within:?}: {value:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The plan as it stands now is applied (not an earlier one).
-fn applied(plan: &Value) -> bool {
-    plan["status"]["state"] == "applied"
-        && plan["status"]["appliedChecksum"] == plan["status"]["planChecksum"]
-}
-
-async fn put_plan(hub: &HubProcess, admin: &str, host: &str, plan: Value) -> Value {
-    let path = format!("/v1/plans/{host}");
-    let (status, current) = api(hub.addr, "GET", &path, Some(admin), None).await;
-    let mut body = json!({
-        "metadata": {"name": host},
-        "spec": {"host": host, "cluster": "edge", "plan": plan},
-    });
-    if status != 404 {
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-    }
-    let (code, written) = if status == 404 {
-        api(hub.addr, "POST", "/v1/plans", Some(admin), Some(body)).await
-    } else {
-        api(hub.addr, "PUT", &path, Some(admin), Some(body)).await
-    };
-    assert!(code == 200 || code == 201, "{written}");
-    written
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_reach_the_host_apply_once_and_report_back() {

@@ -473,7 +473,30 @@ impl Connector {
     /// Sends one HTTP request to the hub over a connection verified as the tunnel's are (the
     /// CA checksum or system roots), e.g. an agent's registration. The path is the request's
     /// URI; the `Host` header is set here.
+    /// With several hub URLs, a hub that cannot be reached is skipped for the next.
     pub async fn request(
+        &self,
+        request: http::Request<http_body_util::Full<Bytes>>,
+    ) -> Result<http::Response<Bytes>, ConnectError> {
+        let (parts, body) = request.into_parts();
+        let mut tries = self.inner.targets.len();
+        loop {
+            let mut attempt = http::Request::new(body.clone());
+            *attempt.method_mut() = parts.method.clone();
+            *attempt.uri_mut() = parts.uri.clone();
+            *attempt.headers_mut() = parts.headers.clone();
+            match self.request_once(attempt).await {
+                Err(e) if tries > 1 => {
+                    tracing::debug!(error = %e, "hub not reachable; trying the next URL");
+                    tries -= 1;
+                    self.next_target();
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn request_once(
         &self,
         mut request: http::Request<http_body_util::Full<Bytes>>,
     ) -> Result<http::Response<Bytes>, ConnectError> {

@@ -24,6 +24,11 @@ use crate::readahead::ReadAhead;
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteAddr(pub SocketAddr);
 
+/// On a request whose connection presented a client certificate the listener's TLS config
+/// verified (see `tls::server_config_with_clients`); absent otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct CertifiedClient;
+
 /// Time a client has to complete the TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -77,12 +82,7 @@ pub async fn serve<S, B>(
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
-        let service = service
-            .clone()
-            .map_request(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(RemoteAddr(remote));
-                req
-            });
+        let service = service.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(
                 TLS_HANDSHAKE_TIMEOUT,
@@ -100,6 +100,15 @@ pub async fn serve<S, B>(
                     return;
                 }
             };
+            // A client certificate is verified in the handshake, or the handshake fails.
+            let certified = tls.get_ref().1.peer_certificates().is_some();
+            let service = service.map_request(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(RemoteAddr(remote));
+                if certified {
+                    req.extensions_mut().insert(CertifiedClient);
+                }
+                req
+            });
             let conn = builder.serve_connection_with_upgrades(
                 TokioIo::new(tls),
                 TowerToHyperService::new(service),

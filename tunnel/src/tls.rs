@@ -227,6 +227,49 @@ pub fn server_config(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<Server
     Ok(Arc::new(config))
 }
 
+/// As [`server_config`], also asking clients for a certificate: one that chains to
+/// `client_roots` is verified (and the handshake fails if it does not); a client without one
+/// is let through, as agents, browsers and kubectl are. Hub replicas prove themselves to each
+/// other this way.
+pub fn server_config_with_clients(
+    cert_chain_pem: &[u8],
+    key_pem: &[u8],
+    client_roots: RootCertStore,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let chain = certs_from_pem(cert_chain_pem)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(client_roots),
+        provider(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| TlsError::Key(format!("client verifier: {e}")))?;
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A client config verifying servers against `roots` and presenting `cert` (chain, PEM) with
+/// its key, speaking HTTP/1.1.
+pub fn client_config_with_cert(
+    roots: RootCertStore,
+    cert: &CertifiedKey,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let chain = certs_from_pem(cert.cert_pem.as_bytes())?;
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
+        .map_err(|e| TlsError::Key(e.to_string()))?;
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A certificate and its private key, both PEM.
 #[derive(Clone)]
 pub struct CertifiedKey {
@@ -307,6 +350,28 @@ impl CertificateAuthority {
     /// The CA's certificate and key, for saving.
     pub fn pem(&self) -> &CertifiedKey {
         &self.pem
+    }
+
+    /// Issues a client certificate for `common_name`, valid for a year; `cert_pem` holds it
+    /// followed by the CA.
+    pub fn issue_client(&self, common_name: &str) -> Result<CertifiedKey, TlsError> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - DAY;
+        params.not_after = now + DAY * 365;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(CertifiedKey {
+            cert_pem: format!("{}{}", cert.pem(), self.pem.cert_pem),
+            key_pem: key.serialize_pem(),
+        })
     }
 
     /// Issues a serving certificate for these DNS names and IP addresses, valid for a year.

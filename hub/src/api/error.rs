@@ -108,6 +108,12 @@ impl From<StoreError> for ApiError {
                      hub keeps its data (--data-dir), then retry",
                 )
             }
+            // Only the leader's controllers write fenced; an API request never meets this.
+            StoreError::Fenced(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                message,
+            ),
             StoreError::Backend(detail) => {
                 tracing::error!(error = %detail, "store failure");
                 Self::new(

@@ -22,9 +22,10 @@ use std::{
 
 use futures::StreamExt;
 use proto::etcd::{
-    CompactionRequest, Compare, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest, RequestOp,
-    TxnRequest, WatchCreateRequest, WatchRequest, WatchResponse, compare, event,
-    kv_client::KvClient, request_op, response_op, watch_client::WatchClient, watch_request,
+    CompactionRequest, Compare, DeleteRangeRequest, KeyValue, LeaseGrantRequest,
+    LeaseKeepAliveRequest, LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    WatchCreateRequest, WatchRequest, WatchResponse, compare, event, kv_client::KvClient,
+    lease_client::LeaseClient, request_op, response_op, watch_client::WatchClient, watch_request,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -53,6 +54,9 @@ pub struct EtcdStore {
 struct Inner {
     kv: KvClient<Channel>,
     watch: WatchClient<Channel>,
+    lease: LeaseClient<Channel>,
+    /// `PREFIX`, e.g. `/drover`.
+    prefix: String,
     /// `PREFIX/objects/`.
     objects: String,
     /// `PREFIX/meta/compacted`.
@@ -173,9 +177,11 @@ impl EtcdStore {
                 kv: KvClient::new(channel.clone())
                     .max_decoding_message_size(MAX_MESSAGE)
                     .max_encoding_message_size(MAX_MESSAGE),
-                watch: WatchClient::new(channel)
+                watch: WatchClient::new(channel.clone())
                     .max_decoding_message_size(MAX_MESSAGE)
                     .max_encoding_message_size(MAX_MESSAGE),
+                lease: LeaseClient::new(channel),
+                prefix: url.prefix.clone(),
                 objects: format!("{}/objects/", url.prefix),
                 compacted_key: format!("{}/meta/compacted", url.prefix),
                 retain: retain.max(1),
@@ -291,12 +297,13 @@ impl EtcdStore {
         &self,
         ops: Vec<Op>,
         keys: &[Key],
+        fence: Option<&Fence>,
     ) -> Result<Option<Vec<Object>>, StoreError> {
         let mut current = self.read(keys).await?;
         let applied = apply::apply(ops, None, &now_rfc3339(), |kind, name| {
             Ok(current.remove(&(kind.to_owned(), name.to_owned())))
         })?;
-        let compare = applied
+        let mut compare: Vec<Compare> = applied
             .before
             .iter()
             .map(|((kind, name), before)| Compare {
@@ -309,6 +316,15 @@ impl EtcdStore {
                 )),
             })
             .collect();
+        if let Some(fence) = fence {
+            // The write lands only while the writer still holds the key it was granted.
+            compare.push(Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Create as i32,
+                key: fence.key.clone().into_bytes(),
+                target_union: Some(compare::TargetUnion::CreateRevision(fence.revision)),
+            });
+        }
         let mut success = Vec::new();
         for ((kind, name), after) in &applied.after {
             let request = match after {
@@ -410,6 +426,230 @@ impl EtcdStore {
             .first()
             .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse().ok())
             .unwrap_or(0))
+    }
+
+    /// Commits `ops`, retrying while other writers get there first; with a `fence`, only while
+    /// it still holds.
+    async fn transact_fenced(
+        &self,
+        ops: Vec<Op>,
+        fence: Option<&Fence>,
+    ) -> Result<Vec<Object>, StoreError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = apply::keys(&ops);
+        if keys.len() > MAX_TXN_OPS {
+            return Err(StoreError::Invalid(format!(
+                "one transaction may change at most {MAX_TXN_OPS} objects in the etcd store; this one changes {}",
+                keys.len()
+            )));
+        }
+        let started = Instant::now();
+        for _ in 0..MAX_ATTEMPTS {
+            if let Some(written) = self.try_commit(ops.clone(), &keys, fence).await? {
+                crate::metrics::STORE_SECONDS.observe(started.elapsed());
+                return Ok(written);
+            }
+            if let Some(fence) = fence
+                && self.get_raw(&fence.key).await?.map(|(_, created)| created)
+                    != Some(fence.revision)
+            {
+                return Err(StoreError::Fenced(fence.key.clone()));
+            }
+            // Another writer changed an object this one read: read again and retry.
+            tokio::task::yield_now().await;
+        }
+        Err(StoreError::Backend(format!(
+            "gave up after {MAX_ATTEMPTS} attempts: other writers kept changing the same objects; retry"
+        )))
+    }
+
+    /// `PREFIX/<suffix>`: where hub replicas keep what is not an object.
+    pub(crate) fn meta_key(&self, suffix: &str) -> String {
+        format!("{}/{suffix}", self.inner.prefix)
+    }
+
+    /// A new lease of `ttl` seconds.
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<i64, StoreError> {
+        let granted = self
+            .inner
+            .lease
+            .clone()
+            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        if !granted.error.is_empty() {
+            return Err(StoreError::Backend(format!("etcd: {}", granted.error)));
+        }
+        Ok(granted.id)
+    }
+
+    /// Keeps `lease` alive, renewing every `every`, until it is lost (expired, revoked, or etcd
+    /// unreachable for longer than its TTL): then returns why.
+    pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> StoreError {
+        let requests =
+            futures::stream::unfold(tokio::time::interval(every), move |mut ticks| async move {
+                ticks.tick().await;
+                Some((LeaseKeepAliveRequest { id: lease }, ticks))
+            });
+        let mut responses = match self.inner.lease.clone().lease_keep_alive(requests).await {
+            Ok(responses) => responses.into_inner(),
+            Err(e) => return backend(e),
+        };
+        loop {
+            match responses.message().await {
+                Ok(Some(answer)) if answer.ttl > 0 => {}
+                Ok(Some(_)) => return StoreError::Backend(format!("etcd lease {lease:x} expired")),
+                Ok(None) => return StoreError::Backend("etcd ended the lease keep-alive".into()),
+                Err(e) => return backend(e),
+            }
+        }
+    }
+
+    /// Gives `lease` up: every key under it goes at once.
+    pub(crate) async fn revoke(&self, lease: i64) {
+        let _ = self
+            .inner
+            .lease
+            .clone()
+            .lease_revoke(LeaseRevokeRequest { id: lease })
+            .await;
+    }
+
+    /// Sets `key` to `value`, under `lease` (0: none).
+    pub(crate) async fn put_raw(
+        &self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<(), StoreError> {
+        self.kv()
+            .put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec(),
+                lease,
+                ..PutRequest::default()
+            })
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    /// Sets `key` to `value` under `lease` if no one holds it: the revision it was created at,
+    /// or `None` if it exists.
+    pub(crate) async fn create_raw(
+        &self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let response = self
+            .kv()
+            .txn(TxnRequest {
+                compare: vec![Compare {
+                    result: compare::CompareResult::Equal as i32,
+                    target: compare::CompareTarget::Create as i32,
+                    key: key.as_bytes().to_vec(),
+                    target_union: Some(compare::TargetUnion::CreateRevision(0)),
+                }],
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestPut(PutRequest {
+                        key: key.as_bytes().to_vec(),
+                        value: value.as_bytes().to_vec(),
+                        lease,
+                        ..PutRequest::default()
+                    })),
+                }],
+                failure: Vec::new(),
+            })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        Ok(response
+            .succeeded
+            .then(|| revision_of(response.header.as_ref()) as i64))
+    }
+
+    /// Deletes `key` if its value is `value` (a replica removes only what it wrote).
+    pub(crate) async fn delete_raw_if(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.kv()
+            .txn(TxnRequest {
+                compare: vec![Compare {
+                    result: compare::CompareResult::Equal as i32,
+                    target: compare::CompareTarget::Value as i32,
+                    key: key.as_bytes().to_vec(),
+                    target_union: Some(compare::TargetUnion::Value(value.as_bytes().to_vec())),
+                }],
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestDeleteRange(
+                        DeleteRangeRequest {
+                            key: key.as_bytes().to_vec(),
+                            ..DeleteRangeRequest::default()
+                        },
+                    )),
+                }],
+                failure: Vec::new(),
+            })
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    /// `key`'s value and the revision it was created at.
+    pub(crate) async fn get_raw(&self, key: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let response = self
+            .kv()
+            .range(RangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..RangeRequest::default()
+            })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        Ok(response.kvs.first().map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.value).into_owned(),
+                kv.create_revision,
+            )
+        }))
+    }
+
+    /// Every key under `prefix` (ending in '/'): its value and creation revision, by key.
+    pub(crate) async fn list_raw(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let response = self
+            .kv()
+            .range(RangeRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: range_end(prefix),
+                ..RangeRequest::default()
+            })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        Ok(response
+            .kvs
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(&kv.key).into_owned(),
+                    String::from_utf8_lossy(&kv.value).into_owned(),
+                    kv.create_revision,
+                )
+            })
+            .collect())
+    }
+
+    /// This store, writing only while `fence` holds.
+    pub fn fenced(&self, fence: Fence) -> FencedStore {
+        FencedStore {
+            store: self.clone(),
+            fence,
+        }
     }
 
     async fn open_watch(
@@ -536,30 +776,7 @@ impl Store for EtcdStore {
     }
 
     fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
-        Box::pin(async move {
-            if ops.is_empty() {
-                return Ok(Vec::new());
-            }
-            let keys = apply::keys(&ops);
-            if keys.len() > MAX_TXN_OPS {
-                return Err(StoreError::Invalid(format!(
-                    "one transaction may change at most {MAX_TXN_OPS} objects in the etcd store; this one changes {}",
-                    keys.len()
-                )));
-            }
-            let started = Instant::now();
-            for _ in 0..MAX_ATTEMPTS {
-                if let Some(written) = self.try_commit(ops.clone(), &keys).await? {
-                    crate::metrics::STORE_SECONDS.observe(started.elapsed());
-                    return Ok(written);
-                }
-                // Another writer changed an object this one read: read again and retry.
-                tokio::task::yield_now().await;
-            }
-            Err(StoreError::Backend(format!(
-                "gave up after {MAX_ATTEMPTS} attempts: other writers kept changing the same objects; retry"
-            )))
-        })
+        Box::pin(self.transact_fenced(ops, None))
     }
 
     fn watch(
@@ -640,6 +857,52 @@ impl Store for EtcdStore {
 
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.current_revision())
+    }
+}
+
+/// A key its holder was granted at a revision (a leader's key): writes guarded by it land only
+/// while the key is still the one created then, so a deposed holder cannot write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub key: String,
+    pub revision: i64,
+}
+
+/// The etcd store for a writer that must hold a [`Fence`]: every transaction carries it, and
+/// fails with [`StoreError::Fenced`] once it no longer holds. Reads and watches are the store's.
+#[derive(Debug, Clone)]
+pub struct FencedStore {
+    store: EtcdStore,
+    fence: Fence,
+}
+
+impl Store for FencedStore {
+    fn get(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Object, StoreError>> {
+        self.store.get(kind, name)
+    }
+
+    fn list(
+        &self,
+        kind: &str,
+        selector: &LabelSelector,
+    ) -> BoxFuture<'_, Result<(Vec<Object>, u64), StoreError>> {
+        self.store.list(kind, selector)
+    }
+
+    fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
+        Box::pin(self.store.transact_fenced(ops, Some(&self.fence)))
+    }
+
+    fn watch(
+        &self,
+        kind: Option<&str>,
+        from: Option<u64>,
+    ) -> BoxFuture<'_, Result<WatchStream, StoreError>> {
+        self.store.watch(kind, from)
+    }
+
+    fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.store.revision()
     }
 }
 

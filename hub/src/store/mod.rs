@@ -135,6 +135,11 @@ pub enum StoreError {
     Gone { requested: u64, oldest: u64 },
     #[error("{0}")]
     Invalid(String),
+    /// This hub replica wrote as the leader but no longer leads; nothing was written.
+    #[error(
+        "this hub replica no longer holds {0} (another replica leads now); nothing was written"
+    )]
+    Fenced(String),
     /// The disk holding the store is full; the write was rolled back.
     #[error("the disk holding the hub's store is full ({0}); nothing was written")]
     DiskFull(String),

@@ -414,3 +414,45 @@ async fn concurrent_writers_to_one_object_each_win_or_conflict(backend: Backend)
     assert_eq!(counter.spec["value"], 80, "after {conflicts} conflicts");
     assert_eq!(counter.metadata.generation, 81);
 }
+
+/// The primitives hub replicas coordinate with: a key only one holder can create, writes
+/// fenced by it, and a lease whose end takes its keys along.
+#[tokio::test]
+async fn etcd_leadership_keys_fence_writes_and_expire_with_their_lease() {
+    let t = Backend::Etcd.open(DEFAULT_RETAIN).await;
+    let url = t.etcd.as_ref().unwrap().store_url();
+    let etcd = EtcdStore::connect(&url).await.unwrap();
+    let key = etcd.meta_key("leader");
+    let mine = etcd.grant(5).await.unwrap();
+    let theirs = etcd.grant(5).await.unwrap();
+    let revision = etcd
+        .create_raw(&key, "me", mine)
+        .await
+        .unwrap()
+        .expect("first holder");
+    assert_eq!(etcd.create_raw(&key, "them", theirs).await.unwrap(), None);
+    assert_eq!(
+        etcd.get_raw(&key).await.unwrap(),
+        Some(("me".into(), revision))
+    );
+
+    // Fenced writes land while the key is the one created then.
+    let fenced: Arc<dyn Store> = Arc::new(etcd.fenced(super::etcd::Fence {
+        key: key.clone(),
+        revision,
+    }));
+    fenced.create(cluster("while-leading")).await.unwrap();
+    // The lease goes (as when the holder dies): so does the key, and someone else takes it.
+    etcd.revoke(mine).await;
+    assert_eq!(etcd.get_raw(&key).await.unwrap(), None);
+    etcd.create_raw(&key, "them", theirs)
+        .await
+        .unwrap()
+        .expect("second holder");
+    let err = fenced.create(cluster("after")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced(_)), "{err}");
+    assert!(matches!(
+        t.store.get("Cluster", "after").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}

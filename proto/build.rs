@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "ProbeStatus",
         "PlanStatus",
     ];
-    let mut builder = tonic_prost_build::configure();
+    let mut builder = tonic_prost_build::configure().codec_path("crate::codec::LeanCodec");
     for message in messages {
         builder = builder.message_attribute(
             format!(".drover.plan.v1.{message}"),

@@ -1,12 +1,15 @@
-//! `bench fleet --agents N`: how one hub holds a fleet of idle agents. The release
-//! `drover-hub` runs as a process of its own (its memory and CPU are read from `/proc`); N
-//! node-agent sessions — the real tunnel code with its reconnect loop, each beating at the
-//! hub's interval as an idle agent does — run in this process. Reports the time from cold
-//! start to all connected, the hub's memory per agent (its resident memory with the fleet less
-//! before it), its CPU while the fleet only beats, and, after the hub is killed and started
-//! again on the same port and data, the time until every agent is back.
+//! `bench fleet --agents N`: how one hub holds a fleet. The release `drover-hub` runs as a
+//! process of its own (its memory and CPU are read from `/proc`); N agents run in this process
+//! through `sim::fleet`, the real agent and tunnel code (system-agents of simulated hosts by
+//! default; `--kind node` for bare node-agent sessions that only beat), all dialling at once
+//! from a cold start. Reports the time until all are connected, the hub's memory per agent (its
+//! resident memory with the fleet less before it), its CPU while the fleet only beats, the time
+//! from writing a new plan for every host (through the API, 32 at a time) until every host has
+//! applied it, and, after the hub is killed and started again on the same port and data, the
+//! time until every agent is back.
 //!
-//! Each process needs a file descriptor per agent: `ulimit -n` must exceed N (plus some).
+//! Each process needs a file descriptor per agent: the fleet raises its soft limit to the hard
+//! one, which must exceed N (plus some).
 
 use std::{
     path::PathBuf,
@@ -26,6 +29,7 @@ use tunnel::Connector;
 use crate::{
     health_scenario::{cpu_seconds, prepare, round, start_hub_on},
     hub_scenario::rss_mib,
+    proxy_scenario::Target,
 };
 
 #[derive(clap::Args, Debug)]
@@ -36,18 +40,10 @@ pub(crate) struct Args {
     /// Seconds of quiet (heartbeats only) over which the hub's CPU is read.
     #[arg(long, default_value_t = 20)]
     idle_seconds: u64,
-}
-
-/// Waits until `connected` reaches `n`; the time it took, or `None` after `limit`.
-async fn until_all(connected: &AtomicUsize, n: usize, limit: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    while connected.load(Ordering::Relaxed) < n {
-        if started.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Some(started.elapsed())
+    /// `system`: system-agents of simulated hosts (plans fan out to them); `node`: bare
+    /// node-agent sessions that only beat (no plan fan-out).
+    #[arg(long, default_value = "system")]
+    kind: String,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
@@ -61,6 +57,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         exe.exists(),
         "drover-hub is missing next to bench: run `cargo build --release -p hub -p bench` first"
     );
+    anyhow::ensure!(
+        matches!(args.kind.as_str(), "system" | "node"),
+        "--kind is system or node"
+    );
     let data = std::env::temp_dir().join(format!("drover-bench-fleet-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let prepared = prepare(&data.join("hub")).await?;
@@ -69,13 +69,126 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let pid = hub.id().context("hub pid")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_mib(pid).unwrap_or(0.0);
+    let open_files = sim::fleet::raise_open_files_limit();
 
-    // Each agent: the connector's own loop (backoff, reconnect) and, per session, heartbeats.
-    let connected = Arc::new(AtomicUsize::new(0));
     let stop = CancellationToken::new();
-    // A cold start of the whole fleet at once: every agent dials at the same moment.
+    let cold = Instant::now();
+    // Counts sessions up now: the fleet's own for system-agents, per session for node-agents.
+    let (fleet, node_connected) = if args.kind == "system" {
+        let shm = PathBuf::from("/dev/shm");
+        let hosts = if shm.is_dir() { shm } else { data.clone() };
+        let config = sim::fleet::FleetConfig {
+            hub: url.clone(),
+            ca_checksum: prepared.ca_checksum.clone(),
+            token: prepared.custom_registration.clone(),
+            agents: n,
+            kind: sim::fleet::FleetKind::System,
+            prefix: "bench".into(),
+            dir: hosts.join(format!("drover-bench-fleet-{}", std::process::id())),
+            concurrency: 200,
+        };
+        (Some(sim::fleet::start(config, stop.clone()).await?), None)
+    } else {
+        (None, Some(node_agents(&prepared, &url, n, &stop)?))
+    };
+    let connected = |fleet: &Option<sim::fleet::Fleet>| match (fleet, &node_connected) {
+        (Some(fleet), _) => fleet.connected(),
+        (None, Some(count)) => count.load(Ordering::Relaxed),
+        (None, None) => 0,
+    };
+    let connect = until(|| connected(&fleet) >= n, Duration::from_secs(600)).await;
+    let connect_s = connect.map(|_| round(cold.elapsed().as_secs_f64(), 2));
+
+    // Quiet: the fleet only beats (every 10 s each).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let window = Duration::from_secs(args.idle_seconds.max(1));
+    let cpu_start = cpu_seconds(pid)?;
+    tokio::time::sleep(window).await;
+    let idle_cpu = (cpu_seconds(pid)? - cpu_start) / window.as_secs_f64();
+    let rss_after = rss_mib(pid).unwrap_or(0.0);
+    let connected_then = connected(&fleet);
+
+    // A new plan for every host, through the API; done when every host has applied it.
+    let (plan_write_s, plan_fanout_s) = match &fleet {
+        Some(fleet) => {
+            let api = Target {
+                addr,
+                token: prepared.api_token.clone(),
+            };
+            let (write, fanout) = fan_out(fleet, &api).await?;
+            (Some(round(write, 2)), Some(round(fanout, 2)))
+        }
+        None => (None, None),
+    };
+
+    // The hub dies and comes back on the same address: every agent reconnects by itself.
+    drop(hub);
+    let gone = Instant::now();
+    while connected(&fleet) > 0 && gone.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let restarted = Instant::now();
+    let (hub, _) = start_hub_on(&exe, &data.join("hub"), "10", addr).await?;
+    let reconnect = until(|| connected(&fleet) >= n, Duration::from_secs(600)).await;
+    let reconnect_s = reconnect.map(|_| round(restarted.elapsed().as_secs_f64(), 2));
+    // The restarted hub's memory with the same fleet, registered already (so without what
+    // registering them left behind).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_restarted = hub.id().and_then(rss_mib).unwrap_or(0.0);
+    let connected_end = connected(&fleet);
+    stop.cancel();
+    drop(hub);
+    if let Some(fleet) = fleet {
+        let _ = tokio::time::timeout(Duration::from_secs(30), fleet.wait()).await;
+    }
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(format!(
+        "/dev/shm/drover-bench-fleet-{}",
+        std::process::id()
+    ));
+    Ok(json!({
+        "scenario": "fleet",
+        "kind": args.kind,
+        "agents": n,
+        "connected": connected_then,
+        "connected_after_restart": connected_end,
+        "connect_s": connect_s,
+        "hub_rss_mib_before": rss_before,
+        "hub_rss_mib": rss_after,
+        "rss_per_agent_kib": round((rss_after - rss_before) * 1024.0 / n as f64, 1),
+        "hub_cpu_pct_idle": round(idle_cpu * 100.0, 2),
+        "idle_seconds": window.as_secs(),
+        "plan_write_s": plan_write_s,
+        "plan_fanout_s": plan_fanout_s,
+        "reconnect_s": reconnect_s,
+        "hub_rss_mib_after_restart": rss_restarted,
+        "heartbeat_seconds": 10,
+        "open_files_limit": open_files,
+    }))
+}
+
+/// Waits until `done`; the time it took, or `None` after `limit`.
+async fn until(done: impl Fn() -> bool, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Some(started.elapsed())
+}
+
+/// N bare node-agent sessions, each beating as an idle agent does; the count of those up.
+fn node_agents(
+    prepared: &crate::health_scenario::Prepared,
+    url: &str,
+    n: usize,
+    stop: &CancellationToken,
+) -> anyhow::Result<Arc<AtomicUsize>> {
+    let connected = Arc::new(AtomicUsize::new(0));
     for i in 0..n {
-        let connector = Connector::new(prepared.node_agent(&url, i))?;
+        let connector = Connector::new(prepared.node_agent(url, i))?;
         let (tx, mut sessions) = mpsc::channel(1);
         tokio::spawn(connector.run(tx, stop.clone()));
         let connected = connected.clone();
@@ -87,44 +200,58 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             }
         });
     }
-    let connect = until_all(&connected, n, Duration::from_secs(300)).await;
-    let connect_s = connect.map(|d| round(d.as_secs_f64(), 2));
+    Ok(connected)
+}
 
-    // Quiet: the fleet only beats (every 10 s each).
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let window = Duration::from_secs(args.idle_seconds.max(1));
-    let cpu_start = cpu_seconds(pid)?;
-    tokio::time::sleep(window).await;
-    let idle_cpu = (cpu_seconds(pid)? - cpu_start) / window.as_secs_f64();
-    let rss_after = rss_mib(pid).unwrap_or(0.0);
-    let connected_then = connected.load(Ordering::Relaxed);
-
-    // The hub dies and comes back on the same address: every agent reconnects by itself.
-    drop(hub);
-    let gone = Instant::now();
-    while connected.load(Ordering::Relaxed) > 0 && gone.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Writes one plan for every host of `fleet` through the API (32 requests at a time) and waits
+/// until every host has applied it: seconds to write them all, and from the first write until
+/// the last host applied its plan.
+async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64, f64)> {
+    let plan = json!({"instructions": [{"name": "noop", "command": "true"}]});
+    let target = proto::plan::v1::checksum(&serde_json::from_value(plan.clone())?);
+    let hosts: Vec<(String, Arc<system_agent::record::Record>)> = fleet
+        .system_agents()
+        .map(|(host, agent)| Ok((host.to_owned(), agent.record.clone().context("a record")?)))
+        .collect::<anyhow::Result<_>>()?;
+    let started = Instant::now();
+    let bodies: Vec<Value> = hosts
+        .iter()
+        .map(|(host, _)| {
+            json!({"metadata": {"name": host},
+                   "spec": {"host": host, "cluster": "edge", "plan": plan}})
+        })
+        .collect();
+    let next = Arc::new(AtomicUsize::new(0));
+    let bodies = Arc::new(bodies);
+    let writers = (0..32).map(|_| {
+        let (next, bodies) = (next.clone(), bodies.clone());
+        async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else {
+                    return anyhow::Ok(());
+                };
+                api.call("POST", "/v1/plans", Some(body.clone()), 201)
+                    .await?;
+            }
+        }
+    });
+    for written in futures::future::join_all(writers).await {
+        written?;
     }
-    let restarted = Instant::now();
-    let (hub, _) = start_hub_on(&exe, &data.join("hub"), "10", addr).await?;
-    let reconnect = until_all(&connected, n, Duration::from_secs(300)).await;
-    let reconnect_s = reconnect.map(|_| round(restarted.elapsed().as_secs_f64(), 2));
-    let connected_end = connected.load(Ordering::Relaxed);
-    stop.cancel();
-    drop(hub);
-    let _ = std::fs::remove_dir_all(&data);
-    Ok(json!({
-        "scenario": "fleet",
-        "agents": n,
-        "connected": connected_then,
-        "connected_after_restart": connected_end,
-        "connect_s": connect_s,
-        "hub_rss_mib_before": rss_before,
-        "hub_rss_mib": rss_after,
-        "rss_per_agent_kib": round((rss_after - rss_before) * 1024.0 / n as f64, 1),
-        "hub_cpu_pct_idle": round(idle_cpu * 100.0, 2),
-        "idle_seconds": window.as_secs(),
-        "reconnect_s": reconnect_s,
-        "heartbeat_seconds": 10,
-    }))
+    let write_s = started.elapsed().as_secs_f64();
+    let applied = until(
+        || {
+            hosts
+                .iter()
+                .all(|(_, record)| record.status().applied_checksum == target)
+        },
+        Duration::from_secs(600),
+    )
+    .await;
+    anyhow::ensure!(
+        applied.is_some(),
+        "not every host applied the plan within 600 s"
+    );
+    Ok((write_s, started.elapsed().as_secs_f64()))
 }

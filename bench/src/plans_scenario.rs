@@ -91,6 +91,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                     ..system_agent::HostSpec::default()
                 },
                 local_plans: None,
+                local_address: None,
                 retry: system_agent::Retry::default(),
             };
             let shutdown = shutdown.clone();

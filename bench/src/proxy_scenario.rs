@@ -216,6 +216,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         heartbeat: hub::config::DEFAULT_HEARTBEAT,
         demo: 0,
         store: hub::config::StoreLocation::Sqlite,
+        max_handshakes: hub::config::DEFAULT_MAX_HANDSHAKES,
         replica_url: None,
     }
 }
@@ -258,6 +259,7 @@ pub(crate) async fn import_into(
             identity: "bench-0".into(),
             duration: Duration::from_secs(15),
         },
+        local_address: None,
     })
 }
 

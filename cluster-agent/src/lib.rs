@@ -48,6 +48,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The Lease the replicas elect their leader with.
     pub lease: lease::LeaseConfig,
+    /// The local address to reach the hub from (`None`: the system's choice); a fleet
+    /// simulator spreads its agents over 127.0.0.0/8 with it.
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -125,6 +128,7 @@ impl Config {
             state_dir: env
                 .get("DROVER_STATE_DIR")
                 .map_or_else(|| PathBuf::from("/var/lib/drover"), PathBuf::from),
+            local_address: None,
         })
     }
 
@@ -330,6 +334,7 @@ async fn serve(
     };
     let mut tunnel =
         ConnectorConfig::new(&config.server, credential.clone(), identity, config.trust());
+    tunnel.local_address = config.local_address;
     tunnel.allow =
         AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
     let caches = cache::Caches::start(client, &leading);

@@ -58,6 +58,9 @@ pub struct Config {
     pub demo: usize,
     /// Where the objects live.
     pub store: StoreLocation,
+    /// TLS handshakes in flight at most (0: no limit); more wait their turn, so a fleet
+    /// reconnecting at once is served in order instead of timing out together.
+    pub max_handshakes: usize,
     /// The URL other hub replicas reach this one at (etcd store only). `None`:
     /// `https://ADDRESS:PORT` with the listen address (this machine's name if that is 0.0.0.0).
     pub replica_url: Option<String>,
@@ -72,6 +75,9 @@ pub enum StoreLocation {
     /// An etcd cluster, `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]`, which several hubs can share.
     Etcd(String),
 }
+
+/// TLS handshakes in flight at most, by default: enough to keep two cores busy with them.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 128;
 
 /// Heartbeats every 10 s, as Rancher's agents; a silent agent shows within half a minute.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -364,6 +370,10 @@ struct ServeArgs {
     /// `etcd://HOST:2379[,HOST:2379…][/PREFIX]` [env: DROVER_STORE] [default: sqlite]
     #[arg(long)]
     store: Option<String>,
+    /// TLS handshakes in flight at most; more wait their turn (0: no limit)
+    /// [env: DROVER_MAX_HANDSHAKES] [default: 128]
+    #[arg(long)]
+    max_handshakes: Option<String>,
     /// With the etcd store: the URL other hub replicas reach this one at
     /// [env: DROVER_REPLICA_URL] [default: https://LISTEN_ADDRESS:PORT]
     #[arg(long)]
@@ -649,6 +659,19 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
             StoreLocation::Etcd(text)
         }
     };
+    let max_handshakes = match args.max_handshakes.or_else(|| {
+        env.get("DROVER_MAX_HANDSHAKES")
+            .filter(|v| !v.is_empty())
+            .cloned()
+    }) {
+        None => DEFAULT_MAX_HANDSHAKES,
+        Some(text) => text.parse::<usize>().map_err(|_| ConfigError::Invalid {
+            flag: "--max-handshakes",
+            var: "DROVER_MAX_HANDSHAKES",
+            value: text,
+            reason: "give a whole number (0 for no limit)".into(),
+        })?,
+    };
     Ok(Config {
         data_dir,
         listen,
@@ -659,6 +682,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         heartbeat,
         demo,
         store,
+        max_handshakes,
         replica_url: args
             .replica_url
             .or_else(|| {
@@ -779,6 +803,17 @@ mod tests {
         assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
         assert_eq!(serve(&["--demo", "3"], &[]).unwrap().demo, 3);
         assert_eq!(serve(&[], &[]).unwrap().store, StoreLocation::Sqlite);
+        assert_eq!(
+            serve(&[], &[]).unwrap().max_handshakes,
+            DEFAULT_MAX_HANDSHAKES
+        );
+        assert_eq!(
+            serve(&["--max-handshakes", "0"], &[])
+                .unwrap()
+                .max_handshakes,
+            0
+        );
+        assert!(serve(&["--max-handshakes", "lots"], &[]).is_err());
         assert_eq!(
             serve(&["--store", "etcd://10.0.0.1:2379,10.0.0.2:2379"], &[])
                 .unwrap()

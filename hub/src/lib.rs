@@ -324,7 +324,13 @@ impl Hub {
         let app = app
             .layer(axum::middleware::from_fn(websec::layer))
             .layer(axum::middleware::from_fn(metrics::count_requests));
-        let serve = tunnel::listener::serve(listener, pki.server_config.clone(), app, shutdown);
+        let serve = tunnel::listener::serve_limited(
+            listener,
+            pki.server_config.clone(),
+            app,
+            config.max_handshakes,
+            shutdown,
+        );
         let task = tokio::spawn(async move {
             serve.await;
             // Released only once the listener has let go.

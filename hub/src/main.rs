@@ -34,6 +34,10 @@ fn main() -> ExitCode {
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // The SQLite store does its work on blocking threads, one at a time (one connection):
+        // a burst of requests (thousands of hosts registering) would otherwise start hundreds
+        // of threads that only wait, each leaving its allocator heap behind.
+        .max_blocking_threads(16)
         .build()
     {
         Ok(runtime) => runtime,

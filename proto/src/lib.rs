@@ -4,6 +4,7 @@
 
 #![allow(missing_debug_implementations, unreachable_pub)] // generated code
 
+pub mod codec;
 pub mod files;
 
 /// The tunnel protocol: stream headers, dial replies and the handshake service.

@@ -73,6 +73,7 @@ pub async fn imported_cluster(
             identity: "drover-cluster-agent-0".into(),
             duration: Duration::from_secs(15),
         },
+        local_address: None,
     };
     let mut tasks = tokio::task::JoinSet::new();
     let stop = shutdown.clone();
@@ -140,6 +141,7 @@ pub async fn hosts(
                 ..system_agent::HostSpec::default()
             },
             local_plans: None,
+            local_address: None,
             retry: system_agent::Retry::default(),
         };
         agents.push(system_agent::Agent::start(config, shutdown.clone()).await?);

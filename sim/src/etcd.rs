@@ -114,8 +114,14 @@ impl LocalEtcd {
         // A member that could not bind its port exits at once, but the health check may have
         // reached whoever holds the port: healthy only if it is still running a moment later.
         std::thread::sleep(Duration::from_millis(200));
-        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            return Err(std::io::Error::other(format!("etcd exited ({status}) after starting")));
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
+            return Err(std::io::Error::other(format!(
+                "etcd exited ({status}) after starting"
+            )));
         }
         Ok(())
     }

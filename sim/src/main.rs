@@ -1,5 +1,6 @@
 //! `drover-sim cluster`: a simulated Kubernetes API server, for trying Drover without a real
-//! cluster (real kube-apiserver and K3s binaries cannot be had here).
+//! cluster (real kube-apiserver and K3s binaries cannot be had here); the stand-in installer's
+//! commands; and `drover-sim fleet`, many real agents in one process for capacity planning.
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -66,6 +67,91 @@ enum Command {
     ServeNode {
         distribution: sim::standin::Distribution,
     },
+    /// Run N agents in this process, each the real agent code with its own tunnel session to
+    /// the hub, for capacity planning; prints a JSON line of progress every 5 s until Ctrl-C.
+    Fleet(FleetArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct FleetArgs {
+    /// The hub's URL, or its replicas' URLs comma-separated
+    #[arg(long)]
+    hub: String,
+    /// The hub's CA checksum, as `drover-hub serve` prints it
+    #[arg(long)]
+    ca_checksum: String,
+    /// How many agents
+    #[arg(long, default_value_t = 100)]
+    agents: usize,
+    /// system: system-agents of simulated hosts; cluster: imported clusters with their
+    /// cluster-agents, all on one simulated API server in this process
+    #[arg(long, value_enum, default_value = "system")]
+    kind: sim::fleet::FleetKind,
+    /// Names are PREFIX-0, PREFIX-1, …; give each fleet process its own
+    #[arg(long, default_value = "fleet")]
+    prefix: String,
+    /// Where the agents keep their state [default: /dev/shm/drover-fleet-PREFIX, or the temp
+    /// directory without /dev/shm]
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// Agents registering at once
+    #[arg(long, default_value_t = 50)]
+    concurrency: usize,
+}
+
+fn fleet(args: FleetArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let shutdown = tunnel::shutdown_on_signal();
+        let dir = args.dir.unwrap_or_else(|| {
+            let shm = std::path::Path::new("/dev/shm");
+            let base = if shm.is_dir() { shm.to_owned() } else { std::env::temp_dir() };
+            base.join(format!("drover-fleet-{}", args.prefix))
+        });
+        // From the environment, not the command line, where every user's `ps` would see it.
+        let token = std::env::var("DROVER_TOKEN").map_err(|_| {
+            anyhow::anyhow!(
+                "set DROVER_TOKEN: a custom cluster's registration token (drr_…) for --kind system, \
+                 an API token that may create clusters for --kind cluster"
+            )
+        })?;
+        let config = sim::fleet::FleetConfig {
+            hub: args.hub,
+            ca_checksum: args.ca_checksum,
+            token,
+            agents: args.agents,
+            kind: args.kind,
+            prefix: args.prefix,
+            dir,
+            concurrency: args.concurrency,
+        };
+        let started = std::time::Instant::now();
+        let fleet = sim::fleet::start(config, shutdown.clone()).await?;
+        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = ticks.tick() => {
+                    let line = serde_json::json!({
+                        "elapsed_s": started.elapsed().as_secs(),
+                        "agents": fleet.names.len(),
+                        "connected": match args.kind {
+                            sim::fleet::FleetKind::System => serde_json::json!(fleet.connected()),
+                            sim::fleet::FleetKind::Cluster => serde_json::Value::Null,
+                        },
+                    });
+                    #[allow(clippy::print_stdout)]
+                    {
+                        println!("{line}");
+                    }
+                }
+            }
+        }
+        fleet.wait().await;
+        anyhow::Ok(())
+    })
 }
 
 /// Prints what a stand-in script did, as the real scripts print their progress.
@@ -111,6 +197,7 @@ fn main() -> anyhow::Result<()> {
             ));
         }
         Command::Systemctl { args } => return say(sim::standin::systemctl(&args)),
+        Command::Fleet(args) => return fleet(args),
         Command::ServeNode { distribution } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

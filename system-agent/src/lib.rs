@@ -69,6 +69,9 @@ pub struct Config {
     /// Plans in JSON files applied with no hub (`*.json`, one plan each).
     pub local_plans: Option<PathBuf>,
     pub retry: Retry,
+    /// The local address to reach the hub from (`None`: the system's choice); a fleet
+    /// simulator spreads its agents over 127.0.0.0/8 with it.
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -178,6 +181,7 @@ impl Config {
                 taints,
             },
             local_plans,
+            local_address: None,
             retry,
         })
     }
@@ -233,7 +237,7 @@ async fn registration(config: &Config, server: &str) -> Result<(String, Secret),
         ));
     }
     let host_id = host_id(&config.dir)?;
-    let connector = Connector::new(ConnectorConfig::new(
+    let mut tunnel = ConnectorConfig::new(
         server,
         config.token.clone(),
         Peer {
@@ -241,7 +245,9 @@ async fn registration(config: &Config, server: &str) -> Result<(String, Secret),
             kind: KIND.into(),
         },
         config.trust(),
-    ))?;
+    );
+    tunnel.local_address = config.local_address;
+    let connector = Connector::new(tunnel)?;
     let body = serde_json::json!({"kind": KIND, "hostId": host_id, "host": config.host});
     let (status, body) = connector
         .post_json("/v3/register", body.to_string())
@@ -269,6 +275,8 @@ pub struct Agent {
     pub record: Option<Arc<record::Record>>,
     /// The record of the hub's task for this host (one-time operations, beside the plan).
     pub task: Option<Arc<record::Record>>,
+    /// The session to the hub now (`None` between sessions).
+    session: Option<tokio::sync::watch::Receiver<Option<(String, tonic::transport::Channel)>>>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -287,7 +295,7 @@ impl Agent {
                 shutdown.clone(),
             ));
         }
-        let (mut kept, mut kept_task) = (None, None);
+        let (mut kept, mut kept_task, mut session) = (None, None, None);
         if let Some(server) = &config.server {
             let (id, credential) = registration(&config, server).await?;
             let state = |e| AgentError::State(config.dir.display().to_string(), e);
@@ -295,6 +303,7 @@ impl Agent {
             let task = record::Record::open(&config.dir.join("task.json")).map_err(state)?;
             // The session there is now, for plans that move files to or from the hub.
             let (channel, follow) = tokio::sync::watch::channel(None);
+            session = Some(follow.clone());
             let hub_files = transfer::Hub::new(follow);
             for slot in [&record, &task] {
                 tasks.spawn(applier::drive(
@@ -304,7 +313,7 @@ impl Agent {
                     shutdown.clone(),
                 ));
             }
-            let tunnel = ConnectorConfig::new(
+            let mut tunnel = ConnectorConfig::new(
                 server,
                 credential,
                 Peer {
@@ -313,6 +322,7 @@ impl Agent {
                 },
                 config.trust(),
             );
+            tunnel.local_address = config.local_address;
             let connector = Connector::new(tunnel)?;
             let (tx, mut sessions) = mpsc::channel(1);
             tasks.spawn(connector.run(tx, shutdown.clone()));
@@ -345,8 +355,14 @@ impl Agent {
         Ok(Agent {
             record: kept,
             task: kept_task,
+            session,
             tasks,
         })
+    }
+
+    /// Whether a session to the hub is up now.
+    pub fn connected(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.borrow().is_some())
     }
 
     /// Waits until the agent has stopped (after `shutdown`).

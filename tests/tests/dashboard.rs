@@ -401,6 +401,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
                 ..system_agent::HostSpec::default()
             },
             local_plans: None,
+            local_address: None,
             retry: system_agent::Retry::default(),
         },
         imported.shutdown.clone(),

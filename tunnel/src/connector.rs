@@ -86,6 +86,10 @@ pub struct ConnectorConfig {
     pub routes: Option<tonic::service::Routes>,
     /// In-process services the hub may open streams to.
     pub services: Services,
+    /// The local address to connect from (port chosen by the system); `None`: the system's
+    /// choice. A fleet simulator spreads thousands of agents over 127.0.0.0/8 with it, so one
+    /// address's ephemeral ports do not run out.
+    pub local_address: Option<std::net::IpAddr>,
     /// The protocol version sent in `Hello`. Only tests change it.
     #[doc(hidden)]
     pub protocol_version: u32,
@@ -105,6 +109,7 @@ impl ConnectorConfig {
             connect_timeout: Duration::from_secs(30),
             routes: None,
             services: Services::default(),
+            local_address: None,
             protocol_version: proto::TUNNEL_PROTOCOL_VERSION,
         }
     }
@@ -453,13 +458,50 @@ impl Connector {
         config: Arc<ClientConfig>,
     ) -> Result<TlsStream<ReadAhead<TcpStream>>, ConnectError> {
         let target = self.target();
+        let unreachable = |source| ConnectError::Unreachable {
+            authority: target.authority.clone(),
+            source,
+        };
         // Connecting by name resolves it again on every attempt.
-        let tcp = TcpStream::connect((target.host.as_str(), target.port))
-            .await
-            .map_err(|source| ConnectError::Unreachable {
-                authority: target.authority.clone(),
-                source,
-            })?;
+        let tcp = match self.inner.config.local_address {
+            None => TcpStream::connect((target.host.as_str(), target.port))
+                .await
+                .map_err(unreachable)?,
+            Some(local) => {
+                let mut last = None;
+                let mut connected = None;
+                for addr in tokio::net::lookup_host((target.host.as_str(), target.port))
+                    .await
+                    .map_err(unreachable)?
+                    .filter(|a| a.is_ipv4() == local.is_ipv4())
+                {
+                    let socket = if local.is_ipv4() {
+                        tokio::net::TcpSocket::new_v4()
+                    } else {
+                        tokio::net::TcpSocket::new_v6()
+                    }
+                    .map_err(unreachable)?;
+                    socket
+                        .bind(std::net::SocketAddr::new(local, 0))
+                        .map_err(unreachable)?;
+                    match socket.connect(addr).await {
+                        Ok(tcp) => {
+                            connected = Some(tcp);
+                            break;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                connected.ok_or_else(|| {
+                    unreachable(last.unwrap_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::AddrNotAvailable,
+                            format!("no address of the hub's family to reach from {local}"),
+                        )
+                    }))
+                })?
+            }
+        };
         let _ = tcp.set_nodelay(true);
         TlsConnector::from(config)
             .connect(target.server_name()?, ReadAhead::new(tcp))

@@ -29,6 +29,9 @@ pub struct RemoteAddr(pub SocketAddr);
 #[derive(Debug, Clone, Copy)]
 pub struct CertifiedClient;
 
+/// Time a connection may wait for its turn to handshake under [`serve_limited`].
+pub const HANDSHAKE_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Time a client has to complete the TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +60,30 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
+    serve_limited(listener, tls, service, 0, shutdown).await;
+}
+
+/// As [`serve`], with at most `max_handshakes` TLS handshakes in flight (0: no limit). When a
+/// whole fleet reconnects at once (the hub restarted), handshakes past the limit wait their turn
+/// (up to [`HANDSHAKE_QUEUE_TIMEOUT`]) instead of all competing for the CPU and timing out
+/// together; those that wait too long are closed, and their agents retry after a jittered
+/// backoff.
+pub async fn serve_limited<S, B>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    service: S,
+    max_handshakes: usize,
+    shutdown: CancellationToken,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
     let acceptor = TlsAcceptor::from(tls);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -65,6 +92,8 @@ pub async fn serve<S, B>(
         .header_read_timeout(HEADER_READ_TIMEOUT);
     builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
+    let handshakes =
+        (max_handshakes > 0).then(|| Arc::new(tokio::sync::Semaphore::new(max_handshakes)));
     loop {
         let (tcp, remote) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -83,7 +112,22 @@ pub async fn serve<S, B>(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let service = service.clone();
+        let handshakes = handshakes.clone();
         tokio::spawn(async move {
+            let permit = match handshakes {
+                Some(handshakes) => {
+                    match tokio::time::timeout(HANDSHAKE_QUEUE_TIMEOUT, handshakes.acquire_owned())
+                        .await
+                    {
+                        Ok(Ok(permit)) => Some(permit),
+                        _ => {
+                            tracing::debug!(%remote, "waited too long for a handshake slot");
+                            return;
+                        }
+                    }
+                }
+                None => None,
+            };
             let tls = match tokio::time::timeout(
                 TLS_HANDSHAKE_TIMEOUT,
                 acceptor.accept(ReadAhead::new(tcp)),
@@ -100,6 +144,7 @@ pub async fn serve<S, B>(
                     return;
                 }
             };
+            drop(permit);
             // A client certificate is verified in the handshake, or the handshake fails.
             let certified = tls.get_ref().1.peer_certificates().is_some();
             let service = service.map_request(move |mut req: Request<Incoming>| {

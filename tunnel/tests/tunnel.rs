@@ -680,3 +680,49 @@ async fn a_client_older_than_tls_1_2_is_refused() {
 
     hub.stop().await;
 }
+
+#[tokio::test]
+async fn past_the_handshake_limit_connections_wait_their_turn() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let leaf = tunnel::testing::ca()
+        .issue_server(&["127.0.0.1".into()])
+        .unwrap();
+    let tls = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    let service = tower::service_fn(|_: http::Request<hyper::body::Incoming>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"ok"),
+        )))
+    });
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(tunnel::listener::serve_limited(
+        listener,
+        tls,
+        service,
+        1,
+        shutdown.clone(),
+    ));
+    // One connection takes the only handshake slot and says nothing.
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let handshake = tokio::spawn(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio_rustls::TlsConnector::from(tls::unverified_client_config())
+            .connect("127.0.0.1".try_into().unwrap(), tcp)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !handshake.is_finished(),
+        "the second handshake did not wait"
+    );
+    // The slot is free once the first connection goes: the second handshakes at once.
+    drop(silent);
+    let done = tokio::time::timeout(Duration::from_secs(5), handshake)
+        .await
+        .expect("the waiting handshake goes on when the slot frees")
+        .unwrap();
+    assert!(done.is_ok(), "{done:?}");
+    shutdown.cancel();
+    server.await.unwrap();
+}

@@ -162,6 +162,17 @@ async fn three_replicas_on_etcd_survive_the_loss_of_the_leader() {
         assert_eq!(pods.lines().count(), 3, "through {label}: {pods}");
     }
 
+    // Only a replica (with its client certificate) may use the relay, not even the admin.
+    let (status, refused) = api(
+        second.addr,
+        "GET",
+        "/v3/relay/cluster-agent/prod/kube-api/api/v1/pods",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+
     // A host registers (through whichever replica is up) and gets a plan, applied once.
     let registration = create_custom_cluster(
         second.addr,

@@ -9,7 +9,7 @@ use std::{
 };
 
 use futures::StreamExt;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::broadcast;
 
 use super::{
@@ -39,6 +39,8 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     conn: Mutex<Connection>,
+    /// Writers waiting for the next commit.
+    queue: Mutex<Vec<Pending>>,
     live: broadcast::Sender<Arc<Change>>,
     retain: u64,
 }
@@ -85,6 +87,7 @@ impl SqliteStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
+                queue: Mutex::default(),
                 live: broadcast::channel(WATCH_BUFFER).0,
                 retain: retain.max(1),
             }),
@@ -111,6 +114,10 @@ impl SqliteStore {
 }
 
 impl Inner {
+    fn lock_queue(&self) -> MutexGuard<'_, Vec<Pending>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic mid-transaction rolls the transaction back when it is dropped, so the
         // connection is still consistent.
@@ -148,7 +155,7 @@ fn load(conn: &Connection, kind: &str, name: &str) -> Result<Option<Object>, Sto
 }
 
 /// Writes what the transaction's ops made of each object they touched.
-fn write(tx: &Transaction<'_>, applied: &Applied) -> Result<(), StoreError> {
+fn write(tx: &Connection, applied: &Applied) -> Result<(), StoreError> {
     for ((kind, name), after) in &applied.after {
         match after {
             Some(object) => tx
@@ -185,6 +192,116 @@ fn event_kind(name: &str) -> Result<EventType, StoreError> {
         other => Err(StoreError::Backend(format!(
             "unknown change type {other:?} in the log"
         ))),
+    }
+}
+
+/// A writer's ops waiting for the next commit, and where its outcome goes.
+#[derive(Debug)]
+struct Pending {
+    ops: Vec<Op>,
+    done: tokio::sync::oneshot::Sender<Result<Vec<Object>, StoreError>>,
+}
+
+/// Applies one writer's ops at `revision` inside the open transaction and logs its changes.
+fn apply_one(
+    tx: &Connection,
+    ops: Vec<Op>,
+    revision: u64,
+    now: &str,
+) -> Result<(Vec<Object>, Vec<WatchEvent>), StoreError> {
+    let applied = apply(ops, Some(revision), now, |kind, name| load(tx, kind, name))?;
+    write(tx, &applied)?;
+    let Applied {
+        written, events, ..
+    } = applied;
+    let mut log = tx
+        .prepare_cached(
+            "INSERT INTO changes (revision, seq, kind, type, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(backend)?;
+    for (seq, event) in events.iter().enumerate() {
+        log.execute(params![
+            revision as i64,
+            seq as i64,
+            event.object.kind,
+            event_name(event.kind),
+            encode(&event.object)?
+        ])
+        .map_err(backend)?;
+    }
+    Ok((written, events))
+}
+
+/// Commits `batch` in one transaction: each writer's ops all or none (a savepoint each), and
+/// all of them durable together. A failed commit fails every writer of the batch.
+fn commit(inner: &Inner, conn: &mut Connection, batch: Vec<Pending>) {
+    let mut outcomes: Vec<(Pending, Result<Vec<Object>, StoreError>)> = Vec::new();
+    let mut changes: Vec<(u64, Vec<WatchEvent>)> = Vec::new();
+    let result = (|| -> Result<(), StoreError> {
+        let mut tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let first = meta(&tx, "revision")?;
+        let mut revision = first;
+        let now = now_rfc3339();
+        for mut pending in batch {
+            let ops = std::mem::take(&mut pending.ops);
+            let savepoint = tx.savepoint().map_err(backend)?;
+            match apply_one(&savepoint, ops, revision + 1, &now) {
+                Ok((written, events)) => {
+                    savepoint.commit().map_err(backend)?;
+                    revision += 1;
+                    changes.push((revision, events));
+                    outcomes.push((pending, Ok(written)));
+                }
+                // Dropping the savepoint rolls this writer's ops back; the others stand.
+                Err(e) => outcomes.push((pending, Err(e))),
+            }
+        }
+        if revision == first {
+            return Ok(());
+        }
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'revision'",
+            [revision as i64],
+        )
+        .map_err(backend)?;
+        // Compact in steps, not at every write.
+        let step = inner.retain.clamp(1, 1024);
+        if revision / step != first / step && revision > inner.retain {
+            let keep_from = revision - inner.retain;
+            tx.execute(
+                "DELETE FROM changes WHERE revision < ?1",
+                [keep_from as i64],
+            )
+            .map_err(backend)?;
+            tx.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'compacted'",
+                [keep_from as i64],
+            )
+            .map_err(backend)?;
+        }
+        tx.commit().map_err(backend)
+    })();
+    match result {
+        // Published while the connection is still locked, so watchers see commit order.
+        Ok(()) => {
+            for (revision, events) in changes {
+                for event in events {
+                    let _ = inner.live.send(Arc::new(Change { revision, event }));
+                }
+            }
+            for (pending, outcome) in outcomes {
+                let _ = pending.done.send(outcome);
+            }
+        }
+        Err(e) => {
+            // Nothing of the batch was written; say so to every writer (those whose own ops
+            // failed keep their own reason).
+            for (pending, outcome) in outcomes {
+                let _ = pending.done.send(outcome.and(Err(e.clone())));
+            }
+        }
     }
 }
 
@@ -226,55 +343,27 @@ impl Store for SqliteStore {
     }
 
     fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
-        Box::pin(self.blocking(move |inner, conn| {
+        Box::pin(async move {
             if ops.is_empty() {
                 return Ok(Vec::new());
             }
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(backend)?;
-            let revision = meta(&tx, "revision")? + 1;
-            let Applied {
-                written, events, ..
-            } = {
-                let applied = apply(ops, Some(revision), &now_rfc3339(), |kind, name| {
-                    load(&tx, kind, name)
-                })?;
-                write(&tx, &applied)?;
-                applied
-            };
-            {
-                let mut log = tx
-                    .prepare_cached("INSERT INTO changes (revision, seq, kind, type, body) VALUES (?1, ?2, ?3, ?4, ?5)")
-                    .map_err(backend)?;
-                for (seq, event) in events.iter().enumerate() {
-                    log.execute(params![
-                        revision as i64,
-                        seq as i64,
-                        event.object.kind,
-                        event_name(event.kind),
-                        encode(&event.object)?
-                    ])
-                    .map_err(backend)?;
+            // Group commit: queue the ops, then whichever writer gets the connection first
+            // commits everything queued by then in one SQLite transaction (one fsync), each
+            // writer's ops in a savepoint of their own with a revision of their own.
+            let (done, result) = tokio::sync::oneshot::channel();
+            self.inner.lock_queue().push(Pending { ops, done });
+            self.blocking(|inner, conn| {
+                let batch = std::mem::take(&mut *inner.lock_queue());
+                if !batch.is_empty() {
+                    commit(inner, conn, batch);
                 }
-            }
-            tx.execute("UPDATE meta SET value = ?1 WHERE key = 'revision'", [revision as i64])
-                .map_err(backend)?;
-            // Compact in steps, not at every write.
-            if revision % inner.retain.clamp(1, 1024) == 0 && revision > inner.retain {
-                let keep_from = revision - inner.retain;
-                tx.execute("DELETE FROM changes WHERE revision < ?1", [keep_from as i64])
-                    .map_err(backend)?;
-                tx.execute("UPDATE meta SET value = ?1 WHERE key = 'compacted'", [keep_from as i64])
-                    .map_err(backend)?;
-            }
-            tx.commit().map_err(backend)?;
-            // Published while the connection is still locked, so watchers see commit order.
-            for event in events {
-                let _ = inner.live.send(Arc::new(Change { revision, event }));
-            }
-            Ok(written)
-        }))
+                Ok(())
+            })
+            .await?;
+            result
+                .await
+                .map_err(|_| StoreError::Backend("the store's writer went away".into()))?
+        })
     }
 
     fn watch(

@@ -120,6 +120,7 @@ on_both_backends!(
     a_compacted_revision_is_gone,
     everything_acknowledged_survives_reopening,
     concurrent_writers_to_one_object_each_win_or_conflict,
+    writers_committed_together_each_get_their_own_outcome,
 );
 
 fn cluster(name: &str) -> Object {
@@ -455,4 +456,53 @@ async fn etcd_leadership_keys_fence_writes_and_expire_with_their_lease() {
         t.store.get("Cluster", "after").await,
         Err(StoreError::NotFound { .. })
     ));
+}
+
+async fn writers_committed_together_each_get_their_own_outcome(backend: Backend) {
+    let t = backend.open(DEFAULT_RETAIN).await;
+    // 60 writers at once (SQLite commits such bursts together): each name is asked for twice,
+    // so one of each pair fails; its failure must not touch the others' writes.
+    let mut writers = Vec::new();
+    for i in 0..60 {
+        let store = t.store.clone();
+        writers.push(tokio::spawn(async move {
+            let name = format!("c{}", i / 2);
+            store
+                .transact(vec![
+                    Op::Create(cluster(&name)),
+                    Op::Create(Object::new("Host", &format!("h{i}"), json!({}))),
+                ])
+                .await
+        }));
+    }
+    let mut revisions = Vec::new();
+    let mut failed = 0;
+    for w in writers {
+        match w.await.unwrap() {
+            Ok(written) => {
+                assert!(
+                    written
+                        .iter()
+                        .all(|o| o.revision() == written[0].revision())
+                );
+                revisions.push(written[0].revision());
+            }
+            Err(StoreError::AlreadyExists { .. }) => failed += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((revisions.len(), failed), (30, 30));
+    revisions.sort_unstable();
+    revisions.dedup();
+    assert_eq!(
+        revisions.len(),
+        30,
+        "a revision for each writer that succeeded"
+    );
+    let everything = LabelSelector::everything();
+    let (clusters, _) = t.store.list("Cluster", &everything).await.unwrap();
+    let (hosts, rv) = t.store.list("Host", &everything).await.unwrap();
+    // A failed writer's host was not created with it.
+    assert_eq!((clusters.len(), hosts.len()), (30, 30));
+    assert_eq!(rv, *revisions.last().unwrap());
 }

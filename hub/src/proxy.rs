@@ -463,14 +463,7 @@ pub async fn handle(
             ),
         );
     }
-    let on_upgrade = upgrade
-        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
-        .flatten();
-    let query = parts
-        .uri
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
+    let (on_upgrade, query) = upgrade_and_query(&mut parts, upgrade);
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         let lower = name.as_str();
@@ -538,6 +531,23 @@ pub async fn handle(
         );
     }
     response
+}
+
+/// The client's side of an upgrade (if the request asks for one), and the query (`?…` or
+/// empty) to send on.
+fn upgrade_and_query(
+    parts: &mut http::request::Parts,
+    upgrade: bool,
+) -> (Option<hyper::upgrade::OnUpgrade>, String) {
+    let on_upgrade = upgrade
+        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+        .flatten();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    (on_upgrade, query)
 }
 
 /// Sends `outbound`, splices an upgrade through to `on_upgrade`'s side, and returns the
@@ -626,14 +636,7 @@ pub async fn relay(
     };
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
-    let on_upgrade = upgrade
-        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
-        .flatten();
-    let query = parts
-        .uri
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
+    let (on_upgrade, query) = upgrade_and_query(&mut parts, upgrade);
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         if hop_by_hop(name) && !upgrade {

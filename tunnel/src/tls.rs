@@ -217,12 +217,23 @@ impl ServerCertVerifier for AnyChain {
 
 /// A server config for a certificate chain and key in PEM, offering HTTP/2 and HTTP/1.1.
 pub fn server_config(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
+    serving(cert_chain_pem, key_pem, None)
+}
+
+fn serving(
+    cert_chain_pem: &[u8],
+    key_pem: &[u8],
+    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = certs_from_pem(cert_chain_pem)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let builder =
+        ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -236,8 +247,6 @@ pub fn server_config_with_clients(
     key_pem: &[u8],
     client_roots: RootCertStore,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = certs_from_pem(cert_chain_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(client_roots),
         provider(),
@@ -245,12 +254,7 @@ pub fn server_config_with_clients(
     .allow_unauthenticated()
     .build()
     .map_err(|e| TlsError::Key(format!("client verifier: {e}")))?;
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    serving(cert_chain_pem, key_pem, Some(verifier))
 }
 
 /// A client config verifying servers against `roots` and presenting `cert` (chain, PEM) with

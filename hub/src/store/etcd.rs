@@ -242,9 +242,9 @@ impl EtcdStore {
         Ok(revision_of(response.header.as_ref()))
     }
 
-    /// Every object under `prefix`, by key, and the revision the read is current at.
-    async fn range(&self, prefix: &str) -> Result<(Vec<Object>, u64), StoreError> {
-        let response = self
+    /// Every key under `prefix` (ending in '/').
+    async fn range_prefix(&self, prefix: &str) -> Result<proto::etcd::RangeResponse, StoreError> {
+        Ok(self
             .kv()
             .range(RangeRequest {
                 key: prefix.as_bytes().to_vec(),
@@ -253,7 +253,12 @@ impl EtcdStore {
             })
             .await
             .map_err(backend)?
-            .into_inner();
+            .into_inner())
+    }
+
+    /// Every object under `prefix`, by key, and the revision the read is current at.
+    async fn range(&self, prefix: &str) -> Result<(Vec<Object>, u64), StoreError> {
+        let response = self.range_prefix(prefix).await?;
         let objects = response.kvs.iter().map(decode).collect::<Result<_, _>>()?;
         Ok((objects, revision_of(response.header.as_ref())))
     }
@@ -621,16 +626,7 @@ impl EtcdStore {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let response = self
-            .kv()
-            .range(RangeRequest {
-                key: prefix.as_bytes().to_vec(),
-                range_end: range_end(prefix),
-                ..RangeRequest::default()
-            })
-            .await
-            .map_err(backend)?
-            .into_inner();
+        let response = self.range_prefix(prefix).await?;
         Ok(response
             .kvs
             .iter()

@@ -128,18 +128,7 @@ impl Hub {
             source,
         })?;
         let url = config.server_url_for(addr.port());
-        let mut names = vec![
-            "localhost".to_owned(),
-            "127.0.0.1".to_owned(),
-            "::1".to_owned(),
-        ];
-        if let Some(host) = config::url_host(&url) {
-            names.insert(0, host);
-        }
-        if !addr.ip().is_unspecified() {
-            names.push(addr.ip().to_string());
-        }
-        names.dedup();
+        let names = certificate_names(&config, &url, addr);
         std::fs::create_dir_all(&config.data_dir).map_err(|source| {
             StartError::Pki(pki::PkiError::Io {
                 path: config.data_dir.display().to_string(),
@@ -383,6 +372,30 @@ impl Hub {
     }
 }
 
+/// The names the serving certificate is issued for: the server URL's host, loopback, the
+/// listen address, and (with replicas) the host of the replica URL peers verify it by.
+fn certificate_names(config: &Config, url: &str, addr: SocketAddr) -> Vec<String> {
+    let mut names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    if let Some(host) = config::url_host(url) {
+        names.insert(0, host);
+    }
+    if !addr.ip().is_unspecified() {
+        names.push(addr.ip().to_string());
+    }
+    if matches!(config.store, config::StoreLocation::Etcd(_))
+        && let Some(host) = config::url_host(&config.replica_url_for(addr))
+    {
+        names.push(host);
+    }
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(name.clone()));
+    names
+}
+
 /// Runs the hub until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
     Hub::start(config, shutdown).await?.wait().await;
@@ -446,6 +459,39 @@ mod tests {
             .await
             .unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[test]
+    fn replicas_serve_a_certificate_for_the_name_their_peers_use() {
+        let env = std::collections::HashMap::new();
+        let argv = |extra: &[&str]| {
+            let mut argv = vec!["drover-hub", "serve", "--listen", "0.0.0.0:8443"];
+            argv.extend_from_slice(extra);
+            argv.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let Ok(Command::Serve(config)) = config::parse(
+            argv(&[
+                "--store",
+                "etcd://10.0.0.5:2379",
+                "--replica-url",
+                "https://10.0.0.11:8443",
+            ]),
+            &env,
+        ) else {
+            panic!("a serve command");
+        };
+        let addr: SocketAddr = "0.0.0.0:8443".parse().unwrap();
+        let names = certificate_names(&config, &config.server_url_for(8443), addr);
+        assert!(names.contains(&"10.0.0.11".to_owned()), "{names:?}");
+        assert!(names.contains(&"127.0.0.1".to_owned()), "{names:?}");
+        // Without replicas, no replica name.
+        let Ok(Command::Serve(single)) =
+            config::parse(argv(&["--replica-url", "https://10.0.0.11:8443"]), &env)
+        else {
+            panic!("a serve command");
+        };
+        let names = certificate_names(&single, &single.server_url_for(8443), addr);
+        assert!(!names.contains(&"10.0.0.11".to_owned()), "{names:?}");
     }
 
     #[tokio::test]

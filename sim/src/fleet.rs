@@ -7,8 +7,9 @@
 //!   real hosts each write to their own disk) and applies the plans the hub sends, for real.
 //! - `cluster`: N imported clusters `<prefix>-<i>` created with an API token that may create
 //!   clusters, each with its cluster-agent; all of them talk to one simulated Kubernetes API
-//!   server in this process (each holds its own Lease there and keeps its watch-driven caches,
-//!   so a process holds fewer of these than of system-agents).
+//!   server in this process (each with a namespace of its own for its Lease and credential,
+//!   and its own watch-driven caches, so a process holds fewer of these than of
+//!   system-agents).
 //!
 //! Agents connect from addresses spread over 127.0.0.0/8 (2,000 per address) when the hub is
 //! on loopback, so one address's ephemeral ports do not run out, and the process raises its
@@ -249,6 +250,13 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
         });
         for created in futures::future::join_all(creates).await {
             let (i, name, token) = created?;
+            // A namespace of its own: the agent keeps its credential in a Secret beside its
+            // Lease, and clusters must not share one.
+            let namespace = format!("drover-{name}");
+            sim.apply_manifest(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
+            ))
+            .map_err(anyhow::Error::msg)?;
             let agent = cluster_agent::Config {
                 server: config.hub.clone(),
                 token: Secret::new(token),
@@ -259,7 +267,7 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
                 state_dir: config.dir.join(&name),
                 // A Lease of its own: every agent leads its cluster.
                 lease: cluster_agent::lease::LeaseConfig {
-                    namespace: "default".into(),
+                    namespace,
                     name: format!("drover-{name}"),
                     identity: format!("{name}-agent"),
                     duration: Duration::from_secs(15),

@@ -47,6 +47,11 @@ impl Status {
     }
 
     /// As [`Status::set_condition`], with `None` for "Unknown" (on its way; not a failure).
+    /// The condition of type `kind`, if set.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+
     pub fn set_condition_to(
         &mut self,
         kind: &str,

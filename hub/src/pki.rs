@@ -5,6 +5,7 @@
 
 use std::{io, path::Path, sync::Arc};
 
+use rustls::RootCertStore;
 use tunnel::tls::{self, CertificateAuthority};
 
 use crate::{
@@ -59,9 +60,14 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> PkiError + '_ {
 /// Uses an operator's certificate chain and key. `/cacerts` then serves the chain's last
 /// certificate (its CA, when the file holds the chain), which agents pin by checksum.
 pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
+    files_serving(cert, key, None)
+}
+
+/// As [`from_files`]; with `clients`, the listener also verifies client certificates from
+/// those roots.
+fn files_serving(cert: &Path, key: &Path, clients: Option<RootCertStore>) -> Result<Pki, PkiError> {
     let chain = std::fs::read(cert).map_err(io_error(cert))?;
     let key_pem = std::fs::read(key).map_err(io_error(key))?;
-    let server_config = tls::server_config(&chain, &key_pem)?;
     let text = String::from_utf8_lossy(&chain);
     let last = text
         .rfind("-----BEGIN CERTIFICATE-----")
@@ -70,8 +76,36 @@ pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
     Ok(Pki {
         ca_checksum: tls::ca_checksum(last.as_bytes()),
         ca_pem: last.into(),
-        server_config,
+        server_config: server_config(&chain, &key_pem, clients)?,
     })
+}
+
+fn server_config(
+    chain: &[u8],
+    key: &[u8],
+    clients: Option<RootCertStore>,
+) -> Result<Arc<rustls::ServerConfig>, PkiError> {
+    Ok(match clients {
+        Some(roots) => tls::server_config_with_clients(chain, key, roots)?,
+        None => tls::server_config(chain, key)?,
+    })
+}
+
+/// The CA kept in `dir` (`ca.pem`, `ca-key.pem`), if there is one.
+fn ca_in(dir: &Path) -> Result<Option<CertificateAuthority>, PkiError> {
+    let cert_path = dir.join(CA_CERT);
+    if !cert_path.exists() {
+        return Ok(None);
+    }
+    let key_path = dir.join(CA_KEY);
+    let cert = std::fs::read_to_string(&cert_path).map_err(io_error(&cert_path))?;
+    let key = std::fs::read_to_string(&key_path).map_err(io_error(&key_path))?;
+    CertificateAuthority::from_pem(&cert, &key)
+        .map(Some)
+        .map_err(|source| PkiError::BadCa {
+            dir: dir.display().to_string(),
+            source,
+        })
 }
 
 /// Loads the CA from `data_dir/tls`, creating it on first start, and issues a serving
@@ -79,31 +113,32 @@ pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
 pub fn load_or_create(data_dir: &Path, names: &[String]) -> Result<Pki, PkiError> {
     let dir = data_dir.join(TLS_DIR);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-    let cert_path = dir.join(CA_CERT);
-    let key_path = dir.join(CA_KEY);
-    let ca = if cert_path.exists() {
-        let cert = std::fs::read_to_string(&cert_path).map_err(io_error(&cert_path))?;
-        let key = std::fs::read_to_string(&key_path).map_err(io_error(&key_path))?;
-        CertificateAuthority::from_pem(&cert, &key).map_err(|source| PkiError::BadCa {
-            dir: dir.display().to_string(),
-            source,
-        })?
-    } else {
-        let ca = CertificateAuthority::generate("Drover hub CA")?;
-        // Key first: a crash between the two writes leaves no CA certificate without its key.
-        write_atomic(&key_path, ca.pem().key_pem.as_bytes(), 0o600).map_err(io_error(&key_path))?;
-        write_atomic(&cert_path, ca.pem().cert_pem.as_bytes(), 0o644)
-            .map_err(io_error(&cert_path))?;
-        tracing::info!(dir = %dir.display(), "created the hub's certificate authority");
-        ca
+    let ca = match ca_in(&dir)? {
+        Some(ca) => ca,
+        None => {
+            let ca = CertificateAuthority::generate("Drover hub CA")?;
+            let (cert_path, key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
+            // Key first: a crash between the two writes leaves no CA certificate without its key.
+            write_atomic(&key_path, ca.pem().key_pem.as_bytes(), 0o600)
+                .map_err(io_error(&key_path))?;
+            write_atomic(&cert_path, ca.pem().cert_pem.as_bytes(), 0o644)
+                .map_err(io_error(&cert_path))?;
+            tracing::info!(dir = %dir.display(), "created the hub's certificate authority");
+            ca
+        }
     };
-    serving(&ca, names)
+    serving(&ca, names, None)
 }
 
-/// A serving certificate from `ca` for `names`.
-fn serving(ca: &CertificateAuthority, names: &[String]) -> Result<Pki, PkiError> {
+/// A serving certificate from `ca` for `names`; with `clients`, the listener also verifies
+/// client certificates from those roots.
+fn serving(
+    ca: &CertificateAuthority,
+    names: &[String],
+    clients: Option<RootCertStore>,
+) -> Result<Pki, PkiError> {
     let leaf = ca.issue_server(names)?;
-    let server_config = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())?;
+    let server_config = server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes(), clients)?;
     let ca_pem: Arc<str> = ca.pem().cert_pem.clone().into();
     Ok(Pki {
         ca_checksum: tls::ca_checksum(ca_pem.as_bytes()),
@@ -135,27 +170,17 @@ pub async fn shared(
     tls_files: Option<(&Path, &Path)>,
 ) -> Result<(Pki, PeerTls), PkiError> {
     let ca = shared_ca(store, data_dir).await?;
-    let mut pki = match tls_files {
-        Some((cert, key)) => from_files(cert, key)?,
-        None => serving(&ca, names)?,
+    // The listener verifies peers' client certificates against the hub's CA.
+    let clients = Some(tls::roots_from_pem(ca.pem().cert_pem.as_bytes())?);
+    let pki = match tls_files {
+        Some((cert, key)) => files_serving(cert, key, clients)?,
+        None => serving(&ca, names, clients)?,
     };
     // Peers are trusted by the hub's CA and by whatever the served chain ends in.
     let mut roots = tls::roots_from_pem(ca.pem().cert_pem.as_bytes())?;
     for cert in tls::certs_from_pem(pki.ca_pem.as_bytes())? {
         let _ = roots.add(cert);
     }
-    let (chain, key) = match tls_files {
-        Some((cert, key)) => (
-            std::fs::read(cert).map_err(io_error(cert))?,
-            std::fs::read(key).map_err(io_error(key))?,
-        ),
-        None => {
-            let leaf = ca.issue_server(names)?;
-            (leaf.cert_pem.into_bytes(), leaf.key_pem.into_bytes())
-        }
-    };
-    let clients = tls::roots_from_pem(ca.pem().cert_pem.as_bytes())?;
-    pki.server_config = tls::server_config_with_clients(&chain, &key, clients)?;
     let me = ca.issue_client("drover-hub-replica")?;
     let client = tls::client_config_with_cert(roots, &me)?;
     Ok((pki, PeerTls { client }))
@@ -176,18 +201,10 @@ async fn shared_ca(store: &dyn Store, data_dir: &Path) -> Result<CertificateAuth
         Err(StoreError::NotFound { .. }) => {}
         Err(e) => return Err(PkiError::Store(e)),
     }
-    let dir = data_dir.join(TLS_DIR);
-    let ca = if dir.join(CA_CERT).exists() {
-        // A hub that ran on its own before: its agents already trust this CA.
-        let read = |name: &str| std::fs::read_to_string(dir.join(name)).map_err(io_error(&dir));
-        CertificateAuthority::from_pem(&read(CA_CERT)?, &read(CA_KEY)?).map_err(|source| {
-            PkiError::BadCa {
-                dir: dir.display().to_string(),
-                source,
-            }
-        })?
-    } else {
-        CertificateAuthority::generate("Drover hub CA")?
+    // A hub that ran on its own before: its agents already trust its CA.
+    let ca = match ca_in(&data_dir.join(TLS_DIR))? {
+        Some(ca) => ca,
+        None => CertificateAuthority::generate("Drover hub CA")?,
     };
     let object = Object::new(
         CA_KIND,

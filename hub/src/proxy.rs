@@ -233,9 +233,7 @@ async fn authorize(
     }
     let status = Status::of(&object);
     let since = status
-        .conditions
-        .iter()
-        .find(|c| c.kind == "Connected")
+        .condition("Connected")
         .map(|c| format!(" since {}", c.last_transition_time))
         .unwrap_or_else(|| " yet (its agent has never connected)".to_owned());
     let detail = if fallback {

@@ -101,16 +101,6 @@ impl Replicas {
         Ok(replicas)
     }
 
-    /// This replica's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Whether there are peers to look for (an etcd store).
-    pub fn shared(&self) -> bool {
-        self.etcd.is_some()
-    }
-
     /// Leadership as it changes.
     pub fn leading(&self) -> watch::Receiver<Option<Lead>> {
         self.leading.subscribe()
@@ -158,16 +148,12 @@ impl Replicas {
         }
     }
 
-    fn etcd(&self) -> Option<&EtcdStore> {
-        self.etcd.as_ref()
-    }
-
     fn lease(&self) -> i64 {
         self.lease.load(Ordering::SeqCst)
     }
 
     async fn announce(&self) -> Result<(), StoreError> {
-        let Some(etcd) = self.etcd() else {
+        let Some(etcd) = self.etcd.as_ref() else {
             return Ok(());
         };
         etcd.put_raw(
@@ -193,7 +179,7 @@ impl Replicas {
     }
 
     async fn record(&self, info: &SessionInfo) -> Result<(), StoreError> {
-        let Some(etcd) = self.etcd() else {
+        let Some(etcd) = self.etcd.as_ref() else {
             return Ok(());
         };
         match Self::session_key(etcd, info) {
@@ -203,7 +189,7 @@ impl Replicas {
     }
 
     async fn forget(&self, info: &SessionInfo) -> Result<(), StoreError> {
-        let Some(etcd) = self.etcd() else {
+        let Some(etcd) = self.etcd.as_ref() else {
             return Ok(());
         };
         match Self::session_key(etcd, info) {
@@ -216,7 +202,7 @@ impl Replicas {
     /// The URL of another replica an agent of `kind` of `cluster` is connected to (the newest
     /// such connection), if any.
     pub async fn locate(&self, kind: &str, cluster: &str) -> Option<String> {
-        let etcd = self.etcd()?;
+        let etcd = self.etcd.as_ref()?;
         let prefix = etcd.meta_key(&format!("sessions/{kind}/cluster/{cluster}/"));
         let records = etcd.list_raw(&prefix).await.ok()?;
         let (_, replica, _) = records

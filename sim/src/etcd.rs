@@ -149,11 +149,6 @@ impl LocalEtcd {
         format!("etcd://{}", self.client)
     }
 
-    /// The client address.
-    pub fn client_addr(&self) -> SocketAddr {
-        self.client
-    }
-
     /// Kills the member (SIGKILL), keeping its data.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

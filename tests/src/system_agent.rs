@@ -112,6 +112,19 @@ pub fn applied(plan: &Value) -> bool {
         && plan["status"]["appliedChecksum"] == plan["status"]["planChecksum"]
 }
 
+/// Creates the custom K3s cluster `edge` the plan helpers write for, paused: the planner must
+/// not install a distribution on the machine running the tests (the tests write the plans).
+/// Returns its registration (`token`, `hostCommand`).
+pub async fn create_paused_edge(addr: std::net::SocketAddr, admin: &str) -> Value {
+    crate::create_custom_cluster(
+        addr,
+        admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
+    )
+    .await
+}
+
 /// Writes `plan` as host `host`'s plan (of cluster `edge`), creating or replacing it.
 pub async fn put_plan(hub: &HubProcess, admin: &str, host: &str, plan: Value) -> Value {
     let path = format!("/v1/plans/{host}");

@@ -20,9 +20,10 @@ use std::{
 
 use serde_json::{Value, json};
 use tests::{
-    api, binary, create_custom_cluster,
+    api, binary,
     imported::{Imported, kubectl, until_allowed, user_kubeconfig},
     quiet, sh,
+    system_agent::create_paused_edge,
 };
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -261,13 +262,7 @@ async fn a_slow_lossy_link_still_works_and_a_black_hole_is_detected_and_recovere
         &cluster_env,
         &dir.join("cluster-agent.log"),
     );
-    let registration = create_custom_cluster(
-        hub,
-        &admin,
-        "edge",
-        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
-    )
-    .await;
+    let registration = create_paused_edge(hub, &admin).await;
     let host_env: HashMap<String, String> = [
         ("DROVER_SERVER", relay.clone()),
         (

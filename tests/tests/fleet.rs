@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sim::fleet::{FleetConfig, FleetKind};
 use tests::{
-    HubProcess, create_custom_cluster, https_get, login,
-    system_agent::{applied, counted, put_plan, runs, until},
+    HubProcess, https_get, login,
+    system_agent::{applied, counted, create_paused_edge, put_plan, runs, until},
     temp_dir,
 };
 use tokio_util::sync::CancellationToken;
@@ -30,13 +30,7 @@ async fn a_fleet_of_system_and_cluster_agents_joins_a_hub() {
     let dir = temp_dir("fleet");
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let registration = create_custom_cluster(
-        hub.addr,
-        &admin,
-        "edge",
-        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
-    )
-    .await;
+    let registration = create_paused_edge(hub.addr, &admin).await;
     let stop = CancellationToken::new();
     let config = |kind, token: &str, prefix: &str, agents| FleetConfig {
         hub: hub.url(),

@@ -13,9 +13,9 @@ use std::{
 use serde_json::json;
 use sim::{cluster::SimConfig, etcd::LocalEtcd};
 use tests::{
-    HubProcess, api, create_custom_cluster, https_get,
+    HubProcess, api, https_get,
     imported::{Imported, kubectl_ok, until_allowed, user_kubeconfig},
-    system_agent::{Host, applied, counted, put_plan, runs, until},
+    system_agent::{Host, applied, counted, create_paused_edge, put_plan, runs, until},
     temp_dir,
 };
 
@@ -174,13 +174,7 @@ async fn three_replicas_on_etcd_survive_the_loss_of_the_leader() {
     assert_eq!(status, 403, "{refused}");
 
     // A host registers (through whichever replica is up) and gets a plan, applied once.
-    let registration = create_custom_cluster(
-        second.addr,
-        &admin,
-        "edge",
-        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
-    )
-    .await;
+    let registration = create_paused_edge(second.addr, &admin).await;
     std::fs::create_dir_all(dir.join("host")).unwrap();
     let mut host = Host::with_servers(
         &servers,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tests::{
-    HubProcess, api, create_custom_cluster, login,
-    system_agent::{Host, applied, counted, put_plan, runs, until},
+    HubProcess, api, login,
+    system_agent::{Host, applied, counted, create_paused_edge, put_plan, runs, until},
     temp_dir,
 };
 
@@ -19,14 +19,7 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     let dir = temp_dir("plans");
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    // Paused: the planner must not install a distribution on the machine running the tests.
-    let registration = create_custom_cluster(
-        hub.addr,
-        &admin,
-        "edge",
-        json!({"distribution": "k3s", "version": "v1.33.4+k3s1", "paused": true}),
-    )
-    .await;
+    let registration = create_paused_edge(hub.addr, &admin).await;
     let token = registration["token"].as_str().unwrap().to_owned();
 
     let mut host = Host::new(&hub, &token, &dir);

@@ -494,8 +494,7 @@ impl Health {
                         }
                     }
                     Kind::Plan => {
-                        let Some(c) = status.conditions.iter().find(|c| c.kind == "Provisioned")
-                        else {
+                        let Some(c) = status.condition("Provisioned") else {
                             continue;
                         };
                         let now = format!(

@@ -290,11 +290,7 @@ async fn a_failing_host_shows_why_on_the_cluster() {
     .unwrap();
     f.planner.reconcile_all().await;
     let status = f.cluster_status().await;
-    let c = status
-        .conditions
-        .iter()
-        .find(|c| c.kind == "Provisioned")
-        .unwrap();
+    let c = status.condition("Provisioned").unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("False", "ProvisioningFailed")
@@ -617,11 +613,7 @@ async fn a_failed_restore_step_stops_the_restore_and_says_where() {
     f.planner.reconcile_all().await;
     assert_eq!(f.restore_phase().await, "Failed");
     let status = f.cluster_status().await;
-    let restored = status
-        .conditions
-        .iter()
-        .find(|c| c.kind == "Restored")
-        .unwrap();
+    let restored = status.condition("Restored").unwrap();
     assert_eq!(
         (restored.status.as_str(), restored.reason.as_str()),
         ("False", "RestoreFailed")
@@ -813,10 +805,8 @@ async fn a_failed_snapshot_does_not_fail_the_next_one() {
     f.planner.reconcile_all().await;
     let saved = |s: &Object| {
         Status::of(s)
-            .conditions
-            .into_iter()
-            .find(|c| c.kind == "Saved")
-            .map(|c| (c.status, c.reason))
+            .condition("Saved")
+            .map(|c| (c.status.clone(), c.reason.clone()))
     };
     let s1 = f.store().get("EtcdSnapshot", "s1").await.unwrap();
     assert_eq!(saved(&s1), Some(("False".into(), "SaveFailed".into())));

@@ -35,6 +35,9 @@ use super::{
     now_rfc3339,
 };
 
+/// Where the revision history was last compacted to is kept, under the prefix.
+const COMPACTED: &str = "meta/compacted";
+
 /// etcd's default `--max-txn-ops`: a transaction may touch at most this many objects.
 const MAX_TXN_OPS: usize = 128;
 
@@ -57,10 +60,6 @@ struct Inner {
     lease: LeaseClient<Channel>,
     /// `PREFIX`, e.g. `/drover`.
     prefix: String,
-    /// `PREFIX/objects/`.
-    objects: String,
-    /// `PREFIX/meta/compacted`.
-    compacted_key: String,
     retain: u64,
     /// The compaction step last acted on, so one writer compacts once per step.
     compaction_step: AtomicU64,
@@ -182,8 +181,6 @@ impl EtcdStore {
                     .max_encoding_message_size(MAX_MESSAGE),
                 lease: LeaseClient::new(channel),
                 prefix: url.prefix.clone(),
-                objects: format!("{}/objects/", url.prefix),
-                compacted_key: format!("{}/meta/compacted", url.prefix),
                 retain: retain.max(1),
                 compaction_step: AtomicU64::new(0),
                 endpoints: url.endpoints.join(","),
@@ -212,13 +209,13 @@ impl EtcdStore {
     }
 
     fn key(&self, kind: &str, name: &str) -> Vec<u8> {
-        format!("{}{kind}/{name}", self.inner.objects).into_bytes()
+        format!("{}/objects/{kind}/{name}", self.inner.prefix).into_bytes()
     }
 
     fn prefix(&self, kind: Option<&str>) -> String {
         match kind {
-            Some(kind) => format!("{}{kind}/", self.inner.objects),
-            None => self.inner.objects.clone(),
+            Some(kind) => format!("{}/objects/{kind}/", self.inner.prefix),
+            None => format!("{}/objects/", self.inner.prefix),
         }
     }
 
@@ -405,7 +402,7 @@ impl EtcdStore {
         let marked = self
             .kv()
             .put(PutRequest {
-                key: self.inner.compacted_key.clone().into_bytes(),
+                key: self.meta_key(COMPACTED).into_bytes(),
                 value: oldest.to_string().into_bytes(),
                 ..PutRequest::default()
             })
@@ -420,7 +417,7 @@ impl EtcdStore {
         let response = self
             .kv()
             .range(RangeRequest {
-                key: self.inner.compacted_key.clone().into_bytes(),
+                key: self.meta_key(COMPACTED).into_bytes(),
                 ..RangeRequest::default()
             })
             .await

@@ -128,8 +128,9 @@ pub mod json {
 }
 
 /// The tunnel protocol version this build speaks. A hub refuses a `Hello` carrying another
-/// version; bump it only for changes an older peer cannot understand.
-pub const TUNNEL_PROTOCOL_VERSION: u32 = 1;
+/// version; bump it only for changes an older peer cannot understand. Version 2: each gRPC call
+/// is a stream of its own (`StreamHeader.call`) instead of one HTTP/2 control channel.
+pub const TUNNEL_PROTOCOL_VERSION: u32 = 2;
 
 /// The in-process service of a cluster-agent that forwards the hub's proxied Kubernetes API
 /// requests to its API server (opened with `Session::open_service`).

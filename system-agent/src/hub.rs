@@ -34,11 +34,7 @@ pub(crate) async fn serve(session: AgentSession, slots: Slots) {
 }
 
 /// Follows the hub's plan for this host's `slot`; a broken stream is opened again after a pause.
-async fn take_plans(
-    mut client: PlansClient<tonic::transport::Channel>,
-    slot: &str,
-    record: &Record,
-) {
+async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record: &Record) {
     loop {
         let watch = WatchPlan {
             slot: slot.to_owned(),
@@ -80,7 +76,7 @@ async fn take_plans(
 }
 
 /// Sends each new status of `slot`; what the hub did not acknowledge is sent again.
-async fn report(mut client: PlansClient<tonic::transport::Channel>, slot: &str, record: &Record) {
+async fn report(mut client: PlansClient<tunnel::Channel>, slot: &str, record: &Record) {
     let mut changes = record.watch_status();
     loop {
         changes.borrow_and_update();

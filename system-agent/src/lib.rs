@@ -276,7 +276,7 @@ pub struct Agent {
     /// The record of the hub's task for this host (one-time operations, beside the plan).
     pub task: Option<Arc<record::Record>>,
     /// The session to the hub now (`None` between sessions).
-    session: Option<tokio::sync::watch::Receiver<Option<(String, tonic::transport::Channel)>>>,
+    session: Option<tokio::sync::watch::Receiver<Option<(String, tunnel::Channel)>>>,
     tasks: tokio::task::JoinSet<()>,
 }
 

@@ -11,7 +11,7 @@ use proto::{
     plan::v1::{Download, DownloadRequest, Upload, plans_client::PlansClient, valid_file_name},
 };
 use tokio::{io::AsyncWriteExt, sync::watch};
-use tonic::transport::Channel;
+use tunnel::Channel;
 
 /// The current session with the hub: its id and control channel.
 pub type Current = Option<(String, Channel)>;

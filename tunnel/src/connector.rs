@@ -23,6 +23,7 @@ use crate::{
     acceptor::{AGENT_ID_HEADER, AGENT_KIND_HEADER},
     allow::AllowList,
     backoff::Backoff,
+    call::Channel,
     inbound::{Control, Inbound, Services},
     readahead::ReadAhead,
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
@@ -161,8 +162,8 @@ pub enum ConnectError {
 #[derive(Debug, Clone)]
 pub struct AgentSession {
     pub session: Session,
-    /// gRPC to the hub; each connection it makes is a new control stream in the session.
-    pub channel: tonic::transport::Channel,
+    /// gRPC to the hub; each call is a stream of its own in the session.
+    pub channel: Channel,
     pub hello: HelloReply,
 }
 
@@ -409,10 +410,7 @@ impl Connector {
             .map_err(|e| failed(e.to_string()))
     }
 
-    async fn hello(
-        &self,
-        session: &Session,
-    ) -> Result<(tonic::transport::Channel, HelloReply), ConnectError> {
+    async fn hello(&self, session: &Session) -> Result<(Channel, HelloReply), ConnectError> {
         let config = &self.inner.config;
         hello_on(
             session,
@@ -671,19 +669,12 @@ impl Connector {
     }
 }
 
-/// Opens the control channel on an agent's session and says `Hello`; returns the channel
-/// (later gRPC calls reuse it) and the hub's reply.
+/// Says `Hello` on an agent's session; returns the channel for later calls and the hub's reply.
 pub(crate) async fn hello_on(
     session: &Session,
     request: HelloRequest,
-) -> Result<(tonic::transport::Channel, HelloReply), ConnectError> {
-    let opener = session.clone();
-    let connector = tower::service_fn(move |_: Uri| {
-        let session = opener.clone();
-        async move { session.open_control().await.map(TokioIo::new) }
-    });
-    let channel = tonic::transport::Endpoint::from_static("http://hub.tunnel.drover")
-        .connect_with_connector_lazy(connector);
+) -> Result<(Channel, HelloReply), ConnectError> {
+    let channel = Channel::new(session.clone());
     let reply = HandshakeClient::new(channel.clone())
         .hello(request)
         .await

@@ -1,10 +1,9 @@
-//! Streams the peer opens: read the header, then dial (if the allow-list permits) or serve the
-//! gRPC control channel. Every header is answered at once, success or failure, so the opener
+//! Streams the peer opens: read the header, then dial (if the allow-list permits), serve a gRPC
+//! call or hand the stream to a named service. Every header is answered at once, success or failure, so the opener
 //! never waits on a timeout and yamux's acknowledgement backlog drains.
 
 use std::{collections::HashMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use proto::tunnel::v1::{Dial, StreamHeader, stream_error::Kind, stream_header};
 use tokio::net::TcpStream;
 
@@ -50,7 +49,7 @@ impl Services {
     }
 }
 
-/// The gRPC services served on control streams, and request extensions they all receive
+/// The gRPC services served to calls the peer opens, and request extensions they all receive
 /// (the session's [`crate::SessionInfo`] is always added).
 #[derive(Clone, Debug)]
 pub(crate) struct Control {
@@ -77,14 +76,25 @@ impl Inbound {
         };
         match header.kind {
             Some(stream_header::Kind::Dial(dial)) => self.dial(stream, dial).await,
-            Some(stream_header::Kind::Control(_)) => match self.control {
+            Some(stream_header::Kind::Call(call)) => match self.control {
                 Some(control) => {
                     if accept(&mut stream).await {
-                        control.serve(stream).await;
+                        let info = stream.session().clone();
+                        crate::call::serve(stream, call, control.routes, control.extensions, info)
+                            .await;
                     }
                 }
-                None => refuse(stream, "this side serves no control channel".into()).await,
+                None => refuse(stream, "this side serves no gRPC calls".into()).await,
             },
+            Some(stream_header::Kind::Control(_)) => {
+                let message = format!(
+                    "this side speaks tunnel protocol {}, where each gRPC call is a stream of its \
+                     own; the HTTP/2 control channel of protocol 1 is gone: install the agent \
+                     from this hub's release",
+                    proto::TUNNEL_PROTOCOL_VERSION
+                );
+                refuse(stream, message).await;
+            }
             Some(stream_header::Kind::Service(service)) => {
                 match self.services.handlers.get(&service.name) {
                     Some(handler) => {
@@ -177,23 +187,4 @@ async fn accept(stream: &mut TunnelStream) -> bool {
 
 async fn refuse(mut stream: TunnelStream, message: String) {
     let _ = header::write(&mut stream, &header::refused(Kind::Unsupported, message)).await;
-}
-
-impl Control {
-    async fn serve(self, stream: TunnelStream) {
-        let info = stream.session().clone();
-        let Control { routes, extensions } = self;
-        let service =
-            hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(info.clone());
-                req.extensions_mut().extend(extensions.clone());
-                tower::ServiceExt::oneshot(routes.clone(), req)
-            });
-        let session = stream.session().id;
-        let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(stream), service);
-        if let Err(e) = conn.await {
-            tracing::debug!(session, error = %e, "control channel ended");
-        }
-    }
 }

@@ -3,13 +3,15 @@
 //! Layers, bottom up: TCP, TLS (rustls, [`tls`]), a WebSocket (`/v3/connect`), yamux (every
 //! logical connection a stream with its own credit window), and on each stream a typed header:
 //! a dial to `tcp/HOST:PORT` (acknowledged, checked against the accepting side's allow-list),
-//! the gRPC control channel, or a named in-process service of the accepting side. The hub side is an [`Acceptor`] mounted on the hub's
+//! one gRPC call of the control plane ([`Channel`]), or a named in-process service of the
+//! accepting side. The hub side is an [`Acceptor`] mounted on the hub's
 //! [`listener`]; the agent side is a [`Connector`]. This crate knows nothing of roles: who may
 //! connect and what an agent is are decided by the code that embeds it.
 
 mod acceptor;
 mod allow;
 mod backoff;
+mod call;
 mod connector;
 mod header;
 mod inbound;
@@ -29,6 +31,7 @@ pub use acceptor::{
 };
 pub use allow::{AllowList, BadEntry};
 pub use backoff::Backoff;
+pub use call::{CallBody, CallError, Channel};
 pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secret};
 pub use header::decode_header;
 pub use inbound::Services;

@@ -20,8 +20,7 @@ use std::{
 
 use futures::future::poll_fn;
 use proto::tunnel::v1::{
-    ControlChannel, Dial, ServiceStream, StreamHeader, StreamReply, stream_error::Kind,
-    stream_header,
+    Dial, ServiceStream, StreamHeader, StreamReply, stream_error::Kind, stream_header,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -267,26 +266,8 @@ impl Session {
         self.open(header).await
     }
 
-    /// Opens a stream carrying the gRPC control channel.
-    pub(crate) async fn open_control(&self) -> Result<TunnelStream, DialError> {
-        let header = StreamHeader {
-            kind: Some(stream_header::Kind::Control(ControlChannel {})),
-        };
-        self.open(header).await
-    }
-
     async fn open(&self, header: StreamHeader) -> Result<TunnelStream, DialError> {
-        let (tx, rx) = oneshot::channel();
-        let gone = || DialError::session("the tunnel session has ended");
-        self.inner.open.send(tx).await.map_err(|_| gone())?;
-        let stream = rx
-            .await
-            .map_err(|_| gone())?
-            .map_err(|e| DialError::session(format!("cannot open a stream: {e}")))?;
-        let mut stream = TunnelStream::new(stream, self.inner.info.clone());
-        header::write(&mut stream, &header)
-            .await
-            .map_err(|e| DialError::session(format!("cannot send the stream header: {e}")))?;
+        let mut stream = self.open_unacknowledged(&header).await?;
         let reply: StreamReply = header::read(&mut stream).await.map_err(|e| DialError {
             kind: match e {
                 header::HeaderError::TimedOut => DialErrorKind::TimedOut,
@@ -307,6 +288,26 @@ impl Session {
                 message: err.message,
             }),
         }
+    }
+
+    /// Opens a stream and sends `header`, without waiting for the far side's reply: the caller
+    /// reads it, and may send its payload first (a call's request goes with its header).
+    pub(crate) async fn open_unacknowledged(
+        &self,
+        header: &StreamHeader,
+    ) -> Result<TunnelStream, DialError> {
+        let (tx, rx) = oneshot::channel();
+        let gone = || DialError::session("the tunnel session has ended");
+        self.inner.open.send(tx).await.map_err(|_| gone())?;
+        let stream = rx
+            .await
+            .map_err(|_| gone())?
+            .map_err(|e| DialError::session(format!("cannot open a stream: {e}")))?;
+        let mut stream = TunnelStream::new(stream, self.inner.info.clone());
+        header::write(&mut stream, header)
+            .await
+            .map_err(|e| DialError::session(format!("cannot send the stream header: {e}")))?;
+        Ok(stream)
     }
 }
 

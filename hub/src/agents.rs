@@ -29,7 +29,7 @@ pub const NODE_AGENT: &str = "node-agent";
 pub const SYSTEM_AGENT: &str = "system-agent";
 
 /// Where an agent's identity says it belongs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Belongs {
     Cluster(String),
     Host(String),
@@ -275,6 +275,10 @@ pub async fn run_controllers(
     );
 }
 
+/// Writes of `Connected` conditions in flight at once: a fleet reconnecting together is
+/// thousands of them, and SQLite commits writers that wait together in one transaction.
+const CONDITION_WRITERS: usize = 16;
+
 async fn connected_conditions(
     store: Arc<dyn Store>,
     registry: Registry,
@@ -282,68 +286,93 @@ async fn connected_conditions(
     shutdown: CancellationToken,
 ) {
     let mut events = registry.subscribe();
+    // Clusters and hosts whose condition is to be brought in line with the registry, with why
+    // their agent's last session ended (if one did). Events for one target coalesce, so the
+    // loop keeps up with the registry however slow the store is.
+    let mut dirty: std::collections::HashMap<Belongs, Option<String>> = Default::default();
+    let mut writing = tokio::task::JoinSet::new();
     loop {
+        while writing.len() < CONDITION_WRITERS {
+            let Some(target) = dirty.keys().next().cloned() else {
+                break;
+            };
+            let reason = dirty.remove(&target).flatten();
+            let (store, registry) = (store.clone(), registry.clone());
+            writing
+                .spawn(async move { record_connected(&*store, &registry, target, reason).await });
+        }
         let event = tokio::select! {
             () = shutdown.cancelled() => return,
+            Some(_) = writing.join_next(), if !writing.is_empty() => continue,
             event = events.recv() => event,
         };
         let (info, reason) = match event {
             Ok(SessionEvent::Connected(info)) => (info, None),
             Ok(SessionEvent::Disconnected { info, reason }) => (info, Some(reason)),
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                // Events were lost: every live session counts as connected again.
+                for session in registry.sessions() {
+                    let info = session.info();
+                    health.connected(info).await;
+                    if let Some(target) = condition_target(info) {
+                        dirty.entry(target).or_insert(None);
+                    }
+                }
+                continue;
+            }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        let Some(target) = belongs(&info.peer.id) else {
-            continue;
-        };
-        // Another copy of the agent may still be connected.
-        let still = registry.sessions().into_iter().any(|s| {
-            s.info().peer.kind == info.peer.kind
-                && belongs(&s.info().peer.id).as_ref() == Some(&target)
-        });
         match &reason {
             None => health.connected(&info).await,
-            Some(reason) => health.disconnected(
-                &info,
-                reason,
-                registry
-                    .sessions()
-                    .iter()
-                    .any(|s| s.info().peer.id == info.peer.id),
-            ),
+            Some(reason) => {
+                health.disconnected(&info, reason, registry.get(&info.peer.id).is_some());
+            }
         }
-        if info.peer.kind != CLUSTER_AGENT && info.peer.kind != SYSTEM_AGENT {
-            continue;
+        if let Some(target) = condition_target(&info) {
+            let last = dirty.entry(target).or_insert(None);
+            if reason.is_some() {
+                *last = reason;
+            }
         }
-        let (kind, name) = match &target {
-            Belongs::Cluster(c) => (Kind::Cluster, c.clone()),
-            Belongs::Host(h) => (Kind::Host, h.clone()),
-        };
-        let (status, why, message) = match (&reason, still) {
-            (None, _) | (Some(_), true) => (
-                true,
-                "AgentConnected",
-                format!("{} connected", info.peer.kind),
-            ),
-            (Some(reason), false) => (
-                false,
-                "Disconnected",
-                format!("{} disconnected: {reason}", info.peer.kind),
-            ),
-        };
-        if let Err(e) = set_condition(
-            store.as_ref(),
-            kind,
-            &name,
-            "Connected",
-            status,
-            why,
-            &message,
-        )
-        .await
-        {
-            tracing::warn!(%name, error = %e, "cannot record the agent's connection");
+    }
+}
+
+/// The Cluster or Host whose `Connected` condition a session of this agent counts for.
+fn condition_target(info: &tunnel::SessionInfo) -> Option<Belongs> {
+    match belongs(&info.peer.id)? {
+        target @ Belongs::Cluster(_) if info.peer.kind == CLUSTER_AGENT => Some(target),
+        target @ Belongs::Host(_) if info.peer.kind == SYSTEM_AGENT => Some(target),
+        _ => None,
+    }
+}
+
+/// Sets `target`'s `Connected` condition from the registry as it is when written (another copy
+/// of the agent may still be connected), with `reason` if its last session ended.
+async fn record_connected(
+    store: &dyn Store,
+    registry: &Registry,
+    target: Belongs,
+    reason: Option<String>,
+) {
+    let (kind, name, agent, home) = match &target {
+        Belongs::Cluster(c) => (Kind::Cluster, c, CLUSTER_AGENT, format!("cluster/{c}")),
+        Belongs::Host(h) => (Kind::Host, h, SYSTEM_AGENT, format!("host/{h}")),
+    };
+    // Looks at this agent's copies only, not every session: a fleet connecting at once would
+    // make a scan quadratic.
+    let written = update_status(store, kind, name, |status| {
+        if registry.any_of(&home, |s| s.peer.kind == agent) {
+            let message = format!("{agent} connected");
+            status.set_condition("Connected", true, "AgentConnected", &message);
+        } else {
+            let why = reason.as_deref().unwrap_or("its session ended");
+            let message = format!("{agent} disconnected: {why}");
+            status.set_condition("Connected", false, "Disconnected", &message);
         }
+    })
+    .await;
+    if let Err(e) = written {
+        tracing::warn!(%name, error = %e, "cannot record the agent's connection");
     }
 }
 

@@ -1,7 +1,8 @@
 //! The hub's sessions by agent identity, and the events it emits as agents come and go.
 
 use std::{
-    collections::HashMap,
+    collections::BTreeMap,
+    ops::Bound,
     sync::{Arc, Mutex, MutexGuard},
 };
 
@@ -29,7 +30,8 @@ pub struct Registry {
 
 #[derive(Debug)]
 struct Inner {
-    sessions: Mutex<HashMap<String, Session>>,
+    // Ordered, so that the sessions of one agent's copies (`ID` and `ID/…`) are a range.
+    sessions: Mutex<BTreeMap<String, Session>>,
     events: broadcast::Sender<SessionEvent>,
 }
 
@@ -37,7 +39,7 @@ impl Default for Registry {
     fn default() -> Self {
         Self {
             inner: Arc::new(Inner {
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(BTreeMap::new()),
                 events: broadcast::channel(EVENT_BUFFER).0,
             }),
         }
@@ -53,6 +55,18 @@ impl Registry {
     /// Every live session.
     pub fn sessions(&self) -> Vec<Session> {
         self.lock().values().cloned().collect()
+    }
+
+    /// Whether a live session of `id` or of one of its copies (`id/…`) satisfies `test`; in
+    /// time proportional to those sessions, not to all of them.
+    pub fn any_of(&self, id: &str, test: impl Fn(&SessionInfo) -> bool) -> bool {
+        let sessions = self.lock();
+        let copies = format!("{id}/");
+        sessions.get(id).is_some_and(|s| test(s.info()))
+            || sessions
+                .range::<str, _>((Bound::Included(copies.as_str()), Bound::Unbounded))
+                .take_while(|(key, _)| key.starts_with(&copies))
+                .any(|(_, s)| test(s.info()))
     }
 
     pub fn len(&self) -> usize {
@@ -100,12 +114,65 @@ impl Registry {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Session>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Session>> {
         // A panic while holding this lock cannot leave the map half-updated (each operation is
         // one insert or remove), so a poisoned lock is still safe to use.
         self.inner
             .sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{AllowList, Peer, SessionSettings, inbound::Inbound, ws::Role};
+
+    fn session(id: &str, kind: &str) -> Session {
+        // The far end is never read: only the session's identity matters here.
+        let (io, far) = tokio::io::duplex(1024);
+        std::mem::forget(far);
+        let info = SessionInfo::new(
+            Peer {
+                id: id.to_owned(),
+                kind: kind.to_owned(),
+            },
+            None,
+        );
+        let inbound = Inbound {
+            allow: AllowList::none(),
+            dial_timeout: Duration::from_secs(1),
+            control: None,
+            services: crate::Services::default(),
+        };
+        Session::spawn(io, Role::Server, SessionSettings::default(), info, inbound)
+    }
+
+    #[tokio::test]
+    async fn an_agent_and_its_copies_are_found_and_names_that_merely_start_alike_are_not() {
+        let registry = Registry::default();
+        for (id, kind) in [
+            ("host/h-1", "system-agent"),
+            ("host/h-10", "system-agent"),
+            ("host/h-1-b", "system-agent"),
+            ("cluster/edge/pod-a", "cluster-agent"),
+            ("cluster/edge-2", "cluster-agent"),
+        ] {
+            registry.insert(session(id, kind));
+        }
+        let any = |id: &str| registry.any_of(id, |_| true);
+        assert!(any("host/h-1"), "the agent itself");
+        assert!(any("cluster/edge"), "a copy of the agent");
+        assert!(!any("host/h-2"));
+        assert!(!any("cluster/edg"), "a prefix of a name is not the name");
+        assert!(!registry.any_of("host/h-1", |s| s.peer.kind == "cluster-agent"));
+
+        let copy = registry.get("cluster/edge/pod-a").unwrap();
+        registry.remove(&copy, "gone");
+        assert!(!any("cluster/edge"), "cluster/edge-2 is another cluster");
+        assert!(any("cluster/edge-2"));
     }
 }

@@ -159,6 +159,28 @@ pub struct RegisterHost {
     pub taints: Vec<String>,
 }
 
+/// The annotation on a Host naming the Token its system-agent was last issued.
+pub const CREDENTIAL_ANNOTATION: &str = "drover.io/credential";
+
+/// The credential a host's system-agent was last issued, if it is still stored (and is that
+/// host's: the annotation is not taken on trust).
+pub(crate) async fn host_credential(
+    store: &dyn Store,
+    host: &Object,
+) -> Result<Option<Object>, StoreError> {
+    let Some(name) = host.metadata.annotations.get(CREDENTIAL_ANNOTATION) else {
+        return Ok(None);
+    };
+    let id = format!("host/{}", host.metadata.name);
+    match store.get(Kind::Token.name(), name).await {
+        Ok(token) if token.spec.pointer("/agent/id").and_then(Value::as_str) == Some(&id) => {
+            Ok(Some(token))
+        }
+        Ok(_) | Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// `POST /v3/register`: registration token in, agent credential and identity out.
 pub async fn register(
     State(api): State<Api>,
@@ -170,6 +192,7 @@ pub async fn register(
     let value = tunnel::bearer_token(&headers).unwrap_or_default();
     let (cluster_name, cluster_spec) = crate::registration::verify(&api, value).await?;
 
+    let credential = secret::new_token(TokenKind::Token);
     let mut ops = Vec::new();
     let id = match request.kind.as_str() {
         CLUSTER_AGENT => format!("cluster/{cluster_name}"),
@@ -209,31 +232,56 @@ pub async fn register(
                 "taints": host.taints,
             });
             let spec = Kind::Host.validate_spec(&spec).map_err(ApiError::invalid)?;
+            let id = format!("host/{host_name}");
+            // One credential per host: the earlier one goes. The host names its credential, so
+            // this is a lookup, not a scan of every credential (quadratic over a fleet).
             match api.store.get(Kind::Host.name(), &host_name).await {
                 // Running the installer again re-registers the same host.
                 Ok(mut existing) => {
+                    let earlier = match host_credential(api.store.as_ref(), &existing).await? {
+                        Some(token) => vec![token],
+                        // Registered by a hub that did not name credentials on hosts.
+                        None if !existing
+                            .metadata
+                            .annotations
+                            .contains_key(CREDENTIAL_ANNOTATION) =>
+                        {
+                            let (tokens, _) = api
+                                .store
+                                .list(Kind::Token.name(), &LabelSelector::everything())
+                                .await?;
+                            tokens
+                                .into_iter()
+                                .filter(|t| {
+                                    t.spec.pointer("/agent/id").and_then(Value::as_str)
+                                        == Some(id.as_str())
+                                })
+                                .collect()
+                        }
+                        None => Vec::new(),
+                    };
+                    for token in earlier {
+                        ops.push(Op::Delete {
+                            kind: Kind::Token.name().into(),
+                            name: token.metadata.name,
+                            resource_version: None,
+                        });
+                    }
                     existing.spec = spec;
+                    existing
+                        .metadata
+                        .annotations
+                        .insert(CREDENTIAL_ANNOTATION.into(), credential.name.clone());
                     ops.push(Op::Update(existing));
                 }
                 Err(StoreError::NotFound { .. }) => {
-                    ops.push(Op::Create(Object::new(Kind::Host.name(), &host_name, spec)))
+                    let mut host = Object::new(Kind::Host.name(), &host_name, spec);
+                    host.metadata
+                        .annotations
+                        .insert(CREDENTIAL_ANNOTATION.into(), credential.name.clone());
+                    ops.push(Op::Create(host));
                 }
                 Err(e) => return Err(e.into()),
-            }
-            let id = format!("host/{host_name}");
-            // One credential per host: earlier ones go.
-            let (tokens, _) = api
-                .store
-                .list(Kind::Token.name(), &LabelSelector::everything())
-                .await?;
-            for old in tokens {
-                if old.spec.pointer("/agent/id").and_then(Value::as_str) == Some(id.as_str()) {
-                    ops.push(Op::Delete {
-                        kind: Kind::Token.name().into(),
-                        name: old.metadata.name,
-                        resource_version: None,
-                    });
-                }
             }
             id
         }
@@ -243,7 +291,6 @@ pub async fn register(
             )));
         }
     };
-    let credential = secret::new_token(TokenKind::Token);
     ops.push(Op::Create(Object::new(
         Kind::Token.name(),
         &credential.name,

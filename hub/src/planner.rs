@@ -564,19 +564,25 @@ impl Planner {
                 )
                 .await;
             }
+            let mut ops = vec![Op::Delete {
+                kind: Kind::Plan.name().into(),
+                name: name.clone(),
+                resource_version: None,
+            }];
+            // The machine's agent loses its credential with the host: a host registered again
+            // later gets a new one.
+            if let Some(token) = crate::agents::host_credential(self.store.as_ref(), host).await? {
+                ops.push(Op::Delete {
+                    kind: Kind::Token.name().into(),
+                    resource_version: Some(token.revision()),
+                    name: token.metadata.name,
+                });
+            }
             let mut host = host.clone();
             host.metadata.finalizers.retain(|f| f != FINALIZER);
-            tracing::info!(host = %name, "uninstalled; removing the host");
-            self.store
-                .transact(vec![
-                    Op::Delete {
-                        kind: Kind::Plan.name().into(),
-                        name: name.clone(),
-                        resource_version: None,
-                    },
-                    Op::Update(host),
-                ])
-                .await?;
+            tracing::info!(host = %name, "uninstalled; removing the host and its credential");
+            ops.push(Op::Update(host));
+            self.store.transact(ops).await?;
         }
         Ok(())
     }

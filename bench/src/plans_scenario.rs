@@ -92,6 +92,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                 },
                 local_plans: None,
                 local_address: None,
+                machine: None,
                 retry: system_agent::Retry::default(),
             };
             let shutdown = shutdown.clone();

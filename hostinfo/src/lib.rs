@@ -7,8 +7,11 @@ use std::{
     collections::{HashMap, HashSet},
     fmt::Display,
     process::ExitCode,
-    sync::atomic::{AtomicU64, Ordering},
-    time::Duration,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use proto::health::v1::{
@@ -21,27 +24,77 @@ use tunnel::AgentSession;
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Reads the machine; keeps what `sysinfo` needs between samples (CPU usage is a difference).
-#[derive(Debug)]
+/// Cheap to clone: clones share one reader, and a reading less than a second old is given
+/// again rather than read anew, so the agents of a fleet simulator, all on one machine, read it
+/// once however many of them beat.
+#[derive(Debug, Clone)]
 pub struct Sampler {
+    machine: Arc<Mutex<Machine>>,
+}
+
+#[derive(Debug)]
+struct Machine {
     system: System,
     disks: Disks,
     networks: Networks,
+    facts: Option<(Instant, HostFacts)>,
+    usage: Option<(Instant, Usage)>,
 }
+
+/// How long a reading is given again to other clones.
+const FRESH: Duration = Duration::from_secs(1);
 
 impl Sampler {
     /// `None` where the platform gives `sysinfo` nothing to read.
     pub fn new() -> Option<Self> {
         let mut system = System::new().ok()?;
         system.refresh_cpu_usage();
-        Some(Self {
+        let machine = Machine {
             system,
             disks: Disks::new_with_refreshed_list().ok()?,
             networks: Networks::new_with_refreshed_list().ok()?,
+            facts: None,
+            usage: None,
+        };
+        Some(Self {
+            machine: Arc::new(Mutex::new(machine)),
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Machine> {
+        // A reading is replaced whole; a panic mid-read leaves nothing half-written.
+        self.machine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// What does not change while the machine runs (disks aside, read anew each time).
-    pub fn facts(&mut self) -> HostFacts {
+    pub fn facts(&self) -> HostFacts {
+        let mut machine = self.lock();
+        if let Some((at, facts)) = &machine.facts
+            && at.elapsed() < FRESH
+        {
+            return facts.clone();
+        }
+        let facts = machine.read_facts();
+        machine.facts = Some((Instant::now(), facts.clone()));
+        facts
+    }
+
+    /// Usage now; CPU over the time since the previous reading.
+    pub fn usage(&self) -> Usage {
+        let mut machine = self.lock();
+        if let Some((at, usage)) = &machine.usage
+            && at.elapsed() < FRESH
+        {
+            return *usage;
+        }
+        let usage = machine.read_usage();
+        machine.usage = Some((Instant::now(), usage));
+        usage
+    }
+}
+
+impl Machine {
+    fn read_facts(&mut self) -> HostFacts {
         self.system.refresh_memory();
         self.disks.refresh(true);
         HostFacts {
@@ -64,8 +117,7 @@ impl Sampler {
         }
     }
 
-    /// Usage now; CPU over the time since the previous call.
-    pub fn usage(&mut self) -> Usage {
+    fn read_usage(&mut self) -> Usage {
         self.system.refresh_cpu_usage();
         self.system.refresh_memory();
         self.disks.refresh(true);
@@ -119,18 +171,15 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 /// Sends heartbeats on `session` until it ends, at the interval the hub asks for. With a
 /// sampler each beat carries the machine's usage, and the session's first beat (and any the hub
 /// asks for) its facts.
-pub async fn beat(session: &AgentSession, mut sampler: Option<&mut Sampler>) {
+pub async fn beat(session: &AgentSession, sampler: Option<&Sampler>) {
     let mut client = HealthClient::new(session.channel.clone());
     let mut interval = DEFAULT_INTERVAL;
     let mut send_facts = true;
     loop {
         let heartbeat = Heartbeat {
             seq: SEQ.fetch_add(1, Ordering::Relaxed) + 1,
-            facts: sampler
-                .as_deref_mut()
-                .filter(|_| send_facts)
-                .map(Sampler::facts),
-            usage: sampler.as_deref_mut().map(Sampler::usage),
+            facts: sampler.filter(|_| send_facts).map(Sampler::facts),
+            usage: sampler.map(Sampler::usage),
         };
         let pause = match client.beat(heartbeat).await {
             Ok(reply) => {
@@ -216,7 +265,7 @@ mod tests {
 
     #[test]
     fn facts_and_usage_describe_this_machine() {
-        let mut sampler = Sampler::new().expect("sysinfo reads Linux");
+        let sampler = Sampler::new().expect("sysinfo reads Linux");
         let facts = sampler.facts();
         assert!(facts.cpus >= 1, "{facts:?}");
         assert!(facts.memory_bytes > 0, "{facts:?}");

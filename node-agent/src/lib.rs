@@ -145,10 +145,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Agen
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, shutdown));
     // One sampler for the process: CPU usage is measured between samples.
-    let mut sampler = hostinfo::Sampler::new();
+    let sampler = hostinfo::Sampler::new();
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, node = %config.node, "connected to the hub");
-        hostinfo::beat(&session, sampler.as_mut()).await;
+        hostinfo::beat(&session, sampler.as_ref()).await;
     }
     let _ = runner.await;
     Ok(())

@@ -142,6 +142,7 @@ pub async fn hosts(
             },
             local_plans: None,
             local_address: None,
+            machine: None,
             retry: system_agent::Retry::default(),
         };
         agents.push(system_agent::Agent::start(config, shutdown.clone()).await?);

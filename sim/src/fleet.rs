@@ -148,6 +148,9 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
         tasks: JoinSet::new(),
         _sim: None,
     };
+    // The agents are on one machine: one reader of its facts and usage serves them all (each
+    // reading its own would be N readings of the same /proc and /sys every beat).
+    let machine = hostinfo::Sampler::new();
     let indices: Vec<usize> = (0..config.agents).collect();
     for batch in indices.chunks(config.concurrency.max(1)) {
         let starts = batch.iter().map(|&i| {
@@ -168,6 +171,7 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
                 local_plans: None,
                 retry: system_agent::Retry::default(),
                 local_address: source(&config.hub, i),
+                machine: machine.clone(),
             };
             let (shutdown, dir) = (shutdown.clone(), config.dir.join(&name));
             async move {

@@ -20,16 +20,15 @@ pub(crate) struct Slots {
 pub(crate) const TASK: &str = "task";
 
 /// Serves one session until it ends.
-pub(crate) async fn serve(session: AgentSession, slots: Slots) {
+pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<hostinfo::Sampler>) {
     let client = PlansClient::new(session.channel.clone());
-    let mut sampler = hostinfo::Sampler::new();
     tokio::select! {
         _ = session.session.ended() => {}
         () = take_plans(client.clone(), "", &slots.plan) => {}
         () = take_plans(client.clone(), TASK, &slots.task) => {}
         () = report(client.clone(), "", &slots.plan) => {}
         () = report(client, TASK, &slots.task) => {}
-        () = hostinfo::beat(&session, sampler.as_mut()) => {}
+        () = hostinfo::beat(&session, sampler.as_ref()) => {}
     }
 }
 

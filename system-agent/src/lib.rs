@@ -72,6 +72,9 @@ pub struct Config {
     /// The local address to reach the hub from (`None`: the system's choice); a fleet
     /// simulator spreads its agents over 127.0.0.0/8 with it.
     pub local_address: Option<std::net::IpAddr>,
+    /// Where the machine's facts and usage are read (`None`: a reader of its own). A fleet
+    /// simulator gives all its agents, on one machine, one reader.
+    pub machine: Option<hostinfo::Sampler>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -182,6 +185,7 @@ impl Config {
             },
             local_plans,
             local_address: None,
+            machine: None,
             retry,
         })
     }
@@ -330,14 +334,17 @@ impl Agent {
                 plan: record.clone(),
                 task: task.clone(),
             };
+            // One reader for the agent's life: CPU usage is measured between readings.
+            let sampler = config.machine.clone().or_else(hostinfo::Sampler::new);
             tasks.spawn(async move {
                 while let Some(session) = sessions.recv().await {
                     let id = session.hello.session_id.clone();
                     tracing::info!(session = %id, "connected to the hub");
                     channel.send_replace(Some((id.clone(), session.channel.clone())));
                     let (slots, channel) = (slots.clone(), channel.clone());
+                    let sampler = sampler.clone();
                     tokio::spawn(async move {
-                        hub::serve(session, slots).await;
+                        hub::serve(session, slots, sampler).await;
                         // Gone: transfers wait for the next session (unless one came already).
                         channel.send_if_modified(|current| {
                             let this = current.as_ref().is_some_and(|(s, _)| *s == id);

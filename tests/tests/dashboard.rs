@@ -402,6 +402,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
             },
             local_plans: None,
             local_address: None,
+            machine: None,
             retry: system_agent::Retry::default(),
         },
         imported.shutdown.clone(),

@@ -16,6 +16,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use prost::Message;
@@ -85,17 +86,39 @@ async fn call(
     session: &Session,
     request: http::Request<tonic::body::Body>,
 ) -> Result<http::Response<CallBody>, CallError> {
-    let (parts, body) = request.into_parts();
+    let (parts, mut body) = request.into_parts();
     let header = StreamHeader {
         kind: Some(stream_header::Kind::Call(Call {
             path: parts.uri.path().to_owned(),
             metadata: metadata(&parts.headers),
         })),
     };
-    let stream = session.open_unacknowledged(&header).await?;
+    // What of the request is ready now goes with the header, in one write: all of a unary
+    // call's request, so a heartbeat is one frame each way rather than several.
+    let mut first = Vec::new();
+    let mut ended = false;
+    while !ended {
+        match body.frame().now_or_never() {
+            Some(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    push_frame(&mut first, DATA, &data)?;
+                }
+            }
+            // A request that cannot be encoded ends here; the far side answers the truncated
+            // request with an error status.
+            Some(Some(Err(_)) | None) => {
+                push_frame(&mut first, END, &[])?;
+                ended = true;
+            }
+            None => break,
+        }
+    }
+    let stream = session.open_unacknowledged(&header, &first).await?;
     let (read, write) = tokio::io::split(stream);
-    // The request goes out while the response is awaited: a streaming request may need both.
-    tokio::spawn(send_request(write, body));
+    if !ended {
+        // The rest goes out while the response is awaited: a streaming request may need both.
+        tokio::spawn(send_request(write, body));
+    }
     let mut frames = FrameReader::new(read);
     let reply: StreamReply = header::read(&mut frames.io)
         .await
@@ -123,15 +146,11 @@ async fn call(
     Ok(response)
 }
 
-/// Sends the request's body as DATA frames, then END. The caller's side of the stream stays
-/// open (this half is dropped, not shut down) so that dropping the response resets the stream.
+/// Sends the rest of the request's body as DATA frames, then END. The caller's side of the
+/// stream stays open (this half is dropped, not shut down) so that dropping the response resets
+/// the stream.
 async fn send_request(mut write: WriteHalf<TunnelStream>, mut body: tonic::body::Body) {
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            // A request that cannot be encoded ends here; the far side answers the truncated
-            // request with an error status.
-            break;
-        };
+    while let Some(Ok(frame)) = body.frame().await {
         if let Ok(data) = frame.into_data()
             && write_frame(&mut write, DATA, &data).await.is_err()
         {
@@ -225,26 +244,32 @@ pub(crate) async fn serve(
     request.extensions_mut().insert(info);
     request.extensions_mut().extend(extensions);
     let respond = async {
+        // The acknowledgement goes with the response's head, and with as much of the response
+        // as is ready: all of a unary call's, in one write.
+        let mut out = header::accepted().encode_length_delimited_to_vec();
         let Ok(response) = tower::ServiceExt::oneshot(routes, request).await;
         let (parts, mut body) = response.into_parts();
         let head = CallHead {
             status: u32::from(parts.status.as_u16()),
             metadata: metadata(&parts.headers),
         };
-        write_frame(&mut write, HEAD, &head.encode_to_vec()).await?;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| io::Error::other(e.to_string()))?;
-            match frame.into_data() {
-                Ok(data) => write_frame(&mut write, DATA, &data).await?,
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        let trailers = CallHead {
-                            status: 0,
-                            metadata: metadata(&trailers),
-                        };
-                        write_frame(&mut write, TRAILERS, &trailers.encode_to_vec()).await?;
-                    }
-                }
+        push_frame(&mut out, HEAD, &head.encode_to_vec())?;
+        let mut ended = false;
+        while !ended {
+            match body.frame().now_or_never() {
+                Some(Some(frame)) => push_response_frame(&mut out, frame)?,
+                Some(None) => ended = true,
+                None => break,
+            }
+        }
+        write.write_all(&out).await?;
+        write.flush().await?;
+        if !ended {
+            while let Some(frame) = body.frame().await {
+                out.clear();
+                push_response_frame(&mut out, frame)?;
+                write.write_all(&out).await?;
+                write.flush().await?;
             }
         }
         write.shutdown().await
@@ -384,16 +409,44 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-/// One write per frame, so a frame is one yamux frame.
-async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, tag: u8, payload: &[u8]) -> io::Result<()> {
+/// Appends a `[tag][u32 length][payload]` frame to `out`.
+fn push_frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) -> io::Result<()> {
     let length = u32::try_from(payload.len())
         .ok()
         .filter(|&l| l as usize <= MAX_FRAME)
         .ok_or_else(|| invalid(format!("a frame of {} bytes is too large", payload.len())))?;
-    let mut frame = Vec::with_capacity(FRAME_HEAD + payload.len());
-    frame.push(tag);
-    frame.extend_from_slice(&length.to_be_bytes());
-    frame.extend_from_slice(payload);
+    out.reserve(FRAME_HEAD + payload.len());
+    out.push(tag);
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(payload);
+    Ok(())
+}
+
+/// Appends a frame of a response body: its data, or its trailers.
+fn push_response_frame(
+    out: &mut Vec<u8>,
+    frame: Result<Frame<Bytes>, tonic::Status>,
+) -> io::Result<()> {
+    let frame = frame.map_err(|e| io::Error::other(e.to_string()))?;
+    match frame.into_data() {
+        Ok(data) => push_frame(out, DATA, &data),
+        Err(frame) => match frame.into_trailers() {
+            Ok(trailers) => {
+                let trailers = CallHead {
+                    status: 0,
+                    metadata: metadata(&trailers),
+                };
+                push_frame(out, TRAILERS, &trailers.encode_to_vec())
+            }
+            Err(_) => Ok(()),
+        },
+    }
+}
+
+/// One write per frame, so a frame is one yamux frame.
+async fn write_frame<W: AsyncWrite + Unpin>(io: &mut W, tag: u8, payload: &[u8]) -> io::Result<()> {
+    let mut frame = Vec::new();
+    push_frame(&mut frame, tag, payload)?;
     io.write_all(&frame).await?;
     io.flush().await
 }

@@ -34,7 +34,17 @@ pub(crate) async fn write<M: Message, W: AsyncWrite + Unpin>(
     io: &mut W,
     message: &M,
 ) -> std::io::Result<()> {
-    let bytes = message.encode_length_delimited_to_vec();
+    write_with(io, message, &[]).await
+}
+
+/// Writes `message` and the `payload` after it in one write (one yamux frame when small).
+pub(crate) async fn write_with<M: Message, W: AsyncWrite + Unpin>(
+    io: &mut W,
+    message: &M,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let mut bytes = message.encode_length_delimited_to_vec();
+    bytes.extend_from_slice(payload);
     io.write_all(&bytes).await?;
     io.flush().await
 }

@@ -77,12 +77,11 @@ impl Inbound {
         match header.kind {
             Some(stream_header::Kind::Dial(dial)) => self.dial(stream, dial).await,
             Some(stream_header::Kind::Call(call)) => match self.control {
+                // Acknowledged with the response's head.
                 Some(control) => {
-                    if accept(&mut stream).await {
-                        let info = stream.session().clone();
-                        crate::call::serve(stream, call, control.routes, control.extensions, info)
-                            .await;
-                    }
+                    let info = stream.session().clone();
+                    crate::call::serve(stream, call, control.routes, control.extensions, info)
+                        .await;
                 }
                 None => refuse(stream, "this side serves no gRPC calls".into()).await,
             },

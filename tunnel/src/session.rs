@@ -267,7 +267,7 @@ impl Session {
     }
 
     async fn open(&self, header: StreamHeader) -> Result<TunnelStream, DialError> {
-        let mut stream = self.open_unacknowledged(&header).await?;
+        let mut stream = self.open_unacknowledged(&header, &[]).await?;
         let reply: StreamReply = header::read(&mut stream).await.map_err(|e| DialError {
             kind: match e {
                 header::HeaderError::TimedOut => DialErrorKind::TimedOut,
@@ -290,11 +290,12 @@ impl Session {
         }
     }
 
-    /// Opens a stream and sends `header`, without waiting for the far side's reply: the caller
-    /// reads it, and may send its payload first (a call's request goes with its header).
+    /// Opens a stream and sends `header` and then `payload` (in one write), without waiting
+    /// for the far side's reply: the caller reads it (a call's request goes with its header).
     pub(crate) async fn open_unacknowledged(
         &self,
         header: &StreamHeader,
+        payload: &[u8],
     ) -> Result<TunnelStream, DialError> {
         let (tx, rx) = oneshot::channel();
         let gone = || DialError::session("the tunnel session has ended");
@@ -304,7 +305,7 @@ impl Session {
             .map_err(|_| gone())?
             .map_err(|e| DialError::session(format!("cannot open a stream: {e}")))?;
         let mut stream = TunnelStream::new(stream, self.inner.info.clone());
-        header::write(&mut stream, header)
+        header::write_with(&mut stream, header, payload)
             .await
             .map_err(|e| DialError::session(format!("cannot send the stream header: {e}")))?;
         Ok(stream)

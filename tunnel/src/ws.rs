@@ -718,8 +718,16 @@ impl Keepalive {
                 ));
             }
             if now >= self.next_ping {
-                ping = true;
-                self.next_ping = now + self.interval;
+                // Only a quiet peer is pinged: anything heard from it (beats, yamux's own pings)
+                // proves the path as well, and a fleet's pings are otherwise most of an idle
+                // hub's work. Silence is still found at `dead_after`.
+                let quiet_since = self.last_heard + self.interval;
+                if now >= quiet_since {
+                    ping = true;
+                    self.next_ping = now + self.interval;
+                } else {
+                    self.next_ping = quiet_since;
+                }
             }
             let wake_at = self.next_ping.min(deadline);
             if self.timer.deadline() != wake_at {

@@ -314,6 +314,31 @@ async fn a_silent_peer_is_declared_dead_after_three_intervals() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_peer_heard_from_lately_is_not_pinged() {
+    async fn due(keepalive: &mut Keepalive) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(keepalive.poll(cx).unwrap())).await
+    }
+    let mut keepalive = Keepalive::new(Duration::from_secs(10), Duration::from_secs(30));
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(!due(&mut keepalive).await);
+    keepalive.heard_from_peer();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(
+        !due(&mut keepalive).await,
+        "heard 2 s ago: no ping at the interval"
+    );
+    tokio::time::advance(Duration::from_secs(8)).await;
+    assert!(
+        due(&mut keepalive).await,
+        "an interval of quiet since: ping"
+    );
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(!due(&mut keepalive).await, "the next one an interval later");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(due(&mut keepalive).await);
+}
+
+#[tokio::test(start_paused = true)]
 async fn pings_keep_an_idle_but_healthy_session_alive() {
     let settings = WsSettings {
         ping_interval: Duration::from_secs(10),

@@ -158,6 +158,21 @@ pub enum ConnectError {
     TimedOut(Duration),
 }
 
+/// The CAs this process fetched from `/cacerts` and found to match a checksum, by checksum: the
+/// same checksum is the same PEM, so connectors that pin it (a fleet simulator's agents, an
+/// agent's connector made anew) fetch it once per process, not once each — at 10,000 agents
+/// that was a TLS handshake more per agent.
+fn verified_cas()
+-> std::sync::MutexGuard<'static, std::collections::HashMap<String, Arc<ClientConfig>>> {
+    static VERIFIED: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<String, Arc<ClientConfig>>>,
+    > = std::sync::OnceLock::new();
+    VERIFIED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 /// A session to the hub that has completed `Hello`.
 #[derive(Debug, Clone)]
 pub struct AgentSession {
@@ -303,7 +318,7 @@ impl Connector {
                 if matches!(config.trust, Trust::CaChecksum(_))
                     && matches!(e, ConnectError::Tls { .. })
                 {
-                    *self.lock_roots() = None;
+                    self.forget_roots();
                 }
                 return Err(e);
             }
@@ -428,6 +443,14 @@ impl Connector {
         self.inner.roots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Forgets the CA fetched under this connector's checksum, here and process-wide.
+    fn forget_roots(&self) {
+        *self.lock_roots() = None;
+        if let Trust::CaChecksum(expected) = &self.inner.config.trust {
+            verified_cas().remove(&expected.trim().to_ascii_lowercase());
+        }
+    }
+
     /// The client config to verify the hub with; under a CA checksum, fetched and checked first.
     async fn tls_config(&self) -> Result<Arc<ClientConfig>, ConnectError> {
         if let Some(config) = self.lock_roots().clone() {
@@ -436,6 +459,11 @@ impl Connector {
         let Trust::CaChecksum(expected) = &self.inner.config.trust else {
             unreachable!("roots are set at construction for every other kind of trust")
         };
+        let key = expected.trim().to_ascii_lowercase();
+        if let Some(config) = verified_cas().get(&key).cloned() {
+            *self.lock_roots() = Some(config.clone());
+            return Ok(config);
+        }
         let pem = self.fetch_cacerts().await?;
         let actual = tls::ca_checksum(&pem);
         if !actual.eq_ignore_ascii_case(expected.trim()) {
@@ -448,6 +476,7 @@ impl Connector {
         let roots: RootCertStore = tls::roots_from_pem(&pem)?;
         let config = tls::client_config(roots);
         *self.lock_roots() = Some(config.clone());
+        verified_cas().insert(key, config.clone());
         Ok(config)
     }
 

@@ -5,7 +5,7 @@
 // Fixture set-up failing means the test machine is broken; panicking says so plainly.
 #![allow(clippy::expect_used)]
 
-use std::{convert::Infallible, net::SocketAddr, time::Duration};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -66,6 +66,8 @@ fn authenticate(parts: &http::request::Parts) -> AuthFuture {
 pub struct TestHub {
     pub addr: SocketAddr,
     pub registry: Registry,
+    /// How many times `/cacerts` has been served.
+    pub cacerts_served: Arc<std::sync::atomic::AtomicUsize>,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -86,11 +88,16 @@ impl TestHub {
         let shutdown = CancellationToken::new();
         let registry = Registry::default();
         let acceptor = Acceptor::new(config, authenticate, registry.clone(), shutdown.clone());
+        let cacerts_served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let served = cacerts_served.clone();
         let service = tower::service_fn(move |req: Request<hyper::body::Incoming>| {
-            let acceptor = acceptor.clone();
+            let (acceptor, served) = (acceptor.clone(), served.clone());
             async move {
                 let response = match req.uri().path() {
-                    "/cacerts" => Response::new(Either::Left(Full::new(Bytes::from(ca_pem())))),
+                    "/cacerts" => {
+                        served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Response::new(Either::Left(Full::new(Bytes::from(ca_pem()))))
+                    }
                     "/v3/connect" => acceptor.handle(req).await.map(Either::Right),
                     _ => {
                         let mut r = Response::new(Either::Left(Full::new(Bytes::from_static(
@@ -112,6 +119,7 @@ impl TestHub {
         Self {
             addr,
             registry,
+            cacerts_served,
             shutdown,
             task,
         }

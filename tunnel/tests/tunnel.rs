@@ -202,6 +202,25 @@ async fn a_wrong_ca_checksum_refuses_to_connect_and_names_both_checksums() {
 }
 
 #[tokio::test]
+async fn a_ca_checked_against_its_checksum_is_fetched_once_per_process() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let first = Connector::new(agent_config(&hub, "first-copy")).unwrap();
+    first.connect().await.unwrap().session.close();
+    let served = hub.cacerts_served.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(served <= 1, "fetched {served} times for one connector");
+    // Another connector pinning the same checksum (another agent of a fleet simulator).
+    let second = Connector::new(agent_config(&hub, "second-copy")).unwrap();
+    second.connect().await.unwrap().session.close();
+    assert_eq!(
+        hub.cacerts_served.load(std::sync::atomic::Ordering::SeqCst),
+        served,
+        "the second connector used the CA the first one checked"
+    );
+    hub.stop().await;
+}
+
+#[tokio::test]
 async fn trusting_a_ca_that_did_not_sign_the_hub_fails_the_tls_handshake() {
     init();
     let hub = TestHub::start(AcceptorConfig::default()).await;

@@ -221,7 +221,11 @@ impl Hub {
             server_url: url.clone(),
             ca_checksum: pki.ca_checksum.clone(),
             ca_pem: pki.ca_pem.to_string(),
-            registry: Some(registry.clone()),
+            agents: Some(proxy::Agents {
+                registry: registry.clone(),
+                replicas: replicas.clone(),
+                peers: peers.clone(),
+            }),
             files: Some(config.data_dir.join(plans::FILES_DIR)),
         };
         tokio::spawn(replicas.clone().lead(

@@ -45,9 +45,9 @@ pub struct Planner {
     pub ca_checksum: String,
     /// The hub's CA (PEM): air-gapped hosts fetch the artifacts trusting it.
     pub ca_pem: String,
-    /// The agents' sessions, to drain nodes through a cluster's cluster-agent (`None`: no
-    /// draining, as in unit tests).
-    pub registry: Option<tunnel::Registry>,
+    /// How to reach clusters' cluster-agents (to drain nodes, clean up imported clusters), on
+    /// this replica or another (`None`: no draining, as in unit tests).
+    pub agents: Option<crate::proxy::Agents>,
     /// Where the hub keeps files from plans (copies of etcd snapshots); `None` in unit tests.
     pub files: Option<std::path::PathBuf>,
 }
@@ -549,13 +549,13 @@ impl Planner {
             return self.write_plan(cluster, host, "", &plan, Vec::new()).await;
         }
         if stored.map(PlanReport::of).is_some_and(|r| r.applied == sum) {
-            if let Some(registry) = &self.registry
+            if let Some(agents) = &self.agents
                 && !node.is_empty()
             {
                 // Best effort: the node object of a machine that is gone.
                 let path = format!("/api/v1/nodes/{node}");
                 let _ = crate::proxy::agent_call(
-                    registry,
+                    agents,
                     cluster,
                     http::Method::DELETE,
                     &path,
@@ -591,8 +591,8 @@ impl Planner {
     /// cluster-agent. One pass: `Ok` once no such pod is left, else why not yet (the planner
     /// comes back within seconds), so one slow drain never holds up other clusters.
     async fn drain(&self, cluster: &str, node: &str) -> Result<(), String> {
-        let registry = self
-            .registry
+        let agents = self
+            .agents
             .as_ref()
             .ok_or("this planner cannot reach clusters")?;
         if node.is_empty() {
@@ -602,15 +602,8 @@ impl Planner {
                     path: String,
                     content_type: &'static str,
                     body: Option<Value>| async move {
-            crate::proxy::agent_call(
-                registry,
-                cluster,
-                method,
-                &path,
-                content_type,
-                body.as_ref(),
-            )
-            .await
+            crate::proxy::agent_call(agents, cluster, method, &path, content_type, body.as_ref())
+                .await
         };
         let (code, answer) = call(
             http::Method::PATCH,
@@ -682,11 +675,11 @@ impl Planner {
 
     /// Makes `node` schedulable again after its upgrade.
     async fn uncordon(&self, cluster: &str, host: &str, node: &str) {
-        let Some(registry) = &self.registry else {
+        let Some(agents) = &self.agents else {
             return;
         };
         let patched = crate::proxy::agent_call(
-            registry,
+            agents,
             cluster,
             http::Method::PATCH,
             &format!("/api/v1/nodes/{node}"),

@@ -51,6 +51,28 @@ pub struct ProxyState {
     pub peers: Option<Arc<rustls::ClientConfig>>,
 }
 
+/// How the hub's own controllers reach clusters' cluster-agents: a session of this replica, or
+/// (with replicas) the replica the agent is connected to, over mutual TLS.
+#[derive(Clone, Debug)]
+pub struct Agents {
+    pub registry: Registry,
+    pub replicas: Arc<Replicas>,
+    pub peers: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Agents {
+    /// Whether the cluster's cluster-agent is connected to this replica or to another.
+    pub async fn connected(&self, cluster: &str) -> bool {
+        agent_session(&self.registry, cluster).is_some()
+            || (self.peers.is_some()
+                && self
+                    .replicas
+                    .locate(agents::CLUSTER_AGENT, cluster)
+                    .await
+                    .is_some())
+    }
+}
+
 /// Where a request for a cluster goes: through an agent session of this replica, or to the
 /// replica the agent is connected to.
 enum Route {
@@ -109,18 +131,38 @@ pub const ROUTE_HEADER: &str = "x-drover-route";
 /// A request to `cluster`'s API server as its cluster-agent (no impersonation), for the hub's
 /// own controllers (the planner cordons and drains nodes with it). A JSON body and answer.
 pub async fn agent_call(
-    registry: &Registry,
+    agents: &Agents,
     cluster: &str,
     method: http::Method,
     path: &str,
     content_type: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<(StatusCode, serde_json::Value), String> {
-    let session = agent_session(registry, cluster)
-        .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
-    let mut sender = connect(&session, proto::KUBE_API_SERVICE, cluster, None)
-        .await
-        .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+    let (mut sender, path) = match agent_session(&agents.registry, cluster) {
+        Some(session) => {
+            let sender = connect(&session, proto::KUBE_API_SERVICE, cluster, None)
+                .await
+                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+            (sender, path.to_owned())
+        }
+        // With replicas, through the one its agent is connected to.
+        None => {
+            let url = match &agents.peers {
+                Some(_) => agents.replicas.locate(agents::CLUSTER_AGENT, cluster).await,
+                None => None,
+            }
+            .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
+            let sender = connect_peer(agents.peers.clone(), &url, cluster)
+                .await
+                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+            let relayed = format!(
+                "{RELAY_PREFIX}/{}/{cluster}/{}{path}",
+                agents::CLUSTER_AGENT,
+                proto::KUBE_API_SERVICE
+            );
+            (sender, relayed)
+        }
+    };
     let bytes = body.map(|b| b.to_string()).unwrap_or_default();
     let request = http::Request::builder()
         .method(method)
@@ -268,7 +310,7 @@ async fn connect_route(
             Ok((sender, path.to_owned(), pool))
         }
         Route::Peer { url, kind } => {
-            let sender = connect_peer(state, url, cluster).await?;
+            let sender = connect_peer(state.peers.clone(), url, cluster).await?;
             let relayed = format!("{RELAY_PREFIX}/{kind}/{cluster}/{service}{path}");
             Ok((sender, relayed, None))
         }
@@ -277,7 +319,7 @@ async fn connect_route(
 
 /// A new HTTP/1 connection to the peer replica at `url`, over mutual TLS.
 async fn connect_peer(
-    state: &ProxyState,
+    peers: Option<Arc<rustls::ClientConfig>>,
     url: &str,
     cluster: &str,
 ) -> Result<SendRequest<Body>, Response> {
@@ -290,7 +332,7 @@ async fn connect_peer(
             ),
         )
     };
-    let Some(tls) = state.peers.clone() else {
+    let Some(tls) = peers else {
         return Err(bad_gateway("this replica has no peer credentials".into()));
     };
     let uri: http::Uri = url.parse().map_err(|e| bad_gateway(format!("{e}")))?;

@@ -1,7 +1,8 @@
 //! The hub on etcd (`--store etcd://…`), with a real etcd (Debian's `etcd-server`) per test:
 //! one hub killed and started again, and etcd itself under it; three replicas on one etcd,
 //! the leader killed: another leads, the agents move, kubectl through any survivor works, no
-//! plan runs twice and no registration is lost.
+//! plan runs twice and no registration is lost; the leader's controllers reach a cluster whose
+//! agent is connected to another replica.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -260,6 +261,71 @@ async fn three_replicas_on_etcd_survive_the_loss_of_the_leader() {
 
     host.kill().await;
     shutdown.cancel();
+    let _ = agent.await;
+    drop(etcd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_reaches_a_cluster_whose_agent_is_on_another_replica() {
+    let etcd = LocalEtcd::start(&temp_dir("ha-reach-etcd")).unwrap();
+    let store = etcd.store_url();
+    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
+    let imported = Imported::start_with("ha-reach", SimConfig::default(), &flags).await;
+    let second = HubProcess::start_with(&imported.dir.join("hub-2"), &flags).await;
+    // The first replica leads; the cluster-agent knows only the second.
+    let leader = leader_of(&[&imported.hub, &second], Duration::from_secs(15)).await;
+    assert_eq!(leader, 0, "the first replica took the lead");
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_SERVER".into(), second.url());
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    until(
+        &imported.hub,
+        &imported.admin,
+        "/v1/clusters/prod",
+        Duration::from_secs(30),
+        |c| c["state"]["state"] == "active",
+    )
+    .await;
+
+    // Removing the cluster: the leader's controller cleans it up through the agent's replica.
+    let (status, body) = api(
+        imported.hub.addr,
+        "DELETE",
+        "/v1/clusters/prod",
+        Some(&imported.admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let started = Instant::now();
+    loop {
+        let (status, c) = api(
+            imported.hub.addr,
+            "GET",
+            "/v1/clusters/prod",
+            Some(&imported.admin),
+            None,
+        )
+        .await;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not removed: {c:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for object in [
+        "namespace/drover-system",
+        "clusterrolebinding/drover-admin",
+        "clusterrolebinding/drover-agent",
+    ] {
+        let (ok, _, _) = tests::imported::kubectl(&imported.sim_admin, &["get", object]).await;
+        assert!(!ok, "{object} is gone: cleaned through the other replica");
+    }
+    imported.shutdown.cancel();
     let _ = agent.await;
     drop(etcd);
 }

@@ -132,10 +132,10 @@ impl Planner {
         }
         let imported = serde_json::from_value::<ClusterSpec>(cluster.spec.clone())
             .is_ok_and(|s| s.cluster_type == ClusterType::Imported);
-        let connected = self
-            .registry
-            .as_ref()
-            .is_some_and(|r| crate::proxy::agent_session(r, name).is_some());
+        let connected = match &self.agents {
+            Some(agents) => agents.connected(name).await,
+            None => false,
+        };
         if imported && !connected {
             tracing::warn!(cluster = %name, "removed without cleaning the cluster (its agent is not connected): delete its drover-system namespace, the drover-admin and drover-agent cluster role bindings and the objects labelled drover.io/sync by hand");
         } else if imported && let Err(why) = self.clean_downstream(name).await {
@@ -193,13 +193,12 @@ impl Planner {
     /// Removes, through the cluster's agent, what Drover created in an imported cluster. `Ok`
     /// once done; else why not yet.
     async fn clean_downstream(&self, cluster: &str) -> Result<(), String> {
-        let registry = self
-            .registry
+        let agents = self
+            .agents
             .as_ref()
             .ok_or("this planner cannot reach clusters")?;
         let call = |method: http::Method, path: String| async move {
-            crate::proxy::agent_call(registry, cluster, method, &path, "application/json", None)
-                .await
+            crate::proxy::agent_call(agents, cluster, method, &path, "application/json", None).await
         };
         // The agent removes what it kept once the hub's access for the cluster is empty.
         for kind in SYNCED_KINDS {

@@ -29,7 +29,7 @@ fn fixture() -> Fixture {
             server_url: "https://hub.example:8443".into(),
             ca_checksum: "ab".repeat(32),
             ca_pem: "-----BEGIN CERTIFICATE-----\nhub\n-----END CERTIFICATE-----\n".into(),
-            registry: None,
+            agents: None,
         },
         dir,
     }

@@ -120,7 +120,9 @@ async fn call(
         tokio::spawn(send_request(write, body));
     }
     let mut frames = FrameReader::new(read);
-    let reply: StreamReply = header::read(&mut frames.io)
+    // The acknowledgement comes with the response's head, which may take as long as the call
+    // does (an upload is answered at its end): no header timeout here.
+    let reply: StreamReply = header::read_unbounded(&mut frames.io)
         .await
         .map_err(|e| io::Error::other(format!("no acknowledgement: {e}")))?;
     if let Some(error) = reply.error {
@@ -605,6 +607,47 @@ mod tests {
             .await
             .expect("the far side drops the response once the caller has gone")
             .unwrap();
+    }
+
+    /// A service that answers after a while: 15 s, longer than a stream header may take.
+    #[derive(Clone)]
+    struct Slow;
+
+    impl tonic::server::NamedService for Slow {
+        const NAME: &'static str = "test.Slow";
+    }
+
+    impl tower::Service<http::Request<tonic::body::Body>> for Slow {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<tonic::body::Body>) -> Self::Future {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                let body =
+                    tonic::body::Body::new(http_body_util::Full::new(Bytes::from_static(b"late")));
+                Ok(http::Response::new(body))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_may_take_longer_than_a_stream_header_may() {
+        let (_hub, agent) = sessions(tonic::service::Routes::new(Slow));
+        let request = http::Request::builder()
+            .uri("/test.Slow/Wait")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let response = tower::ServiceExt::oneshot(Channel::new(agent), request)
+            .await
+            .unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, Bytes::from_static(b"late"));
     }
 
     #[tokio::test]

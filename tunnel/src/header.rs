@@ -57,7 +57,9 @@ pub(crate) async fn read<M: Message + Default, R: AsyncRead + Unpin>(
         .map_err(|_| HeaderError::TimedOut)?
 }
 
-async fn read_unbounded<M: Message + Default, R: AsyncRead + Unpin>(
+/// As [`read`], with no time limit: for a reply that waits on work (a call's acknowledgement
+/// comes with its response); the session's keepalive still ends it if the peer dies.
+pub(crate) async fn read_unbounded<M: Message + Default, R: AsyncRead + Unpin>(
     io: &mut R,
 ) -> Result<M, HeaderError> {
     let mut len: usize = 0;

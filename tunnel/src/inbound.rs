@@ -1,6 +1,7 @@
 //! Streams the peer opens: read the header, then dial (if the allow-list permits), serve a gRPC
-//! call or hand the stream to a named service. Every header is answered at once, success or failure, so the opener
-//! never waits on a timeout and yamux's acknowledgement backlog drains.
+//! call or hand the stream to a named service. Every header is answered, success or failure, at
+//! once (a call's with its response, in the same write), so the opener never waits on a timeout
+//! and yamux's acknowledgement backlog drains.
 
 use std::{collections::HashMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 

@@ -20,6 +20,32 @@ pub const AGENT_TOKEN: &str = "sa-drover-agent-token";
 /// Who that token is.
 pub const AGENT_USER: &str = "system:serviceaccount:drover-system:drover-agent";
 
+/// What the import manifest creates in a cluster (and removing the cluster takes away).
+pub const IMPORT_OBJECTS: [&str; 3] = [
+    "namespace/drover-system",
+    "clusterrolebinding/drover-admin",
+    "clusterrolebinding/drover-agent",
+];
+
+/// Deletes cluster `name` through the hub's API and waits (up to 60 s) until it is gone.
+pub async fn remove_cluster(hub: &HubProcess, admin: &str, name: &str) {
+    let path = format!("/v1/clusters/{name}");
+    let (status, body) = api(hub.addr, "DELETE", &path, Some(admin), None).await;
+    assert_eq!(status, 200, "{body}");
+    let started = std::time::Instant::now();
+    loop {
+        let (status, cluster) = api(hub.addr, "GET", &path, Some(admin), None).await;
+        if status == 404 {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "not removed: {cluster:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs kubectl (v1.32, installed on every machine here) with `kubeconfig`: success, stdout,
 /// stderr.
 pub async fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {

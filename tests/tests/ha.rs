@@ -15,7 +15,10 @@ use serde_json::json;
 use sim::{cluster::SimConfig, etcd::LocalEtcd};
 use tests::{
     HubProcess, api, https_get,
-    imported::{Imported, kubectl_ok, until_allowed, user_kubeconfig},
+    imported::{
+        IMPORT_OBJECTS, Imported, kubectl, kubectl_ok, remove_cluster, until_allowed,
+        user_kubeconfig,
+    },
     system_agent::{Host, applied, counted, create_paused_edge, put_plan, runs, until},
     temp_dir,
 };
@@ -289,40 +292,9 @@ async fn the_leader_reaches_a_cluster_whose_agent_is_on_another_replica() {
     .await;
 
     // Removing the cluster: the leader's controller cleans it up through the agent's replica.
-    let (status, body) = api(
-        imported.hub.addr,
-        "DELETE",
-        "/v1/clusters/prod",
-        Some(&imported.admin),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let started = Instant::now();
-    loop {
-        let (status, c) = api(
-            imported.hub.addr,
-            "GET",
-            "/v1/clusters/prod",
-            Some(&imported.admin),
-            None,
-        )
-        .await;
-        if status == 404 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "not removed: {c:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for object in [
-        "namespace/drover-system",
-        "clusterrolebinding/drover-admin",
-        "clusterrolebinding/drover-agent",
-    ] {
-        let (ok, _, _) = tests::imported::kubectl(&imported.sim_admin, &["get", object]).await;
+    remove_cluster(&imported.hub, &imported.admin, "prod").await;
+    for object in IMPORT_OBJECTS {
+        let (ok, _, _) = kubectl(&imported.sim_admin, &["get", object]).await;
         assert!(!ok, "{object} is gone: cleaned through the other replica");
     }
     imported.shutdown.cancel();

@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api,
-    imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
+    imported::{
+        IMPORT_OBJECTS, Imported, issued_kubeconfig, kubectl, kubectl_ok, remove_cluster,
+        until_allowed, user_kubeconfig,
+    },
 };
 
 /// Creates `body` at `/v1/{plural}` as `token`; panics unless 201.
@@ -450,19 +453,7 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
     // Removing the cluster removes what Drover created in it (through its agent) and nothing
     // else; its agents' credentials are revoked.
     let started = std::time::Instant::now();
-    let (status, body) = api(hub.addr, "DELETE", "/v1/clusters/prod", Some(admin), None).await;
-    assert_eq!(status, 200, "{body}");
-    loop {
-        let (status, c) = api(hub.addr, "GET", "/v1/clusters/prod", Some(admin), None).await;
-        if status == 404 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "not removed: {c:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    remove_cluster(hub, admin, "prod").await;
     let synced = kubectl_ok(
         sim_admin,
         &[
@@ -477,11 +468,7 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
     )
     .await;
     assert_eq!(synced.trim(), "", "the objects the agent kept are gone");
-    for object in [
-        "namespace/drover-system",
-        "clusterrolebinding/drover-admin",
-        "clusterrolebinding/drover-agent",
-    ] {
+    for object in IMPORT_OBJECTS {
         let (ok, _, _) = kubectl(sim_admin, &["get", object]).await;
         assert!(!ok, "{object} is gone");
     }

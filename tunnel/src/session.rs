@@ -60,7 +60,9 @@ impl Default for SessionSettings {
             ws: WsSettings::default(),
             max_streams: 512,
             window_growth: 4 * 1024 * 1024,
-            frame_size: 64 * 1024,
+            // 128 KiB measured best on one bulk stream (vs 64 KiB: ratio ~0.8 against ~0.65,
+            // less CPU per GiB); 256 KiB stalls at times on the 256 KiB initial window.
+            frame_size: 128 * 1024,
             dial_timeout: Duration::from_secs(10),
         }
     }

@@ -11,12 +11,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const CHUNK: usize = 256 * 1024;
 
-/// Where in its buffer a writer's bytes start. rustls copies each record's plaintext to 5 bytes
-/// into a page-aligned allocation (with mimalloc), and glibc's memcpy on this machine's CPU
-/// (AMD EPYC, `rep movsb`) runs about 15 times slower when the destination lies 1 to 15 bytes
-/// past the source modulo 4 KiB, as it would from the start of a page-aligned buffer. Writing
-/// from 64 bytes in gives the direct baseline its best case, so the tunnel is compared with
-/// the fastest raw rustls, not a slowed one.
+/// Where in its buffer a writer's bytes start: 64 bytes in, as the tunnel's WebSocket writer
+/// places its frames (`LEAD` in tunnel/src/ws.rs says why: rustls's record copy is ~15 times
+/// slower from the start of a page-aligned buffer on this VM). It gives the direct baseline its
+/// best case, so the tunnel is compared with the fastest raw rustls, not a slowed one.
 const LEAD: usize = 64;
 
 /// Serves one connection of the bench protocol.

@@ -193,7 +193,7 @@ impl Session {
             Role::Client => yamux::Mode::Client,
             Role::Server => yamux::Mode::Server,
         };
-        let io = WsIo::new(io, role, settings.ws);
+        let io = WsIo::new(io, role, settings.ws).deferring_flushes();
         let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
         let (open_tx, open_rx) = mpsc::channel(64);
         let (ended_tx, ended_rx) = watch::channel(None);

@@ -101,6 +101,9 @@ const HEADER_SLOT: usize = 14;
 const LEAD: usize = 64;
 /// A server's writes at least this large skip the write buffer (see `WsIo::write_through`).
 const WRITE_THROUGH: usize = 16 * 1024;
+/// With flushes deferred, a flush finding at least this much unsent writes it at once: bulk
+/// data gains nothing from waiting, and frames of other streams would wait behind it.
+const DEFER_LIMIT: usize = 64 * 1024;
 /// Most bytes read at once into the header buffer.
 const HEADER_READ: usize = 4096;
 /// A write buffer larger than this is given back once it has been flushed with little in it.
@@ -261,6 +264,12 @@ pub(crate) struct WsIo<T> {
     keepalive: Keepalive,
     /// Masking keys not yet used (client side).
     masks: Vec<u8>,
+    /// Flushes wait for the next read (see `WsIo::deferring_flushes`).
+    defer_flushes: bool,
+    /// A deferred flush has not been carried out yet.
+    flush_owed: bool,
+    /// The task has let others run once since the flush became owed.
+    flush_yielded: bool,
 }
 
 #[derive(Default)]
@@ -306,6 +315,47 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             keepalive: Keepalive::new(settings.ping_interval, settings.dead_after()),
             settings,
             masks: Vec::new(),
+            defer_flushes: false,
+            flush_owed: false,
+            flush_yielded: false,
+        }
+    }
+
+    /// Makes a flush of a few small frames only mark them as owed; the next read writes
+    /// them. For yamux, which flushes after every frame it sends, then sends whatever
+    /// frame another stream has ready, and reads the socket only once none is left: writing
+    /// at each flush put each small frame in a TLS record and a system call of its own (two
+    /// per proxied request under load, and on loopback a write also runs the receiver's TCP
+    /// stack). Deferred, the frames leave in one write at yamux's next read but one: the
+    /// first read yields once, so that other tasks can hand yamux their frames too (replies
+    /// of many streams then share a write). Only for a caller that, like yamux, always reads
+    /// before it waits.
+    pub(crate) fn deferring_flushes(mut self) -> Self {
+        self.defer_flushes = true;
+        self
+    }
+
+    /// Carries out a deferred flush. Until the stream has taken everything, the flush stays
+    /// owed; the stream's readiness wakes the task to retry.
+    fn pay_flush(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if !self.flush_owed {
+            return Ok(());
+        }
+        if !self.flush_yielded {
+            self.flush_yielded = true;
+            cx.waker().wake_by_ref();
+            return Ok(());
+        }
+        self.seal();
+        match self.poll_drain(cx)? {
+            Poll::Pending => Ok(()),
+            Poll::Ready(()) => {
+                if Pin::new(&mut self.io).poll_flush(cx)?.is_ready() {
+                    self.flush_owed = false;
+                    self.flush_yielded = false;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -592,6 +642,7 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
+        this.pay_flush(cx)?;
         loop {
             if this.reader.done {
                 return Poll::Ready(Ok(0));
@@ -707,12 +758,20 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
+        if this.defer_flushes && this.writer.buf.len() - this.writer.written < DEFER_LIMIT {
+            // Not sealed: frames flushed together share one WebSocket frame too.
+            this.flush_owed = true;
+            return Poll::Ready(Ok(()));
+        }
         this.seal();
         if this.poll_drain(cx)?.is_pending() {
             this.absorb(cx)?;
             return Poll::Pending;
         }
-        Pin::new(&mut this.io).poll_flush(cx)
+        ready!(Pin::new(&mut this.io).poll_flush(cx))?;
+        this.flush_owed = false;
+        this.flush_yielded = false;
+        Poll::Ready(Ok(()))
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

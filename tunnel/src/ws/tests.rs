@@ -2,7 +2,7 @@
 //! roles, plus the malformed input a peer could send and the keepalive's timing.
 
 use super::*;
-use futures::{AsyncReadExt, AsyncWriteExt, SinkExt, StreamExt};
+use futures::{AsyncReadExt, AsyncWriteExt, FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncWriteExt as _, DuplexStream};
 use tokio_tungstenite::{
     WebSocketStream,
@@ -98,6 +98,88 @@ async fn our_client_and_tungstenites_server_exchange_bytes_pings_and_close() {
     server.close(None).await.unwrap();
     let (_client, n) = reader.await.unwrap();
     assert_eq!(n, 0, "a Close from the peer reads as end of stream");
+}
+
+/// Counts the writes that reach the stream under the WebSocket.
+struct CountingWrites {
+    io: DuplexStream,
+    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl TokioRead for CountingWrites {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl TokioWrite for CountingWrites {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn deferred_flushes_leave_together_when_the_writer_turns_to_read() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = CountingWrites {
+        io: a,
+        writes: writes.clone(),
+    };
+    let mut client = WsIo::new(counted, Role::Client, WsSettings::default()).deferring_flushes();
+    let mut server = theirs(b, TRole::Server).await;
+
+    // As yamux does: a flush after each frame, while other frames are ready.
+    for part in [&b"one "[..], b"two ", b"three"] {
+        client.write_all(part).await.unwrap();
+        client.flush().await.unwrap();
+    }
+    let written = || writes.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(written(), 0, "a deferred flush writes nothing yet");
+
+    // The first read lets other tasks add their frames; the one after that pays the flush.
+    let mut buf = [0u8; 16];
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), 0, "the first read only yields");
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), 1, "every deferred frame leaves in one write");
+    match server.next().await.unwrap().unwrap() {
+        Message::Binary(data) => assert_eq!(&data[..], b"one two three"),
+        other => panic!("expected binary, got {other:?}"),
+    }
+
+    // Nothing owed: a read writes nothing.
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), 1);
+
+    // Bulk data is written at its flush: waiting would gain nothing.
+    let bulk = vec![7u8; DEFER_LIMIT];
+    client.write_all(&bulk).await.unwrap();
+    client.flush().await.unwrap();
+    assert!(written() > 1, "a large flush is not deferred");
+    match server.next().await.unwrap().unwrap() {
+        Message::Binary(data) => assert_eq!(data.len(), DEFER_LIMIT),
+        other => panic!("expected binary, got {other:?}"),
+    }
 }
 
 #[tokio::test]

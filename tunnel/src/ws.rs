@@ -104,6 +104,8 @@ const WRITE_THROUGH: usize = 16 * 1024;
 /// With flushes deferred, a flush finding at least this much unsent writes it at once: bulk
 /// data gains nothing from waiting, and frames of other streams would wait behind it.
 const DEFER_LIMIT: usize = 64 * 1024;
+/// Deferred writes made without yielding after a yield that gained no frame.
+const UNYIELDING: u8 = 16;
 /// Most bytes read at once into the header buffer.
 const HEADER_READ: usize = 4096;
 /// A write buffer larger than this is given back once it has been flushed with little in it.
@@ -264,12 +266,19 @@ pub(crate) struct WsIo<T> {
     keepalive: Keepalive,
     /// Masking keys not yet used (client side).
     masks: Vec<u8>,
-    /// Flushes wait for the next read (see `WsIo::deferring_flushes`).
-    defer_flushes: bool,
-    /// A deferred flush has not been carried out yet.
-    flush_owed: bool,
-    /// The task has let others run once since the flush became owed.
-    flush_yielded: bool,
+    /// Flushes wait for the next read (see `WsIo::deferring_flushes`); `None` if they do not.
+    deferral: Option<Deferral>,
+}
+
+/// The flushes a `WsIo` owes, and whether waiting for more of them has been paying off.
+#[derive(Debug, Default)]
+struct Deferral {
+    /// Flushes asked for since the bytes were last written; 0 if nothing is owed.
+    owed: u32,
+    /// `owed` when the task last yielded to let other frames join, until the write.
+    owed_at_yield: Option<u32>,
+    /// Writes still to be made without yielding first, after a yield that gained nothing.
+    unyielding: u8,
 }
 
 #[derive(Default)]
@@ -315,9 +324,7 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             keepalive: Keepalive::new(settings.ping_interval, settings.dead_after()),
             settings,
             masks: Vec::new(),
-            defer_flushes: false,
-            flush_owed: false,
-            flush_yielded: false,
+            deferral: None,
         }
     }
 
@@ -326,37 +333,49 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
     /// frame another stream has ready, and reads the socket only once none is left: writing
     /// at each flush put each small frame in a TLS record and a system call of its own (two
     /// per proxied request under load, and on loopback a write also runs the receiver's TCP
-    /// stack). Deferred, the frames leave in one write at yamux's next read but one: the
-    /// first read yields once, so that other tasks can hand yamux their frames too (replies
-    /// of many streams then share a write). Only for a caller that, like yamux, always reads
+    /// stack). Deferred, the frames leave in one write at yamux's next read. Under load that
+    /// read first yields once, so that other tasks can hand yamux their frames too (replies of
+    /// many streams then share a write); when a yield gains no frame (one request at a time),
+    /// the next `UNYIELDING` writes are made without one, as a yield costs the waiting
+    /// request a trip through the scheduler. Only for a caller that, like yamux, always reads
     /// before it waits.
     pub(crate) fn deferring_flushes(mut self) -> Self {
-        self.defer_flushes = true;
+        self.deferral = Some(Deferral::default());
         self
     }
 
     /// Carries out a deferred flush. Until the stream has taken everything, the flush stays
     /// owed; the stream's readiness wakes the task to retry.
     fn pay_flush(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if !self.flush_owed {
+        let Some(deferral) = &mut self.deferral else {
+            return Ok(());
+        };
+        if deferral.owed == 0 {
             return Ok(());
         }
-        if !self.flush_yielded {
-            self.flush_yielded = true;
+        if deferral.owed_at_yield.is_none() && deferral.unyielding == 0 {
+            deferral.owed_at_yield = Some(deferral.owed);
             cx.waker().wake_by_ref();
             return Ok(());
         }
         self.seal();
-        match self.poll_drain(cx)? {
-            Poll::Pending => Ok(()),
-            Poll::Ready(()) => {
-                if Pin::new(&mut self.io).poll_flush(cx)?.is_ready() {
-                    self.flush_owed = false;
-                    self.flush_yielded = false;
-                }
-                Ok(())
-            }
+        if self.poll_drain(cx)?.is_ready() && Pin::new(&mut self.io).poll_flush(cx)?.is_ready() {
+            self.flushed();
         }
+        Ok(())
+    }
+
+    /// Everything flushed: nothing is owed, and the last yield is judged by what it gained.
+    fn flushed(&mut self) {
+        let Some(deferral) = &mut self.deferral else {
+            return;
+        };
+        match deferral.owed_at_yield.take() {
+            Some(at_yield) if at_yield == deferral.owed => deferral.unyielding = UNYIELDING,
+            Some(_) => {}
+            None => deferral.unyielding = deferral.unyielding.saturating_sub(1),
+        }
+        deferral.owed = 0;
     }
 
     fn new_mask(&mut self) -> Option<[u8; 4]> {
@@ -758,9 +777,12 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
-        if this.defer_flushes && this.writer.buf.len() - this.writer.written < DEFER_LIMIT {
+        let unsent = this.writer.buf.len() - this.writer.written;
+        if let Some(deferral) = &mut this.deferral
+            && unsent < DEFER_LIMIT
+        {
             // Not sealed: frames flushed together share one WebSocket frame too.
-            this.flush_owed = true;
+            deferral.owed = deferral.owed.saturating_add(1);
             return Poll::Ready(Ok(()));
         }
         this.seal();
@@ -769,8 +791,7 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
             return Poll::Pending;
         }
         ready!(Pin::new(&mut this.io).poll_flush(cx))?;
-        this.flush_owed = false;
-        this.flush_yielded = false;
+        this.flushed();
         Poll::Ready(Ok(()))
     }
 

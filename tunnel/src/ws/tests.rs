@@ -183,6 +183,73 @@ async fn deferred_flushes_leave_together_when_the_writer_turns_to_read() {
 }
 
 #[tokio::test]
+async fn a_yield_that_gains_no_frame_is_skipped_for_the_next_writes() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = CountingWrites {
+        io: a,
+        writes: writes.clone(),
+    };
+    let mut client = WsIo::new(counted, Role::Client, WsSettings::default()).deferring_flushes();
+    let mut server = theirs(b, TRole::Server).await;
+    let written = || writes.load(std::sync::atomic::Ordering::Relaxed);
+    let mut buf = [0u8; 16];
+
+    // One request at a time: the yield gains nothing...
+    client.write_all(b"alone").await.unwrap();
+    client.flush().await.unwrap();
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), 0, "the first deferred write yields");
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), 1);
+    // ...so the next writes are made at the first read, without one.
+    for n in 0..UNYIELDING {
+        client.write_all(b"next").await.unwrap();
+        client.flush().await.unwrap();
+        assert!(client.read(&mut buf).now_or_never().is_none());
+        assert_eq!(
+            written(),
+            2 + usize::from(n),
+            "write {n} waited for a yield"
+        );
+    }
+
+    // Then a yield is tried again; one that gains a frame is kept.
+    let before = written();
+    client.write_all(b"first ").await.unwrap();
+    client.flush().await.unwrap();
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(
+        written(),
+        before,
+        "after the unyielding writes, a yield again"
+    );
+    client.write_all(b"joined").await.unwrap();
+    client.flush().await.unwrap();
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(written(), before + 1);
+    client.write_all(b"later").await.unwrap();
+    client.flush().await.unwrap();
+    assert!(client.read(&mut buf).now_or_never().is_none());
+    assert_eq!(
+        written(),
+        before + 1,
+        "a yield that paid off is tried again"
+    );
+
+    let mut got = Vec::new();
+    for _ in 0..2 + UNYIELDING {
+        match server.next().await.unwrap().unwrap() {
+            Message::Binary(data) => got.push(String::from_utf8(data.to_vec()).unwrap()),
+            other => panic!("expected binary, got {other:?}"),
+        }
+    }
+    assert_eq!(got[0], "alone");
+    assert!(got[1..=usize::from(UNYIELDING)].iter().all(|m| m == "next"));
+    assert_eq!(got.last().unwrap(), "first joined");
+}
+
+#[tokio::test]
 async fn tungstenites_client_and_our_server_exchange_fragmented_messages() {
     let (a, b) = tokio::io::duplex(1 << 20);
     let mut client = theirs(a, TRole::Client).await;

@@ -136,16 +136,26 @@ impl TokioWrite for CountingWrites {
     }
 }
 
-#[tokio::test]
-async fn deferred_flushes_leave_together_when_the_writer_turns_to_read() {
+/// Our client with flushes deferred, tungstenite's server, and the count of the client's
+/// writes to the stream between them.
+async fn deferring_client() -> (
+    WsIo<CountingWrites>,
+    WebSocketStream<DuplexStream>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     let (a, b) = tokio::io::duplex(1 << 20);
     let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = CountingWrites {
         io: a,
         writes: writes.clone(),
     };
-    let mut client = WsIo::new(counted, Role::Client, WsSettings::default()).deferring_flushes();
-    let mut server = theirs(b, TRole::Server).await;
+    let client = WsIo::new(counted, Role::Client, WsSettings::default()).deferring_flushes();
+    (client, theirs(b, TRole::Server).await, writes)
+}
+
+#[tokio::test]
+async fn deferred_flushes_leave_together_when_the_writer_turns_to_read() {
+    let (mut client, mut server, writes) = deferring_client().await;
 
     // As yamux does: a flush after each frame, while other frames are ready.
     for part in [&b"one "[..], b"two ", b"three"] {
@@ -184,14 +194,7 @@ async fn deferred_flushes_leave_together_when_the_writer_turns_to_read() {
 
 #[tokio::test]
 async fn a_yield_that_gains_no_frame_is_skipped_for_the_next_writes() {
-    let (a, b) = tokio::io::duplex(1 << 20);
-    let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = CountingWrites {
-        io: a,
-        writes: writes.clone(),
-    };
-    let mut client = WsIo::new(counted, Role::Client, WsSettings::default()).deferring_flushes();
-    let mut server = theirs(b, TRole::Server).await;
+    let (mut client, mut server, writes) = deferring_client().await;
     let written = || writes.load(std::sync::atomic::Ordering::Relaxed);
     let mut buf = [0u8; 16];
 

@@ -466,8 +466,8 @@ impl Fixture {
         .unwrap();
     }
 
-    /// A snapshot of `edge` saved on `h-a`.
-    async fn saved_snapshot(&self, name: &str, created: &str, scheduled: bool) {
+    /// A snapshot of `edge` saved on `h-a`. The store dates the record now.
+    async fn saved_snapshot(&self, name: &str, scheduled: bool) {
         let mut object = Object::new(
             "EtcdSnapshot",
             name,
@@ -475,7 +475,6 @@ impl Fixture {
         );
         object.metadata.finalizers.push(FINALIZER.into());
         let mut created_object = self.store().create(object).await.unwrap();
-        created_object.metadata.creation_timestamp = created.into();
         let mut status = Status::default();
         status.set_condition("Saved", true, "Saved", "");
         status.extra.insert("host".into(), json!("h-a"));
@@ -508,7 +507,7 @@ impl Fixture {
 async fn a_restore_goes_step_by_step_and_leaves_the_hosts_plans_alone() {
     let f = provisioned().await;
     let plans_before = (f.plan("h-a").await, f.plan("h-b").await);
-    f.saved_snapshot("s1", "2026-11-23T16:00:00Z", false).await;
+    f.saved_snapshot("s1", false).await;
     f.restore("s1", 1).await;
     f.planner.reconcile_all().await;
     assert_eq!(f.restore_phase().await, "Stopping");
@@ -600,7 +599,7 @@ async fn a_failed_restore_step_stops_the_restore_and_says_where() {
         "{message}"
     );
 
-    f.saved_snapshot("s1", "2026-11-23T16:00:00Z", false).await;
+    f.saved_snapshot("s1", false).await;
     f.restore("s1", 2).await;
     f.planner.reconcile_all().await;
     f.planner.reconcile_all().await;
@@ -640,8 +639,19 @@ async fn a_failed_restore_step_stops_the_restore_and_says_where() {
 #[tokio::test]
 async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
     let f = provisioned().await;
+    // Three scheduled snapshots saved before (the store dates each record itself, so they are
+    // made first) and one taken on demand; retention keeps them all for now.
+    let older = [
+        "edge-202601010000",
+        "edge-202601020000",
+        "edge-202601030000",
+    ];
+    for name in older {
+        f.saved_snapshot(name, true).await;
+    }
+    f.saved_snapshot("by-hand", false).await;
     let mut c = f.store().get("Cluster", "edge").await.unwrap();
-    c.spec["etcdSnapshots"] = json!({"schedule": "*/5 * * * *", "retention": 2});
+    c.spec["etcdSnapshots"] = json!({"schedule": "*/5 * * * *", "retention": 10});
     f.store().update(c).await.unwrap();
     // The schedule counts from when it is first seen.
     f.planner.reconcile_all().await;
@@ -653,7 +663,13 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
             .unwrap();
         list
     };
-    assert!(snapshots().await.is_empty());
+    let taken = async || {
+        let mut list = snapshots().await;
+        list.retain(|s| !older.contains(&s.metadata.name.as_str()) && s.metadata.name != "by-hand");
+        list
+    };
+    assert!(taken().await.is_empty());
+    assert_eq!(snapshots().await.len(), 4, "retention 10 deletes none");
     // An hour later (as if the hub had been down): one snapshot, for the latest due time.
     let mut c = f.store().get("Cluster", "edge").await.unwrap();
     let hour_ago = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
@@ -665,7 +681,7 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
     f.store().update(c).await.unwrap();
     f.planner.reconcile_all().await;
     f.planner.reconcile_all().await;
-    let taken = snapshots().await;
+    let taken = taken().await;
     assert_eq!(taken.len(), 1, "{taken:?}");
     assert_eq!(taken[0].spec["scheduled"], true);
     let name = &taken[0].metadata.name;
@@ -700,16 +716,11 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
         (&json!(42), &json!("abc"), &json!("h-a"))
     );
 
-    // Retention 2: with three older scheduled ones saved, the oldest two go (the snapshot on
-    // demand stays, however old).
-    f.saved_snapshot("edge-202601010000", "2026-01-01T00:00:00Z", true)
-        .await;
-    f.saved_snapshot("edge-202601020000", "2026-01-02T00:00:00Z", true)
-        .await;
-    f.saved_snapshot("edge-202601030000", "2026-01-03T00:00:00Z", true)
-        .await;
-    f.saved_snapshot("by-hand", "2025-01-01T00:00:00Z", false)
-        .await;
+    // Retention 2: with the three older scheduled ones saved, the oldest two go (the snapshot
+    // on demand stays, however old).
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    c.spec["etcdSnapshots"]["retention"] = json!(2);
+    f.store().update(c).await.unwrap();
     f.planner.reconcile_all().await;
     let deleting: Vec<String> = snapshots()
         .await
@@ -772,7 +783,7 @@ async fn an_operation_under_way_goes_on_while_the_hosts_restart() {
         ["restart", "k3s-agent"]
     );
     // A new snapshot waits for the cluster to settle.
-    f.saved_snapshot("s0", "2026-11-23T16:00:00Z", false).await;
+    f.saved_snapshot("s0", false).await;
     let pending = Object::new("EtcdSnapshot", "s1", json!({"cluster": "edge"}));
     f.store().create(pending).await.unwrap();
     f.task_done("h-b", Ok("")).await;

@@ -270,13 +270,13 @@ pub(crate) struct WsIo<T> {
     deferral: Option<Deferral>,
 }
 
-/// The flushes a `WsIo` owes, and whether waiting for more of them has been paying off.
+/// Whether a `WsIo` owes a flush, and whether waiting for more frames has been paying off.
 #[derive(Debug, Default)]
 struct Deferral {
-    /// Flushes asked for since the bytes were last written; 0 if nothing is owed.
-    owed: u32,
-    /// `owed` when the task last yielded to let other frames join, until the write.
-    owed_at_yield: Option<u32>,
+    /// Buffered bytes wait for a flush that was asked for.
+    owed: bool,
+    /// The length of the write buffer when the task yielded to let other frames join.
+    len_at_yield: Option<usize>,
     /// Writes still to be made without yielding first, after a yield that gained nothing.
     unyielding: u8,
 }
@@ -344,38 +344,37 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
         self
     }
 
-    /// Carries out a deferred flush. Until the stream has taken everything, the flush stays
-    /// owed; the stream's readiness wakes the task to retry.
+    /// Carries out a deferred flush (or first yields, see `deferring_flushes`). What the
+    /// stream does not take now stays buffered: the stream's readiness wakes the task, and
+    /// yamux, which asks for a flush every time it is polled, owes it again.
     fn pay_flush(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let buffered = self.writer.buf.len();
+        let unsent = buffered - self.writer.written;
         let Some(deferral) = &mut self.deferral else {
             return Ok(());
         };
-        if deferral.owed == 0 {
+        if !deferral.owed || unsent == 0 {
+            // A control frame may have taken the bytes along.
+            deferral.owed = false;
+            deferral.len_at_yield = None;
             return Ok(());
         }
-        if deferral.owed_at_yield.is_none() && deferral.unyielding == 0 {
-            deferral.owed_at_yield = Some(deferral.owed);
-            cx.waker().wake_by_ref();
-            return Ok(());
+        match deferral.len_at_yield.take() {
+            None if deferral.unyielding == 0 => {
+                deferral.len_at_yield = Some(buffered);
+                cx.waker().wake_by_ref();
+                return Ok(());
+            }
+            None => deferral.unyielding -= 1,
+            Some(len) if buffered <= len => deferral.unyielding = UNYIELDING,
+            Some(_) => {}
         }
+        deferral.owed = false;
         self.seal();
-        if self.poll_drain(cx)?.is_ready() && Pin::new(&mut self.io).poll_flush(cx)?.is_ready() {
-            self.flushed();
+        if self.poll_drain(cx)?.is_ready() {
+            let _ = Pin::new(&mut self.io).poll_flush(cx)?;
         }
         Ok(())
-    }
-
-    /// Everything flushed: nothing is owed, and the last yield is judged by what it gained.
-    fn flushed(&mut self) {
-        let Some(deferral) = &mut self.deferral else {
-            return;
-        };
-        match deferral.owed_at_yield.take() {
-            Some(at_yield) if at_yield == deferral.owed => deferral.unyielding = UNYIELDING,
-            Some(_) => {}
-            None => deferral.unyielding = deferral.unyielding.saturating_sub(1),
-        }
-        deferral.owed = 0;
     }
 
     fn new_mask(&mut self) -> Option<[u8; 4]> {
@@ -778,21 +777,22 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
         let this = &mut *self;
         this.poll_keepalive(cx)?;
         let unsent = this.writer.buf.len() - this.writer.written;
-        if let Some(deferral) = &mut this.deferral
-            && unsent < DEFER_LIMIT
-        {
-            // Not sealed: frames flushed together share one WebSocket frame too.
-            deferral.owed = deferral.owed.saturating_add(1);
-            return Poll::Ready(Ok(()));
+        if let Some(deferral) = &mut this.deferral {
+            if unsent > 0 && unsent < DEFER_LIMIT {
+                // Not sealed: frames flushed together share one WebSocket frame too.
+                deferral.owed = true;
+                return Poll::Ready(Ok(()));
+            }
+            // Written now: bulk data, or nothing of ours (the stream below may hold some).
+            deferral.owed = false;
+            deferral.len_at_yield = None;
         }
         this.seal();
         if this.poll_drain(cx)?.is_pending() {
             this.absorb(cx)?;
             return Poll::Pending;
         }
-        ready!(Pin::new(&mut this.io).poll_flush(cx))?;
-        this.flushed();
-        Poll::Ready(Ok(()))
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

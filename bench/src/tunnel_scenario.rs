@@ -116,7 +116,9 @@ impl Runs {
 }
 
 type Op<'a> = Box<
-    dyn FnMut(Path) -> Pin<Box<dyn Future<Output = anyhow::Result<Duration>> + Send + 'a>> + 'a,
+    dyn FnMut(Path) -> Pin<Box<dyn Future<Output = anyhow::Result<Duration>> + Send + 'a>>
+        + Send
+        + 'a,
 >;
 
 /// Runs `op` on every path, `repeat` rounds, paths interleaved within each round.

@@ -10,6 +10,9 @@
 //! - latency: one client on one kept-alive connection, GET one pod, direct and through the hub
 //!   in alternating rounds;
 //! - throughput: 64 clients, each on its own kept-alive connection, GET one pod for a while;
+//! - floor: the same throughput through two bare TLS relays where the hub and the agent are
+//!   (decrypt, copy, encrypt; nothing else): what no proxy that must read the requests can
+//!   beat on this machine, since every part shares its cores;
 //! - list: all 30,000 pods, straight from the API server and from the agent's cache through
 //!   the hub (`/v1/clusters/<cluster>/cache/pods`), full body read.
 
@@ -142,6 +145,48 @@ impl Target {
     }
 }
 
+/// A TLS relay to `next`, listening on a port of its own: each connection it accepts is
+/// decrypted and its bytes are copied, unread, to a TLS connection of its own to `next` (and
+/// back). No HTTP, no authentication, no tunnel: the least that any proxy which must see the
+/// requests (as an authenticating one must) does at each place it sits.
+async fn relay(next: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let ca = tunnel::tls::CertificateAuthority::generate("bench relay")?;
+    let cert = ca.issue_server(&["127.0.0.1".to_owned()])?;
+    let server = tunnel::tls::server_config(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes())?;
+    let mut server = (*server).clone();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                let Ok(mut inbound) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(out) = tokio::net::TcpStream::connect(next).await else {
+                    return;
+                };
+                let _ = out.set_nodelay(true);
+                let Ok(mut outbound) =
+                    tokio_rustls::TlsConnector::from(tunnel::tls::unverified_client_config())
+                        .connect(
+                            rustls::pki_types::ServerName::IpAddress(next.ip().into()),
+                            out,
+                        )
+                        .await
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
 /// Each part runs on a runtime of its own, as it would in its own process, with its threads
 /// named after it so that the CPU time each part spends can be told apart.
 // Short: Linux keeps 15 bytes of a thread's name.
@@ -195,6 +240,8 @@ fn part_cpu(part: Option<&str>) -> Duration {
 /// The simulated cluster, a hub with it imported, and a connected cluster-agent.
 struct Setup {
     direct: Target,
+    /// Two bare TLS relays, where the hub and the agent are (see `relay`).
+    floor: Target,
     /// The hub's proxy with a kubeconfig token the hub issued to its admin.
     hub: Target,
     /// The hub's API with the admin's API token.
@@ -358,6 +405,15 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
         addr: sim.addr(),
         token: ADMIN_TOKEN.into(),
     };
+    // The floor: a TLS relay on the agent's runtime in front of the API server, and one on the
+    // hub's in front of it. The client's own request (the admin's token, no impersonation)
+    // reaches the API server, so the API server does less than through the hub.
+    let relay_agent = agent_rt.spawn(relay(sim.addr())).await??;
+    let relay_hub = hub_rt.spawn(relay(relay_agent)).await??;
+    let floor = Target {
+        addr: relay_hub,
+        token: ADMIN_TOKEN.into(),
+    };
     // Until the agent leads and has connected, the proxy answers 503.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -375,6 +431,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
     }
     Ok(Setup {
         direct,
+        floor,
         hub: hub_proxy,
         hub_api,
         data_dir,
@@ -532,6 +589,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     // Warm both paths (connections, caches, allocator) before anything is timed.
     latencies(&setup.direct, POD, 200).await?;
     latencies(&setup.hub, &hub_pod, 200).await?;
+    latencies(&setup.floor, POD, 200).await?;
 
     // Latency: alternate the paths in rounds so noise hits both alike.
     const ROUNDS: usize = 8;
@@ -545,11 +603,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let hub_p50 = percentile_us(&mut through_hub, 50.0);
     let hub_p99 = percentile_us(&mut through_hub, 99.0);
 
-    // Throughput: direct, hub, direct, hub; the sums over both runs.
+    // Throughput: floor, direct, hub, twice over; the means of both runs.
     let half = args.seconds.div_ceil(2).max(1);
-    let (mut direct_rps, mut hub_rps) = (0.0, 0.0);
-    let (mut direct_cpu, mut hub_cpu) = (Cpu::default(), Cpu::default());
+    let (mut direct_rps, mut hub_rps, mut floor_rps) = (0.0, 0.0, 0.0);
+    let (mut direct_cpu, mut hub_cpu, mut floor_cpu) =
+        (Cpu::default(), Cpu::default(), Cpu::default());
     for _ in 0..2 {
+        let (rps, cpu) = throughput(&setup.floor, POD, args.clients, half).await?;
+        floor_rps += rps / 2.0;
+        floor_cpu.add_half(cpu);
         let (rps, cpu) = throughput(&setup.direct, POD, args.clients, half).await?;
         direct_rps += rps / 2.0;
         direct_cpu.add_half(cpu);
@@ -595,6 +657,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         // Client, hub, agent and API server share this machine's cores, so throughput here is
         // the cores divided by the CPU time a request costs on its whole path; by part:
         "direct_cpu_us_per_request": direct_cpu.json(),
+        // Two bare TLS relays where the hub and the agent are: the most any proxy that reads
+        // the requests can do here.
+        "floor_rps": floor_rps.round(),
+        "floor_rps_ratio": (floor_rps / direct_rps * 100.0).round() / 100.0,
+        "floor_cpu_us_per_request": floor_cpu.json(),
         "hub_cpu_us_per_request": hub_cpu.json(),
         "cores": std::thread::available_parallelism().map_or(0, usize::from),
         "direct_list_ms": round1(median(&mut direct_lists)),

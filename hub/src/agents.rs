@@ -28,6 +28,16 @@ pub const CLUSTER_AGENT: &str = "cluster-agent";
 pub const NODE_AGENT: &str = "node-agent";
 pub const SYSTEM_AGENT: &str = "system-agent";
 
+/// The identity an agent of `kind` (a cluster-agent or a node-agent) registers under for
+/// `cluster`; its copies (replicas, one per node) add `/<name>`.
+pub fn cluster_agent_id(kind: &str, cluster: &str) -> Option<String> {
+    match kind {
+        CLUSTER_AGENT => Some(format!("cluster/{cluster}")),
+        NODE_AGENT => Some(format!("node/{cluster}")),
+        _ => None,
+    }
+}
+
 /// Where an agent's identity says it belongs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Belongs {
@@ -195,8 +205,6 @@ pub async fn register(
     let credential = secret::new_token(TokenKind::Token);
     let mut ops = Vec::new();
     let id = match request.kind.as_str() {
-        CLUSTER_AGENT => format!("cluster/{cluster_name}"),
-        NODE_AGENT => format!("node/{cluster_name}"),
         SYSTEM_AGENT => {
             if cluster_spec.cluster_type != ClusterType::Custom {
                 return Err(ApiError::invalid(format!(
@@ -285,11 +293,11 @@ pub async fn register(
             }
             id
         }
-        other => {
-            return Err(ApiError::invalid(format!(
+        other => cluster_agent_id(other, &cluster_name).ok_or_else(|| {
+            ApiError::invalid(format!(
                 "kind: {other:?} is not an agent kind (cluster-agent, node-agent, system-agent)"
-            )));
-        }
+            ))
+        })?,
     };
     ops.push(Op::Create(Object::new(
         Kind::Token.name(),

@@ -112,17 +112,14 @@ pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
 
 /// The newest session of an agent of `kind` belonging to `cluster`. Node-agents serve
 /// `kube-api` too (and may dial only the cluster's API server): the way in when no
-/// cluster-agent is connected.
+/// cluster-agent is connected. Looks at that agent's copies only: every proxied request asks,
+/// and a scan of all sessions grew with every host connected to the hub.
 fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> Option<Session> {
-    registry
-        .sessions()
-        .into_iter()
-        .filter(|s| {
-            let peer = &s.info().peer;
-            peer.kind == kind
-                && agents::belongs(&peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
-        })
-        .max_by_key(|s| s.info().id)
+    let id = agents::cluster_agent_id(kind, cluster)?;
+    registry.newest_of(&id, |info| {
+        info.peer.kind == kind
+            && agents::belongs(&info.peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
+    })
 }
 
 /// The response header that says a request went the fallback way.

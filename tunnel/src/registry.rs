@@ -61,12 +61,17 @@ impl Registry {
     /// time proportional to those sessions, not to all of them.
     pub fn any_of(&self, id: &str, test: impl Fn(&SessionInfo) -> bool) -> bool {
         let sessions = self.lock();
-        let copies = format!("{id}/");
-        sessions.get(id).is_some_and(|s| test(s.info()))
-            || sessions
-                .range::<str, _>((Bound::Included(copies.as_str()), Bound::Unbounded))
-                .take_while(|(key, _)| key.starts_with(&copies))
-                .any(|(_, s)| test(s.info()))
+        copies_of(&sessions, id).any(|s| test(s.info()))
+    }
+
+    /// The newest live session (the last to connect) of `id` or of one of its copies (`id/…`)
+    /// that satisfies `test`; in time proportional to those sessions, not to all of them.
+    pub fn newest_of(&self, id: &str, test: impl Fn(&SessionInfo) -> bool) -> Option<Session> {
+        let sessions = self.lock();
+        copies_of(&sessions, id)
+            .filter(|s| test(s.info()))
+            .max_by_key(|s| s.info().id)
+            .cloned()
     }
 
     pub fn len(&self) -> usize {
@@ -124,6 +129,20 @@ impl Registry {
     }
 }
 
+/// The session of `id` and those of its copies (`id/…`), which sort right after it.
+fn copies_of<'a>(
+    sessions: &'a BTreeMap<String, Session>,
+    id: &str,
+) -> impl Iterator<Item = &'a Session> {
+    let copies = format!("{id}/");
+    sessions.get(id).into_iter().chain(
+        sessions
+            .range::<str, _>((Bound::Included(copies.as_str()), Bound::Unbounded))
+            .take_while(move |(key, _)| key.starts_with(&copies))
+            .map(|(_, s)| s),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -152,7 +171,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_agent_and_its_copies_are_found_and_names_that_merely_start_alike_are_not() {
+    async fn an_agent_and_its_copies_are_found_newest_first_and_names_that_merely_start_alike_are_not()
+     {
         let registry = Registry::default();
         for (id, kind) in [
             ("host/h-1", "system-agent"),
@@ -169,6 +189,29 @@ mod tests {
         assert!(!any("host/h-2"));
         assert!(!any("cluster/edg"), "a prefix of a name is not the name");
         assert!(!registry.any_of("host/h-1", |s| s.peer.kind == "cluster-agent"));
+
+        // The newest of an agent's copies, passing the test; never a look-alike's.
+        registry.insert(session("cluster/edge/pod-b", "cluster-agent"));
+        let newest = |id: &str| {
+            registry
+                .newest_of(id, |_| true)
+                .map(|s| s.info().peer.id.clone())
+        };
+        assert_eq!(
+            newest("cluster/edge").as_deref(),
+            Some("cluster/edge/pod-b")
+        );
+        assert_eq!(newest("cluster/edge-2").as_deref(), Some("cluster/edge-2"));
+        assert_eq!(newest("cluster/edg"), None);
+        assert_eq!(
+            registry
+                .newest_of("cluster/edge", |s| s.peer.id.ends_with("pod-a"))
+                .map(|s| s.info().peer.id.clone())
+                .as_deref(),
+            Some("cluster/edge/pod-a")
+        );
+        let b = registry.get("cluster/edge/pod-b").unwrap();
+        registry.remove(&b, "gone");
 
         let copy = registry.get("cluster/edge/pod-a").unwrap();
         registry.remove(&copy, "gone");

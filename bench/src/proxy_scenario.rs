@@ -586,7 +586,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let setup = setup(args.pods).await?;
     let hub_pod = proxied(POD);
 
-    // Warm both paths (connections, caches, allocator) before anything is timed.
+    // Warm every path (connections, caches, allocator) before anything is timed.
     latencies(&setup.direct, POD, 200).await?;
     latencies(&setup.hub, &hub_pod, 200).await?;
     latencies(&setup.floor, POD, 200).await?;

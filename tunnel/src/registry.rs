@@ -171,8 +171,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_agent_and_its_copies_are_found_newest_first_and_names_that_merely_start_alike_are_not()
-     {
+    async fn an_agent_and_its_newest_copy_are_found_and_names_that_merely_start_alike_are_not() {
         let registry = Registry::default();
         for (id, kind) in [
             ("host/h-1", "system-agent"),

@@ -28,7 +28,7 @@ use hyper_util::rt::TokioIo;
 use tunnel::{Registry, Session, pool::Http1Pool};
 
 use crate::{
-    agents::{self, Belongs},
+    agents,
     api::{Api, ApiError, allow},
     auth::{Principal, Verb},
     model::{Kind, Role, Status},
@@ -115,11 +115,9 @@ pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
 /// cluster-agent is connected. Looks at that agent's copies only: every proxied request asks,
 /// and a scan of all sessions grew with every host connected to the hub.
 fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> Option<Session> {
+    // The range holds `<id>` and `<id>/…` only, all of which belong to `cluster`.
     let id = agents::cluster_agent_id(kind, cluster)?;
-    registry.newest_of(&id, |info| {
-        info.peer.kind == kind
-            && agents::belongs(&info.peer.id) == Some(Belongs::Cluster(cluster.to_owned()))
-    })
+    registry.newest_of(&id, |info| info.peer.kind == kind)
 }
 
 /// The response header that says a request went the fallback way.

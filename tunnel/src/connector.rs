@@ -25,7 +25,6 @@ use crate::{
     backoff::Backoff,
     call::Channel,
     inbound::{Control, Inbound, Services},
-    readahead::ReadAhead,
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
     tls::{self, Trust},
     ws::{self, Role},
@@ -363,7 +362,7 @@ impl Connector {
     /// connection, or the hub's refusal.
     async fn upgrade(
         &self,
-        tls: TlsStream<ReadAhead<TcpStream>>,
+        tls: TlsStream<TcpStream>,
     ) -> Result<hyper::upgrade::Upgraded, ConnectError> {
         let config = &self.inner.config;
         let target = self.target();
@@ -483,7 +482,7 @@ impl Connector {
     async fn open_tls(
         &self,
         config: Arc<ClientConfig>,
-    ) -> Result<TlsStream<ReadAhead<TcpStream>>, ConnectError> {
+    ) -> Result<TlsStream<TcpStream>, ConnectError> {
         let target = self.target();
         let unreachable = |source| ConnectError::Unreachable {
             authority: target.authority.clone(),
@@ -531,7 +530,7 @@ impl Connector {
         };
         let _ = tcp.set_nodelay(true);
         TlsConnector::from(config)
-            .connect(target.server_name()?, ReadAhead::new(tcp))
+            .connect(target.server_name()?, tcp)
             .await
             .map_err(|source| ConnectError::Tls {
                 authority: target.authority.clone(),

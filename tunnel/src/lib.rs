@@ -18,7 +18,6 @@ mod inbound;
 pub mod listener;
 pub mod metrics;
 pub mod pool;
-mod readahead;
 mod registry;
 mod session;
 pub mod testing;

@@ -18,8 +18,6 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
-use crate::readahead::ReadAhead;
-
 /// The TCP address a request came from; every request carries it in its extensions.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteAddr(pub SocketAddr);
@@ -130,7 +128,7 @@ pub async fn serve_limited<S, B>(
             };
             let tls = match tokio::time::timeout(
                 TLS_HANDSHAKE_TIMEOUT,
-                acceptor.accept(ReadAhead::new(tcp)),
+                acceptor.accept(tcp),
             )
             .await
             {

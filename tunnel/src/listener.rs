@@ -126,11 +126,7 @@ pub async fn serve_limited<S, B>(
                 }
                 None => None,
             };
-            let tls = match tokio::time::timeout(
-                TLS_HANDSHAKE_TIMEOUT,
-                acceptor.accept(tcp),
-            )
-            .await
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
             {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {

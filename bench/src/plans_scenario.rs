@@ -176,7 +176,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         });
     }
     let plan_json = serde_json::to_value(&plan)?;
-    let ops = agents
+    let mut ops: Vec<hub::store::Op> = agents
         .iter()
         .map(|(host, _)| {
             hub::store::Op::Create(hub::store::Object::new(
@@ -187,6 +187,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         })
         .collect();
     let written = Instant::now();
+    hub::refs::stamp_all(store.as_ref(), &mut ops).await?;
     store.transact(ops).await?;
 
     let mut applied: HashMap<String, Instant> = HashMap::new();

@@ -153,22 +153,22 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let started = Instant::now();
     let mut hub_objects = 0;
     for p in 0..projects {
-        store
-            .create(Object::new(
-                "Project",
-                &format!("p-{p}"),
-                json!({"cluster": "prod"}),
-            ))
-            .await?;
+        hub::refs::create(
+            store.as_ref(),
+            Object::new("Project", &format!("p-{p}"), json!({"cluster": "prod"})),
+        )
+        .await?;
         hub_objects += 1;
     }
     let mut project_roles: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
     let mut cluster_roles = BTreeSet::new();
     for i in 0..users {
         let user = format!("u-{i}");
-        store
-            .create(Object::new("User", &user, json!({"displayName": user})))
-            .await?;
+        hub::refs::create(
+            store.as_ref(),
+            Object::new("User", &user, json!({"displayName": user})),
+        )
+        .await?;
         let (role, project) = role_of(i, projects);
         let mut spec = json!({"user": user, "role": role, "cluster": "prod"});
         match &project {
@@ -180,14 +180,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                 cluster_roles.insert(role);
             }
         }
-        store
-            .create(Object::new("RoleBinding", &format!("b-{i}"), spec))
-            .await?;
+        hub::refs::create(
+            store.as_ref(),
+            Object::new("RoleBinding", &format!("b-{i}"), spec),
+        )
+        .await?;
         hub_objects += 2;
     }
     for p in 0..projects {
-        store
-            .create(Object::new(
+        hub::refs::create(
+            store.as_ref(),
+            Object::new(
                 "ProjectSecret",
                 &format!("p-{p}-registry"),
                 json!({"cluster": "prod", "project": format!("p-{p}"), "data": {"token": "czNjcmV0"}}),

@@ -8,10 +8,11 @@ use std::{pin::Pin, sync::Arc, time::Duration};
 use base64::Engine as _;
 use futures::{Stream, StreamExt};
 use proto::cluster::v1::{AccessSnapshot, Grant, ProjectAccess, ProjectSecret, Subject};
+use serde_json::Value;
 
 use crate::{
     model::{Kind, ProjectSecretSpec, ProjectSpec, Role, RoleBindingSpec},
-    store::{LabelSelector, Store, StoreError, WatchStream},
+    store::{LabelSelector, Object, Store, StoreError, WatchStream},
 };
 
 fn grant(spec: &RoleBindingSpec) -> Option<Grant> {
@@ -45,7 +46,21 @@ fn sort_grants(grants: &mut [Grant]) {
 /// The access `cluster`'s agent must set up, from the store as it is now.
 pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot, StoreError> {
     let everything = LabelSelector::everything();
-    let (projects, _) = store.list(Kind::Project.name(), &everything).await?;
+    let of_cluster = |o: &Object| o.spec.get("cluster").and_then(Value::as_str) == Some(cluster);
+    // Only what was made for this very cluster (and project, and user) counts: a binding left
+    // behind by a deleted namesake grants nothing here (see `crate::refs`).
+    let list = async |kind: Kind| store.list(kind.name(), &everything).await.map(|(o, _)| o);
+    let all_projects = list(Kind::Project).await?;
+    let users = list(Kind::User).await?;
+    let bindings = list(Kind::RoleBinding).await?;
+    let secrets = list(Kind::ProjectSecret).await?;
+    let mine = |objects: Vec<Object>| objects.into_iter().filter(of_cluster).collect::<Vec<_>>();
+    let mut liveness = crate::refs::Liveness::new(store)
+        .knowing(Kind::Project, &all_projects)
+        .knowing(Kind::User, &users);
+    let projects = liveness.keep_live(mine(all_projects.clone())).await?;
+    let bindings = liveness.keep_live(mine(bindings)).await?;
+    let secrets = liveness.keep_live(mine(secrets)).await?;
     let mut snapshot = AccessSnapshot::default();
     for project in projects {
         let Ok(spec) = serde_json::from_value::<ProjectSpec>(project.spec) else {
@@ -59,7 +74,6 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         }
     }
     snapshot.projects.sort_by(|a, b| a.name.cmp(&b.name));
-    let (bindings, _) = store.list(Kind::RoleBinding.name(), &everything).await?;
     for binding in bindings {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec) else {
             continue;
@@ -78,7 +92,6 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
             }
         }
     }
-    let (secrets, _) = store.list(Kind::ProjectSecret.name(), &everything).await?;
     for secret in secrets {
         let Ok(spec) = serde_json::from_value::<ProjectSecretSpec>(secret.spec) else {
             continue;

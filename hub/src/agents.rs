@@ -21,7 +21,7 @@ use crate::{
     api::{Api, ApiError},
     auth::secret::{self, TokenKind},
     model::{AgentRef, ClusterType, HostRoles, Kind, Status},
-    store::{LabelSelector, Object, Op, Store, StoreError},
+    store::{Object, Op, Store, StoreError},
 };
 
 pub const CLUSTER_AGENT: &str = "cluster-agent";
@@ -121,6 +121,24 @@ pub fn authenticator(
                     else {
                         return refuse("this is a user's token, not an agent credential");
                     };
+                    // Issued for a cluster (and host) that still exist as those very objects:
+                    // not for a deleted one whose name was given to a new one.
+                    match crate::refs::Liveness::new(store.as_ref())
+                        .live(&token)
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return refuse(
+                                "unknown or revoked agent credential (its cluster or host is gone); register the agent again",
+                            );
+                        }
+                        Err(e) => {
+                            return refuse(&format!(
+                                "the hub cannot check credentials right now: {e}"
+                            ));
+                        }
+                    }
                     if agent.kind != claimed_kind || !covers(&agent.id, &claimed_id) {
                         return refuse(&format!(
                             "this credential is for a {} with identity {}, not a {claimed_kind} with identity {claimed_id}",
@@ -168,6 +186,9 @@ pub struct RegisterHost {
     #[serde(default)]
     pub taints: Vec<String>,
 }
+
+/// The header with which a registered host proves itself when it registers again.
+pub const HOST_CREDENTIAL_HEADER: &str = "x-drover-host-credential";
 
 /// The annotation on a Host naming the Token its system-agent was last issued.
 pub const CREDENTIAL_ANNOTATION: &str = "drover.io/credential";
@@ -244,31 +265,45 @@ pub async fn register(
             // One credential per host: the earlier one goes. The host names its credential, so
             // this is a lookup, not a scan of every credential (quadratic over a fleet).
             match api.store.get(Kind::Host.name(), &host_name).await {
-                // Running the installer again re-registers the same host.
+                // A host registers once. Registering it again (to replace a lost credential)
+                // takes the credential it holds now: a registration token alone, which every
+                // installer of the cluster carries, must not take over a registered host, and
+                // no token moves a host to another cluster.
                 Ok(mut existing) => {
-                    let earlier = match host_credential(api.store.as_ref(), &existing).await? {
-                        Some(token) => vec![token],
-                        // Registered by a hub that did not name credentials on hosts.
-                        None if !existing
-                            .metadata
-                            .annotations
-                            .contains_key(CREDENTIAL_ANNOTATION) =>
-                        {
-                            let (tokens, _) = api
-                                .store
-                                .list(Kind::Token.name(), &LabelSelector::everything())
-                                .await?;
-                            tokens
-                                .into_iter()
-                                .filter(|t| {
-                                    t.spec.pointer("/agent/id").and_then(Value::as_str)
-                                        == Some(id.as_str())
-                                })
-                                .collect()
-                        }
-                        None => Vec::new(),
+                    let taken = |why: &str| {
+                        ApiError::new(
+                            StatusCode::CONFLICT,
+                            "Conflict",
+                            format!(
+                                "host {host_name} is already registered{why}; an admin or the cluster's owner deletes Host {host_name} first (drover-hub delete host {host_name}), then install again"
+                            ),
+                        )
                     };
-                    for token in earlier {
+                    let same_cluster = existing.spec.get("cluster").and_then(Value::as_str)
+                        == Some(cluster_name.as_str())
+                        && crate::refs::Liveness::new(api.store.as_ref())
+                            .live(&existing)
+                            .await?;
+                    if !same_cluster {
+                        return Err(taken(" to another cluster"));
+                    }
+                    let earlier = host_credential(api.store.as_ref(), &existing).await?;
+                    let presented = headers
+                        .get(HOST_CREDENTIAL_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(secret::parse_token);
+                    let proven = match (&earlier, presented) {
+                        (Some(token), Some((TokenKind::Token, name, token_secret))) => {
+                            token.metadata.name == name && secret::opens(token, token_secret)
+                        }
+                        _ => false,
+                    };
+                    if !proven {
+                        return Err(taken(&format!(
+                            " and this request does not carry its credential ({HOST_CREDENTIAL_HEADER})"
+                        )));
+                    }
+                    if let Some(token) = earlier {
                         ops.push(Op::Delete {
                             kind: Kind::Token.name().into(),
                             name: token.metadata.name,
@@ -308,6 +343,7 @@ pub async fn register(
             "secretHash": credential.hash,
         }),
     )));
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
     api.store.transact(ops).await?;
     tracing::info!(kind = %request.kind, %id, cluster = %cluster_name, "agent registered");
     Ok((

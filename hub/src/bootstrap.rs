@@ -42,10 +42,9 @@ pub async fn first_admin(store: &dyn Store) -> Result<Option<String>, StoreError
         ADMIN,
         json!({"displayName": "Administrator", "passwordHash": hashed(&password).await?}),
     );
-    match store
-        .transact(vec![Op::Create(user), Op::Create(admin_binding())])
-        .await
-    {
+    let mut ops = vec![Op::Create(user), Op::Create(admin_binding())];
+    crate::refs::stamp_all(store, &mut ops).await?;
+    match store.transact(ops).await {
         Ok(_) => Ok(Some(password)),
         // Another process created it first: that one shows the password.
         Err(StoreError::AlreadyExists { .. }) => Ok(None),
@@ -79,6 +78,7 @@ pub async fn reset_admin_password(store: &dyn Store) -> Result<String, StoreErro
     {
         ops.push(Op::Create(admin_binding()));
     }
+    crate::refs::stamp_all(store, &mut ops).await?;
     store.transact(ops).await?;
     Ok(password)
 }

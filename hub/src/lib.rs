@@ -34,6 +34,7 @@ pub mod pki;
 pub mod planner;
 pub mod plans;
 pub mod proxy;
+pub mod refs;
 pub mod registration;
 pub mod replicas;
 pub mod store;
@@ -171,6 +172,9 @@ impl Hub {
             Arc::new(auth::known::Tracked::new(objects, known.clone()));
         tokio::spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
+        // Objects from before references were recorded get them before anything is served
+        // (until then they would grant nothing).
+        refs::backfill(store.as_ref()).await?;
 
         let agent_binaries = match &config.agent_binaries {
             Some(dir) => dir.clone(),
@@ -232,10 +236,12 @@ impl Hub {
             store.clone(),
             move |store, stop| {
                 let planner = planner::Planner {
-                    store,
+                    store: store.clone(),
                     ..planner.clone()
                 };
-                planner.run(stop)
+                async move {
+                    tokio::join!(planner.run(stop.clone()), refs::run_collector(store, stop));
+                }
             },
             shutdown.clone(),
         ));

@@ -439,6 +439,11 @@ pub struct SettingSpec {
     pub value: String,
 }
 
+/// The finalizer of the hub's clean-up: a Cluster carries it from its creation (its hosts
+/// uninstalled, its access and credentials revoked before it goes), a Host until its uninstall
+/// plan has run, an EtcdSnapshot until its file is deleted. Only the hub sets or removes it.
+pub const CLEANUP_FINALIZER: &str = "drover.io/planner";
+
 /// The kinds, with their URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {

@@ -24,8 +24,9 @@ use crate::{
     store::{LabelSelector, Object, Op, Store, StoreError},
 };
 
-/// The finalizer that keeps a Host until its uninstall plan has run.
-pub const FINALIZER: &str = "drover.io/planner";
+/// The finalizer that keeps a Host until its uninstall plan has run (and a Cluster until its
+/// clean-up is done).
+pub const FINALIZER: &str = crate::model::CLEANUP_FINALIZER;
 
 /// The file the agents' manifest goes to, inside the auto-deploy directory.
 const MANIFEST_FILE: &str = "drover-cluster-agent.yaml";
@@ -511,6 +512,7 @@ impl Planner {
             also.push(Op::Update(host));
         }
         tracing::info!(host = %host.metadata.name, %cluster, %slot, plan = %&checksum(plan)[..12], "planned");
+        crate::refs::stamp_all(self.store.as_ref(), &mut also).await?;
         self.store.transact(also).await.map(drop)
     }
 

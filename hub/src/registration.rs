@@ -134,7 +134,11 @@ pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), Api
         Err(StoreError::NotFound { .. }) => return Err(bad()),
         Err(e) => return Err(e.into()),
     };
-    if !secret::opens(&registration, token_secret) {
+    if !secret::opens(&registration, token_secret)
+        || !crate::refs::Liveness::new(api.store.as_ref())
+            .live(&registration)
+            .await?
+    {
         return Err(bad());
     }
     let cluster = registration
@@ -244,10 +248,13 @@ pub async fn ensure_cluster(
             let spec = Kind::Cluster
                 .validate_spec(spec)
                 .map_err(StoreError::Invalid)?;
-            ops.insert(0, Op::Create(Object::new(Kind::Cluster.name(), name, spec)));
+            let mut cluster = Object::new(Kind::Cluster.name(), name, spec);
+            cluster.metadata.finalizers = vec![crate::model::CLEANUP_FINALIZER.to_owned()];
+            ops.insert(0, Op::Create(cluster));
         }
         Err(e) => return Err(e),
     }
+    crate::refs::stamp_all(store, &mut ops).await?;
     store.transact(ops).await?;
     Ok(token.value)
 }

@@ -358,6 +358,31 @@ pub async fn try_api(
     Ok((status, value))
 }
 
+/// As [`api`], with more request headers (as a client that sends its own would).
+pub async fn api_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+    headers: &[(&str, &str)],
+) -> (u16, serde_json::Value) {
+    let mut sender = connect(addr).await;
+    let mut request = request(addr, method, path, token, body.as_ref());
+    for (name, value) in headers {
+        request.headers_mut().append(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, value)
+}
+
 /// `POST /v3/register` with a registration token, as an agent would; returns the status and
 /// the answer.
 pub async fn api_as_agent(

@@ -213,17 +213,36 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
         json!({"etcd": true, "controlPlane": true, "worker": false})
     );
 
-    // Registering again (the installer run twice) replaces the host's credential.
+    // Registering again with the registration token alone is refused: every installer of the
+    // cluster has that token, and it must not take over a registered host.
     let first = reply["credential"].as_str().unwrap().to_owned();
-    let (status, again) = api(
+    let (status, refused) = api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        Some(&registration),
+        Some(host.clone()),
+    )
+    .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-drover-host-credential"),
+        "{refused}"
+    );
+    // With the host's own credential, it replaces that credential.
+    let (status, again) = tests::api_with(
         hub.addr,
         "POST",
         "/v3/register",
         Some(&registration),
         Some(host),
+        &[("x-drover-host-credential", &first)],
     )
     .await;
-    assert_eq!(status, 201);
+    assert_eq!(status, 201, "{again}");
     let err = agent(&hub, &first, "host/h-0123456789abcdef", "system-agent")
         .connect()
         .await
@@ -259,6 +278,147 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
     )
     .await;
     assert_eq!(status, 422, "{reply}");
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(&data).unwrap();
+}
+
+#[tokio::test]
+async fn a_registration_token_of_one_cluster_cannot_take_over_a_host_of_another() {
+    let data = temp_dir("takeover");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let spec = json!({"distribution": "k3s", "version": "v1.33.4+k3s1"});
+    let victim = tests::create_custom_cluster(hub.addr, &admin, "victim", spec.clone()).await;
+    let attacker = tests::create_custom_cluster(hub.addr, &admin, "attacker", spec).await;
+    let host = json!({"kind": "system-agent", "hostId": "feedfacefeedface", "host": {"roles": {"worker": true}}});
+    let (status, reply) = api(
+        hub.addr,
+        "POST",
+        "/v3/register",
+        victim["token"].as_str(),
+        Some(host.clone()),
+    )
+    .await;
+    assert_eq!(status, 201, "{reply}");
+    let credential = reply["credential"].as_str().unwrap().to_owned();
+
+    // The other cluster's token, with the victim host's id, with or without a credential.
+    for headers in [
+        vec![],
+        vec![("x-drover-host-credential", "drt_tnope.secret")],
+    ] {
+        let (status, refused) = tests::api_with(
+            hub.addr,
+            "POST",
+            "/v3/register",
+            attacker["token"].as_str(),
+            Some(host.clone()),
+            &headers,
+        )
+        .await;
+        assert_eq!(status, 409, "{refused}");
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains("another cluster"),
+            "{refused}"
+        );
+    }
+    let (_, object) = api(
+        hub.addr,
+        "GET",
+        "/v1/hosts/h-feedfacefeedface",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(object["spec"]["cluster"], "victim", "{object}");
+    // The victim keeps its credential and its session.
+    agent(&hub, &credential, "host/h-feedfacefeedface", "system-agent")
+        .connect()
+        .await
+        .unwrap()
+        .session
+        .close();
+    // And an admin cannot move it either: what a host was registered to is fixed.
+    let (status, moved) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/hosts/h-feedfacefeedface",
+        Some(&admin),
+        Some(json!({"spec": {"cluster": "attacker"}})),
+    )
+    .await;
+    assert_eq!(status, 422, "{moved}");
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(&data).unwrap();
+}
+
+#[tokio::test]
+async fn a_removed_clusters_credentials_and_owner_do_not_pass_to_a_new_cluster_of_its_name() {
+    let data = temp_dir("recycled");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    let (status, reply) = register(&hub, &registration, "cluster-agent").await;
+    assert_eq!(status, 201, "{reply}");
+    let credential = reply["credential"].as_str().unwrap().to_owned();
+    let user =
+        json!({"metadata": {"name": "olga"}, "spec": {"password": "a long enough password"}});
+    assert_eq!(
+        api(hub.addr, "POST", "/v1/users", Some(&admin), Some(user))
+            .await
+            .0,
+        201
+    );
+    let binding = json!({"metadata": {"name": "olga-owns"}, "spec": {"user": "olga", "role": "cluster-owner", "cluster": "prod"}});
+    assert_eq!(
+        api(
+            hub.addr,
+            "POST",
+            "/v1/rolebindings",
+            Some(&admin),
+            Some(binding)
+        )
+        .await
+        .0,
+        201
+    );
+    let owner = login(hub.addr, "olga", "a long enough password").await;
+
+    // The owner cannot skip the clean-up by stripping the finalizer.
+    let (status, refused) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/clusters/prod",
+        Some(&owner),
+        Some(json!({"metadata": {"finalizers": []}})),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    let (status, deleting) = api(hub.addr, "DELETE", "/v1/clusters/prod", Some(&owner), None).await;
+    assert_eq!(status, 200);
+    // The planner's clean-up runs (the agent is not connected: at once) and the cluster goes;
+    // the watch starts from the deletion's revision, so it cannot miss that.
+    let from = deleting["metadata"]["resourceVersion"].as_str().unwrap();
+    tests::wait_for_event(
+        hub.addr,
+        &format!("/v1/clusters?watch=true&resourceVersion={from}"),
+        &admin,
+        Duration::from_secs(30),
+        |e| e["type"] == "DELETED" && e["object"]["metadata"]["name"] == "prod",
+    )
+    .await;
+
+    tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    let err = agent(&hub, &credential, "cluster/prod", "cluster-agent")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
+    let (status, _) = api(hub.addr, "GET", "/v1/clusters/prod", Some(&owner), None).await;
+    assert_eq!(status, 404, "the old owner has no role on the new cluster");
     assert!(hub.terminate().await);
     std::fs::remove_dir_all(&data).unwrap();
 }

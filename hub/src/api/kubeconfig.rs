@@ -10,11 +10,11 @@ use axum::{
 use base64::Engine as _;
 use serde_json::json;
 
-use super::{Api, ApiError, allow};
+use super::{Api, ApiError};
 use crate::{
-    auth::{Verb, secret},
+    auth::secret,
     model::Kind,
-    store::Object,
+    store::{Object, Op},
 };
 
 const KUBECONFIG_TOKEN_DAYS: i64 = 90;
@@ -25,26 +25,25 @@ pub(super) async fn create(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
-    let cluster = api.store.get(Kind::Cluster.name(), &name).await?;
-    allow(&principal, Verb::Get, Kind::Cluster, &cluster)?;
+    super::objects::readable(&api, &principal, Kind::Cluster, &name).await?;
     let token = secret::new_token(secret::TokenKind::Token);
     let expires = (time::OffsetDateTime::now_utc() + time::Duration::days(KUBECONFIG_TOKEN_DAYS))
         .replace_nanosecond(0)
         .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
-    api.store
-        .create(Object::new(
-            Kind::Token.name(),
-            &token.name,
-            json!({
-                "user": principal.user,
-                "description": format!("kubeconfig for cluster {name}"),
-                "expiresAt": expires,
-                "secretHash": token.hash,
-            }),
-        ))
-        .await?;
+    let mut ops = vec![Op::Create(Object::new(
+        Kind::Token.name(),
+        &token.name,
+        json!({
+            "user": principal.user,
+            "description": format!("kubeconfig for cluster {name}"),
+            "expiresAt": expires,
+            "secretHash": token.hash,
+        }),
+    ))];
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
+    api.store.transact(ops).await?;
     let ca = base64::engine::general_purpose::STANDARD.encode(api.ca_pem.as_bytes());
     let user = format!("{}@{name}", principal.user);
     let kubeconfig = format!(

@@ -246,7 +246,9 @@ async fn login(
             "secretHash": token.hash,
         }),
     );
-    api.store.create(object).await?;
+    let mut ops = vec![crate::store::Op::Create(object)];
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
+    api.store.transact(ops).await?;
     let mut response = Json(json!({
         "token": token.value,
         "expiresAt": expires_at,

@@ -62,6 +62,25 @@ pub(super) async fn list_or_watch(
     .into_response())
 }
 
+/// The object the caller names, if they may read it. One they may not read is "not found",
+/// exactly as one that does not exist: the answer tells nothing about what exists.
+pub(super) async fn readable(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    name: &str,
+) -> Result<Object, ApiError> {
+    let object = api.store.get(kind.name(), name).await?;
+    if allow(principal, Verb::Get, kind, &object).is_err() {
+        return Err(StoreError::NotFound {
+            kind: kind.name().to_owned(),
+            name: name.to_owned(),
+        }
+        .into());
+    }
+    Ok(object)
+}
+
 pub(super) async fn get_one(
     State(api): State<Api>,
     axum::extract::Path((plural, name)): PathKindName,
@@ -69,8 +88,7 @@ pub(super) async fn get_one(
 ) -> Result<Json<Value>, ApiError> {
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
-    let object = api.store.get(kind.name(), &name).await?;
-    allow(&principal, Verb::Get, kind, &object)?;
+    let object = readable(&api, &principal, kind, &name).await?;
     Ok(Json(present(kind, object)))
 }
 
@@ -84,26 +102,59 @@ pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, 
     Ok((metadata_from(value, name)?, spec_from(value)?))
 }
 
-/// The caller's metadata fields that the store keeps (the rest is the store's).
+/// The metadata a caller may set: the name, labels, annotations and the resourceVersion read.
+/// Everything else (uid, finalizers, owner references, timestamps, generation) is the hub's;
+/// a body may carry it back as read, but a different value is refused (see
+/// [`hub_owned_unchanged`]).
 fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
     let mut meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
     if let Value::Object(map) = &mut meta {
         map.insert("name".into(), Value::String(name.to_owned()));
     }
-    let mut meta: ObjectMeta = serde_json::from_value(meta)
+    let given: ObjectMeta = serde_json::from_value(meta)
         .map_err(|e| ApiError::bad_request(format!("metadata: {e}")))?;
-    meta.name = name.to_owned();
-    if !meta.resource_version.chars().all(|c| c.is_ascii_digit()) {
+    if !given.resource_version.chars().all(|c| c.is_ascii_digit()) {
         return Err(ApiError::invalid(format!(
             "metadata.resourceVersion {:?} is not a resourceVersion; send back the one you read, or none",
-            meta.resource_version
+            given.resource_version
         )));
     }
-    for (key, value) in &meta.labels {
+    for (key, value) in &given.labels {
         kubeshape::selector::key_of(key).map_err(ApiError::invalid)?;
         kubeshape::selector::value_of(value).map_err(ApiError::invalid)?;
     }
-    Ok(meta)
+    Ok(ObjectMeta {
+        name: name.to_owned(),
+        resource_version: given.resource_version,
+        labels: given.labels,
+        annotations: given.annotations,
+        ..ObjectMeta::default()
+    })
+}
+
+/// Refuses a body that sets the metadata only the hub writes to anything but what is stored
+/// (`current`; nothing for a new object): finalizers are the hub's promise to clean up, and
+/// owner references say which objects this one was made for.
+fn hub_owned_unchanged(value: &Value, current: Option<&ObjectMeta>) -> Result<(), ApiError> {
+    let stored = current.cloned().unwrap_or_default();
+    let sent = |field: &str| value.pointer(&format!("/metadata/{field}"));
+    if let Some(finalizers) = sent("finalizers")
+        && *finalizers != json!(stored.finalizers)
+        && !(finalizers.is_null() && stored.finalizers.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "metadata.finalizers are the hub's: it adds them when it creates an object and removes them when its clean-up is done; leave them as read (or out)",
+        ));
+    }
+    if let Some(refs) = sent("ownerReferences")
+        && *refs != json!(stored.owner_references)
+        && !(refs.is_null() && stored.owner_references.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "metadata.ownerReferences are the hub's: they name the objects this one was created for; leave them as read (or out)",
+        ));
+    }
+    Ok(())
 }
 
 /// The spec as given, minus anything only the hub may write.
@@ -329,9 +380,19 @@ pub(super) async fn create(
             .to_owned(),
     };
     let (metadata, mut spec) = check_body(kind, &value, &name)?;
+    hub_owned_unchanged(&value, None)?;
     if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
         set(&mut spec, "user", Value::String(principal.user.clone()));
     }
+    // The caller's rights first, on the spec as given (its shape checked, nothing looked up):
+    // a caller who may not create it learns nothing about which objects exist.
+    let shaped = kind.validate_spec(&spec).map_err(ApiError::invalid)?;
+    allow(
+        &principal,
+        Verb::Create,
+        kind,
+        &Object::new(kind.name(), &name, shaped),
+    )?;
     let mut spec = checked_spec(&api, kind, &name, spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
@@ -343,8 +404,10 @@ pub(super) async fn create(
         spec,
         status: Value::Null,
     };
-    object.metadata.finalizers.clear();
-    allow(&principal, Verb::Create, kind, &object)?;
+    if kind == Kind::Cluster {
+        // Set with the cluster, in the same write: no cluster is ever without its clean-up.
+        object.metadata.finalizers = vec![crate::model::CLEANUP_FINALIZER.to_owned()];
+    }
 
     match kind {
         Kind::Cluster => {
@@ -382,6 +445,7 @@ pub(super) async fn create(
 
     let mut ops = vec![Op::Create(object)];
     ops.extend(also);
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
     let written = api.store.transact(ops).await?;
     let Some(created) = written.into_iter().next() else {
         return Err(StoreError::Backend("creation returned nothing".into()).into());
@@ -410,8 +474,28 @@ async fn replace(
             "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
         )));
     }
-    let (metadata, spec) = check_body(kind, &value, &name)?;
+    let (mut metadata, spec) = check_body(kind, &value, &name)?;
+    hub_owned_unchanged(&value, Some(&current.metadata))?;
+    metadata.finalizers = current.metadata.finalizers.clone();
+    metadata.owner_references = current.metadata.owner_references.clone();
     let spec = checked_spec(api, kind, &name, spec, Some(&current)).await?;
+    // What an object was made for is fixed: a host never moves to another cluster, a binding
+    // never to another user, cluster or project. Make a new object instead.
+    let before = crate::refs::referents(kind, &current.spec);
+    let after = crate::refs::referents(kind, &spec);
+    if let Some(changed) = after
+        .iter()
+        .chain(&before)
+        .find(|r| !before.contains(r) || !after.contains(r))
+    {
+        return Err(ApiError::invalid(format!(
+            "{}: cannot change once created (it names the {} this {} was made for); create a new {} instead",
+            changed.field,
+            changed.kind.name(),
+            kind.name(),
+            kind.name()
+        )));
+    }
     let object = Object {
         kind: kind.name().to_owned(),
         metadata,
@@ -434,7 +518,7 @@ pub(super) async fn update(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
-    let current = api.store.get(kind.name(), &name).await?;
+    let current = readable(&api, &principal, kind, &name).await?;
     replace(&api, &principal, kind, current, value).await
 }
 
@@ -447,8 +531,7 @@ pub(super) async fn patch(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let patch = body(body_result)?;
-    let current = api.store.get(kind.name(), &name).await?;
-    allow(&principal, Verb::Get, kind, &current)?;
+    let current = readable(&api, &principal, kind, &name).await?;
     // Patch what the caller sees; without a resourceVersion in the patch, the one just read
     // still guards against a concurrent writer.
     let mut value =
@@ -467,7 +550,7 @@ pub(super) async fn delete(
     let principal = api.principal(&headers).await?;
     let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
-    let current = api.store.get(kind.name(), &name).await?;
+    let current = readable(&api, &principal, kind, &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;
     let deleted = api
         .store

@@ -31,7 +31,13 @@ use crate::{
 const MAX_ENTRIES: usize = 10_000;
 
 /// The kinds whose changes can change who a caller is or what they may reach.
-const WATCHED: [Kind; 4] = [Kind::Token, Kind::User, Kind::RoleBinding, Kind::Cluster];
+const WATCHED: [Kind; 5] = [
+    Kind::Token,
+    Kind::User,
+    Kind::RoleBinding,
+    Kind::Cluster,
+    Kind::Project,
+];
 
 struct Entry<T> {
     /// The generation current when the store was read for it.

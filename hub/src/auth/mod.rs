@@ -119,11 +119,18 @@ pub(crate) async fn principal_until(
             "agent credentials cannot call the API".into(),
         ));
     };
+    let store_error = |e: StoreError| AuthError::Store(e.to_string());
     let user_object = match store.get(Kind::User.name(), &user).await {
         Ok(u) => u,
         Err(StoreError::NotFound { .. }) => return Err(bad()),
-        Err(e) => return Err(AuthError::Store(e.to_string())),
+        Err(e) => return Err(store_error(e)),
     };
+    // The token must be of this very user, not of a deleted one whose name was reused.
+    let mut liveness =
+        crate::refs::Liveness::new(store).knowing(Kind::User, std::slice::from_ref(&user_object));
+    if !liveness.live(&token).await.map_err(store_error)? {
+        return Err(bad());
+    }
     let user_spec: UserSpec = serde_json::from_value(user_object.spec).map_err(|_| bad())?;
     if user_spec.disabled {
         return Err(AuthError::Unauthenticated(format!(
@@ -133,7 +140,14 @@ pub(crate) async fn principal_until(
     let (bindings, _) = store
         .list(Kind::RoleBinding.name(), &LabelSelector::everything())
         .await
-        .map_err(|e| AuthError::Store(e.to_string()))?;
+        .map_err(store_error)?;
+    // Only bindings of this user (or its groups), and of them only those whose user, cluster
+    // and project are still the objects they were made for.
+    let mine = bindings
+        .into_iter()
+        .filter(|b| binds(b, &user, &user_spec.groups))
+        .collect();
+    let bindings = liveness.keep_live(mine).await.map_err(store_error)?;
     let Roles {
         admin,
         clusters,
@@ -185,18 +199,23 @@ fn keep_stronger(entry: &mut Role, role: Role) {
     }
 }
 
-/// The roles `user`, a member of `groups`, holds through `bindings`.
+/// Whether `binding` names `user` or one of `groups`.
+fn binds(binding: &Object, user: &str, groups: &[String]) -> bool {
+    let named = |field: &str| binding.spec.get(field).and_then(Value::as_str);
+    named("user") == Some(user) || named("group").is_some_and(|g| groups.iter().any(|m| m == g))
+}
+
+/// The roles `user`, a member of `groups`, holds through `bindings` (live ones: see
+/// `crate::refs`).
 pub fn roles_of(bindings: &[Object], user: &str, groups: &[String]) -> Roles {
     let mut roles = Roles::default();
     for binding in bindings {
+        if !binds(binding, user, groups) {
+            continue;
+        }
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec.clone()) else {
             continue;
         };
-        let bound = spec.user.as_deref() == Some(user)
-            || spec.group.as_ref().is_some_and(|g| groups.contains(g));
-        if !bound {
-            continue;
-        }
         match (spec.role, spec.cluster, spec.project) {
             (Role::Admin, _, _) => roles.admin = true,
             (role, Some(cluster), Some(project)) => {

@@ -676,11 +676,12 @@ impl Planner {
             json!({"schedule": schedule.schedule, "last": rfc3339(last)}),
         );
         cluster.status = serde_json::to_value(status).unwrap_or(Value::Null);
-        let ops = snapshot
+        let mut ops: Vec<Op> = snapshot
             .map(Op::Create)
             .into_iter()
             .chain([Op::Update(cluster)])
             .collect();
+        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
         self.store.transact(ops).await.map(drop)
     }
 

@@ -71,7 +71,11 @@ pub(super) fn apply(
                     });
                 }
                 let m = &mut object.metadata;
-                m.uid = new_uid();
+                // A uid chosen before the transaction (`refs::stamp_all`) is kept: objects
+                // created beside this one may already name it.
+                if m.uid.is_empty() {
+                    m.uid = new_uid();
+                }
                 m.resource_version = rv.clone();
                 m.generation = 1;
                 m.creation_timestamp = now.to_owned();
@@ -102,6 +106,11 @@ pub(super) fn apply(
                 m.uid = stored.metadata.uid.clone();
                 m.creation_timestamp = stored.metadata.creation_timestamp.clone();
                 m.deletion_timestamp = stored.metadata.deletion_timestamp.clone();
+                // What an object was created for never changes; an object stored before
+                // references existed gets them once (`refs::backfill`).
+                if !stored.metadata.owner_references.is_empty() {
+                    m.owner_references = stored.metadata.owner_references.clone();
+                }
                 m.generation = stored.metadata.generation + u64::from(spec_changed);
                 m.resource_version = rv.clone();
                 if m.deletion_timestamp.is_some() && m.finalizers.is_empty() {
@@ -152,7 +161,7 @@ pub(super) fn apply(
     Ok(applied)
 }
 
-fn new_uid() -> String {
+pub fn new_uid() -> String {
     let mut b = [0u8; 16];
     let _ = SystemRandom::new().fill(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40; // version 4

@@ -15,6 +15,7 @@ mod apply;
 pub mod etcd;
 pub mod sqlite;
 
+pub use apply::new_uid;
 pub use kubeshape::LabelSelector;
 
 /// Identity and bookkeeping of an object, as Kubernetes shapes it.
@@ -44,6 +45,19 @@ pub struct ObjectMeta {
     /// Controllers that must act before the object may go; deletion waits for none to remain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub finalizers: Vec<String>,
+    /// The objects this one was created for, by uid (see `crate::refs`): set when it is
+    /// created and never changed, so it cannot pass to a later object that reuses a name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// One object another was created for, as Kubernetes' `ownerReferences` name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// An object of any kind, as stored. The API layer gives `spec` and `status` their types.

@@ -22,6 +22,9 @@ struct TestApi {
     router: Router,
     admin: String,
     dir: PathBuf,
+    /// The store under the API, for what no API call can do (a hole's aftermath).
+    store: Arc<dyn Store>,
+    api: Api,
 }
 
 impl Drop for TestApi {
@@ -54,18 +57,20 @@ async fn setup() -> TestApi {
         .unwrap()
         .unwrap();
     let api = Api {
-        store,
+        store: store.clone(),
         limiter: Arc::default(),
         known,
         server_url: "https://hub.example:8443".into(),
         ca_checksum: "c".repeat(64),
         ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
     };
-    let router = router(api);
+    let router = router(api.clone());
     let mut t = TestApi {
         router,
         admin: String::new(),
         dir,
+        store,
+        api,
     };
     t.admin = t.login("admin", &password).await;
     t
@@ -448,7 +453,8 @@ async fn rbac_matrix_through_the_api() {
                 "{name} registration token for {cluster}: {reg}"
             );
             if !has_role {
-                assert_eq!(get, StatusCode::FORBIDDEN);
+                // Not readable is "not found": the answer does not say the cluster exists.
+                assert_eq!(get, StatusCode::NOT_FOUND);
             }
         }
         let (list, body) = t.call(Method::GET, "/v1/clusters", token, None).await;
@@ -473,7 +479,7 @@ async fn rbac_matrix_through_the_api() {
             .await;
         assert_eq!(
             delete,
-            StatusCode::FORBIDDEN,
+            StatusCode::NOT_FOUND,
             "{name} delete another's cluster"
         );
         let (users_list, _) = t.call(Method::GET, "/v1/users", token, None).await;
@@ -765,3 +771,5 @@ async fn a_hosts_task_is_named_after_the_host_and_kept_beside_its_plan() {
         "a plan and a task"
     );
 }
+
+mod holes;

@@ -214,6 +214,34 @@ fn reads(method: &http::Method, path: &str, upgrade: bool) -> bool {
     }
 }
 
+/// The part of a request's path after its first `skip` segments, exactly as received (still
+/// percent-encoded): what the proxy decides on is what it forwards, byte for byte. Refused
+/// (with why) when the bytes could mean another path to the server behind: a dot segment, an
+/// empty one, or an encoded `/`, `?`, `#`, `%`, `\` or `.` (none of which a Kubernetes
+/// name holds).
+pub fn raw_rest(path: &str, skip: usize) -> Result<&str, String> {
+    let mut rest = path.strip_prefix('/').unwrap_or(path);
+    for _ in 0..skip {
+        rest = rest.split_once('/').map_or("", |(_, r)| r);
+    }
+    let ambiguous = |segment: &str| {
+        let lower = segment.to_ascii_lowercase();
+        segment.is_empty()
+            || segment == "."
+            || segment == ".."
+            || segment.contains('\\')
+            || ["%2f", "%3f", "%23", "%25", "%5c", "%2e"]
+                .iter()
+                .any(|e| lower.contains(e))
+    };
+    if !rest.is_empty() && rest.split('/').any(ambiguous) {
+        return Err(format!(
+            "the path {path:?} is ambiguous (an empty or dot segment, or an encoded '/', '?', '#', '%', '\\' or '.'); send the path as the API server names it"
+        ));
+    }
+    Ok(rest)
+}
+
 fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
     (
         code,
@@ -468,9 +496,14 @@ pub async fn cache(
 
 pub async fn handle(
     State(state): State<Arc<ProxyState>>,
-    Path((cluster, rest)): Path<(String, String)>,
+    Path((cluster, _)): Path<(String, String)>,
     request: Request,
 ) -> Response {
+    // `/k8s/clusters/<cluster>/<rest>`: the rest as received, not as decoded.
+    let rest = match raw_rest(request.uri().path(), 3) {
+        Ok(rest) => rest.to_owned(),
+        Err(why) => return kube_status(StatusCode::BAD_REQUEST, "BadRequest", why),
+    };
     let (principal, route, fallback) =
         match authorize(&state, request.headers(), &cluster, true).await {
             Ok(found) => found,
@@ -624,9 +657,14 @@ async fn exchange(
 /// to this replica. Only a peer presenting its replica certificate may send one.
 pub async fn relay(
     State(state): State<Arc<ProxyState>>,
-    Path((kind, cluster, service, rest)): Path<(String, String, String, String)>,
+    Path((kind, cluster, service, _)): Path<(String, String, String, String)>,
     request: Request,
 ) -> Response {
+    // `/v3/relay/<kind>/<cluster>/<service>/<rest>`: forwarded as received, as `handle` does.
+    let rest = match raw_rest(request.uri().path(), 5) {
+        Ok(rest) => rest.to_owned(),
+        Err(why) => return kube_status(StatusCode::BAD_REQUEST, "BadRequest", why),
+    };
     if request
         .extensions()
         .get::<tunnel::listener::CertifiedClient>()
@@ -708,5 +746,53 @@ impl RetainCompat for HeaderMap {
         for name in drop {
             self.remove(name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_only_check_reads_the_path_that_is_forwarded() {
+        // The probe's request: decoded, it reads as a self-review (which read-only users may
+        // POST); forwarded, the API server would clean it into a configmap write.
+        let probe = "/k8s/clusters/c/apis/authorization.k8s.io/../../api/v1/namespaces/default/configmaps%3F/selfsubjectaccessreviews";
+        assert!(raw_rest(probe, 3).is_err());
+        for ambiguous in [
+            "/k8s/clusters/c/api/v1/namespaces/default/configmaps%3fx",
+            "/k8s/clusters/c/api/v1/namespaces/a%2Fb/pods",
+            "/k8s/clusters/c/api/v1/namespaces/%2e%2e/pods",
+            "/k8s/clusters/c/api/v1//pods",
+            "/k8s/clusters/c/api/./v1/pods",
+            "/k8s/clusters/c/api/v1/pods%23frag",
+            "/k8s/clusters/c/api/v1/pods%25",
+            "/k8s/clusters/c/api/v1/a\\b",
+        ] {
+            assert!(raw_rest(ambiguous, 3).is_err(), "{ambiguous}");
+        }
+        assert_eq!(
+            raw_rest("/k8s/clusters/c/api/v1/namespaces/default/pods", 3),
+            Ok("api/v1/namespaces/default/pods")
+        );
+        // Encodings of other characters stay as sent (and are forwarded as sent).
+        assert_eq!(
+            raw_rest(
+                "/k8s/clusters/c/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aview",
+                3
+            ),
+            Ok("apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aview")
+        );
+        assert_eq!(
+            raw_rest("/v3/relay/cluster-agent/c/kube-api/version", 5),
+            Ok("version")
+        );
+        assert_eq!(raw_rest("/k8s/clusters/c/", 3), Ok(""));
+        // And what is forwarded is judged as such: a write, however it is spelled.
+        assert!(!reads(
+            &http::Method::POST,
+            "api/v1/namespaces/default/configmaps",
+            false
+        ));
     }
 }

@@ -109,13 +109,28 @@ pub async fn artifact(
     };
     if plain(&version) && plain(&file) {
         let path = downloads.artifacts.join(&version).join(&file);
-        if let Some(response) = stream_file(&path).await {
+        // Only regular files that are inside the artifacts directory, however they are
+        // reached: a symbolic link there must not serve the rest of the machine.
+        let inside = match (
+            tokio::fs::canonicalize(&downloads.artifacts).await,
+            tokio::fs::canonicalize(&path).await,
+        ) {
+            (Ok(root), Ok(real)) => real.starts_with(&root),
+            _ => false,
+        };
+        let regular = tokio::fs::symlink_metadata(&path)
+            .await
+            .is_ok_and(|m| m.file_type().is_file());
+        if inside
+            && regular
+            && let Some(response) = stream_file(&path).await
+        {
             return Ok(response);
         }
     }
+    // Not a word about where artifacts live: the caller needs no path on the hub's disk.
     Err(ApiError::not_found(format!(
-        "no artifact {file:?} for version {version:?}; put it in {}",
-        downloads.artifacts.join("<version>").display()
+        "no artifact {file:?} for version {version:?} on this hub; its operator puts them in the artifacts directory under the hub's data directory"
     )))
 }
 
@@ -280,5 +295,40 @@ pub fn commands(api: &Api, cluster_type: ClusterType, token: &str) -> Value {
             ),
             "roleFlags": ["--etcd", "--controlplane", "--worker", "--all-roles"],
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn artifacts_are_regular_files_inside_the_artifacts_directory_and_404s_name_no_path() {
+        let dir = std::env::temp_dir().join(format!("drover-artifacts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let artifacts = dir.join("artifacts");
+        std::fs::create_dir_all(artifacts.join("v1")).unwrap();
+        std::fs::write(artifacts.join("v1/k3s"), b"binary").unwrap();
+        std::fs::write(dir.join("secret"), b"not for you").unwrap();
+        std::os::unix::fs::symlink(dir.join("secret"), artifacts.join("v1/leak")).unwrap();
+        std::os::unix::fs::symlink(&dir, artifacts.join("v2")).unwrap();
+        let downloads = Downloads {
+            binaries: dir.clone(),
+            artifacts: artifacts.clone(),
+        };
+        let get = |version: &str, file: &str| {
+            artifact(
+                State(downloads.clone()),
+                Path((version.to_owned(), file.to_owned())),
+            )
+        };
+        assert!(get("v1", "k3s").await.is_ok());
+        for (version, file) in [("v1", "leak"), ("v2", "secret"), ("v1", "nothing")] {
+            let err = get(version, file).await.unwrap_err();
+            assert_eq!(err.code, http::StatusCode::NOT_FOUND, "{version}/{file}");
+            let shown = dir.display().to_string();
+            assert!(!err.message.contains(&shown), "{}", err.message);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -194,6 +194,29 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     assert!(!ok && stderr.contains("read-only"), "{stderr}");
     let rita = sim.audit().into_iter().filter(|e| e.user == "rita");
     assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method != "DELETE"));
+    // A write spelled as a read (decoded it is a self-review, which read-only users may
+    // POST; the API server would clean it into a configmap write) is refused as ambiguous.
+    let rita_token = std::fs::read_to_string(&reader)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
+        .unwrap();
+    let sneaky = "/k8s/clusters/prod/apis/authorization.k8s.io/../../api/v1/namespaces/load-0/configmaps%3F/selfsubjectaccessreviews";
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sneaked"}});
+    let (status, answer) =
+        tests::api(hub.addr, "POST", sneaky, Some(&rita_token), Some(body)).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("ambiguous"),
+        "{answer}"
+    );
+    let (found, _, _) = kubectl(&sim_admin, &["get", "configmap", "sneaked", "-n", "load-0"]).await;
+    assert!(!found, "nothing was written downstream");
+    assert!(
+        sim.audit()
+            .iter()
+            .all(|e| !(e.user == "rita" && e.method == "POST" && !e.path.contains("selfsubject")))
+    );
     // The cluster's own RBAC (as the cluster-agent wrote it) says the same: kubectl auth
     // can-i asks the cluster, and the cluster refuses rita's delete when it gets one.
     let (_, answer, _) = kubectl(

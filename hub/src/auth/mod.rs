@@ -67,10 +67,13 @@ pub enum AuthError {
     Store(String),
 }
 
-/// Finds the token in the request: `Authorization: Bearer`, else the session cookie.
+/// Finds the token in the request: `Authorization: Bearer`, else the session cookie. A request
+/// that sends an `Authorization` header is authenticated by that header alone (or not at
+/// all): the browser's CSRF check is skipped for such requests, so the cookie must never
+/// stand in for a header that did not authenticate.
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
-    if let Some(token) = tunnel::bearer_token(headers) {
-        return Some(token);
+    if headers.contains_key(http::header::AUTHORIZATION) {
+        return tunnel::bearer_token(headers);
     }
     headers
         .get_all(http::header::COOKIE)

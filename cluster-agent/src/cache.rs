@@ -29,16 +29,6 @@ use tunnel::TunnelStream;
 /// How long a query waits for a cache's first full list before answering 503.
 const SYNC_WAIT: Duration = Duration::from_secs(5);
 
-/// The resources cached, by the name queries use.
-pub const RESOURCES: [&str; 6] = [
-    "nodes",
-    "namespaces",
-    "pods",
-    "deployments",
-    "services",
-    "events",
-];
-
 /// One reflector per resource; cheap to clone (the stores are shared).
 #[derive(Clone)]
 pub struct Caches {
@@ -189,7 +179,7 @@ impl Caches {
             "events" => list(&self.events, true, query).await,
             other => Err(CacheError::NotFound(format!(
                 "{other:?} is not cached; the cached resources are {}",
-                RESOURCES.join(", ")
+                proto::CACHED_RESOURCES.map(|r| r.name).join(", ")
             ))),
         }
     }

@@ -61,6 +61,11 @@ pub struct Config {
     /// TLS handshakes in flight at most (0: no limit); more wait their turn, so a fleet
     /// reconnecting at once is served in order instead of timing out together.
     pub max_handshakes: usize,
+    /// Connections one address may have before their TLS handshake completes (0: no limit).
+    pub max_pending_per_address: usize,
+    /// Watches and streams (exec, attach, port-forward, logs that follow) one user may have
+    /// open at once, through the API and the proxy together (0: no limit); past it, 429.
+    pub max_streams_per_user: usize,
     /// The URL other hub replicas reach this one at (etcd store only). `None`:
     /// `https://ADDRESS:PORT` with the listen address (this machine's name if that is 0.0.0.0).
     pub replica_url: Option<String>,
@@ -78,6 +83,10 @@ pub enum StoreLocation {
 
 /// TLS handshakes in flight at most, by default: enough to keep two cores busy with them.
 pub const DEFAULT_MAX_HANDSHAKES: usize = 128;
+
+/// Open watches and streams per user, by default: far more than a dashboard and a few
+/// kubectl sessions need, far fewer than exhaust the hub.
+pub const DEFAULT_MAX_STREAMS_PER_USER: usize = 256;
 
 /// Heartbeats every 10 s, as Rancher's agents; a silent agent shows within half a minute.
 pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -374,6 +383,14 @@ struct ServeArgs {
     /// [env: DROVER_MAX_HANDSHAKES] [default: 128]
     #[arg(long)]
     max_handshakes: Option<String>,
+    /// Connections one address may have before their TLS handshake completes; more are closed
+    /// (0: no limit) [env: DROVER_MAX_PENDING_PER_ADDRESS] [default: 64]
+    #[arg(long)]
+    max_pending_per_address: Option<String>,
+    /// Watches and streams one user may have open at once; more get 429 (0: no limit)
+    /// [env: DROVER_MAX_STREAMS_PER_USER] [default: 256]
+    #[arg(long)]
+    max_streams_per_user: Option<String>,
     /// With the etcd store: the URL other hub replicas reach this one at
     /// [env: DROVER_REPLICA_URL] [default: https://LISTEN_ADDRESS:PORT]
     #[arg(long)]
@@ -659,19 +676,35 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
             StoreLocation::Etcd(text)
         }
     };
-    let max_handshakes = match args.max_handshakes.or_else(|| {
-        env.get("DROVER_MAX_HANDSHAKES")
-            .filter(|v| !v.is_empty())
-            .cloned()
-    }) {
-        None => DEFAULT_MAX_HANDSHAKES,
+    let count = |given: Option<String>, flag: &'static str, var: &'static str, default| match given
+        .or_else(|| env.get(var).filter(|v| !v.is_empty()).cloned())
+    {
+        None => Ok(default),
         Some(text) => text.parse::<usize>().map_err(|_| ConfigError::Invalid {
-            flag: "--max-handshakes",
-            var: "DROVER_MAX_HANDSHAKES",
+            flag,
+            var,
             value: text,
             reason: "give a whole number (0 for no limit)".into(),
-        })?,
+        }),
     };
+    let max_handshakes = count(
+        args.max_handshakes,
+        "--max-handshakes",
+        "DROVER_MAX_HANDSHAKES",
+        DEFAULT_MAX_HANDSHAKES,
+    )?;
+    let max_pending_per_address = count(
+        args.max_pending_per_address,
+        "--max-pending-per-address",
+        "DROVER_MAX_PENDING_PER_ADDRESS",
+        tunnel::listener::DEFAULT_PENDING_PER_ADDRESS,
+    )?;
+    let max_streams_per_user = count(
+        args.max_streams_per_user,
+        "--max-streams-per-user",
+        "DROVER_MAX_STREAMS_PER_USER",
+        DEFAULT_MAX_STREAMS_PER_USER,
+    )?;
     Ok(Config {
         data_dir,
         listen,
@@ -683,6 +716,8 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         demo,
         store,
         max_handshakes,
+        max_pending_per_address,
+        max_streams_per_user,
         replica_url: args
             .replica_url
             .or_else(|| {

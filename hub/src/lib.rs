@@ -252,6 +252,7 @@ impl Hub {
             server_url: url.clone(),
             ca_checksum: pki.ca_checksum.clone(),
             ca_pem: pki.ca_pem.clone(),
+            streams: auth::streams::Streams::new(config.max_streams_per_user),
         };
         let app = router(AppState {
             ca_pem: pki.ca_pem.clone(),
@@ -327,7 +328,10 @@ impl Hub {
             listener,
             pki.server_config.clone(),
             app,
-            config.max_handshakes,
+            tunnel::listener::Limits {
+                max_handshakes: config.max_handshakes,
+                max_pending_per_address: config.max_pending_per_address,
+            },
             shutdown,
         );
         let task = tokio::spawn(async move {

@@ -451,10 +451,57 @@ pub async fn cache(
     request: Request,
 ) -> Response {
     // The cache lives in the cluster-agent: no fallback.
-    let (_, route, _) = match authorize(&state, request.headers(), &cluster, false).await {
+    let (principal, route, _) = match authorize(&state, request.headers(), &cluster, false).await {
         Ok(found) => found,
         Err(response) => return response,
     };
+    let Some(cached) = proto::cached_resource(&resource) else {
+        let names = proto::CACHED_RESOURCES.map(|r| r.name).join(", ");
+        return kube_status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{resource:?} is not cached; the cached resources are {names}"),
+        );
+    };
+    // The cache answers only what the cluster's RBAC lets the caller list, as the proxy would:
+    // a namespaced kind in the namespace asked for (every namespace without one), a
+    // cluster-scoped kind to those who may list it. Admins are cluster-admin there.
+    let namespace = axum::extract::Query::<HashMap<String, String>>::try_from_uri(request.uri())
+        .ok()
+        .and_then(|q| q.0.get("namespace").cloned())
+        .filter(|n| !n.is_empty() && cached.namespaced);
+    if !principal.admin {
+        match may_list(
+            &state,
+            &route,
+            &principal,
+            &cluster,
+            cached,
+            namespace.as_deref(),
+        )
+        .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                let scope = match &namespace {
+                    Some(n) => format!("in namespace {n:?}"),
+                    None if cached.namespaced => {
+                        "in every namespace (ask for one you may read with ?namespace=)".to_owned()
+                    }
+                    None => "(a cluster-wide kind)".to_owned(),
+                };
+                return kube_status(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    format!(
+                        "user {:?} may not list {} {scope} on cluster {cluster:?}",
+                        principal.user, cached.name
+                    ),
+                );
+            }
+            Err(response) => return response,
+        }
+    }
     let query = request
         .uri()
         .query()
@@ -532,6 +579,16 @@ pub async fn handle(
         );
     }
     let (on_upgrade, query) = upgrade_and_query(&mut parts, upgrade);
+    // A watch, a followed log or an upgraded stream lasts: it counts against the user's limit
+    // until it ends.
+    let held = if upgrade || lasts(&query) {
+        match state.api.streams.open(&principal.user) {
+            Ok(held) => Some(held),
+            Err(e) => return from_api(e),
+        }
+    } else {
+        None
+    };
     let mut headers = HeaderMap::new();
     for (name, value) in &parts.headers {
         let lower = name.as_str();
@@ -547,25 +604,8 @@ pub async fn handle(
     if upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
     }
-    let Ok(user) = HeaderValue::from_str(&principal.user) else {
-        return kube_status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "the user name cannot be sent as a header".into(),
-        );
-    };
-    headers.insert("impersonate-user", user);
-    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
-    // with the hub's role bindings, binds besides the user.
-    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
-    if principal.admin {
-        groups.push(format!("{GROUP_PREFIX}admin"));
-    }
-    groups.extend(principal.groups.iter().cloned());
-    for group in groups {
-        if let Ok(value) = HeaderValue::from_str(&group) {
-            headers.append("impersonate-group", value);
-        }
+    if let Err(e) = impersonate(&mut headers, &principal) {
+        return from_api(e);
     }
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
@@ -588,7 +628,7 @@ pub async fn handle(
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster).await;
+    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster, held).await;
     if let Some(pool) = pool {
         pool.put(sender);
     }
@@ -599,6 +639,91 @@ pub async fn handle(
         );
     }
     response
+}
+
+/// Sets who the request acts as downstream: the caller, with their groups.
+fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Result<(), ApiError> {
+    let Ok(user) = HeaderValue::from_str(&principal.user) else {
+        return Err(ApiError::bad_request(
+            "the user name cannot be sent as a header",
+        ));
+    };
+    headers.insert("impersonate-user", user);
+    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
+    // with the hub's role bindings, binds besides the user.
+    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
+    if principal.admin {
+        groups.push(format!("{GROUP_PREFIX}admin"));
+    }
+    groups.extend(principal.groups.iter().cloned());
+    for group in groups {
+        if let Ok(value) = HeaderValue::from_str(&group) {
+            headers.append("impersonate-group", value);
+        }
+    }
+    Ok(())
+}
+
+/// Whether the cluster's RBAC lets `principal` list `resource` in `namespace` (every namespace
+/// when `None`), asked of the cluster as the user (a `SelfSubjectAccessReview`, as `kubectl
+/// auth can-i` asks).
+async fn may_list(
+    state: &ProxyState,
+    route: &Route,
+    principal: &Principal,
+    cluster: &str,
+    resource: proto::CachedResource,
+    namespace: Option<&str>,
+) -> Result<bool, Response> {
+    let review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {
+            "verb": "list",
+            "group": resource.group,
+            "resource": resource.name,
+            "namespace": namespace.unwrap_or_default(),
+        }},
+    });
+    let (mut sender, path, pool) = connect_route(
+        state,
+        route,
+        KUBE_API_SERVICE,
+        cluster,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        true,
+    )
+    .await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::HOST, HeaderValue::from_static("kubernetes"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    impersonate(&mut headers, principal).map_err(from_api)?;
+    let mut request = http::Request::post(path)
+        .body(Body::from(review.to_string()))
+        .unwrap_or_default();
+    *request.headers_mut() = headers;
+    let response = send(&mut sender, request, cluster).await?;
+    let status = response.status();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if let Some(pool) = pool {
+        pool.put(sender);
+    }
+    if !status.is_success() {
+        return Err(kube_status(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("cluster {cluster:?} could not say what the caller may list: HTTP {status}"),
+        ));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok(answer.pointer("/status/allowed") == Some(&serde_json::Value::Bool(true)))
 }
 
 /// The client's side of an upgrade (if the request asks for one), and the query (`?…` or
@@ -618,13 +743,24 @@ fn upgrade_and_query(
     (on_upgrade, query)
 }
 
+/// Whether a request with `query` (`?…` or empty) stays open: a watch, or a log that follows.
+fn lasts(query: &str) -> bool {
+    query
+        .trim_start_matches('?')
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .any(|(key, value)| matches!(key, "watch" | "follow") && matches!(value, "true" | "1"))
+}
+
 /// Sends `outbound`, splices an upgrade through to `on_upgrade`'s side, and returns the
-/// response without its hop-by-hop headers (but those of a protocol switch).
+/// response without its hop-by-hop headers (but those of a protocol switch). `held` is kept
+/// until the upgraded stream or the response body ends.
 async fn exchange(
     sender: &mut SendRequest<Body>,
     outbound: http::Request<Body>,
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
     cluster: &str,
+    mut held: Option<crate::auth::streams::StreamGuard>,
 ) -> Response {
     let mut response = match send(sender, outbound, cluster).await {
         Ok(response) => response,
@@ -634,7 +770,9 @@ async fn exchange(
         && let Some(client_side) = on_upgrade
     {
         let agent_side = hyper::upgrade::on(&mut response);
+        let held = held.take();
         tokio::spawn(async move {
+            let _held = held;
             if let (Ok(client), Ok(agent)) = (client_side.await, agent_side.await) {
                 let _ = tokio::io::copy_bidirectional(
                     &mut TokioIo::new(client),
@@ -649,7 +787,17 @@ async fn exchange(
     parts
         .headers
         .retain_mut_compat(|name| keep_upgrade || !hop_by_hop(name));
-    Response::from_parts(parts, Body::new(body))
+    match held {
+        Some(held) => {
+            let frames = http_body_util::BodyExt::into_data_stream(body);
+            let body = Body::from_stream(futures::StreamExt::map(frames, move |frame| {
+                let _ = &held;
+                frame
+            }));
+            Response::from_parts(parts, body)
+        }
+        None => Response::from_parts(parts, Body::new(body)),
+    }
 }
 
 /// `/v3/relay/<agent kind>/<cluster>/<service>/<path>`: a request another hub replica has
@@ -728,7 +876,8 @@ pub async fn relay(
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let response = exchange(&mut sender, outbound, on_upgrade, &cluster).await;
+    // The replica the caller came through counts the caller's streams.
+    let response = exchange(&mut sender, outbound, on_upgrade, &cluster, None).await;
     if let Some(pool) = pool {
         pool.put(sender);
     }

@@ -140,6 +140,56 @@ pub const KUBE_API_SERVICE: &str = "kube-api";
 /// caches: HTTP/1 `GET /<resource>?namespace=&labelSelector=`, a Kubernetes List in JSON.
 pub const CLUSTER_CACHE_SERVICE: &str = "cluster-cache";
 
+/// A resource the cluster-agent's cache holds, as the hub must know it to ask the cluster's
+/// RBAC whether a caller may list it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachedResource {
+    /// The name queries use (the resource's plural).
+    pub name: &'static str,
+    /// Its API group ("" for the core group).
+    pub group: &'static str,
+    pub namespaced: bool,
+}
+
+/// What the cluster-agent's cache holds.
+pub const CACHED_RESOURCES: [CachedResource; 6] = [
+    CachedResource {
+        name: "nodes",
+        group: "",
+        namespaced: false,
+    },
+    CachedResource {
+        name: "namespaces",
+        group: "",
+        namespaced: false,
+    },
+    CachedResource {
+        name: "pods",
+        group: "",
+        namespaced: true,
+    },
+    CachedResource {
+        name: "deployments",
+        group: "apps",
+        namespaced: true,
+    },
+    CachedResource {
+        name: "services",
+        group: "",
+        namespaced: true,
+    },
+    CachedResource {
+        name: "events",
+        group: "",
+        namespaced: true,
+    },
+];
+
+/// The cached resource named `name`, if the cache holds it.
+pub fn cached_resource(name: &str) -> Option<CachedResource> {
+    CACHED_RESOURCES.into_iter().find(|r| r.name == name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::plan::v1::{Plan, PlanState, PlanStatus, checksum};

@@ -390,7 +390,11 @@ pub async fn wait_active(hub: &HubProcess, admin: &str, within: Duration) -> Val
     let deadline = Instant::now() + within;
     loop {
         let c = cluster(hub, admin).await;
-        if c["state"]["state"] == "active" {
+        // Active counting every registered host: a host that registered a moment ago is not
+        // yet in the status of a cluster the planner made active without it.
+        let (_, hosts) = api(hub.addr, "GET", "/v1/hosts", Some(admin), None).await;
+        let registered = hosts["items"].as_array().map_or(0, Vec::len);
+        if c["state"]["state"] == "active" && c["status"]["hosts"]["total"] == registered {
             return c;
         }
         assert!(

@@ -422,3 +422,41 @@ async fn a_removed_clusters_credentials_and_owner_do_not_pass_to_a_new_cluster_o
     assert!(hub.terminate().await);
     std::fs::remove_dir_all(&data).unwrap();
 }
+
+#[tokio::test]
+async fn agents_connect_while_the_public_port_is_flooded_with_silent_connections() {
+    let data = temp_dir("flood");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    // 300 connections from one address that never send a byte (no ClientHello).
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        flood.push(socket.connect(hub.addr).await.unwrap());
+    }
+    // Before, the silent ones held every handshake slot until their 10 s timeout: anyone
+    // else waited that long. Now they hold none.
+    let (status, _) = tokio::time::timeout(
+        Duration::from_secs(5),
+        tests::https_get(hub.addr, "/healthz"),
+    )
+    .await
+    .expect("served while flooded");
+    assert_eq!(status, 200);
+    let (status, reply) = register(&hub, &registration, "cluster-agent").await;
+    assert_eq!(status, 201, "{reply}");
+    let credential = reply["credential"].as_str().unwrap();
+    let session = tokio::time::timeout(
+        Duration::from_secs(5),
+        agent(&hub, credential, "cluster/prod", "cluster-agent").connect(),
+    )
+    .await
+    .expect("the agent connects while flooded")
+    .unwrap();
+    session.session.close();
+    drop(flood);
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(&data).unwrap();
+}

@@ -202,7 +202,7 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
         .unwrap();
     let sneaky = "/k8s/clusters/prod/apis/authorization.k8s.io/../../api/v1/namespaces/load-0/configmaps%3F/selfsubjectaccessreviews";
-    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sneaked"}});
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sneaked"}});
     let (status, answer) =
         tests::api(hub.addr, "POST", sneaky, Some(&rita_token), Some(body)).await;
     assert_eq!(status, 400, "{answer}");

@@ -130,6 +130,39 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
     .await;
     assert_eq!(answer.trim(), "no");
 
+    // The hub's cache answers pat what the cluster's RBAC lets pat list, as the proxy does:
+    // shop's namespaces, not the others, not every namespace, not the nodes.
+    let pat_token = std::fs::read_to_string(&pat)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
+        .unwrap();
+    let cache = |query: &str| {
+        let path = format!("/v1/clusters/prod/cache/{query}");
+        let (addr, token) = (hub.addr, pat_token.clone());
+        async move { tests::api(addr, "GET", &path, Some(&token), None).await }
+    };
+    let (status, list) = cache("deployments?namespace=shop-a").await;
+    assert_eq!(status, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert!(
+        items.iter().all(|d| d["metadata"]["namespace"] == "shop-a"),
+        "{list}"
+    );
+    for refused in [
+        "deployments?namespace=other",
+        "deployments",
+        "pods",
+        "nodes",
+        "namespaces",
+    ] {
+        let (status, answer) = cache(refused).await;
+        assert_eq!(status, 403, "{refused}: {answer}");
+    }
+    // What pat sees through the cache is what kubectl shows pat through the proxy.
+    let (ok, _, stderr) = kubectl(&pat, &["get", "deployments", "-n", "other"]).await;
+    assert!(!ok && stderr.contains("forbidden"), "{stderr}");
+
     // A second project, lab, where pat may only read, with a secret of its own.
     create(
         hub,

@@ -58,19 +58,83 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
-    serve_limited(listener, tls, service, 0, shutdown).await;
+    serve_limited(listener, tls, service, Limits::default(), shutdown).await;
 }
 
-/// As [`serve`], with at most `max_handshakes` TLS handshakes in flight (0: no limit). When a
-/// whole fleet reconnects at once (the hub restarted), handshakes past the limit wait their turn
-/// (up to [`HANDSHAKE_QUEUE_TIMEOUT`]) instead of all competing for the CPU and timing out
-/// together; those that wait too long are closed, and their agents retry after a jittered
-/// backoff.
+/// What one listener lets clients hold before they have proven anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// TLS handshakes in flight at once (0: no limit). When a whole fleet reconnects at once
+    /// (the hub restarted), handshakes past the limit wait their turn (up to
+    /// [`HANDSHAKE_QUEUE_TIMEOUT`]) instead of all competing for the CPU and timing out
+    /// together; those that wait too long are closed, and their agents retry after a jittered
+    /// backoff.
+    pub max_handshakes: usize,
+    /// Connections from one address that have not yet completed their TLS handshake (0: no
+    /// limit); more are closed at once, so one address cannot hold the listener's slots or its
+    /// file descriptors.
+    pub max_pending_per_address: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_handshakes: 0,
+            max_pending_per_address: DEFAULT_PENDING_PER_ADDRESS,
+        }
+    }
+}
+
+/// Connections one address may have before their TLS handshake completes, by default.
+pub const DEFAULT_PENDING_PER_ADDRESS: usize = 64;
+
+/// Connections per address not yet past their handshake; an entry goes with its last one.
+#[derive(Debug, Default)]
+struct Pending(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection counted in [`Pending`] until dropped.
+struct PendingSlot {
+    pending: Arc<Pending>,
+    addr: std::net::IpAddr,
+}
+
+impl Pending {
+    fn enter(self: &Arc<Self>, addr: std::net::IpAddr, limit: usize) -> Option<PendingSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(addr).or_insert(0);
+        if limit > 0 && *count >= limit {
+            return None;
+        }
+        *count += 1;
+        Some(PendingSlot {
+            pending: self.clone(),
+            addr,
+        })
+    }
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        let mut counts = self.pending.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.addr) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.addr);
+            }
+        }
+    }
+}
+
+/// As [`serve`], within `limits`. A connection takes a handshake slot only once its client has
+/// sent something (a silent one never holds a slot), must finish its handshake within
+/// [`TLS_HANDSHAKE_TIMEOUT`], and must start its first request within [`HEADER_READ_TIMEOUT`]
+/// after it (then HTTP/1's header timeout covers the time between requests, and HTTP/2 pings
+/// a quiet peer).
 pub async fn serve_limited<S, B>(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     service: S,
-    max_handshakes: usize,
+    limits: Limits,
     shutdown: CancellationToken,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -88,10 +152,15 @@ pub async fn serve_limited<S, B>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
+        .keep_alive_timeout(HEADER_READ_TIMEOUT);
     let graceful = GracefulShutdown::new();
-    let handshakes =
-        (max_handshakes > 0).then(|| Arc::new(tokio::sync::Semaphore::new(max_handshakes)));
+    let handshakes = (limits.max_handshakes > 0)
+        .then(|| Arc::new(tokio::sync::Semaphore::new(limits.max_handshakes)));
+    let pending = Arc::new(Pending::default());
     loop {
         let (tcp, remote) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -105,6 +174,10 @@ pub async fn serve_limited<S, B>(
                 }
             },
         };
+        let Some(slot) = pending.enter(remote.ip(), limits.max_pending_per_address) else {
+            tracing::debug!(%remote, "too many connections from this address in handshake");
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let builder = builder.clone();
@@ -112,6 +185,15 @@ pub async fn serve_limited<S, B>(
         let service = service.clone();
         let handshakes = handshakes.clone();
         tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            // A client that never speaks never takes a handshake slot.
+            if tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tcp.readable())
+                .await
+                .is_err()
+            {
+                tracing::debug!(%remote, "no ClientHello in time");
+                return;
+            }
             let permit = match handshakes {
                 Some(handshakes) => {
                     match tokio::time::timeout(HANDSHAKE_QUEUE_TIMEOUT, handshakes.acquire_owned())
@@ -126,7 +208,12 @@ pub async fn serve_limited<S, B>(
                 }
                 None => None,
             };
-            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            let deadline = started + TLS_HANDSHAKE_TIMEOUT;
+            let tls = match tokio::time::timeout_at(
+                deadline.max(tokio::time::Instant::now() + TLS_HANDSHAKE_TIMEOUT / 2),
+                acceptor.accept(tcp),
+            )
+            .await
             {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
@@ -139,6 +226,7 @@ pub async fn serve_limited<S, B>(
                 }
             };
             drop(permit);
+            drop(slot);
             // A client certificate is verified in the handshake, or the handshake fails.
             let certified = tls.get_ref().1.peer_certificates().is_some();
             let service = service.map_request(move |mut req: Request<Incoming>| {
@@ -149,7 +237,7 @@ pub async fn serve_limited<S, B>(
                 req
             });
             let conn = builder.serve_connection_with_upgrades(
-                TokioIo::new(tls),
+                TokioIo::new(FirstByteDeadline::new(tls, HEADER_READ_TIMEOUT)),
                 TowerToHyperService::new(service),
             );
             if let Err(e) = watcher.watch(conn.into_owned()).await {
@@ -163,5 +251,90 @@ pub async fn serve_limited<S, B>(
         .is_err()
     {
         tracing::warn!("requests still in flight after {DRAIN_TIMEOUT:?}; stopping anyway");
+    }
+}
+
+/// How often an HTTP/2 connection pings a quiet peer (a dead one is closed when the ping goes
+/// unanswered for [`HEADER_READ_TIMEOUT`]).
+pub const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A stream that fails its reads if nothing at all arrives within a deadline from its start:
+/// the HTTP server first reads to tell HTTP/1 from HTTP/2, with no timeout of its own, so a
+/// client that completes TLS and then says nothing would hold its connection forever.
+struct FirstByteDeadline<T> {
+    inner: T,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> FirstByteDeadline<T> {
+    fn new(inner: T, within: Duration) -> Self {
+        Self {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstByteDeadline<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.deadline = None;
+            }
+            std::task::Poll::Pending => {
+                if let Some(deadline) = &mut self.deadline
+                    && std::future::Future::poll(deadline.as_mut(), cx).is_ready()
+                {
+                    return std::task::Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client sent no request after the TLS handshake",
+                    )));
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstByteDeadline<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -615,8 +615,16 @@ async fn closed_within(mut stream: impl tokio::io::AsyncRead + Unpin, limit: Dur
 async fn slow_clients_cannot_hold_connections_open() {
     let hub = TestHub::start(AcceptorConfig::default()).await;
     let bound = tunnel::listener::TLS_HANDSHAKE_TIMEOUT + Duration::from_secs(5);
-    // One never starts TLS; another completes it and then dribbles a request's headers.
+    // One never starts TLS; one completes it and then says nothing (the HTTP server's first
+    // read, which tells HTTP/1 from HTTP/2, has no timeout of its own); another completes it
+    // and then dribbles a request's headers.
     let silent = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
+    let quiet = tokio_rustls::TlsConnector::from(tls::unverified_client_config())
+        .connect("127.0.0.1".try_into().unwrap(), tcp)
+        .await
+        .unwrap();
+    let quiet = tokio::spawn(closed_within(quiet, bound));
     let tcp = tokio::net::TcpStream::connect(hub.addr).await.unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(tls::unverified_client_config())
         .connect("127.0.0.1".try_into().unwrap(), tcp)
@@ -658,6 +666,8 @@ async fn slow_clients_cannot_hold_connections_open() {
     let dribbling = dribbling
         .unwrap_or_else(|_| panic!("a client dribbling headers held its connection past {bound:?}"))
         .unwrap();
+    // closed_within panics past the bound; it returning is the proof.
+    quiet.await.unwrap();
     assert!(
         silent >= Duration::from_secs(5),
         "closed at once? {silent:?}"
@@ -718,11 +728,15 @@ async fn past_the_handshake_limit_connections_wait_their_turn() {
         listener,
         tls,
         service,
-        1,
+        tunnel::listener::Limits {
+            max_handshakes: 1,
+            max_pending_per_address: 0,
+        },
         shutdown.clone(),
     ));
-    // One connection takes the only handshake slot and says nothing.
-    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // One connection takes the only handshake slot: it starts a ClientHello and stalls.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    silent.write_all(&[0x16]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let handshake = tokio::spawn(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -742,6 +756,80 @@ async fn past_the_handshake_limit_connections_wait_their_turn() {
         .expect("the waiting handshake goes on when the slot frees")
         .unwrap();
     assert!(done.is_ok(), "{done:?}");
+    shutdown.cancel();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_flood_of_silent_connections_from_one_address_leaves_the_listener_to_everyone_else() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let leaf = tunnel::testing::ca()
+        .issue_server(&["127.0.0.1".into()])
+        .unwrap();
+    let tls = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
+    let service = tower::service_fn(|_: http::Request<hyper::body::Incoming>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"ok"),
+        )))
+    });
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let limits = tunnel::listener::Limits {
+        max_handshakes: 128,
+        max_pending_per_address: 64,
+    };
+    let server = tokio::spawn(tunnel::listener::serve_limited(
+        listener,
+        tls,
+        service,
+        limits,
+        shutdown.clone(),
+    ));
+    // 300 connections from another loopback address that never send a byte (the probe used
+    // 1,000; fewer keep the test inside a small open-file limit).
+    let flooder: std::net::SocketAddr = "127.0.0.2:0".parse().unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(flooder).unwrap();
+        flood.push(socket.connect(([127, 0, 0, 1], port).into()).await.unwrap());
+    }
+    // Past the per-address limit they are closed at once (no waiting for any timeout).
+    let mut closed = 0;
+    for stream in &mut flood {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(20), stream.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 300 - 64, "only {closed} of the flood were closed");
+    // Meanwhile a client from another address is served: no slot is held by the silent ones.
+    // (Before, they took every handshake slot and a request waited past the 10 s handshake
+    // timeout of the next.)
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut tls = tokio::time::timeout(
+        tunnel::listener::TLS_HANDSHAKE_TIMEOUT,
+        tokio_rustls::TlsConnector::from(tls::unverified_client_config())
+            .connect("127.0.0.1".try_into().unwrap(), tcp),
+    )
+    .await
+    .expect("served while flooded")
+    .unwrap();
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await.ok();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(flood);
     shutdown.cancel();
     server.await.unwrap();
 }

@@ -44,6 +44,8 @@ pub struct Api {
     pub ca_checksum: String,
     /// The hub's CA, for kubeconfigs.
     pub ca_pem: Arc<str>,
+    /// Watches and streams each user holds open (the API's and the proxy's).
+    pub streams: Arc<crate::auth::streams::Streams>,
 }
 
 pub fn router(api: Api) -> Router {

@@ -36,11 +36,14 @@ pub(super) async fn serve(
     selector: LabelSelector,
     from: Option<u64>,
 ) -> Result<Response, ApiError> {
+    let held = api.streams.open(&principal.user)?;
     let events = api.store.watch(Some(kind.name()), from).await?;
     struct State {
         events: WatchStream,
         ticks: tokio::time::Interval,
         done: bool,
+        /// Counted against the user's streams while the watch lasts.
+        _held: crate::auth::streams::StreamGuard,
     }
     let mut ticks = tokio::time::interval(KEEPALIVE);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -48,6 +51,7 @@ pub(super) async fn serve(
         events,
         ticks,
         done: false,
+        _held: held,
     };
     let body = futures::stream::unfold(state, move |mut s| {
         let principal = principal.clone();

@@ -20,6 +20,7 @@ use crate::{
 
 pub mod known;
 pub mod secret;
+pub mod streams;
 
 /// The dashboard's session cookie.
 pub const SESSION_COOKIE: &str = "drover_session";

@@ -131,6 +131,8 @@ pub async fn events(
             .query(query.since.unwrap_or(0), |e| query.keeps(&principal, e));
         return Ok(Json(json!({"items": items})).into_response());
     }
+    // Counted against the user's streams for as long as the body lives.
+    let held = state.api.streams.open(&principal.user)?;
     // Following first, so nothing recorded between the query and the follow is missed.
     let follower = state.health.events.follow();
     let backlog = state
@@ -187,7 +189,13 @@ pub async fn events(
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
-        Body::from_stream(futures::StreamExt::chain(start, live)),
+        Body::from_stream(futures::StreamExt::map(
+            futures::StreamExt::chain(start, live),
+            move |frame| {
+                let _ = &held;
+                frame
+            },
+        )),
     )
         .into_response())
 }

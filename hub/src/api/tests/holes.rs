@@ -332,3 +332,39 @@ async fn a_cookie_never_authenticates_a_request_that_sent_an_authorization_heade
     let response = t.router.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn one_user_cannot_hold_watches_without_bound() {
+    // The test API allows 3 per user (the hub's default is --max-streams-per-user 256).
+    let t = setup().await;
+    let reader = t.user("reader", None).await;
+    let watch = |token: String| {
+        let router = t.router.clone();
+        async move {
+            let request = Request::builder()
+                .uri("/v1/clusters?watch=true")
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .unwrap();
+            router.oneshot(request).await.unwrap()
+        }
+    };
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let response = watch(reader.clone()).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        open.push(response);
+    }
+    let refused = watch(reader.clone()).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("--max-streams-per-user"),
+        "{body:?}"
+    );
+    // Others are not held back by one user's watches.
+    assert_eq!(watch(t.admin.clone()).await.status(), StatusCode::OK);
+    // A watch that ends frees its place.
+    open.pop();
+    assert_eq!(watch(reader.clone()).await.status(), StatusCode::OK);
+}

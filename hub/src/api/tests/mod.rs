@@ -63,6 +63,7 @@ async fn setup() -> TestApi {
         server_url: "https://hub.example:8443".into(),
         ca_checksum: "c".repeat(64),
         ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+        streams: crate::auth::streams::Streams::new(3),
     };
     let router = router(api.clone());
     let mut t = TestApi {

@@ -275,7 +275,7 @@ pub async fn register(
                             StatusCode::CONFLICT,
                             "Conflict",
                             format!(
-                                "host {host_name} is already registered{why}; an admin or the cluster's owner deletes Host {host_name} first (drover-hub delete host {host_name}), then install again"
+                                "host {host_name} is already registered{why}; an admin or the cluster's owner deletes Host {host_name} first (DELETE /v1/hosts/{host_name}; it runs its uninstall plan), then install again"
                             ),
                         )
                     };

@@ -73,12 +73,48 @@ pub async fn reset_admin_password(store: &dyn Store) -> Result<String, StoreErro
         ))),
         Err(e) => return Err(e),
     }
-    if let Err(StoreError::NotFound { .. }) =
-        store.get(Kind::RoleBinding.name(), ADMIN_BINDING).await
-    {
-        ops.push(Op::Create(admin_binding()));
+    match store.get(Kind::RoleBinding.name(), ADMIN_BINDING).await {
+        Err(StoreError::NotFound { .. }) => ops.push(Op::Create(admin_binding())),
+        // Made for an `admin` user deleted since (and `admin` is new): made again for this one.
+        Ok(binding) if !crate::refs::Liveness::new(store).live(&binding).await? => {
+            ops.push(Op::Delete {
+                kind: Kind::RoleBinding.name().into(),
+                name: ADMIN_BINDING.into(),
+                resource_version: None,
+            });
+            ops.push(Op::Create(admin_binding()));
+        }
+        Ok(_) => {}
+        Err(e) => return Err(e),
     }
     crate::refs::stamp_all(store, &mut ops).await?;
     store.transact(ops).await?;
     Ok(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+
+    #[tokio::test]
+    async fn a_reset_after_admin_was_deleted_binds_the_new_admin() {
+        let dir = std::env::temp_dir().join(format!("drover-bootstrap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+        first_admin(store.as_ref()).await.unwrap().unwrap();
+        // The user goes; its binding is left behind (as until the collector runs).
+        store.delete(Kind::User.name(), ADMIN, None).await.unwrap();
+        reset_admin_password(store.as_ref()).await.unwrap();
+        let binding = store
+            .get(Kind::RoleBinding.name(), ADMIN_BINDING)
+            .await
+            .unwrap();
+        let mut liveness = crate::refs::Liveness::new(store.as_ref());
+        assert!(liveness.live(&binding).await.unwrap(), "{binding:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -266,15 +266,32 @@ async fn authorize(
     fallback: bool,
 ) -> Result<(Principal, Route, bool), Response> {
     let principal = state.api.principal(headers).await.map_err(from_api)?;
-    let object = state
+    // Any role on the cluster lets a user through; what they may do there is the cluster's
+    // RBAC's to decide, for the identity the proxy sets. Without one, a missing cluster and an
+    // existing one answer alike (kubectl shows a 403 as "forbidden", a 404 as a missing kind).
+    let no_role = || {
+        kube_status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "user {:?} has no role on cluster {cluster:?} (or there is no such cluster); ask an admin or the cluster's owner",
+                principal.user
+            ),
+        )
+    };
+    let object = match state
         .api
         .known
         .cluster(state.api.store.as_ref(), cluster)
         .await
-        .map_err(|e| from_api(e.into()))?;
-    // Any role on the cluster lets a user through; what they may do there is the cluster's
-    // RBAC's to decide, for the identity the proxy sets.
-    allow(&principal, Verb::Get, Kind::Cluster, &object).map_err(from_api)?;
+    {
+        Ok(object) => object,
+        Err(crate::store::StoreError::NotFound { .. }) if !principal.admin => return Err(no_role()),
+        Err(e) => return Err(from_api(e.into())),
+    };
+    if allow(&principal, Verb::Get, Kind::Cluster, &object).is_err() {
+        return Err(no_role());
+    }
     let kinds: &[&'static str] = if fallback {
         &[agents::CLUSTER_AGENT, agents::NODE_AGENT]
     } else {

@@ -287,6 +287,15 @@ pub async fn user_kubeconfig(
     }
 }
 
+/// The bearer token in a kubeconfig written by [`issued_kubeconfig`].
+pub fn kubeconfig_token(kubeconfig: &Path) -> String {
+    std::fs::read_to_string(kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
+        .unwrap()
+}
+
 /// The kubeconfig the hub issues for cluster `prod` to the holder of `token`, aimed at the
 /// address the test reaches the hub by, written to `dir/<name>.kubeconfig`; with `use_token`,
 /// that token in place of the issued one.

@@ -185,6 +185,17 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         "the refused request never reached the cluster"
     );
     assert!(!sim.audit().iter().any(|e| e.user == "otto"));
+    // And learns nothing about which clusters exist: a missing one answers the same.
+    let otto = tests::imported::kubeconfig_token(&outsider);
+    let (exists, a) =
+        tests::api(hub.addr, "GET", "/k8s/clusters/prod/api", Some(&otto), None).await;
+    let (missing, b) =
+        tests::api(hub.addr, "GET", "/k8s/clusters/zulu/api", Some(&otto), None).await;
+    assert_eq!((exists, missing), (403, 403));
+    assert_eq!(
+        a["message"].as_str().unwrap().replace("prod", "X"),
+        b["message"].as_str().unwrap().replace("zulu", "X")
+    );
 
     // A read-only user reads, and the hub refuses their writes before the cluster sees them.
     let reader = user_kubeconfig(&hub, &admin, &dir, "rita", Some("read-only")).await;
@@ -196,11 +207,7 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method != "DELETE"));
     // A write spelled as a read (decoded it is a self-review, which read-only users may
     // POST; the API server would clean it into a configmap write) is refused as ambiguous.
-    let rita_token = std::fs::read_to_string(&reader)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
-        .unwrap();
+    let rita_token = tests::imported::kubeconfig_token(&reader);
     let sneaky = "/k8s/clusters/prod/apis/authorization.k8s.io/../../api/v1/namespaces/load-0/configmaps%3F/selfsubjectaccessreviews";
     let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sneaked"}});
     let (status, answer) =

@@ -132,11 +132,7 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
 
     // The hub's cache answers pat what the cluster's RBAC lets pat list, as the proxy does:
     // shop's namespaces, not the others, not every namespace, not the nodes.
-    let pat_token = std::fs::read_to_string(&pat)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
-        .unwrap();
+    let pat_token = tests::imported::kubeconfig_token(&pat);
     let cache = |query: &str| {
         let path = format!("/v1/clusters/prod/cache/{query}");
         let (addr, token) = (hub.addr, pat_token.clone());

@@ -25,7 +25,7 @@ pub(super) async fn create(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
-    super::objects::readable(&api, &principal, Kind::Cluster, &name).await?;
+    super::readable(&api, &principal, Kind::Cluster, &name).await?;
     let token = secret::new_token(secret::TokenKind::Token);
     let expires = (time::OffsetDateTime::now_utc() + time::Duration::days(KUBECONFIG_TOKEN_DAYS))
         .replace_nanosecond(0)

@@ -126,6 +126,25 @@ pub fn present(kind: Kind, mut object: Object) -> Value {
     })
 }
 
+/// The object the caller names, if they may read it. One they may not read is "not found",
+/// exactly as one that does not exist: the answer tells nothing about what exists.
+pub async fn readable(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    name: &str,
+) -> Result<Object, ApiError> {
+    let object = api.store.get(kind.name(), name).await?;
+    if allow(principal, Verb::Get, kind, &object).is_err() {
+        return Err(crate::store::StoreError::NotFound {
+            kind: kind.name().to_owned(),
+            name: name.to_owned(),
+        }
+        .into());
+    }
+    Ok(object)
+}
+
 /// Checks one object against the caller's rights.
 pub fn allow(
     principal: &Principal,

@@ -62,25 +62,6 @@ pub(super) async fn list_or_watch(
     .into_response())
 }
 
-/// The object the caller names, if they may read it. One they may not read is "not found",
-/// exactly as one that does not exist: the answer tells nothing about what exists.
-pub(super) async fn readable(
-    api: &Api,
-    principal: &Principal,
-    kind: Kind,
-    name: &str,
-) -> Result<Object, ApiError> {
-    let object = api.store.get(kind.name(), name).await?;
-    if allow(principal, Verb::Get, kind, &object).is_err() {
-        return Err(StoreError::NotFound {
-            kind: kind.name().to_owned(),
-            name: name.to_owned(),
-        }
-        .into());
-    }
-    Ok(object)
-}
-
 pub(super) async fn get_one(
     State(api): State<Api>,
     axum::extract::Path((plural, name)): PathKindName,
@@ -88,7 +69,7 @@ pub(super) async fn get_one(
 ) -> Result<Json<Value>, ApiError> {
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
-    let object = readable(&api, &principal, kind, &name).await?;
+    let object = super::readable(&api, &principal, kind, &name).await?;
     Ok(Json(present(kind, object)))
 }
 
@@ -518,7 +499,7 @@ pub(super) async fn update(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
-    let current = readable(&api, &principal, kind, &name).await?;
+    let current = super::readable(&api, &principal, kind, &name).await?;
     replace(&api, &principal, kind, current, value).await
 }
 
@@ -531,7 +512,7 @@ pub(super) async fn patch(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let patch = body(body_result)?;
-    let current = readable(&api, &principal, kind, &name).await?;
+    let current = super::readable(&api, &principal, kind, &name).await?;
     // Patch what the caller sees; without a resourceVersion in the patch, the one just read
     // still guards against a concurrent writer.
     let mut value =
@@ -550,7 +531,7 @@ pub(super) async fn delete(
     let principal = api.principal(&headers).await?;
     let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
-    let current = readable(&api, &principal, kind, &name).await?;
+    let current = super::readable(&api, &principal, kind, &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;
     let deleted = api
         .store

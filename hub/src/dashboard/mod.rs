@@ -146,13 +146,8 @@ async fn readable(
             .await
             .map_err(IntoResponse::into_response)?,
     };
-    let object = dash
-        .api
-        .store
-        .get(kind.name(), name)
+    let object = crate::api::readable(&dash.api, &principal, kind, name)
         .await
-        .map_err(|e| crate::api::ApiError::from(e).into_response())?;
-    crate::api::allow(&principal, crate::auth::Verb::Get, kind, &object)
         .map_err(IntoResponse::into_response)?;
     Ok((principal, object))
 }

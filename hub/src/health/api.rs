@@ -24,8 +24,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{Event, Health};
 use crate::{
-    api::{Api, ApiError, allow},
-    auth::{Principal, Verb},
+    api::{Api, ApiError},
+    auth::Principal,
     model::Kind,
 };
 
@@ -37,8 +37,9 @@ pub struct HealthApi {
 
 async fn readable(api: &Api, headers: &HeaderMap, kind: Kind, name: &str) -> Result<(), ApiError> {
     let principal = api.principal(headers).await?;
-    let object = api.store.get(kind.name(), name).await?;
-    allow(&principal, Verb::Get, kind, &object)
+    crate::api::readable(api, &principal, kind, name)
+        .await
+        .map(drop)
 }
 
 pub async fn host_usage(

@@ -264,7 +264,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         demo: 0,
         store: hub::config::StoreLocation::Sqlite,
         max_handshakes: hub::config::DEFAULT_MAX_HANDSHAKES,
-        max_pending_per_address: tunnel::listener::DEFAULT_PENDING_PER_ADDRESS,
+        max_silent_per_address: tunnel::listener::DEFAULT_SILENT_PER_ADDRESS,
         max_streams_per_user: hub::config::DEFAULT_MAX_STREAMS_PER_USER,
         replica_url: None,
     }

@@ -61,8 +61,8 @@ pub struct Config {
     /// TLS handshakes in flight at most (0: no limit); more wait their turn, so a fleet
     /// reconnecting at once is served in order instead of timing out together.
     pub max_handshakes: usize,
-    /// Connections one address may have before their TLS handshake completes (0: no limit).
-    pub max_pending_per_address: usize,
+    /// Connections one address may hold that have sent nothing yet (0: no limit).
+    pub max_silent_per_address: usize,
     /// Watches and streams (exec, attach, port-forward, logs that follow) one user may have
     /// open at once, through the API and the proxy together (0: no limit); past it, 429.
     pub max_streams_per_user: usize,
@@ -383,10 +383,10 @@ struct ServeArgs {
     /// [env: DROVER_MAX_HANDSHAKES] [default: 128]
     #[arg(long)]
     max_handshakes: Option<String>,
-    /// Connections one address may have before their TLS handshake completes; more are closed
-    /// (0: no limit) [env: DROVER_MAX_PENDING_PER_ADDRESS] [default: 64]
+    /// Connections one address may hold that have sent nothing yet; more are closed
+    /// (0: no limit) [env: DROVER_MAX_SILENT_PER_ADDRESS] [default: 64]
     #[arg(long)]
-    max_pending_per_address: Option<String>,
+    max_silent_per_address: Option<String>,
     /// Watches and streams one user may have open at once; more get 429 (0: no limit)
     /// [env: DROVER_MAX_STREAMS_PER_USER] [default: 256]
     #[arg(long)]
@@ -693,11 +693,11 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         "DROVER_MAX_HANDSHAKES",
         DEFAULT_MAX_HANDSHAKES,
     )?;
-    let max_pending_per_address = count(
-        args.max_pending_per_address,
-        "--max-pending-per-address",
-        "DROVER_MAX_PENDING_PER_ADDRESS",
-        tunnel::listener::DEFAULT_PENDING_PER_ADDRESS,
+    let max_silent_per_address = count(
+        args.max_silent_per_address,
+        "--max-silent-per-address",
+        "DROVER_MAX_SILENT_PER_ADDRESS",
+        tunnel::listener::DEFAULT_SILENT_PER_ADDRESS,
     )?;
     let max_streams_per_user = count(
         args.max_streams_per_user,
@@ -716,7 +716,7 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         demo,
         store,
         max_handshakes,
-        max_pending_per_address,
+        max_silent_per_address,
         max_streams_per_user,
         replica_url: args
             .replica_url

@@ -330,7 +330,7 @@ impl Hub {
             app,
             tunnel::listener::Limits {
                 max_handshakes: config.max_handshakes,
-                max_pending_per_address: config.max_pending_per_address,
+                max_silent_per_address: config.max_silent_per_address,
             },
             shutdown,
         );

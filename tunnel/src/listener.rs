@@ -68,54 +68,71 @@ pub struct Limits {
     /// (the hub restarted), handshakes past the limit wait their turn (up to
     /// [`HANDSHAKE_QUEUE_TIMEOUT`]) instead of all competing for the CPU and timing out
     /// together; those that wait too long are closed, and their agents retry after a jittered
-    /// backoff.
+    /// backoff. One address holds at most a quarter of them; its others wait.
     pub max_handshakes: usize,
-    /// Connections from one address that have not yet completed their TLS handshake (0: no
-    /// limit); more are closed at once, so one address cannot hold the listener's slots or its
-    /// file descriptors.
-    pub max_pending_per_address: usize,
+    /// Connections from one address that have sent nothing yet (0: no limit); more are closed
+    /// at once, so one address cannot hold the listener's file descriptors.
+    pub max_silent_per_address: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_handshakes: 0,
-            max_pending_per_address: DEFAULT_PENDING_PER_ADDRESS,
+            max_silent_per_address: DEFAULT_SILENT_PER_ADDRESS,
         }
     }
 }
 
-/// Connections one address may have before their TLS handshake completes, by default.
-pub const DEFAULT_PENDING_PER_ADDRESS: usize = 64;
+/// Connections one address may hold before they send anything, by default.
+pub const DEFAULT_SILENT_PER_ADDRESS: usize = 64;
 
-/// Connections per address not yet past their handshake; an entry goes with its last one.
+/// Per address: connections that have sent nothing yet, and the address's share of the
+/// handshake slots. An address's entries go once nothing of it is left.
 #[derive(Debug, Default)]
-struct Pending(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+struct PerAddress {
+    silent: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    handshakes:
+        std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Arc<tokio::sync::Semaphore>>>,
+}
 
-/// One connection counted in [`Pending`] until dropped.
-struct PendingSlot {
-    pending: Arc<Pending>,
+/// One silent connection, counted until dropped.
+struct Silent {
+    counts: Arc<PerAddress>,
     addr: std::net::IpAddr,
 }
 
-impl Pending {
-    fn enter(self: &Arc<Self>, addr: std::net::IpAddr, limit: usize) -> Option<PendingSlot> {
-        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+impl PerAddress {
+    fn silent(self: &Arc<Self>, addr: std::net::IpAddr, limit: usize) -> Option<Silent> {
+        let mut counts = self.silent.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(addr).or_insert(0);
         if limit > 0 && *count >= limit {
             return None;
         }
         *count += 1;
-        Some(PendingSlot {
-            pending: self.clone(),
+        Some(Silent {
+            counts: self.clone(),
             addr,
         })
     }
+
+    /// The address's share of the handshake slots.
+    fn share(&self, addr: std::net::IpAddr, permits: usize) -> Arc<tokio::sync::Semaphore> {
+        let mut shares = self.handshakes.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget shares no one holds or waits for (only the map has them).
+        if shares.len() > 1024 {
+            shares.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        shares
+            .entry(addr)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(permits)))
+            .clone()
+    }
 }
 
-impl Drop for PendingSlot {
+impl Drop for Silent {
     fn drop(&mut self) {
-        let mut counts = self.pending.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.counts.silent.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = counts.get_mut(&self.addr) {
             *count -= 1;
             if *count == 0 {
@@ -126,7 +143,7 @@ impl Drop for PendingSlot {
 }
 
 /// As [`serve`], within `limits`. A connection takes a handshake slot only once its client has
-/// sent something (a silent one never holds a slot), must finish its handshake within
+/// sent something (a silent one never holds a slot; one address at most a quarter of them), must finish its handshake within
 /// [`TLS_HANDSHAKE_TIMEOUT`], and must start its first request within [`HEADER_READ_TIMEOUT`]
 /// after it (then HTTP/1's header timeout covers the time between requests, and HTTP/2 pings
 /// a quiet peer).
@@ -160,7 +177,7 @@ pub async fn serve_limited<S, B>(
     let graceful = GracefulShutdown::new();
     let handshakes = (limits.max_handshakes > 0)
         .then(|| Arc::new(tokio::sync::Semaphore::new(limits.max_handshakes)));
-    let pending = Arc::new(Pending::default());
+    let per_address = Arc::new(PerAddress::default());
     loop {
         let (tcp, remote) = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -174,8 +191,8 @@ pub async fn serve_limited<S, B>(
                 }
             },
         };
-        let Some(slot) = pending.enter(remote.ip(), limits.max_pending_per_address) else {
-            tracing::debug!(%remote, "too many connections from this address in handshake");
+        let Some(silent) = per_address.silent(remote.ip(), limits.max_silent_per_address) else {
+            tracing::debug!(%remote, "too many silent connections from this address");
             continue;
         };
         let _ = tcp.set_nodelay(true);
@@ -184,30 +201,32 @@ pub async fn serve_limited<S, B>(
         let watcher = graceful.watcher();
         let service = service.clone();
         let handshakes = handshakes.clone();
+        let share = handshakes
+            .as_ref()
+            .map(|_| per_address.share(remote.ip(), (limits.max_handshakes / 4).max(1)));
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
             // A client that never speaks never takes a handshake slot.
-            if tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tcp.readable())
-                .await
-                .is_err()
-            {
+            let mut first = [0u8; 1];
+            if !matches!(
+                tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await,
+                Ok(Ok(1))
+            ) {
                 tracing::debug!(%remote, "no ClientHello in time");
                 return;
             }
-            let permit = match handshakes {
-                Some(handshakes) => {
-                    match tokio::time::timeout(HANDSHAKE_QUEUE_TIMEOUT, handshakes.acquire_owned())
-                        .await
-                    {
-                        Ok(Ok(permit)) => Some(permit),
-                        _ => {
-                            tracing::debug!(%remote, "waited too long for a handshake slot");
-                            return;
-                        }
+            drop(silent);
+            let queued = tokio::time::Instant::now() + HANDSHAKE_QUEUE_TIMEOUT;
+            let mut permits = Vec::new();
+            for semaphore in share.into_iter().chain(handshakes) {
+                match tokio::time::timeout_at(queued, semaphore.acquire_owned()).await {
+                    Ok(Ok(permit)) => permits.push(permit),
+                    _ => {
+                        tracing::debug!(%remote, "waited too long for a handshake slot");
+                        return;
                     }
                 }
-                None => None,
-            };
+            }
             let deadline = started + TLS_HANDSHAKE_TIMEOUT;
             let tls = match tokio::time::timeout_at(
                 deadline.max(tokio::time::Instant::now() + TLS_HANDSHAKE_TIMEOUT / 2),
@@ -225,8 +244,7 @@ pub async fn serve_limited<S, B>(
                     return;
                 }
             };
-            drop(permit);
-            drop(slot);
+            drop(permits);
             // A client certificate is verified in the handshake, or the handshake fails.
             let certified = tls.get_ref().1.peer_certificates().is_some();
             let service = service.map_request(move |mut req: Request<Incoming>| {

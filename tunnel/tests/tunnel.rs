@@ -730,7 +730,7 @@ async fn past_the_handshake_limit_connections_wait_their_turn() {
         service,
         tunnel::listener::Limits {
             max_handshakes: 1,
-            max_pending_per_address: 0,
+            max_silent_per_address: 0,
         },
         shutdown.clone(),
     ));
@@ -776,7 +776,7 @@ async fn a_flood_of_silent_connections_from_one_address_leaves_the_listener_to_e
     let shutdown = tokio_util::sync::CancellationToken::new();
     let limits = tunnel::listener::Limits {
         max_handshakes: 128,
-        max_pending_per_address: 64,
+        max_silent_per_address: 64,
     };
     let server = tokio::spawn(tunnel::listener::serve_limited(
         listener,

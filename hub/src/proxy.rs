@@ -224,15 +224,20 @@ pub fn raw_rest(path: &str, skip: usize) -> Result<&str, String> {
     for _ in 0..skip {
         rest = rest.split_once('/').map_or("", |(_, r)| r);
     }
+    // Every proxied request passes here: no allocation.
+    let encoded = |w: &[u8]| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'f' | b'e' | b'5' | b'3') | (b'3', b'f') | (b'5', b'c')
+            )
+    };
     let ambiguous = |segment: &str| {
-        let lower = segment.to_ascii_lowercase();
         segment.is_empty()
             || segment == "."
             || segment == ".."
             || segment.contains('\\')
-            || ["%2f", "%3f", "%23", "%25", "%5c", "%2e"]
-                .iter()
-                .any(|e| lower.contains(e))
+            || segment.as_bytes().windows(3).any(encoded)
     };
     if !rest.is_empty() && rest.split('/').any(ambiguous) {
         return Err(format!(

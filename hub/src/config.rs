@@ -61,7 +61,7 @@ pub struct Config {
     /// TLS handshakes in flight at most (0: no limit); more wait their turn, so a fleet
     /// reconnecting at once is served in order instead of timing out together.
     pub max_handshakes: usize,
-    /// Connections one address may hold that have sent nothing yet (0: no limit).
+    /// Connections one address may hold that have sent nothing for a second (0: no limit).
     pub max_silent_per_address: usize,
     /// Watches and streams (exec, attach, port-forward, logs that follow) one user may have
     /// open at once, through the API and the proxy together (0: no limit); past it, 429.
@@ -383,7 +383,7 @@ struct ServeArgs {
     /// [env: DROVER_MAX_HANDSHAKES] [default: 128]
     #[arg(long)]
     max_handshakes: Option<String>,
-    /// Connections one address may hold that have sent nothing yet; more are closed
+    /// Connections one address may hold that have sent nothing for a second; more are closed
     /// (0: no limit) [env: DROVER_MAX_SILENT_PER_ADDRESS] [default: 64]
     #[arg(long)]
     max_silent_per_address: Option<String>,

@@ -70,8 +70,10 @@ pub struct Limits {
     /// together; those that wait too long are closed, and their agents retry after a jittered
     /// backoff. One address holds at most a quarter of them; its others wait.
     pub max_handshakes: usize,
-    /// Connections from one address that have sent nothing yet (0: no limit); more are closed
-    /// at once, so one address cannot hold the listener's file descriptors.
+    /// Connections from one address that have sent nothing for [`SILENT_AFTER`] (0: no
+    /// limit); more are closed then, so one address cannot hold the listener's file
+    /// descriptors. A crowd of clients that speak at once (a fleet behind one NAT) is never
+    /// silent.
     pub max_silent_per_address: usize,
 }
 
@@ -83,6 +85,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// How long a new connection may say nothing before it counts as silent.
+pub const SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// Connections one address may hold before they send anything, by default.
 pub const DEFAULT_SILENT_PER_ADDRESS: usize = 64;
@@ -191,10 +196,6 @@ pub async fn serve_limited<S, B>(
                 }
             },
         };
-        let Some(silent) = per_address.silent(remote.ip(), limits.max_silent_per_address) else {
-            tracing::debug!(%remote, "too many silent connections from this address");
-            continue;
-        };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let builder = builder.clone();
@@ -204,18 +205,30 @@ pub async fn serve_limited<S, B>(
         let share = handshakes
             .as_ref()
             .map(|_| per_address.share(remote.ip(), (limits.max_handshakes / 4).max(1)));
+        let per_address = per_address.clone();
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            // A client that never speaks never takes a handshake slot.
+            // A client that never speaks never takes a handshake slot. One that has not spoken
+            // within a second (a TLS client sends its ClientHello at once) is silent, and an
+            // address holds only so many silent connections.
             let mut first = [0u8; 1];
-            if !matches!(
-                tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await,
-                Ok(Ok(1))
-            ) {
-                tracing::debug!(%remote, "no ClientHello in time");
+            let spoke = |peeked: Result<std::io::Result<usize>, _>| matches!(peeked, Ok(Ok(1)));
+            let peeked = tokio::time::timeout(SILENT_AFTER, tcp.peek(&mut first)).await;
+            if peeked.is_err() {
+                let Some(silent) = per_address.silent(remote.ip(), limits.max_silent_per_address)
+                else {
+                    tracing::debug!(%remote, "too many silent connections from this address");
+                    return;
+                };
+                let rest = TLS_HANDSHAKE_TIMEOUT.saturating_sub(SILENT_AFTER);
+                if !spoke(tokio::time::timeout(rest, tcp.peek(&mut first)).await) {
+                    tracing::debug!(%remote, "no ClientHello in time");
+                    return;
+                }
+                drop(silent);
+            } else if !spoke(peeked) {
                 return;
             }
-            drop(silent);
             let queued = tokio::time::Instant::now() + HANDSHAKE_QUEUE_TIMEOUT;
             let mut permits = Vec::new();
             for semaphore in share.into_iter().chain(handshakes) {

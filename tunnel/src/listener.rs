@@ -68,7 +68,7 @@ pub struct Limits {
     /// (the hub restarted), handshakes past the limit wait their turn (up to
     /// [`HANDSHAKE_QUEUE_TIMEOUT`]) instead of all competing for the CPU and timing out
     /// together; those that wait too long are closed, and their agents retry after a jittered
-    /// backoff. One address holds at most a quarter of them; its others wait.
+    /// backoff. One address holds at most half of them; its others wait.
     pub max_handshakes: usize,
     /// Connections from one address that have sent nothing for [`SILENT_AFTER`] (0: no
     /// limit); more are closed then, so one address cannot hold the listener's file
@@ -148,7 +148,7 @@ impl Drop for Silent {
 }
 
 /// As [`serve`], within `limits`. A connection takes a handshake slot only once its client has
-/// sent something (a silent one never holds a slot; one address at most a quarter of them), must finish its handshake within
+/// sent something (a silent one never holds a slot; one address at most half of them), must finish its handshake within
 /// [`TLS_HANDSHAKE_TIMEOUT`], and must start its first request within [`HEADER_READ_TIMEOUT`]
 /// after it (then HTTP/1's header timeout covers the time between requests, and HTTP/2 pings
 /// a quiet peer).
@@ -204,7 +204,7 @@ pub async fn serve_limited<S, B>(
         let handshakes = handshakes.clone();
         let share = handshakes
             .as_ref()
-            .map(|_| per_address.share(remote.ip(), (limits.max_handshakes / 4).max(1)));
+            .map(|_| per_address.share(remote.ip(), (limits.max_handshakes / 2).max(1)));
         let per_address = per_address.clone();
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();

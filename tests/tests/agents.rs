@@ -22,6 +22,20 @@ fn agent(hub: &HubProcess, credential: &str, id: &str, kind: &str) -> Connector 
     Connector::new(config).unwrap()
 }
 
+/// A hub on a fresh data directory, and its admin's API token.
+async fn hub_with_admin(label: &str) -> (std::path::PathBuf, HubProcess, String) {
+    let data = temp_dir(label);
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    (data, hub, admin)
+}
+
+/// Stops the hub (it must stop cleanly) and removes its data.
+async fn finish(hub: HubProcess, data: &std::path::Path) {
+    assert!(hub.terminate().await);
+    std::fs::remove_dir_all(data).unwrap();
+}
+
 async fn register(hub: &HubProcess, registration_token: &str, kind: &str) -> (u16, Value) {
     api(
         hub.addr,
@@ -60,9 +74,7 @@ fn watch_connected(
 
 #[tokio::test]
 async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revoked() {
-    let data = temp_dir("agents");
-    let hub = HubProcess::start(&data).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (data, hub, admin) = hub_with_admin("agents").await;
     let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
 
     // The registration token does not open a tunnel by itself.
@@ -173,15 +185,12 @@ async fn an_imported_clusters_agent_registers_connects_and_is_cut_off_when_revok
         .unwrap_err();
     assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
 
-    assert!(hub.terminate().await);
-    std::fs::remove_dir_all(&data).unwrap();
+    finish(hub, &data).await;
 }
 
 #[tokio::test]
 async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
-    let data = temp_dir("hosts");
-    let hub = HubProcess::start(&data).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (data, hub, admin) = hub_with_admin("hosts").await;
     let body = json!({"metadata": {"name": "edge"}, "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}});
     let (_, cluster) = api(hub.addr, "POST", "/v1/clusters", Some(&admin), Some(body)).await;
     let registration = cluster["registration"]["token"]
@@ -278,15 +287,12 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
     )
     .await;
     assert_eq!(status, 422, "{reply}");
-    assert!(hub.terminate().await);
-    std::fs::remove_dir_all(&data).unwrap();
+    finish(hub, &data).await;
 }
 
 #[tokio::test]
 async fn a_registration_token_of_one_cluster_cannot_take_over_a_host_of_another() {
-    let data = temp_dir("takeover");
-    let hub = HubProcess::start(&data).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (data, hub, admin) = hub_with_admin("takeover").await;
     let spec = json!({"distribution": "k3s", "version": "v1.33.4+k3s1"});
     let victim = tests::create_custom_cluster(hub.addr, &admin, "victim", spec.clone()).await;
     let attacker = tests::create_custom_cluster(hub.addr, &admin, "attacker", spec).await;
@@ -351,15 +357,12 @@ async fn a_registration_token_of_one_cluster_cannot_take_over_a_host_of_another(
     )
     .await;
     assert_eq!(status, 422, "{moved}");
-    assert!(hub.terminate().await);
-    std::fs::remove_dir_all(&data).unwrap();
+    finish(hub, &data).await;
 }
 
 #[tokio::test]
 async fn a_removed_clusters_credentials_and_owner_do_not_pass_to_a_new_cluster_of_its_name() {
-    let data = temp_dir("recycled");
-    let hub = HubProcess::start(&data).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (data, hub, admin) = hub_with_admin("recycled").await;
     let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
     let (status, reply) = register(&hub, &registration, "cluster-agent").await;
     assert_eq!(status, 201, "{reply}");
@@ -419,15 +422,12 @@ async fn a_removed_clusters_credentials_and_owner_do_not_pass_to_a_new_cluster_o
     assert!(matches!(err, ConnectError::Unauthorized { .. }), "{err}");
     let (status, _) = api(hub.addr, "GET", "/v1/clusters/prod", Some(&owner), None).await;
     assert_eq!(status, 404, "the old owner has no role on the new cluster");
-    assert!(hub.terminate().await);
-    std::fs::remove_dir_all(&data).unwrap();
+    finish(hub, &data).await;
 }
 
 #[tokio::test]
 async fn agents_connect_while_the_public_port_is_flooded_with_silent_connections() {
-    let data = temp_dir("flood");
-    let hub = HubProcess::start(&data).await;
-    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (data, hub, admin) = hub_with_admin("flood").await;
     let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
     // 300 connections from one address that never send a byte (no ClientHello).
     let mut flood = Vec::new();
@@ -457,6 +457,5 @@ async fn agents_connect_while_the_public_port_is_flooded_with_silent_connections
     .unwrap();
     session.session.close();
     drop(flood);
-    assert!(hub.terminate().await);
-    std::fs::remove_dir_all(&data).unwrap();
+    finish(hub, &data).await;
 }

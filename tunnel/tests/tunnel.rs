@@ -710,8 +710,14 @@ async fn a_client_older_than_tls_1_2_is_refused() {
     hub.stop().await;
 }
 
-#[tokio::test]
-async fn past_the_handshake_limit_connections_wait_their_turn() {
+/// A listener within `limits` on a loopback port, answering every request "ok".
+async fn ok_listener(
+    limits: tunnel::listener::Limits,
+) -> (
+    std::net::SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let leaf = tunnel::testing::ca()
@@ -728,12 +734,19 @@ async fn past_the_handshake_limit_connections_wait_their_turn() {
         listener,
         tls,
         service,
-        tunnel::listener::Limits {
-            max_handshakes: 1,
-            max_silent_per_address: 0,
-        },
+        limits,
         shutdown.clone(),
     ));
+    (addr, shutdown, server)
+}
+
+#[tokio::test]
+async fn past_the_handshake_limit_connections_wait_their_turn() {
+    let (addr, shutdown, server) = ok_listener(tunnel::listener::Limits {
+        max_handshakes: 1,
+        max_silent_per_address: 0,
+    })
+    .await;
     // One connection takes the only handshake slot: it starts a ClientHello and stalls.
     let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
     silent.write_all(&[0x16]).await.unwrap();
@@ -762,29 +775,12 @@ async fn past_the_handshake_limit_connections_wait_their_turn() {
 
 #[tokio::test]
 async fn a_flood_of_silent_connections_from_one_address_leaves_the_listener_to_everyone_else() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let leaf = tunnel::testing::ca()
-        .issue_server(&["127.0.0.1".into()])
-        .unwrap();
-    let tls = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
-    let service = tower::service_fn(|_: http::Request<hyper::body::Incoming>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
-            bytes::Bytes::from_static(b"ok"),
-        )))
-    });
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let limits = tunnel::listener::Limits {
+    let (addr, shutdown, server) = ok_listener(tunnel::listener::Limits {
         max_handshakes: 128,
         max_silent_per_address: 64,
-    };
-    let server = tokio::spawn(tunnel::listener::serve_limited(
-        listener,
-        tls,
-        service,
-        limits,
-        shutdown.clone(),
-    ));
+    })
+    .await;
+    let port = addr.port();
     // 300 connections from another loopback address that never send a byte (the probe used
     // 1,000; fewer keep the test inside a small open-file limit).
     let flooder: std::net::SocketAddr = "127.0.0.2:0".parse().unwrap();

@@ -219,13 +219,18 @@ impl<'a> Liveness<'a> {
 
     /// Takes what a list already read as the current objects of their kind.
     pub fn knowing(mut self, kind: Kind, objects: &[Object]) -> Self {
+        self.know(kind, objects);
+        self
+    }
+
+    /// As [`Liveness::knowing`], in place.
+    pub fn know(&mut self, kind: Kind, objects: &[Object]) {
         for o in objects {
             self.uids.insert(
                 (kind, o.metadata.name.clone()),
                 Some(o.metadata.uid.clone()),
             );
         }
-        self
     }
 
     async fn uid(&mut self, kind: Kind, name: &str) -> Result<Option<String>, StoreError> {
@@ -316,12 +321,22 @@ pub async fn backfill(store: &dyn Store) -> Result<usize, StoreError> {
 /// with the object it named). Returns how many went.
 pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
     let everything = LabelSelector::everything();
+    // What objects name, read once by list rather than once per dependent (a fleet's
+    // credentials and plans all name hosts).
     let mut liveness = Liveness::new(store);
+    for kind in [Kind::Cluster, Kind::User, Kind::Project] {
+        liveness.know(kind, &store.list(kind.name(), &everything).await?.0);
+    }
     let mut gone = 0;
     for kind in DEPENDENT {
         let (objects, _) = store.list(kind.name(), &everything).await?;
+        if kind == Kind::Host {
+            liveness.know(kind, &objects);
+        }
         for object in objects {
-            if liveness.live(&object).await? {
+            // The lists above may be a moment old: what looks dead is read afresh before it
+            // goes, and deleted only as read.
+            if liveness.live(&object).await? || Liveness::new(store).live(&object).await? {
                 continue;
             }
             let mut ops = Vec::new();
@@ -336,7 +351,7 @@ pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
                 ops.push(Op::Delete {
                     kind: kind.name().into(),
                     name: object.metadata.name.clone(),
-                    resource_version: None,
+                    resource_version: (!finalized).then(|| object.revision()),
                 });
             }
             match store.transact(ops).await {
@@ -353,7 +368,8 @@ pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
 }
 
 /// The collector: a pass at start, after every deletion of an object others may name, and
-/// every minute, until `shutdown`. Runs on the leading replica.
+/// every ten minutes (a pass lists every dependent: too much to do often on a large fleet),
+/// until `shutdown`. Runs on the leading replica.
 pub async fn run_collector(store: Arc<dyn Store>, shutdown: CancellationToken) {
     loop {
         let from = match store.revision().await {
@@ -375,7 +391,7 @@ pub async fn run_collector(store: Arc<dyn Store>, shutdown: CancellationToken) {
         loop {
             let due = tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(60)) => true,
+                () = tokio::time::sleep(Duration::from_secs(600)) => true,
                 change = changes.next() => match change {
                     Some(Ok(e)) => e.kind == EventType::Deleted
                         && matches!(e.object.kind.as_str(), "Cluster" | "User" | "Project" | "Host"),

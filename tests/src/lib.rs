@@ -337,9 +337,41 @@ pub async fn try_api(
     token: Option<&str>,
     body: Option<serde_json::Value>,
 ) -> Result<(u16, serde_json::Value), String> {
+    send_json(addr, method, path, token, body, &[]).await
+}
+
+/// As [`api`], with more request headers (as a client that sends its own would).
+pub async fn api_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+    headers: &[(&str, &str)],
+) -> (u16, serde_json::Value) {
+    send_json(addr, method, path, token, body, headers)
+        .await
+        .unwrap()
+}
+
+async fn send_json(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+    headers: &[(&str, &str)],
+) -> Result<(u16, serde_json::Value), String> {
     let mut sender = try_connect(addr).await?;
+    let mut request = request(addr, method, path, token, body.as_ref());
+    for (name, value) in headers {
+        request.headers_mut().append(
+            http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?,
+            http::HeaderValue::from_str(value).map_err(|e| e.to_string())?,
+        );
+    }
     let response = sender
-        .send_request(request(addr, method, path, token, body.as_ref()))
+        .send_request(request)
         .await
         .map_err(|e| e.to_string())?;
     let status = response.status().as_u16();
@@ -356,31 +388,6 @@ pub async fn try_api(
             .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()))
     };
     Ok((status, value))
-}
-
-/// As [`api`], with more request headers (as a client that sends its own would).
-pub async fn api_with(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<serde_json::Value>,
-    headers: &[(&str, &str)],
-) -> (u16, serde_json::Value) {
-    let mut sender = connect(addr).await;
-    let mut request = request(addr, method, path, token, body.as_ref());
-    for (name, value) in headers {
-        request.headers_mut().append(
-            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            http::HeaderValue::from_str(value).unwrap(),
-        );
-    }
-    let response = sender.send_request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
 }
 
 /// `POST /v3/register` with a registration token, as an agent would; returns the status and

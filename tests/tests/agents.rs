@@ -37,14 +37,7 @@ async fn finish(hub: HubProcess, data: &std::path::Path) {
 }
 
 async fn register(hub: &HubProcess, registration_token: &str, kind: &str) -> (u16, Value) {
-    api(
-        hub.addr,
-        "POST",
-        "/v3/register",
-        Some(registration_token),
-        Some(json!({"kind": kind})),
-    )
-    .await
+    tests::api_as_agent(hub.addr, registration_token, json!({"kind": kind})).await
 }
 
 fn connected(event: &Value, cluster: &str, value: &str) -> bool {
@@ -198,14 +191,7 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
         .unwrap()
         .to_owned();
     let host = json!({"kind": "system-agent", "hostId": "0123456789abcdef", "host": {"roles": {"etcd": true, "controlPlane": true}, "nodeName": "n1"}});
-    let (status, reply) = api(
-        hub.addr,
-        "POST",
-        "/v3/register",
-        Some(&registration),
-        Some(host.clone()),
-    )
-    .await;
+    let (status, reply) = tests::api_as_agent(hub.addr, &registration, host.clone()).await;
     assert_eq!(status, 201, "{reply}");
     assert_eq!(reply["id"], "host/h-0123456789abcdef");
     let (status, object) = api(
@@ -225,14 +211,7 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
     // Registering again with the registration token alone is refused: every installer of the
     // cluster has that token, and it must not take over a registered host.
     let first = reply["credential"].as_str().unwrap().to_owned();
-    let (status, refused) = api(
-        hub.addr,
-        "POST",
-        "/v3/register",
-        Some(&registration),
-        Some(host.clone()),
-    )
-    .await;
+    let (status, refused) = tests::api_as_agent(hub.addr, &registration, host.clone()).await;
     assert_eq!(status, 409, "{refused}");
     assert!(
         refused["message"]
@@ -278,12 +257,10 @@ async fn a_host_registers_to_a_custom_cluster_and_becomes_a_host_object() {
     )
     .await;
     let token = imported["registration"]["token"].as_str().unwrap();
-    let (status, reply) = api(
+    let (status, reply) = tests::api_as_agent(
         hub.addr,
-        "POST",
-        "/v3/register",
-        Some(token),
-        Some(json!({"kind": "system-agent", "hostId": "0123456789abcdef"})),
+        token,
+        json!({"kind": "system-agent", "hostId": "0123456789abcdef"}),
     )
     .await;
     assert_eq!(status, 422, "{reply}");
@@ -297,14 +274,8 @@ async fn a_registration_token_of_one_cluster_cannot_take_over_a_host_of_another(
     let victim = tests::create_custom_cluster(hub.addr, &admin, "victim", spec.clone()).await;
     let attacker = tests::create_custom_cluster(hub.addr, &admin, "attacker", spec).await;
     let host = json!({"kind": "system-agent", "hostId": "feedfacefeedface", "host": {"roles": {"worker": true}}});
-    let (status, reply) = api(
-        hub.addr,
-        "POST",
-        "/v3/register",
-        victim["token"].as_str(),
-        Some(host.clone()),
-    )
-    .await;
+    let (status, reply) =
+        tests::api_as_agent(hub.addr, victim["token"].as_str().unwrap(), host.clone()).await;
     assert_eq!(status, 201, "{reply}");
     let credential = reply["credential"].as_str().unwrap().to_owned();
 

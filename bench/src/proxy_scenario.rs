@@ -261,7 +261,6 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         tls: None,
         agent_binaries: None,
         heartbeat: hub::config::DEFAULT_HEARTBEAT,
-        demo: 0,
         store: hub::config::StoreLocation::Sqlite,
         max_handshakes: hub::config::DEFAULT_MAX_HANDSHAKES,
         max_silent_per_address: tunnel::listener::DEFAULT_SILENT_PER_ADDRESS,

@@ -54,8 +54,6 @@ pub struct Config {
     pub agent_binaries: Option<PathBuf>,
     /// How often agents send heartbeats; after 3 missed the hub shows the agent disconnected.
     pub heartbeat: std::time::Duration,
-    /// Simulated clusters to start in-process for a demo (`--demo N`); 0 for none.
-    pub demo: usize,
     /// Where the objects live.
     pub store: StoreLocation,
     /// TLS handshakes in flight at most (0: no limit); more wait their turn, so a fleet
@@ -371,10 +369,6 @@ struct ServeArgs {
     /// [env: DROVER_HEARTBEAT_SECONDS] [default: 10]
     #[arg(long)]
     heartbeat_seconds: Option<String>,
-    /// Start N simulated clusters (1 to 20; with their agents, and simulated hosts) in this
-    /// process, to see a populated dashboard [env: DROVER_DEMO]
-    #[arg(long, value_name = "N")]
-    demo: Option<String>,
     /// Where the hub's objects live: `sqlite` (a file in the data directory) or
     /// `etcd://HOST:2379[,HOST:2379…][/PREFIX]` [env: DROVER_STORE] [default: sqlite]
     #[arg(long)]
@@ -648,22 +642,6 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
                 reason: "give a whole number of seconds from 1 to 300".into(),
             })?,
     };
-    let demo = match args
-        .demo
-        .or_else(|| env.get("DROVER_DEMO").filter(|v| !v.is_empty()).cloned())
-    {
-        None => 0,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=20).contains(n))
-            .ok_or_else(|| ConfigError::Invalid {
-                flag: "--demo",
-                var: "DROVER_DEMO",
-                value: text,
-                reason: "give a number of simulated clusters from 1 to 20".into(),
-            })?,
-    };
     let store = match pick(args.store, "DROVER_STORE", "sqlite") {
         text if text == "sqlite" => StoreLocation::Sqlite,
         text => {
@@ -713,7 +691,6 @@ fn serve_config(args: ServeArgs, env: &HashMap<String, String>) -> Result<Config
         tls,
         agent_binaries: path(args.agent_binaries, "DROVER_AGENT_BINARIES"),
         heartbeat,
-        demo,
         store,
         max_handshakes,
         max_silent_per_address,
@@ -836,7 +813,6 @@ mod tests {
     fn the_heartbeat_interval_is_whole_seconds_in_range() {
         let config = serve(&["--heartbeat-seconds", "2"], &[]).unwrap();
         assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
-        assert_eq!(serve(&["--demo", "3"], &[]).unwrap().demo, 3);
         assert_eq!(serve(&[], &[]).unwrap().store, StoreLocation::Sqlite);
         assert_eq!(
             serve(&[], &[]).unwrap().max_handshakes,
@@ -866,11 +842,6 @@ mod tests {
             .to_string();
         assert!(
             err.contains("--store") && err.contains("etcd://HOST:PORT"),
-            "{err}"
-        );
-        let err = serve(&["--demo", "0"], &[]).unwrap_err().to_string();
-        assert!(
-            err.contains("--demo") && err.contains("DROVER_DEMO"),
             "{err}"
         );
         for bad in ["0", "301", "1.5", "ten"] {

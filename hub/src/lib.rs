@@ -375,6 +375,26 @@ impl Hub {
         &self.ca_checksum
     }
 
+    /// What `serve` tells the person who started it, on stdout: the first start's admin
+    /// password (shown this once, never logged: only its hash is stored), the URL and the CA
+    /// checksum agents pin.
+    pub fn banner(&self) -> String {
+        let mut text = String::new();
+        if let Some(password) = self.bootstrap_password() {
+            text.push_str(&format!(
+                "First start: log in as \"admin\" with password\n\n    {password}\n\n\
+                 It is not shown again; `drover-hub reset-admin-password` sets a new one.\n\n"
+            ));
+        }
+        text.push_str(&format!(
+            "Drover hub is up\n  URL:          {}\n  listening on: {}\n  CA checksum:  {}\n",
+            self.url(),
+            self.local_addr(),
+            self.ca_checksum()
+        ));
+        text
+    }
+
     /// Agents connected now.
     pub fn sessions(&self) -> &Registry {
         &self.registry
@@ -384,6 +404,40 @@ impl Hub {
     pub async fn wait(self) {
         let _ = self.task.await;
     }
+}
+
+/// `drover-hub serve`: starts the hub, prints its banner, starts `alongside` (the demo's
+/// simulated fleet; it gets the hub and the shutdown token and must not borrow the hub past
+/// its start), and stops on SIGINT or SIGTERM, closing agent sessions and draining requests.
+pub async fn serve<F, Fut>(config: Config, alongside: F) -> anyhow::Result<()>
+where
+    F: FnOnce(&Hub, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use tokio::signal::unix::{SignalKind, signal};
+    // Handlers first: a SIGTERM sent as soon as the hub says it is up must stop it cleanly.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = CancellationToken::new();
+    let hub = Hub::start(config, shutdown.clone()).await?;
+    // For people (and scripts) on stdout; the log on stderr says the same for machines.
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", hub.banner());
+    }
+    tracing::info!(
+        url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
+        "Drover hub is up; agents pin the CA by this checksum"
+    );
+    alongside(&hub, shutdown.clone()).await?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("stopping: closing agent sessions and draining requests");
+    shutdown.cancel();
+    hub.wait().await;
+    Ok(())
 }
 
 /// The names the serving certificate is issued for: the server URL's host, loopback, the

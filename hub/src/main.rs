@@ -2,8 +2,6 @@
 
 use std::{collections::HashMap, process::ExitCode};
 
-use tokio_util::sync::CancellationToken;
-
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -47,7 +45,9 @@ fn main() -> ExitCode {
         }
     };
     let result = match command {
-        hub::Command::Serve(config) => runtime.block_on(serve(config)),
+        hub::Command::Serve(config) => {
+            runtime.block_on(hub::serve(config, |_, _| async { Ok(()) }))
+        }
         hub::Command::ResetAdminPassword { data_dir } => {
             runtime.block_on(reset_admin_password(&data_dir))
         }
@@ -96,113 +96,6 @@ fn main() -> ExitCode {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-async fn serve(config: hub::Config) -> anyhow::Result<()> {
-    // Handlers first: a SIGTERM sent as soon as the hub says it is up must stop it cleanly.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let shutdown = CancellationToken::new();
-    let (demo, data_dir) = (config.demo, config.data_dir.clone());
-    let hub = hub::Hub::start(config, shutdown.clone()).await?;
-    // For people (and scripts) on stdout; the log on stderr says the same for machines.
-    #[allow(clippy::print_stdout)]
-    {
-        if let Some(password) = hub.bootstrap_password() {
-            // Shown this once, never logged: only its hash is stored.
-            println!(
-                "First start: log in as \"admin\" with password\n\n    {password}\n\n\
-                 It is not shown again; `drover-hub reset-admin-password` sets a new one.\n"
-            );
-        }
-        println!(
-            "Drover hub is up\n  URL:          {}\n  listening on: {}\n  CA checksum:  {}",
-            hub.url(),
-            hub.local_addr(),
-            hub.ca_checksum()
-        );
-    }
-    tracing::info!(
-        url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
-        "Drover hub is up; agents pin the CA by this checksum"
-    );
-    if demo > 0 {
-        start_demo(&hub, &data_dir, demo, shutdown.clone()).await?;
-    }
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("stopping: closing agent sessions and draining requests");
-    shutdown.cancel();
-    hub.wait().await;
-    Ok(())
-}
-
-/// `--demo N`: N simulated imported clusters with their agents, and a paused custom cluster
-/// with three simulated hosts, in this process (see `sim::demo`). The agents reach the hub at
-/// its listening address, so the demo works whatever the server URL says.
-async fn start_demo(
-    hub: &hub::Hub,
-    data_dir: &std::path::Path,
-    clusters: usize,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let port = hub.local_addr().port();
-    let demo = sim::demo::DemoHub {
-        url: format!("https://127.0.0.1:{port}"),
-        ca_checksum: hub.ca_checksum().to_owned(),
-        dir: data_dir.join("demo"),
-    };
-    for i in 1..=clusters {
-        let name = format!("demo-{i}");
-        let spec =
-            serde_json::json!({"type": "imported", "description": "simulated (drover --demo)"});
-        let token = hub::registration::ensure_cluster(hub.store().as_ref(), &name, &spec).await?;
-        let manifest = hub::registration::agents_manifest(
-            hub.store().as_ref(),
-            &demo.url,
-            &demo.ca_checksum,
-            &name,
-            &token,
-        )
-        .await?;
-        // Two to five nodes, so the clusters differ.
-        let nodes = 2 + (i - 1) % 4;
-        tokio::spawn(log_failure(
-            name.clone(),
-            sim::demo::imported_cluster(
-                demo.clone(),
-                name,
-                token,
-                manifest,
-                nodes,
-                shutdown.clone(),
-            ),
-        ));
-    }
-    let name = "demo-hosts".to_owned();
-    let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
-        "paused": true, "description": "simulated hosts (drover --demo); paused: nothing is installed"});
-    let token = hub::registration::ensure_cluster(hub.store().as_ref(), &name, &spec).await?;
-    tokio::spawn(log_failure(
-        name.clone(),
-        sim::demo::hosts(demo, name, token, 3, shutdown),
-    ));
-    #[allow(clippy::print_stdout)]
-    {
-        println!(
-            "Demo: {clusters} simulated clusters (demo-1…) and 3 simulated hosts (demo-hosts) are \
-             connecting; they are stand-ins from `sim`, not real Kubernetes."
-        );
-    }
-    Ok(())
-}
-
-async fn log_failure(name: String, run: impl std::future::Future<Output = anyhow::Result<()>>) {
-    if let Err(e) = run.await {
-        tracing::error!(cluster = %name, error = %e, "the demo's simulated cluster stopped");
     }
 }
 

@@ -1,7 +1,8 @@
-//! The fleet `drover-hub serve --demo N` shows: simulated imported clusters (a simulated API
+//! `drover-sim demo N`: the real hub (the `hub` library, as `drover-hub serve` runs it) and,
+//! in the same process, the fleet it shows: simulated imported clusters (a simulated API
 //! server each, not a real Kubernetes) with their real cluster-agent and a real node-agent per
 //! node, and simulated hosts (real system-agents on a paused custom cluster, so nothing is
-//! installed), all in the hub's process. The agents are the real code and reach the hub over
+//! installed). The agents are the real code and reach the hub over
 //! its real tunnel; only the clusters and machines are stand-ins (every "host" and "node"
 //! reports the machine the hub runs on).
 
@@ -11,6 +12,73 @@ use tokio_util::sync::CancellationToken;
 use tunnel::Secret;
 
 use crate::cluster::{Identity, SimCluster, SimConfig};
+
+/// `drover-sim demo N [serve flags]`: the hub as `drover-hub serve` with those flags would
+/// run it, with N simulated imported clusters and three simulated hosts; until SIGINT or
+/// SIGTERM.
+pub async fn serve(config: hub::Config, clusters: usize) -> anyhow::Result<()> {
+    let data_dir = config.data_dir.clone();
+    hub::serve(config, |hub, shutdown| {
+        // The agents reach the hub at its listening address, so the demo works whatever the
+        // server URL says.
+        let demo = DemoHub {
+            url: format!("https://127.0.0.1:{}", hub.local_addr().port()),
+            ca_checksum: hub.ca_checksum().to_owned(),
+            dir: data_dir.join("demo"),
+        };
+        start(hub.store().clone(), demo, clusters, shutdown)
+    })
+    .await
+}
+
+/// Registers `clusters` imported clusters (demo-1…) and the paused custom cluster
+/// `demo-hosts` in `store`, and starts their simulated clusters and agents.
+async fn start(
+    store: std::sync::Arc<dyn hub::store::Store>,
+    demo: DemoHub,
+    clusters: usize,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    for i in 1..=clusters {
+        let name = format!("demo-{i}");
+        let spec =
+            serde_json::json!({"type": "imported", "description": "simulated (drover-sim demo)"});
+        let token = hub::registration::ensure_cluster(store.as_ref(), &name, &spec).await?;
+        let manifest = hub::registration::agents_manifest(
+            store.as_ref(),
+            &demo.url,
+            &demo.ca_checksum,
+            &name,
+            &token,
+        )
+        .await?;
+        // Two to five nodes, so the clusters differ.
+        let nodes = 2 + (i - 1) % 4;
+        tokio::spawn(log_failure(
+            name.clone(),
+            imported_cluster(demo.clone(), name, token, manifest, nodes, shutdown.clone()),
+        ));
+    }
+    let name = "demo-hosts".to_owned();
+    let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "paused": true, "description": "simulated hosts (drover-sim demo); paused: nothing is installed"});
+    let token = hub::registration::ensure_cluster(store.as_ref(), &name, &spec).await?;
+    tokio::spawn(log_failure(name.clone(), hosts(demo, name, token, 3, shutdown)));
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "Demo: {clusters} simulated clusters (demo-1…) and 3 simulated hosts (demo-hosts) are \
+             connecting; they are stand-ins from `sim`, not real Kubernetes."
+        );
+    }
+    Ok(())
+}
+
+async fn log_failure(name: String, run: impl std::future::Future<Output = anyhow::Result<()>>) {
+    if let Err(e) = run.await {
+        tracing::error!(cluster = %name, error = %e, "the demo's simulated cluster stopped");
+    }
+}
 
 /// Where the demo's agents reach the hub, and where they keep their state.
 #[derive(Debug, Clone)]

@@ -5,6 +5,5 @@
 
 pub mod cluster;
 pub mod demo;
-pub mod etcd;
 pub mod fleet;
 pub mod standin;

@@ -70,6 +70,17 @@ enum Command {
     /// Run N agents in this process, each the real agent code with its own tunnel session to
     /// the hub, for capacity planning; prints a JSON line of progress every 5 s until Ctrl-C.
     Fleet(FleetArgs),
+    /// The hub (as `drover-hub serve` runs it) with N simulated imported clusters (demo-1…)
+    /// and 3 simulated hosts in this process, to see a populated dashboard; any further
+    /// arguments are `drover-hub serve` flags (for example `--data-dir DIR`).
+    Demo {
+        /// Simulated clusters, 1 to 20
+        #[arg(value_parser = clap::value_parser!(u16).range(1..=20))]
+        clusters: u16,
+        /// `drover-hub serve` flags
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        serve: Vec<String>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -154,6 +165,23 @@ fn fleet(args: FleetArgs) -> anyhow::Result<()> {
     })
 }
 
+fn demo(clusters: u16, serve: Vec<String>) -> anyhow::Result<()> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let args = ["drover-hub".to_owned(), "serve".to_owned()].into_iter().chain(serve);
+    let config = match hub::config::parse(args, &env) {
+        Ok(hub::Command::Serve(config)) => config,
+        Ok(_) => anyhow::bail!("drover-sim demo takes `drover-hub serve` flags only"),
+        // Help and usage errors print as `drover-hub serve` would print them.
+        Err(hub::ConfigError::Usage(e)) => e.exit(),
+        Err(e) => anyhow::bail!("{e}"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(16)
+        .build()?;
+    runtime.block_on(sim::demo::serve(config, usize::from(clusters)))
+}
+
 /// Prints what a stand-in script did, as the real scripts print their progress.
 fn say(result: Result<String, String>) -> anyhow::Result<()> {
     let line = result.map_err(anyhow::Error::msg)?;
@@ -162,6 +190,29 @@ fn say(result: Result<String, String>) -> anyhow::Result<()> {
         println!("{line}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn the_demo_takes_one_to_twenty_clusters_and_serve_flags() {
+        let cli = Cli::try_parse_from(["drover-sim", "demo", "3", "--data-dir", "d"]).unwrap();
+        match cli.command {
+            Command::Demo { clusters, serve } => {
+                assert_eq!(clusters, 3);
+                assert_eq!(serve, ["--data-dir", "d"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in ["0", "21", "many"] {
+            let err = Cli::try_parse_from(["drover-sim", "demo", bad]).unwrap_err();
+            assert!(err.to_string().contains("<CLUSTERS>"), "{bad}: {err}");
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -198,6 +249,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Systemctl { args } => return say(sim::standin::systemctl(&args)),
         Command::Fleet(args) => return fleet(args),
+        Command::Demo { clusters, serve } => return demo(clusters, serve),
         Command::ServeNode { distribution } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

@@ -136,9 +136,24 @@ impl HubProcess {
 
     /// As [`HubProcess::start`], with `serve` flags of the caller's choosing.
     pub async fn start_with(data_dir: &Path, flags: &[&str]) -> Self {
-        let mut child = Command::new(binary("drover-hub"))
-            .arg("serve")
-            .args(flags)
+        let mut command = Command::new(binary("drover-hub"));
+        command.arg("serve").args(flags);
+        Self::spawn(command, data_dir).await
+    }
+
+    /// `drover-sim demo CLUSTERS`: the hub with a simulated fleet in one process, on
+    /// 127.0.0.1 port 0 with `data_dir`.
+    pub async fn start_demo(data_dir: &Path, clusters: usize) -> Self {
+        let mut command = Command::new(binary("drover-sim"));
+        command
+            .args(["demo", &clusters.to_string()])
+            .args(["--listen", "127.0.0.1:0"]);
+        Self::spawn(command, data_dir).await
+    }
+
+    /// Runs `command` (a hub, told its data directory here) until it says it is up.
+    async fn spawn(mut command: Command, data_dir: &Path) -> Self {
+        let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .env("DROVER_LOG", "info")
@@ -147,7 +162,7 @@ impl HubProcess {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("start drover-hub");
+            .expect("start the hub");
         let log = Arc::new(Mutex::new(Vec::new()));
         let sink = log.clone();
         let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();

@@ -1,4 +1,4 @@
-//! `drover-hub serve --demo N`: one command gives a populated hub — N simulated imported
+//! `drover-sim demo N`: one command gives a populated hub — N simulated imported
 //! clusters whose real agents connect, and simulated hosts on a paused custom cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,11 +11,7 @@ use tests::{HubProcess, api, login, temp_dir};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_fills_the_hub_with_connected_clusters_and_hosts() {
     let dir = temp_dir("demo");
-    let hub = HubProcess::start_with(
-        &dir.join("hub"),
-        &["--listen", "127.0.0.1:0", "--demo", "2"],
-    )
-    .await;
+    let hub = HubProcess::start_demo(&dir.join("hub"), 2).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

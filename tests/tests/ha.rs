@@ -12,7 +12,8 @@ use std::{
 };
 
 use serde_json::json;
-use sim::{cluster::SimConfig, etcd::LocalEtcd};
+use hub::store::local_etcd::LocalEtcd;
+use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api, https_get,
     imported::{

@@ -13,6 +13,9 @@ use serde_json::Value;
 
 mod apply;
 pub mod etcd;
+// Starts a real etcd on loopback: for the tests of this store and the HA tests, not the hub.
+#[cfg(any(test, feature = "testing"))]
+pub mod local_etcd;
 pub mod sqlite;
 
 pub use apply::new_uid;

@@ -25,7 +25,7 @@ struct TempStore {
     backend: Backend,
     /// The revision the store was at when the test began.
     base: u64,
-    etcd: Option<sim::etcd::LocalEtcd>,
+    etcd: Option<super::local_etcd::LocalEtcd>,
     dir: PathBuf,
 }
 
@@ -54,7 +54,7 @@ impl Backend {
                 None,
             ),
             Backend::Etcd => {
-                let etcd = sim::etcd::LocalEtcd::start(&dir).unwrap();
+                let etcd = super::local_etcd::LocalEtcd::start(&dir).unwrap();
                 let store = EtcdStore::connect_with_retention(&etcd.store_url(), retain)
                     .await
                     .unwrap();

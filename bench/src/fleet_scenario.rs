@@ -209,7 +209,7 @@ fn node_agents(
         tokio::spawn(async move {
             while let Some(session) = sessions.recv().await {
                 connected.fetch_add(1, Ordering::Relaxed);
-                hostinfo::beat(&session, None).await;
+                agentkit::beat(&session, None).await;
                 connected.fetch_sub(1, Ordering::Relaxed);
             }
         });

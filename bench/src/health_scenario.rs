@@ -138,16 +138,25 @@ pub(crate) async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
             201,
         )
         .await?;
-    let node_credential = cluster_agent::exchange(
-        hub.url(),
-        &Secret::new(imported_registration.clone()),
-        Trust::from_checksum(hub.ca_checksum()),
+    let settings = agentkit::HubSettings {
+        server: hub.url().to_owned(),
+        token: Secret::new(imported_registration.clone()),
+        ca_checksum: hub.ca_checksum().to_owned(),
+        state_dir: data.join("node-agent"),
+        local_address: None,
+    };
+    let node_credential = agentkit::hub::register(
+        &settings,
         Peer {
             id: "node/prod".into(),
-            kind: "node-agent".into(),
+            kind: proto::register::AgentKind::NodeAgent.as_str().into(),
         },
+        &proto::register::RegisterRequest::of(proto::register::AgentKind::NodeAgent),
     )
-    .await?;
+    .await?
+    .credential
+    .expose()
+    .to_owned();
     let prepared = Prepared {
         api_token: api.token.clone(),
         ca_checksum: hub.ca_checksum().to_owned(),

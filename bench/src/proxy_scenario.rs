@@ -291,23 +291,25 @@ pub(crate) async fn import_into(
     .await?;
     sim.apply_manifest(&manifest).map_err(anyhow::Error::msg)?;
     Ok(cluster_agent::Config {
-        server: hub.url().to_owned(),
-        token: tunnel::Secret::new(registration),
-        ca_checksum: hub.ca_checksum().to_owned(),
+        hub: agentkit::HubSettings {
+            server: hub.url().to_owned(),
+            token: tunnel::Secret::new(registration),
+            ca_checksum: hub.ca_checksum().to_owned(),
+            state_dir: data_dir.join("agent"),
+            local_address: None,
+        },
         cluster: "prod".into(),
         name: "bench-0".into(),
         kube: cluster_agent::KubeTarget::from_kubeconfig_text(
             &sim.kubeconfig(agent_token),
             "the simulated cluster",
         )?,
-        state_dir: data_dir.join("agent"),
         lease: cluster_agent::lease::LeaseConfig {
             namespace: namespace.into(),
             name: "drover-cluster-agent".into(),
             identity: "bench-0".into(),
             duration: Duration::from_secs(15),
         },
-        local_address: None,
     })
 }
 

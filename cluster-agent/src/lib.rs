@@ -12,45 +12,36 @@
 //! namespaces, pods, deployments, services and events, served to the hub as the
 //! `cluster-cache` service.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::collections::HashMap;
 
+use agentkit::{HubSettings, Registration, kube_api};
+use proto::register::{AgentKind, RegisterRequest};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
+use tunnel::{AllowList, Connector, Peer, Secret, Services};
 
 pub mod access;
 pub mod cache;
 mod facts;
-pub mod kube;
-pub mod kube_api;
 pub mod lease;
 
-pub use kube::KubeTarget;
+pub use agentkit::KubeTarget;
 
 /// The agent kind this crate is.
-pub const KIND: &str = "cluster-agent";
+pub const KIND: AgentKind = AgentKind::ClusterAgent;
 
 /// Everything the agent needs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The hub, `https://HOST[:PORT]`.
-    pub server: String,
-    /// A registration token (`drr_…`, exchanged at first start) or the agent's credential.
-    pub token: Secret,
-    /// sha256 of the hub's CA (as printed by the hub); empty to trust the system's roots.
-    pub ca_checksum: String,
+    /// The hub, and where the registration is kept between restarts.
+    pub hub: HubSettings,
     /// The cluster's name on the hub.
     pub cluster: String,
     /// This replica's name (the pod's), unique among the agent's copies.
     pub name: String,
     pub kube: KubeTarget,
-    /// Where the credential is kept between restarts.
-    pub state_dir: PathBuf,
     /// The Lease the replicas elect their leader with.
     pub lease: lease::LeaseConfig,
-    /// The local address to reach the hub from (`None`: the system's choice); a fleet
-    /// simulator spreads its agents over 127.0.0.0/8 with it.
-    pub local_address: Option<std::net::IpAddr>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -119,30 +110,23 @@ impl Config {
                 identity: name.clone(),
                 duration: std::time::Duration::from_secs(lease_seconds),
             },
-            server: need("DROVER_SERVER")?,
-            token: Secret::new(need("DROVER_TOKEN")?),
-            ca_checksum: env.get("DROVER_CA_CHECKSUM").cloned().unwrap_or_default(),
+            hub: HubSettings::from_env(
+                env,
+                "/var/lib/drover",
+                "the import manifest's Secret provides it",
+            )
+            .map_err(ConfigError)?,
             cluster: need("DROVER_CLUSTER")?,
             name,
             kube,
-            state_dir: env
-                .get("DROVER_STATE_DIR")
-                .map_or_else(|| PathBuf::from("/var/lib/drover"), PathBuf::from),
-            local_address: None,
         })
-    }
-
-    fn trust(&self) -> Trust {
-        Trust::from_checksum(&self.ca_checksum)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("registering with the hub failed: {0}")]
-    Register(String),
-    #[error("cannot keep the credential in {0}: {1}")]
-    State(String, std::io::Error),
+    #[error(transparent)]
+    Register(#[from] agentkit::RegisterError),
     #[error(transparent)]
     Connect(#[from] tunnel::ConnectError),
     #[error("cannot use the cluster's API server: {0}")]
@@ -208,86 +192,56 @@ async fn keep_in_cluster(
 /// The credential: kept from an earlier registration (in the state directory, else in the
 /// cluster), exchanged now, or given as is.
 async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, AgentError> {
-    let path = config.state_dir.join("credential");
-    if let Ok(saved) = std::fs::read_to_string(&path)
-        && !saved.trim().is_empty()
-    {
-        return Ok(Secret::new(saved.trim()));
+    let id = format!("cluster/{}", config.cluster);
+    if let Some(kept) = agentkit::hub::load(&config.hub.state_dir, &id, &config.cluster)? {
+        return Ok(kept.credential);
     }
-    if !config.token.expose().starts_with("drr_") {
-        return Ok(config.token.clone());
+    if !config.hub.is_registration_token() {
+        return Ok(config.hub.token.clone());
     }
     let secrets = ::kube::Api::<KubeSecret>::namespaced(client.clone(), &config.lease.namespace);
     let value = match kept_in_cluster(&secrets).await? {
         Some(value) => value,
-        None => keep_in_cluster(&secrets, register(config).await?).await?,
+        None => {
+            let identity = Peer {
+                id: id.clone(),
+                kind: KIND.as_str().into(),
+            };
+            let registered =
+                agentkit::hub::register(&config.hub, identity, &RegisterRequest::of(KIND)).await?;
+            tracing::info!(cluster = %config.cluster, "registered with the hub");
+            keep_in_cluster(&secrets, registered.credential.expose().to_owned()).await?
+        }
     };
-    std::fs::create_dir_all(&config.state_dir)
-        .map_err(|e| AgentError::State(config.state_dir.display().to_string(), e))?;
-    write_secret(&path, &value).map_err(|e| AgentError::State(path.display().to_string(), e))?;
-    Ok(Secret::new(value))
-}
-
-/// Exchanges the registration token for a credential of the agent's own.
-async fn register(config: &Config) -> Result<String, AgentError> {
-    let identity = Peer {
-        id: format!("cluster/{}", config.cluster),
-        kind: KIND.into(),
+    let registration = Registration {
+        id,
+        credential: Secret::new(value),
+        cluster: config.cluster.clone(),
     };
-    let value = exchange(&config.server, &config.token, config.trust(), identity).await?;
-    tracing::info!(cluster = %config.cluster, "registered with the hub");
-    Ok(value)
+    agentkit::hub::keep(&config.hub.state_dir, &registration)?;
+    Ok(registration.credential)
 }
 
-/// `POST /v3/register` with a registration token, as an agent of `identity`'s kind; the
-/// agent's own credential comes back.
-pub async fn exchange(
-    server: &str,
-    token: &Secret,
-    trust: Trust,
-    identity: Peer,
-) -> Result<String, AgentError> {
-    let kind = identity.kind.clone();
-    let connector = Connector::new(ConnectorConfig::new(server, token.clone(), identity, trust))?;
-    let (status, body) = connector
-        .post_json(
-            "/v3/register",
-            serde_json::json!({"kind": kind}).to_string(),
-        )
-        .await?;
-    let reply: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    if !status.is_success() {
-        let message = reply["message"].as_str().unwrap_or("no reason given");
-        return Err(AgentError::Register(format!("HTTP {status}: {message}")));
-    }
-    let value = reply["credential"].as_str().unwrap_or_default().to_owned();
-    if value.is_empty() {
-        return Err(AgentError::Register(
-            "the hub answered without a credential".into(),
-        ));
-    }
-    Ok(value)
-}
-
-/// Writes a secret readable by its owner only, whole or not at all.
-pub fn write_secret(path: &std::path::Path, value: &str) -> std::io::Result<()> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(value.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+/// A `kube` client for the agent's API server, with its credential and CA.
+fn kube_client(target: &KubeTarget) -> Result<::kube::Client, String> {
+    let url = target
+        .server
+        .parse()
+        .map_err(|_| format!("server {:?} is not a URL", target.server))?;
+    let mut config = ::kube::Config::new(url);
+    config.root_cert = Some(target.ca.clone());
+    let mut bearer = http::HeaderValue::from_str(&format!("Bearer {}", target.token.expose()))
+        .map_err(|_| "the API server token cannot be sent as a header".to_owned())?;
+    // Keeps it out of Debug output.
+    bearer.set_sensitive(true);
+    config.headers.push((http::header::AUTHORIZATION, bearer));
+    ::kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
 /// Runs the agent until `shutdown`: stands by until this replica holds the lease, then serves
 /// the hub (tunnel, caches, facts) for as long as it keeps the lease.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
-    let client = config.kube.client().map_err(AgentError::Kube)?;
+    let client = kube_client(&config.kube).map_err(AgentError::Kube)?;
     let credential = credential(&config, &client).await?;
     let mut elector = lease::Elector::new(client.clone(), config.lease.clone());
     loop {
@@ -330,13 +284,11 @@ async fn serve(
 ) -> Result<(), AgentError> {
     let identity = Peer {
         id: format!("cluster/{}/{}", config.cluster, config.name),
-        kind: KIND.into(),
+        kind: KIND.as_str().into(),
     };
-    let mut tunnel =
-        ConnectorConfig::new(&config.server, credential.clone(), identity, config.trust());
-    tunnel.local_address = config.local_address;
-    tunnel.allow =
-        AllowList::new([config.kube.address()]).map_err(|e| AgentError::Register(e.to_string()))?;
+    let mut tunnel = config.hub.connector(credential.clone(), identity);
+    tunnel.allow = AllowList::new([config.kube.address()])
+        .map_err(|e| AgentError::Kube(format!("{}: {e}", config.kube.address())))?;
     let caches = cache::Caches::start(client, &leading);
     let upstream = kube_api::Upstream::new(config.kube.clone());
     tunnel.services = Services::default()
@@ -364,7 +316,7 @@ async fn serve(
         // Beats speak for the agent only: the cluster's machines are the node-agents' to report.
         tokio::spawn({
             let session = session.clone();
-            async move { hostinfo::beat(&session, None).await }
+            async move { agentkit::beat(&session, None).await }
         });
         tokio::spawn(access::follow(session.clone(), access.clone()));
         tokio::spawn(facts::report(session, client.clone(), caches.clone()));

@@ -7,5 +7,5 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    hostinfo::agent_main(cluster_agent::Config::from_env, cluster_agent::run, false)
+    agentkit::agent_main(cluster_agent::Config::from_env, cluster_agent::run, false)
 }

@@ -12,7 +12,8 @@ use axum::{
     http::{HeaderMap, StatusCode},
 };
 use futures::StreamExt;
-use serde::Deserialize;
+
+use proto::register::{AgentKind, RegisterReply, RegisterRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEvent};
@@ -20,13 +21,13 @@ use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEv
 use crate::{
     api::{Api, ApiError},
     auth::secret::{self, TokenKind},
-    model::{AgentRef, ClusterType, HostRoles, Kind, Status},
+    model::{AgentRef, ClusterType, Kind, Status},
     store::{Object, Op, Store, StoreError},
 };
 
-pub const CLUSTER_AGENT: &str = "cluster-agent";
-pub const NODE_AGENT: &str = "node-agent";
-pub const SYSTEM_AGENT: &str = "system-agent";
+pub const CLUSTER_AGENT: &str = AgentKind::ClusterAgent.as_str();
+pub const NODE_AGENT: &str = AgentKind::NodeAgent.as_str();
+pub const SYSTEM_AGENT: &str = AgentKind::SystemAgent.as_str();
 
 /// The identity an agent of `kind` (a cluster-agent or a node-agent) registers under for
 /// `cluster`; its copies (replicas, one per node) add `/<name>`.
@@ -156,37 +157,6 @@ pub fn authenticator(
     }
 }
 
-/// What an agent sends to register.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegisterRequest {
-    /// `cluster-agent`, `node-agent` or `system-agent`.
-    pub kind: String,
-    /// For a system-agent: the host's stable id (kept in the agent's directory).
-    #[serde(default)]
-    pub host_id: Option<String>,
-    /// For a system-agent: how the host joins its cluster.
-    #[serde(default)]
-    pub host: Option<RegisterHost>,
-}
-
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegisterHost {
-    #[serde(default)]
-    pub roles: HostRoles,
-    #[serde(default)]
-    pub node_name: String,
-    #[serde(default)]
-    pub address: String,
-    #[serde(default)]
-    pub internal_address: String,
-    #[serde(default)]
-    pub node_labels: std::collections::BTreeMap<String, String>,
-    #[serde(default)]
-    pub taints: Vec<String>,
-}
-
 /// The header with which a registered host proves itself when it registers again.
 pub const HOST_CREDENTIAL_HEADER: &str = "x-drover-host-credential";
 
@@ -217,7 +187,7 @@ pub async fn register(
     State(api): State<Api>,
     headers: HeaderMap,
     body: Result<Json<RegisterRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RegisterReply>), ApiError> {
     let Json(request) =
         body.map_err(|e| ApiError::bad_request(format!("registration body: {e}")))?;
     let value = tunnel::bearer_token(&headers).unwrap_or_default();
@@ -348,7 +318,11 @@ pub async fn register(
     tracing::info!(kind = %request.kind, %id, cluster = %cluster_name, "agent registered");
     Ok((
         StatusCode::CREATED,
-        Json(json!({"credential": credential.value, "id": id, "cluster": cluster_name})),
+        Json(RegisterReply {
+            credential: credential.value,
+            id,
+            cluster: cluster_name,
+        }),
     ))
 }
 

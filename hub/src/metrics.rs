@@ -122,7 +122,7 @@ pub fn render(scrape: &Scrape<'_>) -> String {
     let registry = scrape.registry;
     let mut out = String::new();
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
-    for kind in ["cluster-agent", "node-agent", "system-agent"] {
+    for kind in proto::register::AgentKind::ALL.map(proto::register::AgentKind::as_str) {
         by_kind.insert(kind.to_owned(), 0);
     }
     for session in registry.sessions() {

@@ -233,17 +233,8 @@ pub fn concurrency(text: &str, of: usize) -> Option<usize> {
     }
 }
 
-/// Roles a host takes in its cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct HostRoles {
-    #[serde(default)]
-    pub etcd: bool,
-    #[serde(default)]
-    pub control_plane: bool,
-    #[serde(default)]
-    pub worker: bool,
-}
+/// Roles a host takes in its cluster: the ones its system-agent registers with.
+pub use proto::register::HostRoles;
 
 /// A machine running the system-agent, registered to a custom cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -657,7 +657,7 @@ pub async fn handle(
     if fallback {
         response.headers_mut().insert(
             HeaderName::from_static(ROUTE_HEADER),
-            HeaderValue::from_static("node-agent"),
+            HeaderValue::from_static(crate::agents::NODE_AGENT),
         );
     }
     response

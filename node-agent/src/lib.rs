@@ -7,32 +7,27 @@
 //! the hub sends proxied requests this way instead. The only address the hub may dial through
 //! it is the cluster's API server.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::collections::HashMap;
 
-use cluster_agent::{KubeTarget, kube_api};
+use agentkit::{HubSettings, KubeTarget, kube_api};
+use proto::register::AgentKind;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tunnel::{AllowList, Connector, ConnectorConfig, Peer, Secret, Services, tls::Trust};
+use tunnel::{AllowList, Connector, Peer, Services};
 
 /// The agent kind this crate is.
-pub const KIND: &str = "node-agent";
+pub const KIND: AgentKind = AgentKind::NodeAgent;
 
 /// Everything the agent needs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The hub, `https://HOST[:PORT]`.
-    pub server: String,
-    /// A registration token (`drr_…`, exchanged at first start) or the agent's credential.
-    pub token: Secret,
-    /// sha256 of the hub's CA; empty to trust the system's roots.
-    pub ca_checksum: String,
+    /// The hub, and where the registration is kept between restarts.
+    pub hub: HubSettings,
     /// The cluster's name on the hub.
     pub cluster: String,
     /// The node this copy runs on.
     pub node: String,
     pub kube: KubeTarget,
-    /// Where the credential is kept between restarts.
-    pub state_dir: PathBuf,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -72,71 +67,49 @@ impl Config {
                     .map_err(|e| ConfigError(e.to_string()))?
             }
         };
-        let manifest = "the import manifest's Secret provides it";
+        let hub = HubSettings::from_env(
+            env,
+            "/var/lib/drover/node-agent",
+            "the import manifest's Secret provides it",
+        )
+        .map_err(ConfigError)?;
         Ok(Self {
-            server: need("DROVER_SERVER", manifest)?,
-            token: Secret::new(need("DROVER_TOKEN", manifest)?),
-            ca_checksum: env.get("DROVER_CA_CHECKSUM").cloned().unwrap_or_default(),
-            cluster: need("DROVER_CLUSTER", manifest)?,
+            cluster: need("DROVER_CLUSTER", "the import manifest's Secret provides it")?,
+            hub,
             node,
             kube,
-            state_dir: env.get("DROVER_STATE_DIR").map_or_else(
-                || PathBuf::from("/var/lib/drover/node-agent"),
-                PathBuf::from,
-            ),
         })
-    }
-
-    fn trust(&self) -> Trust {
-        Trust::from_checksum(&self.ca_checksum)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(transparent)]
-    Hub(#[from] cluster_agent::AgentError),
-    #[error("cannot keep the credential in {0}: {1}")]
-    State(String, std::io::Error),
+    Register(#[from] agentkit::RegisterError),
+    #[error("the API server's address {0}: {1}")]
+    Kube(String, String),
     #[error(transparent)]
     Connect(#[from] tunnel::ConnectError),
 }
 
-/// The credential: kept from an earlier registration, exchanged now, or given as is.
-async fn credential(config: &Config) -> Result<Secret, AgentError> {
-    let path = config.state_dir.join("credential");
-    if let Ok(saved) = std::fs::read_to_string(&path)
-        && !saved.trim().is_empty()
-    {
-        return Ok(Secret::new(saved.trim()));
-    }
-    if !config.token.expose().starts_with("drr_") {
-        return Ok(config.token.clone());
-    }
-    let identity = Peer {
-        id: format!("node/{}", config.cluster),
-        kind: KIND.into(),
-    };
-    let value =
-        cluster_agent::exchange(&config.server, &config.token, config.trust(), identity).await?;
-    tracing::info!(cluster = %config.cluster, node = %config.node, "registered with the hub");
-    std::fs::create_dir_all(&config.state_dir)
-        .map_err(|e| AgentError::State(config.state_dir.display().to_string(), e))?;
-    cluster_agent::write_secret(&path, &value)
-        .map_err(|e| AgentError::State(path.display().to_string(), e))?;
-    Ok(Secret::new(value))
-}
-
 /// Runs the agent until `shutdown`.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
-    let credential = credential(&config).await?;
+    let registration = agentkit::hub::ensure(
+        &config.hub,
+        Peer {
+            id: format!("node/{}", config.cluster),
+            kind: KIND.as_str().into(),
+        },
+        &config.cluster,
+    )
+    .await?;
     let identity = Peer {
         id: format!("node/{}/{}", config.cluster, config.node),
-        kind: KIND.into(),
+        kind: KIND.as_str().into(),
     };
-    let mut tunnel = ConnectorConfig::new(&config.server, credential, identity, config.trust());
+    let mut tunnel = config.hub.connector(registration.credential, identity);
     tunnel.allow = AllowList::new([config.kube.address()])
-        .map_err(|e| AgentError::Hub(cluster_agent::AgentError::Register(e.to_string())))?;
+        .map_err(|e| AgentError::Kube(config.kube.address(), e.to_string()))?;
     let upstream = kube_api::Upstream::new(config.kube.clone());
     tunnel.services = Services::default().add(proto::KUBE_API_SERVICE, move |stream| {
         kube_api::serve(stream, upstream.clone())
@@ -145,10 +118,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Agen
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, shutdown));
     // One sampler for the process: CPU usage is measured between samples.
-    let sampler = hostinfo::Sampler::new();
+    let sampler = agentkit::Sampler::new();
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, node = %config.node, "connected to the hub");
-        hostinfo::beat(&session, sampler.as_ref()).await;
+        agentkit::beat(&session, sampler.as_ref()).await;
     }
     let _ = runner.await;
     Ok(())

@@ -9,5 +9,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     // One thread: the agent runs on every node and must stay small there.
-    hostinfo::agent_main(node_agent::Config::from_env, node_agent::run, true)
+    agentkit::agent_main(node_agent::Config::from_env, node_agent::run, true)
 }

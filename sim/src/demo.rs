@@ -63,7 +63,10 @@ async fn start(
     let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
         "paused": true, "description": "simulated hosts (drover-sim demo); paused: nothing is installed"});
     let token = hub::registration::ensure_cluster(store.as_ref(), &name, &spec).await?;
-    tokio::spawn(log_failure(name.clone(), hosts(demo, name, token, 3, shutdown)));
+    tokio::spawn(log_failure(
+        name.clone(),
+        hosts(demo, name, token, 3, shutdown),
+    ));
     #[allow(clippy::print_stdout)]
     {
         println!(
@@ -87,6 +90,19 @@ pub struct DemoHub {
     pub ca_checksum: String,
     /// Each agent's state goes in a directory of its own under this one.
     pub dir: PathBuf,
+}
+
+impl DemoHub {
+    /// An agent's settings: this hub, `token`, its state in `state_dir`.
+    fn settings(&self, token: &str, state_dir: PathBuf) -> agentkit::HubSettings {
+        agentkit::HubSettings {
+            server: self.url.clone(),
+            token: Secret::new(token),
+            ca_checksum: self.ca_checksum.clone(),
+            state_dir,
+            local_address: None,
+        }
+    }
 }
 
 const AGENT_TOKEN: &str = "drover-demo-agent";
@@ -128,20 +144,16 @@ pub async fn imported_cluster(
     )?;
     let dir = hub.dir.join(&name);
     let agent = cluster_agent::Config {
-        server: hub.url.clone(),
-        token: Secret::new(registration.clone()),
-        ca_checksum: hub.ca_checksum.clone(),
+        hub: hub.settings(&registration, dir.join("cluster-agent")),
         cluster: name.clone(),
         name: "drover-cluster-agent-0".into(),
         kube: kube.clone(),
-        state_dir: dir.join("cluster-agent"),
         lease: cluster_agent::lease::LeaseConfig {
             namespace: "default".into(),
             name: "drover-cluster-agent".into(),
             identity: "drover-cluster-agent-0".into(),
             duration: Duration::from_secs(15),
         },
-        local_address: None,
     };
     let mut tasks = tokio::task::JoinSet::new();
     let stop = shutdown.clone();
@@ -153,13 +165,10 @@ pub async fn imported_cluster(
     for i in 0..nodes {
         let node = format!("node-{i}");
         let config = node_agent::Config {
-            server: hub.url.clone(),
-            token: Secret::new(registration.clone()),
-            ca_checksum: hub.ca_checksum.clone(),
+            hub: hub.settings(&registration, dir.join(&node)),
             cluster: name.clone(),
             node: node.clone(),
             kube: kube.clone(),
-            state_dir: dir.join(&node),
         };
         let stop = shutdown.clone();
         tasks.spawn(async move {

@@ -150,7 +150,7 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
     };
     // The agents are on one machine: one reader of its facts and usage serves them all (each
     // reading its own would be N readings of the same /proc and /sys every beat).
-    let machine = hostinfo::Sampler::new();
+    let machine = agentkit::Sampler::new();
     let indices: Vec<usize> = (0..config.agents).collect();
     for batch in indices.chunks(config.concurrency.max(1)) {
         let starts = batch.iter().map(|&i| {
@@ -262,13 +262,16 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
             ))
             .map_err(anyhow::Error::msg)?;
             let agent = cluster_agent::Config {
-                server: config.hub.clone(),
-                token: Secret::new(token),
-                ca_checksum: config.ca_checksum.clone(),
+                hub: agentkit::HubSettings {
+                    server: config.hub.clone(),
+                    token: Secret::new(token),
+                    ca_checksum: config.ca_checksum.clone(),
+                    state_dir: config.dir.join(&name),
+                    local_address: source(&config.hub, i),
+                },
                 cluster: name.clone(),
                 name: format!("{name}-agent"),
                 kube: kube.clone(),
-                state_dir: config.dir.join(&name),
                 // A Lease of its own: every agent leads its cluster.
                 lease: cluster_agent::lease::LeaseConfig {
                     namespace,
@@ -276,7 +279,6 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
                     identity: format!("{name}-agent"),
                     duration: Duration::from_secs(15),
                 },
-                local_address: source(&config.hub, i),
             };
             let shutdown = shutdown.clone();
             fleet.tasks.spawn(async move {

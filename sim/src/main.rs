@@ -167,7 +167,9 @@ fn fleet(args: FleetArgs) -> anyhow::Result<()> {
 
 fn demo(clusters: u16, serve: Vec<String>) -> anyhow::Result<()> {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let args = ["drover-hub".to_owned(), "serve".to_owned()].into_iter().chain(serve);
+    let args = ["drover-hub".to_owned(), "serve".to_owned()]
+        .into_iter()
+        .chain(serve);
     let config = match hub::config::parse(args, &env) {
         Ok(hub::Command::Serve(config)) => config,
         Ok(_) => anyhow::bail!("drover-sim demo takes `drover-hub serve` flags only"),
@@ -190,29 +192,6 @@ fn say(result: Result<String, String>) -> anyhow::Result<()> {
         println!("{line}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::{Cli, Command};
-
-    #[test]
-    fn the_demo_takes_one_to_twenty_clusters_and_serve_flags() {
-        let cli = Cli::try_parse_from(["drover-sim", "demo", "3", "--data-dir", "d"]).unwrap();
-        match cli.command {
-            Command::Demo { clusters, serve } => {
-                assert_eq!(clusters, 3);
-                assert_eq!(serve, ["--data-dir", "d"]);
-            }
-            other => panic!("{other:?}"),
-        }
-        for bad in ["0", "21", "many"] {
-            let err = Cli::try_parse_from(["drover-sim", "demo", bad]).unwrap_err();
-            assert!(err.to_string().contains("<CLUSTERS>"), "{bad}: {err}");
-        }
-    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -289,4 +268,27 @@ fn main() -> anyhow::Result<()> {
         cluster.wait().await;
         anyhow::Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn the_demo_takes_one_to_twenty_clusters_and_serve_flags() {
+        let cli = Cli::try_parse_from(["drover-sim", "demo", "3", "--data-dir", "d"]).unwrap();
+        match cli.command {
+            Command::Demo { clusters, serve } => {
+                assert_eq!(clusters, 3);
+                assert_eq!(serve, ["--data-dir", "d"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in ["0", "21", "many"] {
+            let err = Cli::try_parse_from(["drover-sim", "demo", bad]).unwrap_err();
+            assert!(err.to_string().contains("<CLUSTERS>"), "{bad}: {err}");
+        }
+    }
 }

@@ -20,7 +20,7 @@ pub(crate) struct Slots {
 pub(crate) const TASK: &str = "task";
 
 /// Serves one session until it ends.
-pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<hostinfo::Sampler>) {
+pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<agentkit::Sampler>) {
     let client = PlansClient::new(session.channel.clone());
     tokio::select! {
         _ = session.session.ended() => {}
@@ -28,7 +28,7 @@ pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<h
         () = take_plans(client.clone(), TASK, &slots.task) => {}
         () = report(client.clone(), "", &slots.plan) => {}
         () = report(client, TASK, &slots.task) => {}
-        () = hostinfo::beat(&session, sampler.as_ref()) => {}
+        () = agentkit::beat(&session, sampler.as_ref()) => {}
     }
 }
 

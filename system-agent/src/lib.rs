@@ -14,9 +14,11 @@ use std::{
     time::Duration,
 };
 
+use agentkit::HubSettings;
+use proto::register::{AgentKind, RegisterRequest};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+use tunnel::{Connector, Peer, Secret};
 
 pub mod applier;
 pub mod exec;
@@ -32,27 +34,10 @@ pub mod transfer;
 pub use applier::Retry;
 
 /// The agent kind this crate is.
-pub const KIND: &str = "system-agent";
+pub const KIND: AgentKind = AgentKind::SystemAgent;
 
-/// How the host joins its cluster (sent when registering).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostSpec {
-    pub roles: Roles,
-    pub node_name: String,
-    pub address: String,
-    pub internal_address: String,
-    pub node_labels: BTreeMap<String, String>,
-    pub taints: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Roles {
-    pub etcd: bool,
-    pub control_plane: bool,
-    pub worker: bool,
-}
+/// How the host joins its cluster (sent when registering), and its roles there.
+pub use proto::register::{HostRoles as Roles, RegisterHost as HostSpec};
 
 /// Everything the agent needs.
 #[derive(Debug, Clone)]
@@ -74,7 +59,7 @@ pub struct Config {
     pub local_address: Option<std::net::IpAddr>,
     /// Where the machine's facts and usage are read (`None`: a reader of its own). A fleet
     /// simulator gives all its agents, on one machine, one reader.
-    pub machine: Option<hostinfo::Sampler>,
+    pub machine: Option<agentkit::Sampler>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -190,8 +175,15 @@ impl Config {
         })
     }
 
-    fn trust(&self) -> Trust {
-        Trust::from_checksum(&self.ca_checksum)
+    /// The settings to reach the hub at `server` with.
+    fn hub(&self, server: &str) -> HubSettings {
+        HubSettings {
+            server: server.to_owned(),
+            token: self.token.clone(),
+            ca_checksum: self.ca_checksum.clone(),
+            state_dir: self.dir.clone(),
+            local_address: self.local_address,
+        }
     }
 }
 
@@ -199,6 +191,8 @@ impl Config {
 pub enum AgentError {
     #[error("registering with the hub failed: {0}")]
     Register(String),
+    #[error(transparent)]
+    Registration(#[from] agentkit::RegisterError),
     #[error("cannot use the agent's directory {0}: {1}")]
     State(String, std::io::Error),
     #[error(transparent)]
@@ -226,50 +220,31 @@ pub fn host_id(dir: &std::path::Path) -> Result<String, AgentError> {
 }
 
 /// The identity and credential from an earlier registration, or from registering now.
-async fn registration(config: &Config, server: &str) -> Result<(String, Secret), AgentError> {
-    let path = config.dir.join("registration.json");
-    let state = |e| AgentError::State(config.dir.display().to_string(), e);
-    if let Ok(bytes) = std::fs::read(&path)
-        && let Ok(kept) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && let (Some(id), Some(credential)) = (kept["id"].as_str(), kept["credential"].as_str())
+async fn registration(hub: &HubSettings, host: &HostSpec) -> Result<(String, Secret), AgentError> {
+    // A host's identity is the hub's to give; there is no older format to read.
+    if let Some(kept) = agentkit::hub::load(&hub.state_dir, "", "")?
+        && !kept.id.is_empty()
     {
-        return Ok((id.to_owned(), Secret::new(credential)));
+        return Ok((kept.id, kept.credential));
     }
-    if !config.token.expose().starts_with("drr_") {
+    if !hub.is_registration_token() {
         return Err(AgentError::Register(
             "no credential kept and DROVER_TOKEN is not a registration token (drr_…); install with the hub's host command".into(),
         ));
     }
-    let host_id = host_id(&config.dir)?;
-    let mut tunnel = ConnectorConfig::new(
-        server,
-        config.token.clone(),
-        Peer {
-            id: String::new(),
-            kind: KIND.into(),
-        },
-        config.trust(),
-    );
-    tunnel.local_address = config.local_address;
-    let connector = Connector::new(tunnel)?;
-    let body = serde_json::json!({"kind": KIND, "hostId": host_id, "host": config.host});
-    let (status, body) = connector
-        .post_json("/v3/register", body.to_string())
-        .await?;
-    let reply: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    if !status.is_success() {
-        let message = reply["message"].as_str().unwrap_or("no reason given");
-        return Err(AgentError::Register(format!("HTTP {status}: {message}")));
-    }
-    let (Some(id), Some(credential)) = (reply["id"].as_str(), reply["credential"].as_str()) else {
-        return Err(AgentError::Register(
-            "the hub answered without an identity and credential".into(),
-        ));
+    let request = RegisterRequest {
+        host_id: Some(host_id(&hub.state_dir)?),
+        host: Some(host.clone()),
+        ..RegisterRequest::of(KIND)
     };
-    let kept = serde_json::json!({"id": id, "credential": credential, "cluster": reply["cluster"]});
-    record::write_file_atomically(&path, kept.to_string().as_bytes(), 0o600).map_err(state)?;
-    tracing::info!(%id, cluster = %reply["cluster"].as_str().unwrap_or_default(), "registered with the hub");
-    Ok((id.to_owned(), Secret::new(credential)))
+    let identity = Peer {
+        id: String::new(),
+        kind: KIND.as_str().into(),
+    };
+    let registration = agentkit::hub::register(hub, identity, &request).await?;
+    agentkit::hub::keep(&hub.state_dir, &registration)?;
+    tracing::info!(id = %registration.id, cluster = %registration.cluster, "registered with the hub");
+    Ok((registration.id, registration.credential))
 }
 
 /// A running agent.
@@ -301,7 +276,8 @@ impl Agent {
         }
         let (mut kept, mut kept_task, mut session) = (None, None, None);
         if let Some(server) = &config.server {
-            let (id, credential) = registration(&config, server).await?;
+            let hub = config.hub(server);
+            let (id, credential) = registration(&hub, &config.host).await?;
             let state = |e| AgentError::State(config.dir.display().to_string(), e);
             let record = record::Record::open(&config.dir.join("plan.json")).map_err(state)?;
             let task = record::Record::open(&config.dir.join("task.json")).map_err(state)?;
@@ -317,16 +293,13 @@ impl Agent {
                     shutdown.clone(),
                 ));
             }
-            let mut tunnel = ConnectorConfig::new(
-                server,
+            let tunnel = hub.connector(
                 credential,
                 Peer {
                     id,
-                    kind: KIND.into(),
+                    kind: KIND.as_str().into(),
                 },
-                config.trust(),
             );
-            tunnel.local_address = config.local_address;
             let connector = Connector::new(tunnel)?;
             let (tx, mut sessions) = mpsc::channel(1);
             tasks.spawn(connector.run(tx, shutdown.clone()));
@@ -335,7 +308,7 @@ impl Agent {
                 task: task.clone(),
             };
             // One reader for the agent's life: CPU usage is measured between readings.
-            let sampler = config.machine.clone().or_else(hostinfo::Sampler::new);
+            let sampler = config.machine.clone().or_else(agentkit::Sampler::new);
             tasks.spawn(async move {
                 while let Some(session) = sessions.recv().await {
                     let id = session.hello.session_id.clone();

@@ -11,8 +11,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::json;
 use hub::store::local_etcd::LocalEtcd;
+use serde_json::json;
 use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api, https_get,

@@ -7,7 +7,6 @@ use serde_json::{Map, Value, json};
 
 use super::{LoginRequest, error::StatusBody};
 use crate::{
-    agents::RegisterRequest,
     model::{Kind, State, Status},
     store::ObjectMeta,
 };
@@ -62,7 +61,7 @@ pub fn document() -> Value {
     generator.subschema_for::<State>();
     generator.subschema_for::<StatusBody>();
     generator.subschema_for::<LoginRequest>();
-    generator.subschema_for::<RegisterRequest>();
+    generator.subschema_for::<proto::register::RegisterRequest>();
     let mut paths = Map::new();
     for kind in Kind::ALL {
         let name = kind.name();

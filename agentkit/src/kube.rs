@@ -15,7 +15,8 @@ pub struct KubeTarget {
     pub host: String,
     pub port: u16,
     pub tls: Arc<rustls::ClientConfig>,
-    /// The CA certificates (DER) the API server is verified against, for the `kube` client.
+    /// The CA certificates (DER) the API server is verified against, for the cluster-agent's
+    /// `kube` client.
     pub ca: Vec<Vec<u8>>,
     pub token: Secret,
 }
@@ -124,22 +125,6 @@ impl KubeTarget {
             ca,
             token: Secret::new(token),
         })
-    }
-
-    /// A `kube` client for the same API server, credential and CA.
-    pub fn client(&self) -> Result<kube::Client, String> {
-        let url = self
-            .server
-            .parse()
-            .map_err(|_| format!("server {:?} is not a URL", self.server))?;
-        let mut config = kube::Config::new(url);
-        config.root_cert = Some(self.ca.clone());
-        let mut bearer = http::HeaderValue::from_str(&format!("Bearer {}", self.token.expose()))
-            .map_err(|_| "the API server token cannot be sent as a header".to_owned())?;
-        // Keeps it out of Debug output.
-        bearer.set_sensitive(true);
-        config.headers.push((http::header::AUTHORIZATION, bearer));
-        kube::Client::try_from(config).map_err(|e| e.to_string())
     }
 
     /// `HOST:PORT`, the one address the agent lets the hub dial.

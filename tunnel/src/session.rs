@@ -46,7 +46,7 @@ pub struct SessionSettings {
     /// Memory a session may hold for received-but-unread data beyond the 256 KiB every stream
     /// starts with; streams that move bulk data grow their windows out of this pool. It also
     /// bounds how much bulk data can queue in front of a small request on the same session:
-    /// larger moves bulk faster and delays everything else more (see README, "Tunnel tuning").
+    /// larger moves bulk faster and delays everything else more (see docs/benchmarks.md, "Tunnel tuning").
     pub window_growth: usize,
     /// Largest yamux data frame; bulk streams interleave with others at this granularity.
     pub frame_size: usize,

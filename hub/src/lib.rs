@@ -26,6 +26,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod config;
 pub mod dashboard;
+pub mod downstream;
 mod fsutil;
 pub mod health;
 pub mod metrics;

@@ -16,10 +16,12 @@ use proto::plan::v1::{File, Instruction, Plan, Probe, checksum};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use self::rollout::{Action, Removal};
 use crate::{
     agents::update_status,
     auth::secret::{self, TokenKind},
-    model::{ClusterSpec, ClusterType, Distribution, HostSpec, Kind, Status, concurrency},
+    downstream,
+    model::{ClusterSpec, ClusterType, Distribution, HostSpec, Kind, Status},
     registration,
     store::{LabelSelector, Object, Op, Store, StoreError},
 };
@@ -48,7 +50,7 @@ pub struct Planner {
     pub ca_pem: String,
     /// How to reach clusters' cluster-agents (to drain nodes, clean up imported clusters), on
     /// this replica or another (`None`: no draining, as in unit tests).
-    pub agents: Option<crate::proxy::Agents>,
+    pub agents: Option<downstream::Agents>,
     /// Where the hub keeps files from plans (copies of etcd snapshots); `None` in unit tests.
     pub files: Option<std::path::PathBuf>,
 }
@@ -218,11 +220,7 @@ impl Planner {
             .iter()
             .filter_map(|h| Some((*h, serde_json::from_value::<HostSpec>(h.spec.clone()).ok()?)))
             .collect();
-        let init = specs
-            .iter()
-            .find(|(h, s)| s.roles.etcd && Some(&h.metadata.name) == previous_init.as_ref())
-            .or_else(|| specs.iter().find(|(_, s)| s.roles.etcd));
-        let Some((init_host, init_spec)) = init else {
+        let Some((init_host, _)) = rollout::init_host(&specs, previous_init.as_deref()) else {
             let message = if specs.is_empty() {
                 "waiting for hosts: run the host command on each machine".to_owned()
             } else {
@@ -269,197 +267,46 @@ impl Planner {
             }
         };
 
-        // Where and how the others join.
-        let init_plan = plans.get(&init_name);
-        let join_token = join_token(init_plan);
-        let init_address = if init_spec.internal_address.is_empty() {
-            init_spec.address.clone()
-        } else {
-            init_spec.internal_address.clone()
-        };
-        let join = match (&join_token, init_address.is_empty()) {
-            (Some(token), false) => Some(Join {
-                url: format!("https://{init_address}:{}", dist.join_port()),
-                token: token.clone(),
-            }),
-            _ => None,
-        };
-        if let (Some(token), Some(plan)) = (&join_token, init_plan)
-            && Status::of(plan)
-                .extra
-                .get("joinToken")
-                .and_then(Value::as_str)
-                != Some(token)
-        {
-            let token = token.clone();
-            update_status(self.store.as_ref(), Kind::Plan, &init_name, |s| {
-                s.extra.insert("joinToken".into(), json!(token));
-            })
-            .await?;
-        }
-
-        // Each host's target plan, in order; written when its gate opens.
-        let servers = specs
-            .iter()
-            .filter(|(_, s)| s.roles.etcd || s.roles.control_plane)
-            .count();
-        let workers = specs.len() - servers;
-        let limits = [
-            concurrency(&strategy.control_plane_concurrency, servers).unwrap_or(1),
-            concurrency(&strategy.worker_concurrency, workers).unwrap_or(1),
-        ];
-        let mut in_flight = [0usize; 2];
-        let mut ordered: Vec<(&Object, &HostSpec, Step)> = specs
-            .iter()
-            .map(|(h, s)| {
-                let step = if h.metadata.name == init_name {
-                    Step::Init
-                } else if s.roles.etcd {
-                    Step::Etcd
-                } else if s.roles.control_plane {
-                    Step::ControlPlane
-                } else {
-                    Step::Worker
-                };
-                (*h, s, step)
-            })
-            .collect();
-        ordered.sort_by_key(|(_, _, step)| *step);
-        let mut ready_through: HashMap<Step, bool> = HashMap::new();
-        let mut waiting = Vec::new();
-        let mut failed = None;
-        let (mut ready, mut never_provisioned) = (0usize, 0usize);
-        for (host, host_spec, step) in &ordered {
-            let host_name = &host.metadata.name;
-            let stored = plans.get(host_name.as_str());
-            let group = usize::from(*step == Step::Worker);
-            let target = match step {
-                Step::Init => host_plan(&ctx, host_spec, *step, None, Some(&manifest)),
-                _ => match &join {
-                    Some(join) => host_plan(&ctx, host_spec, *step, Some(join), None),
-                    None => {
-                        never_provisioned += usize::from(stored.is_none());
-                        *ready_through.entry(*step).or_insert(true) = false;
-                        waiting.push(if init_address.is_empty() {
-                            format!("{host_name}: the init host {init_name} has no address to join (install it with --address or --internal-address)")
-                        } else {
-                            format!("{host_name}: waiting for the init host {init_name} to report its join token")
-                        });
-                        continue;
-                    }
-                },
-            };
-            let target_sum = checksum(&target);
-            let stored_sum = stored.and_then(stored_checksum);
-            let report = stored.map(PlanReport::of).unwrap_or_default();
-            if stored_sum.as_deref() == Some(target_sum.as_str()) {
-                if report.ready(&target_sum, target.probes.len()) {
-                    ready += 1;
-                    ready_through.entry(*step).or_insert(true);
-                    if let Some(plan) = stored
-                        && Status::of(plan).extra.contains_key(DRAINED)
-                    {
-                        self.uncordon(name, host_name, &host_spec.node_name).await;
-                    }
-                } else {
-                    in_flight[group] += 1;
-                    *ready_through.entry(*step).or_insert(true) = false;
-                    if report.applied.is_empty() {
-                        never_provisioned += 1;
-                    }
-                    match report.failure(&target_sum) {
-                        Some(why) => {
-                            failed =
-                                Some(format!("host {host_name} ({}): {why}", host_spec.node_name))
-                        }
-                        None => {
-                            waiting.push(format!("{host_name}: {}", report.progress(&target_sum)))
-                        }
-                    }
+        let decided = rollout::rollout(&rollout::View {
+            hosts: &specs,
+            plans,
+            ctx: &ctx,
+            strategy: &strategy,
+            init: &init_name,
+            manifest: &manifest,
+        });
+        let mut not_yet = Vec::new();
+        for action in &decided.actions {
+            match action {
+                Action::RecordJoinToken { host, token } => {
+                    update_status(self.store.as_ref(), Kind::Plan, host, |s| {
+                        s.extra.insert("joinToken".into(), json!(token));
+                    })
+                    .await?;
                 }
-                continue;
-            }
-            *ready_through.entry(*step).or_insert(true) = false;
-            // A host that applied some plan before is upgrading; the strategy limits those.
-            let upgrade = !report.applied.is_empty();
-            if !upgrade {
-                never_provisioned += 1;
-            }
-            let earlier_ready = ready_through
-                .iter()
-                .filter(|(s, _)| **s < *step)
-                .all(|(_, ok)| *ok);
-            let gate = match step {
-                Step::Init => true,
-                _ => earlier_ready,
-            };
-            if !gate {
-                waiting.push(format!("{host_name}: waiting for the hosts before it"));
-                continue;
-            }
-            if upgrade && in_flight[group] >= limits[group] {
-                waiting.push(format!("{host_name}: waiting for its turn to upgrade"));
-                continue;
-            }
-            in_flight[group] += 1;
-            if upgrade && strategy.drain {
-                let drained = stored.is_some_and(|p| {
-                    Status::of(p).extra.get(DRAINED).and_then(Value::as_str) == Some(&target_sum)
-                });
-                if !drained {
-                    match self.drain(name, &host_spec.node_name).await {
-                        Ok(()) => {
-                            let sum = target_sum.clone();
-                            update_status(self.store.as_ref(), Kind::Plan, host_name, |s| {
-                                s.extra.insert(DRAINED.into(), json!(sum));
-                            })
-                            .await?;
-                        }
-                        Err(why) => {
-                            waiting.push(format!(
-                                "{host_name}: draining node {}: {why}",
-                                host_spec.node_name
-                            ));
+                Action::Uncordon { host, node } => self.uncordon(name, host, node).await,
+                Action::Write { host, plan, drain } => {
+                    if let Some(node) = drain {
+                        if let Err(why) = self.drain(name, node).await {
+                            not_yet.push(format!("{host}: draining node {node}: {why}"));
                             continue;
                         }
+                        let sum = checksum(plan);
+                        update_status(self.store.as_ref(), Kind::Plan, host, |s| {
+                            s.extra.insert(DRAINED.into(), json!(sum));
+                        })
+                        .await?;
                     }
+                    let Some(object) = specs.iter().find(|(h, _)| &h.metadata.name == host) else {
+                        continue;
+                    };
+                    self.write_plan(name, object.0, "", plan, std::mem::take(&mut also))
+                        .await?;
                 }
             }
-            self.write_plan(name, host, "", &target, std::mem::take(&mut also))
-                .await?;
         }
-
-        let total = ordered.len();
-        let all_ready = ready == total && waiting.is_empty() && failed.is_none();
-        let init_name_value = json!(init_name);
-        let summary = json!({"ready": ready, "total": total});
-        let version_value = json!(version);
-        self.cluster_status(name, |s| {
-            s.extra.insert("initHost".into(), init_name_value.clone());
-            s.extra.insert("hosts".into(), summary.clone());
-            match &failed {
-                Some(why) => s.set_condition("Provisioned", false, "ProvisioningFailed", why),
-                None if never_provisioned > 0 => {
-                    let message = format!("{ready} of {total} hosts ready; {}", waiting.join("; "));
-                    s.set_condition_to("Provisioned", None, "Provisioning", &message);
-                }
-                None => s.set_condition("Provisioned", true, "Provisioned", ""),
-            }
-            if failed.is_none() && never_provisioned == 0 {
-                if all_ready {
-                    s.set_condition("Updated", true, "Updated", "");
-                    s.extra.insert("version".into(), version_value.clone());
-                } else {
-                    let message = format!(
-                        "rolling to {}: {ready} of {total} hosts done; {}",
-                        version_value.as_str().unwrap_or_default(),
-                        waiting.join("; ")
-                    );
-                    s.set_condition_to("Updated", None, "Updating", &message);
-                }
-            }
-        })
-        .await
+        self.cluster_status(name, |s| decided.status(s, &init_name, &version, &not_yet))
+            .await
     }
 
     /// How a custom cluster's hosts install and uninstall its distribution.
@@ -524,180 +371,77 @@ impl Planner {
         stored: Option<&Object>,
         drain: bool,
     ) -> Result<(), StoreError> {
-        if !host.metadata.finalizers.iter().any(|f| f == FINALIZER) {
-            return Ok(());
-        }
-        let spec = serde_json::from_value::<HostSpec>(host.spec.clone()).ok();
-        let server = spec
-            .as_ref()
-            .is_some_and(|s| s.roles.etcd || s.roles.control_plane);
-        let node = spec.map(|s| s.node_name).unwrap_or_default();
-        let plan = Plan {
-            instructions: vec![ctx.uninstall(server)],
-            ..Plan::default()
-        };
-        let sum = checksum(&plan);
         let name = &host.metadata.name;
         let cluster = host
             .spec
             .get("cluster")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
-            if drain && let Err(why) = self.drain(cluster, &node).await {
-                tracing::info!(host = %name, %node, "draining before removal: {why}");
-                return Ok(());
+        match rollout::removal(ctx, host, stored, drain) {
+            Removal::Nothing | Removal::Wait => Ok(()),
+            Removal::Uninstall { plan, drain } => {
+                if let Some(node) = drain
+                    && let Err(why) = self.drain(cluster, &node).await
+                {
+                    tracing::info!(host = %name, %node, "draining before removal: {why}");
+                    return Ok(());
+                }
+                self.write_plan(cluster, host, "", &plan, Vec::new()).await
             }
-            return self.write_plan(cluster, host, "", &plan, Vec::new()).await;
+            Removal::Release { node } => {
+                if let Some(agents) = &self.agents
+                    && !node.is_empty()
+                {
+                    // Best effort: the node object of a machine that is gone.
+                    if let Err(why) = downstream::delete_node(agents, cluster, &node).await {
+                        tracing::info!(host = %name, %node, "cannot delete the node: {why}");
+                    }
+                }
+                let mut ops = vec![Op::Delete {
+                    kind: Kind::Plan.name().into(),
+                    name: name.clone(),
+                    resource_version: None,
+                }];
+                // The machine's agent loses its credential with the host: a host registered
+                // again later gets a new one.
+                if let Some(token) =
+                    crate::agents::host_credential(self.store.as_ref(), host).await?
+                {
+                    ops.push(Op::Delete {
+                        kind: Kind::Token.name().into(),
+                        resource_version: Some(token.revision()),
+                        name: token.metadata.name,
+                    });
+                }
+                let mut host = host.clone();
+                host.metadata.finalizers.retain(|f| f != FINALIZER);
+                tracing::info!(host = %name, "uninstalled; removing the host and its credential");
+                ops.push(Op::Update(host));
+                self.store.transact(ops).await.map(drop)
+            }
         }
-        if stored.map(PlanReport::of).is_some_and(|r| r.applied == sum) {
-            if let Some(agents) = &self.agents
-                && !node.is_empty()
-            {
-                // Best effort: the node object of a machine that is gone.
-                let path = format!("/api/v1/nodes/{node}");
-                let _ = crate::proxy::agent_call(
-                    agents,
-                    cluster,
-                    http::Method::DELETE,
-                    &path,
-                    "application/json",
-                    None,
-                )
-                .await;
-            }
-            let mut ops = vec![Op::Delete {
-                kind: Kind::Plan.name().into(),
-                name: name.clone(),
-                resource_version: None,
-            }];
-            // The machine's agent loses its credential with the host: a host registered again
-            // later gets a new one.
-            if let Some(token) = crate::agents::host_credential(self.store.as_ref(), host).await? {
-                ops.push(Op::Delete {
-                    kind: Kind::Token.name().into(),
-                    resource_version: Some(token.revision()),
-                    name: token.metadata.name,
-                });
-            }
-            let mut host = host.clone();
-            host.metadata.finalizers.retain(|f| f != FINALIZER);
-            tracing::info!(host = %name, "uninstalled; removing the host and its credential");
-            ops.push(Op::Update(host));
-            self.store.transact(ops).await?;
-        }
-        Ok(())
     }
 
-    /// Cordons `node` and evicts its pods (not DaemonSet or mirror pods) through the cluster's
-    /// cluster-agent. One pass: `Ok` once no such pod is left, else why not yet (the planner
-    /// comes back within seconds), so one slow drain never holds up other clusters.
+    /// Drains `node` through the cluster's agent: `Ok` once drained, else why not yet.
     async fn drain(&self, cluster: &str, node: &str) -> Result<(), String> {
         let agents = self
             .agents
             .as_ref()
             .ok_or("this planner cannot reach clusters")?;
-        if node.is_empty() {
-            return Err("the host has no node name".into());
-        }
-        let call = |method: http::Method,
-                    path: String,
-                    content_type: &'static str,
-                    body: Option<Value>| async move {
-            crate::proxy::agent_call(agents, cluster, method, &path, content_type, body.as_ref())
-                .await
-        };
-        let (code, answer) = call(
-            http::Method::PATCH,
-            format!("/api/v1/nodes/{node}"),
-            "application/merge-patch+json",
-            Some(json!({"spec": {"unschedulable": true}})),
-        )
-        .await?;
-        if !code.is_success() {
-            return Err(format!("cordoning: HTTP {code}: {}", answer["message"]));
-        }
-        let (code, list) = call(
-            http::Method::GET,
-            format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"),
-            "application/json",
-            None,
-        )
-        .await?;
-        if !code.is_success() {
-            return Err(format!(
-                "listing its pods: HTTP {code}: {}",
-                list["message"]
-            ));
-        }
-        let evictable: Vec<&Value> = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| {
-                let daemon = p["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"));
-                let mirror =
-                    p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
-                !daemon && !mirror
-            })
-            .collect();
-        if evictable.is_empty() {
-            return Ok(());
-        }
-        for pod in &evictable {
-            let (ns, pod_name) = (
-                pod["metadata"]["namespace"].as_str().unwrap_or("default"),
-                pod["metadata"]["name"].as_str().unwrap_or_default(),
-            );
-            let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
-                                  "metadata": {"name": pod_name, "namespace": ns}});
-            let (code, _) = call(
-                http::Method::POST,
-                format!("/api/v1/namespaces/{ns}/pods/{pod_name}/eviction"),
-                "application/json",
-                Some(eviction),
-            )
-            .await?;
-            // An API server without the eviction subresource: delete instead (a disruption
-            // budget's 429 means wait and try again).
-            if code == http::StatusCode::NOT_FOUND || code == http::StatusCode::METHOD_NOT_ALLOWED {
-                call(
-                    http::Method::DELETE,
-                    format!("/api/v1/namespaces/{ns}/pods/{pod_name}"),
-                    "application/json",
-                    None,
-                )
-                .await?;
-            }
-        }
-        Err(format!("evicting {} pods", evictable.len()))
+        downstream::drain(agents, cluster, node).await
     }
 
-    /// Makes `node` schedulable again after its upgrade.
+    /// Makes `node` schedulable again after its upgrade, and forgets that it was drained.
     async fn uncordon(&self, cluster: &str, host: &str, node: &str) {
         let Some(agents) = &self.agents else {
             return;
         };
-        let patched = crate::proxy::agent_call(
-            agents,
-            cluster,
-            http::Method::PATCH,
-            &format!("/api/v1/nodes/{node}"),
-            "application/merge-patch+json",
-            Some(&json!({"spec": {"unschedulable": null}})),
-        )
-        .await;
-        match patched {
-            Ok((code, _)) if code.is_success() || code == http::StatusCode::NOT_FOUND => {
+        match downstream::uncordon(agents, cluster, node).await {
+            Ok(()) => {
                 let _ = update_status(self.store.as_ref(), Kind::Plan, host, |s| {
                     s.extra.remove(DRAINED);
                 })
                 .await;
-            }
-            Ok((code, answer)) => {
-                tracing::warn!(%node, %code, "cannot uncordon: {}", answer["message"]);
             }
             Err(e) => tracing::warn!(%node, "cannot uncordon: {e}"),
         }
@@ -1158,5 +902,6 @@ impl PlanReport {
 pub mod cron;
 mod day2;
 mod removal;
+mod rollout;
 #[cfg(test)]
 mod tests;

@@ -123,64 +123,6 @@ fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> Option<Sess
 /// The response header that says a request went the fallback way.
 pub const ROUTE_HEADER: &str = "x-drover-route";
 
-/// A request to `cluster`'s API server as its cluster-agent (no impersonation), for the hub's
-/// own controllers (the planner cordons and drains nodes with it). A JSON body and answer.
-pub async fn agent_call(
-    agents: &Agents,
-    cluster: &str,
-    method: http::Method,
-    path: &str,
-    content_type: &str,
-    body: Option<&serde_json::Value>,
-) -> Result<(StatusCode, serde_json::Value), String> {
-    let (mut sender, path) = match agent_session(&agents.registry, cluster) {
-        Some(session) => {
-            let sender = connect(&session, proto::KUBE_API_SERVICE, cluster, None)
-                .await
-                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
-            (sender, path.to_owned())
-        }
-        // With replicas, through the one its agent is connected to.
-        None => {
-            let url = match &agents.peers {
-                Some(_) => agents.replicas.locate(agents::CLUSTER_AGENT, cluster).await,
-                None => None,
-            }
-            .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
-            let sender = connect_peer(agents.peers.clone(), &url, cluster)
-                .await
-                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
-            let relayed = format!(
-                "{RELAY_PREFIX}/{}/{cluster}/{}{path}",
-                agents::CLUSTER_AGENT,
-                proto::KUBE_API_SERVICE
-            );
-            (sender, relayed)
-        }
-    };
-    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header(http::header::HOST, "kubernetes")
-        .header(http::header::CONTENT_TYPE, content_type)
-        .header(http::header::ACCEPT, "application/json")
-        .body(Body::from(bytes))
-        .map_err(|e| e.to_string())?;
-    let response = send(&mut sender, request, cluster)
-        .await
-        .map_err(|r| format!("cluster {cluster:?}: HTTP {}", r.status()))?;
-    let status = response.status();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
-    ))
-}
-
 /// Headers that describe one hop, not the request (RFC 9110 §7.6.1).
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(
@@ -363,7 +305,7 @@ async fn connect_route(
 }
 
 /// A new HTTP/1 connection to the peer replica at `url`, over mutual TLS.
-async fn connect_peer(
+pub(crate) async fn connect_peer(
     peers: Option<Arc<rustls::ClientConfig>>,
     url: &str,
     cluster: &str,
@@ -412,7 +354,7 @@ async fn connect_peer(
 
 /// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,
 /// else over a new tunnel stream.
-async fn connect(
+pub(crate) async fn connect(
     session: &Session,
     service: &str,
     cluster: &str,
@@ -444,7 +386,7 @@ async fn connect(
 }
 
 /// Sends `request` and waits for the response head (not the body, which streams).
-async fn send(
+pub(crate) async fn send(
     sender: &mut SendRequest<Body>,
     request: http::Request<Body>,
     cluster: &str,

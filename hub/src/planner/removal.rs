@@ -30,25 +30,6 @@ use crate::{
 /// How long an imported cluster's removal waits for its agent to clean the cluster.
 const DOWNSTREAM_WAIT: Duration = Duration::from_secs(120);
 
-/// The label the cluster-agent puts on the RBAC objects and secrets it keeps.
-const SYNCED: &str = "drover.io/sync";
-
-/// Where the objects the agent keeps live, for checking they are gone.
-const SYNCED_KINDS: [&str; 4] = [
-    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "/apis/rbac.authorization.k8s.io/v1/rolebindings",
-    "/api/v1/secrets",
-];
-
-/// What the import manifest created, deleted in this order (the agent's own binding last: the
-/// agent needs it for every call before).
-const IMPORTED: [&str; 3] = [
-    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-admin",
-    "/api/v1/namespaces/drover-system",
-    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-agent",
-];
-
 /// Whether `object` belongs to `cluster` (through `spec.cluster`, or a token's agent).
 fn of_cluster(object: &Object, cluster: &str) -> bool {
     let named = object
@@ -138,7 +119,10 @@ impl Planner {
         };
         if imported && !connected {
             tracing::warn!(cluster = %name, "removed without cleaning the cluster (its agent is not connected): delete its drover-system namespace, the drover-admin and drover-agent cluster role bindings and the objects labelled drover.io/sync by hand");
-        } else if imported && let Err(why) = self.clean_downstream(name).await {
+        } else if imported
+            && let Some(agents) = &self.agents
+            && let Err(why) = crate::downstream::clean_imported(agents, name).await
+        {
             if !waited_long_enough(cluster) {
                 let message = format!("removing: cleaning the cluster: {why}");
                 return update_status(self.store.as_ref(), Kind::Cluster, name, |s| {
@@ -188,42 +172,6 @@ impl Planner {
         }
         tracing::info!(cluster = %name, objects = ops.len() - 1, "cluster removed; its agents' credentials are revoked");
         self.store.transact(ops).await.map(drop)
-    }
-
-    /// Removes, through the cluster's agent, what Drover created in an imported cluster. `Ok`
-    /// once done; else why not yet.
-    async fn clean_downstream(&self, cluster: &str) -> Result<(), String> {
-        let agents = self
-            .agents
-            .as_ref()
-            .ok_or("this planner cannot reach clusters")?;
-        let call = |method: http::Method, path: String| async move {
-            crate::proxy::agent_call(agents, cluster, method, &path, "application/json", None).await
-        };
-        // The agent removes what it kept once the hub's access for the cluster is empty.
-        for kind in SYNCED_KINDS {
-            let (code, list) =
-                call(http::Method::GET, format!("{kind}?labelSelector={SYNCED}")).await?;
-            if !code.is_success() {
-                return Err(format!("listing {kind}: HTTP {code}"));
-            }
-            let left = list["items"].as_array().map_or(0, Vec::len);
-            if left > 0 {
-                return Err(format!(
-                    "waiting for the agent to remove {left} object(s) it kept ({kind})"
-                ));
-            }
-        }
-        for path in IMPORTED {
-            let (code, answer) = call(http::Method::DELETE, path.to_owned()).await?;
-            if !code.is_success() && code != http::StatusCode::NOT_FOUND {
-                return Err(format!(
-                    "deleting {path}: HTTP {code}: {}",
-                    answer["message"]
-                ));
-            }
-        }
-        Ok(())
     }
 }
 

@@ -1,0 +1,254 @@
+//! The hub's own calls into a cluster (not a user's, which the proxy carries): cordoning and
+//! draining a node before its host upgrades, making it schedulable again, deleting the node of a
+//! removed host, and cleaning up what the import manifest created in a cluster being removed.
+//! Each goes to the cluster's API server as its cluster-agent, through the agent's session on
+//! this replica or the replica it is connected to (the proxy's routes). Each is one pass that
+//! says why it is not done yet, so a slow cluster never holds up the planner's other work.
+
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use axum::body::Body;
+
+pub use crate::proxy::Agents;
+use crate::{agents, proxy};
+
+/// The label the cluster-agent puts on the RBAC objects and secrets it keeps.
+const SYNCED: &str = "drover.io/sync";
+
+/// Where the objects the agent keeps live, for checking they are gone.
+const SYNCED_KINDS: [&str; 4] = [
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+    "/api/v1/secrets",
+];
+
+/// What the import manifest created, deleted in this order (the agent's own binding last: the
+/// agent needs it for every call before).
+const IMPORTED: [&str; 3] = [
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-admin",
+    "/api/v1/namespaces/drover-system",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-agent",
+];
+
+/// A request to `cluster`'s API server as its cluster-agent (no impersonation): through its
+/// session on this replica, else relayed by the replica it is connected to. A JSON body and
+/// answer.
+pub async fn call(
+    agents: &Agents,
+    cluster: &str,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(StatusCode, serde_json::Value), String> {
+    let (mut sender, path) = match proxy::agent_session(&agents.registry, cluster) {
+        Some(session) => {
+            let sender = proxy::connect(&session, proto::KUBE_API_SERVICE, cluster, None)
+                .await
+                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+            (sender, path.to_owned())
+        }
+        // With replicas, through the one its agent is connected to.
+        None => {
+            let url = match &agents.peers {
+                Some(_) => agents.replicas.locate(agents::CLUSTER_AGENT, cluster).await,
+                None => None,
+            }
+            .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
+            let sender = proxy::connect_peer(agents.peers.clone(), &url, cluster)
+                .await
+                .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
+            let relayed = format!(
+                "{}/{}/{cluster}/{}{path}",
+                proxy::RELAY_PREFIX,
+                agents::CLUSTER_AGENT,
+                proto::KUBE_API_SERVICE
+            );
+            (sender, relayed)
+        }
+    };
+    let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, "kubernetes")
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ACCEPT, "application/json")
+        .body(Body::from(bytes))
+        .map_err(|e| e.to_string())?;
+    let response = proxy::send(&mut sender, request, cluster)
+        .await
+        .map_err(|r| format!("cluster {cluster:?}: HTTP {}", r.status()))?;
+    let status = response.status();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    ))
+}
+
+/// Cordons `node` and evicts its pods (not DaemonSet or mirror pods). One pass: `Ok` once no
+/// such pod is left, else why not yet.
+pub async fn drain(agents: &Agents, cluster: &str, node: &str) -> Result<(), String> {
+    if node.is_empty() {
+        return Err("the host has no node name".into());
+    }
+    let (code, answer) = call(
+        agents,
+        cluster,
+        Method::PATCH,
+        &format!("/api/v1/nodes/{node}"),
+        "application/merge-patch+json",
+        Some(&json!({"spec": {"unschedulable": true}})),
+    )
+    .await?;
+    if !code.is_success() {
+        return Err(format!("cordoning: HTTP {code}: {}", answer["message"]));
+    }
+    let (code, list) = call(
+        agents,
+        cluster,
+        Method::GET,
+        &format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"),
+        "application/json",
+        None,
+    )
+    .await?;
+    if !code.is_success() {
+        return Err(format!(
+            "listing its pods: HTTP {code}: {}",
+            list["message"]
+        ));
+    }
+    let evictable: Vec<&Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            let daemon = p["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"));
+            let mirror = p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+            !daemon && !mirror
+        })
+        .collect();
+    if evictable.is_empty() {
+        return Ok(());
+    }
+    for pod in &evictable {
+        let (ns, pod_name) = (
+            pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+            pod["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                              "metadata": {"name": pod_name, "namespace": ns}});
+        let (code, _) = call(
+            agents,
+            cluster,
+            Method::POST,
+            &format!("/api/v1/namespaces/{ns}/pods/{pod_name}/eviction"),
+            "application/json",
+            Some(&eviction),
+        )
+        .await?;
+        // An API server without the eviction subresource: delete instead (a disruption
+        // budget's 429 means wait and try again).
+        if code == StatusCode::NOT_FOUND || code == StatusCode::METHOD_NOT_ALLOWED {
+            call(
+                agents,
+                cluster,
+                Method::DELETE,
+                &format!("/api/v1/namespaces/{ns}/pods/{pod_name}"),
+                "application/json",
+                None,
+            )
+            .await?;
+        }
+    }
+    Err(format!("evicting {} pods", evictable.len()))
+}
+
+/// Makes `node` schedulable again (a node that is gone needs nothing).
+pub async fn uncordon(agents: &Agents, cluster: &str, node: &str) -> Result<(), String> {
+    let (code, answer) = call(
+        agents,
+        cluster,
+        Method::PATCH,
+        &format!("/api/v1/nodes/{node}"),
+        "application/merge-patch+json",
+        Some(&json!({"spec": {"unschedulable": null}})),
+    )
+    .await?;
+    if code.is_success() || code == StatusCode::NOT_FOUND {
+        Ok(())
+    } else {
+        Err(format!("HTTP {code}: {}", answer["message"]))
+    }
+}
+
+/// Deletes the node object of a machine that is gone.
+pub async fn delete_node(agents: &Agents, cluster: &str, node: &str) -> Result<(), String> {
+    let (code, answer) = call(
+        agents,
+        cluster,
+        Method::DELETE,
+        &format!("/api/v1/nodes/{node}"),
+        "application/json",
+        None,
+    )
+    .await?;
+    if code.is_success() || code == StatusCode::NOT_FOUND {
+        Ok(())
+    } else {
+        Err(format!("HTTP {code}: {}", answer["message"]))
+    }
+}
+
+/// Removes what Drover created in an imported cluster: waits until the agent has removed what
+/// it kept for the hub's (now empty) access, then deletes what the import manifest created.
+/// `Ok` once done; else why not yet.
+pub async fn clean_imported(agents: &Agents, cluster: &str) -> Result<(), String> {
+    for kind in SYNCED_KINDS {
+        let (code, list) = call(
+            agents,
+            cluster,
+            Method::GET,
+            &format!("{kind}?labelSelector={SYNCED}"),
+            "application/json",
+            None,
+        )
+        .await?;
+        if !code.is_success() {
+            return Err(format!("listing {kind}: HTTP {code}"));
+        }
+        let left = list["items"].as_array().map_or(0, Vec::len);
+        if left > 0 {
+            return Err(format!(
+                "waiting for the agent to remove {left} object(s) it kept ({kind})"
+            ));
+        }
+    }
+    for path in IMPORTED {
+        let (code, answer) = call(
+            agents,
+            cluster,
+            Method::DELETE,
+            path,
+            "application/json",
+            None,
+        )
+        .await?;
+        if !code.is_success() && code != StatusCode::NOT_FOUND {
+            return Err(format!(
+                "deleting {path}: HTTP {code}: {}",
+                answer["message"]
+            ));
+        }
+    }
+    Ok(())
+}

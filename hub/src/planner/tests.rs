@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used)]
 
-use super::*;
+use super::{
+    host_plan::{HUB_CA, config_yaml},
+    *,
+};
 use crate::store::sqlite::SqliteStore;
 
 /// A planner over a fresh SQLite store in a temp directory.

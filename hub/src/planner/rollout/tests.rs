@@ -8,7 +8,7 @@ use serde_json::json;
 use super::*;
 use crate::{
     model::Distribution,
-    planner::{Installer, NODE_TOKEN},
+    planner::{NODE_TOKEN, host_plan::Installer},
 };
 
 const V1: &str = "v1.33.4+k3s1";

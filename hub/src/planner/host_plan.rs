@@ -1,0 +1,346 @@
+//! What a host's plan holds: the distribution's installer (its script from the internet or a
+//! mirror, or its air-gap artifacts from the hub), the host's `config.yaml`, the agents'
+//! manifest on the init host, the probes that say the host is ready, and how a host joins.
+
+use proto::plan::v1::{File, Instruction, Plan, Probe, checksum};
+use serde_json::Value;
+
+use super::{MANIFEST_FILE, NODE_TOKEN};
+use crate::{
+    model::{Distribution, HostSpec, Status},
+    registration,
+    store::{Object, Store, StoreError},
+};
+
+/// Where a host comes in the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Step {
+    Init,
+    Etcd,
+    ControlPlane,
+    Worker,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Join {
+    pub(super) url: String,
+    pub(super) token: String,
+}
+
+impl Distribution {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Distribution::K3s => "k3s",
+            Distribution::Rke2 => "rke2",
+        }
+    }
+
+    /// K3s joins at the API server's port; RKE2 at its supervisor port.
+    pub(super) fn join_port(self) -> u16 {
+        match self {
+            Distribution::K3s => 6443,
+            Distribution::Rke2 => 9345,
+        }
+    }
+}
+
+/// How the distribution gets installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Installer {
+    /// The distribution's own install script, from its site or a mirror (settings
+    /// `k3s-install-url`, `rke2-install-url`), downloading what it needs from the internet.
+    Script(String),
+    /// Air-gapped (setting `install-source` = `hub`): the distribution's air-gap artifacts and
+    /// its install script, served by the hub at `/v3/artifacts/<version>/`, fetched trusting
+    /// the hub's CA.
+    Hub { base: String },
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct Settings {
+    k3s_url: String,
+    rke2_url: String,
+    pub(super) from_hub: bool,
+}
+
+impl Settings {
+    pub(super) async fn read(store: &dyn Store) -> Result<Settings, StoreError> {
+        let source = registration::setting(store, "install-source", "internet".into()).await?;
+        Ok(Settings {
+            k3s_url: registration::setting(store, "k3s-install-url", "https://get.k3s.io".into())
+                .await?,
+            rke2_url: registration::setting(
+                store,
+                "rke2-install-url",
+                "https://get.rke2.io".into(),
+            )
+            .await?,
+            from_hub: source == "hub",
+        })
+    }
+
+    pub(super) fn installer(&self, dist: Distribution, hub: &str, version: &str) -> Installer {
+        match (self.from_hub, dist) {
+            (true, _) => Installer::Hub {
+                base: format!("{hub}/v3/artifacts/{}", encode_version(version)),
+            },
+            (false, Distribution::K3s) => Installer::Script(self.k3s_url.clone()),
+            (false, Distribution::Rke2) => Installer::Script(self.rke2_url.clone()),
+        }
+    }
+}
+
+/// A version as one URL path segment (`+` is fine in paths; nothing else needs escaping in
+/// the versions K3s and RKE2 publish, but a stray `/` must not become a path).
+pub(super) fn encode_version(version: &str) -> String {
+    version.replace('/', "%2F")
+}
+
+/// Where a plan keeps the hub's CA, to fetch artifacts from the hub.
+pub(super) const HUB_CA: &str = "/etc/drover/hub-ca.pem";
+
+pub(super) struct Ctx<'a> {
+    pub(super) dist: Distribution,
+    pub(super) version: &'a str,
+    pub(super) installer: Installer,
+    /// The hub's CA (PEM), for air-gapped installs.
+    pub(super) ca_pem: &'a str,
+}
+
+impl Ctx<'_> {
+    /// Installs (or upgrades to) the version, as a server or an agent, and starts it.
+    pub(super) fn install(&self, server: bool) -> Instruction {
+        let kind = if server { "server" } else { "agent" };
+        let script = match (&self.installer, self.dist) {
+            (Installer::Script(url), Distribution::K3s) => format!("curl -sfL {url} | sh -s -"),
+            (Installer::Script(url), Distribution::Rke2) => format!(
+                "curl -sfL {url} | sh - && systemctl enable rke2-{kind} && systemctl restart rke2-{kind}"
+            ),
+            // K3s's and RKE2's documented air-gap installs, with the files from the hub.
+            (Installer::Hub { base }, dist) => {
+                let fetch = format!(
+                    "set -e\ncase \"$(uname -m)\" in aarch64|arm64) arch=arm64 ;; *) arch=amd64 ;; esac\n\
+                     fetch() {{ curl -fsS --cacert {HUB_CA} -o \"$2\" \"{base}/$1\"; }}\n"
+                );
+                match dist {
+                    Distribution::K3s => format!(
+                        "{fetch}mkdir -p /usr/local/bin /var/lib/rancher/k3s/agent/images\n\
+                         fetch k3s /usr/local/bin/k3s.download && chmod 0755 /usr/local/bin/k3s.download && mv -f /usr/local/bin/k3s.download /usr/local/bin/k3s\n\
+                         fetch k3s-airgap-images-$arch.tar.zst /var/lib/rancher/k3s/agent/images/k3s-airgap-images-$arch.tar.zst\n\
+                         fetch k3s-install.sh /var/lib/rancher/k3s/install.sh\n\
+                         INSTALL_K3S_SKIP_DOWNLOAD=true sh /var/lib/rancher/k3s/install.sh\n"
+                    ),
+                    Distribution::Rke2 => format!(
+                        "{fetch}dir=/var/lib/rancher/rke2/artifacts\nmkdir -p $dir\n\
+                         for f in rke2.linux-$arch.tar.gz rke2-images.linux-$arch.tar.zst sha256sum-$arch.txt; do fetch $f $dir/$f; done\n\
+                         fetch rke2-install.sh $dir/install.sh\n\
+                         INSTALL_RKE2_ARTIFACT_PATH=$dir sh $dir/install.sh\n\
+                         systemctl enable rke2-{kind} && systemctl restart rke2-{kind}\n"
+                    ),
+                }
+            }
+        };
+        let (version_var, type_var) = match self.dist {
+            Distribution::K3s => ("INSTALL_K3S_VERSION", "INSTALL_K3S_EXEC"),
+            Distribution::Rke2 => ("INSTALL_RKE2_VERSION", "INSTALL_RKE2_TYPE"),
+        };
+        Instruction {
+            name: "install".into(),
+            script,
+            env: vec![
+                format!("{version_var}={}", self.version),
+                format!("{type_var}={kind}"),
+            ],
+            ..Instruction::default()
+        }
+    }
+
+    /// The uninstall scripts the distributions' installers leave behind.
+    pub(super) fn uninstall(&self, server: bool) -> Instruction {
+        let script = match self.dist {
+            Distribution::K3s if server => "/usr/local/bin/k3s-uninstall.sh",
+            Distribution::K3s => "/usr/local/bin/k3s-agent-uninstall.sh",
+            Distribution::Rke2 => "/usr/local/bin/rke2-uninstall.sh",
+        };
+        Instruction {
+            name: "uninstall".into(),
+            script: script.into(),
+            ..Instruction::default()
+        }
+    }
+}
+
+/// The plan that makes `host` a node of the cluster at the cluster's version.
+pub(super) fn host_plan(
+    ctx: &Ctx<'_>,
+    host: &HostSpec,
+    step: Step,
+    join: Option<&Join>,
+    manifest: Option<&str>,
+) -> Plan {
+    let dist = ctx.dist.name();
+    let server = host.roles.etcd || host.roles.control_plane;
+    let data = format!("/var/lib/rancher/{dist}");
+    let mut files = vec![File {
+        path: format!("/etc/rancher/{dist}/config.yaml"),
+        content: config_yaml(ctx.dist, host, step, join).into_bytes(),
+        permissions: "0600".into(),
+        ..File::default()
+    }];
+    if matches!(ctx.installer, Installer::Hub { .. }) {
+        files.push(File {
+            path: HUB_CA.into(),
+            content: ctx.ca_pem.as_bytes().to_vec(),
+            permissions: "0644".into(),
+            ..File::default()
+        });
+    }
+    if let Some(manifest) = manifest {
+        files.push(File {
+            path: format!("{data}/server/manifests/{MANIFEST_FILE}"),
+            content: manifest.as_bytes().to_vec(),
+            permissions: "0600".into(),
+            ..File::default()
+        });
+    }
+    let mut instructions = vec![ctx.install(server)];
+    if step == Step::Init {
+        instructions.push(Instruction {
+            name: NODE_TOKEN.into(),
+            // The server writes it shortly after it starts.
+            script: format!(
+                "for i in $(seq 300); do [ -s {data}/server/node-token ] && exec cat {data}/server/node-token; sleep 1; done; echo 'no node token after 300 s' >&2; exit 1"
+            ),
+            save_output: true,
+            ..Instruction::default()
+        });
+    }
+    let mut probes = vec![Probe {
+        name: "kubelet".into(),
+        url: "http://127.0.0.1:10248/healthz".into(),
+        period_seconds: 2,
+        ..Probe::default()
+    }];
+    if server && host.roles.control_plane {
+        let tls = format!("{data}/server/tls");
+        probes.push(Probe {
+            name: "kube-apiserver".into(),
+            url: "https://127.0.0.1:6443/readyz".into(),
+            ca_cert: format!("{tls}/server-ca.crt"),
+            client_cert: format!("{tls}/client-kube-apiserver.crt"),
+            client_key: format!("{tls}/client-kube-apiserver.key"),
+            period_seconds: 2,
+            ..Probe::default()
+        });
+    }
+    if host.roles.etcd {
+        probes.push(Probe {
+            name: "etcd".into(),
+            url: "http://127.0.0.1:2381/health".into(),
+            period_seconds: 2,
+            ..Probe::default()
+        });
+    }
+    Plan {
+        files,
+        instructions,
+        probes,
+        ..Plan::default()
+    }
+}
+
+/// The distribution's `config.yaml` for a host.
+pub(super) fn config_yaml(
+    dist: Distribution,
+    host: &HostSpec,
+    step: Step,
+    join: Option<&Join>,
+) -> String {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut lines = Vec::new();
+    if !host.node_name.is_empty() {
+        lines.push(format!("node-name: {}", quote(&host.node_name)));
+    }
+    let internal = if host.internal_address.is_empty() {
+        &host.address
+    } else {
+        &host.internal_address
+    };
+    if !internal.is_empty() {
+        lines.push(format!("node-ip: {}", quote(internal)));
+    }
+    if !host.address.is_empty() && host.address != *internal {
+        lines.push(format!("node-external-ip: {}", quote(&host.address)));
+    }
+    if !host.node_labels.is_empty() {
+        lines.push("node-label:".into());
+        for (k, v) in &host.node_labels {
+            lines.push(format!("  - {}", quote(&format!("{k}={v}"))));
+        }
+    }
+    if !host.taints.is_empty() {
+        lines.push("node-taint:".into());
+        for t in &host.taints {
+            lines.push(format!("  - {}", quote(t)));
+        }
+    }
+    if step == Step::Init && dist == Distribution::K3s {
+        lines.push("cluster-init: true".into());
+    }
+    if let Some(join) = join {
+        lines.push(format!("server: {}", quote(&join.url)));
+        lines.push(format!("token: {}", quote(&join.token)));
+    }
+    let server = host.roles.etcd || host.roles.control_plane;
+    if server && !host.roles.etcd {
+        lines.push("disable-etcd: true".into());
+    }
+    if host.roles.etcd && !host.roles.control_plane {
+        for flag in [
+            "disable-apiserver",
+            "disable-controller-manager",
+            "disable-scheduler",
+        ] {
+            lines.push(format!("{flag}: true"));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The checksum of the plan a Plan object holds.
+pub(super) fn stored_checksum(plan: &Object) -> Option<String> {
+    crate::model::parse_plan(plan.spec.get("plan")?)
+        .ok()
+        .map(|p| checksum(&p))
+}
+
+/// The agents' manifest already in the init host's plan, if any.
+pub(super) fn existing_manifest(plan: Option<&Object>, dist: Distribution) -> Option<String> {
+    let parsed = crate::model::parse_plan(plan?.spec.get("plan")?).ok()?;
+    let path = format!(
+        "/var/lib/rancher/{}/server/manifests/{MANIFEST_FILE}",
+        dist.name()
+    );
+    parsed
+        .files
+        .into_iter()
+        .find(|f| f.path == path)
+        .and_then(|f| String::from_utf8(f.content).ok())
+}
+
+/// The init host's join token: kept on its Plan once seen, else from its plan's output.
+pub(super) fn join_token(plan: Option<&Object>) -> Option<String> {
+    let status = Status::of(plan?);
+    if let Some(token) = status.extra.get("joinToken").and_then(Value::as_str) {
+        return Some(token.to_owned());
+    }
+    status
+        .extra
+        .get("results")?
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == NODE_TOKEN && r["exitCode"].as_i64().unwrap_or(0) == 0)
+        .and_then(|r| r["stdout"].as_str())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}

@@ -469,6 +469,7 @@ mod day2;
 mod host_plan;
 mod removal;
 mod report;
+mod restore;
 mod rollout;
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use proto::plan::v1::{Download, Instruction, Plan, Probe, Upload, checksum};
+use proto::plan::v1::{Instruction, Plan, Probe, Upload, checksum};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -48,28 +48,10 @@ pub(super) struct Cluster<'a> {
 }
 
 /// Where a task stands.
-enum Task {
+pub(super) enum Task {
     Running(String),
     Done(PlanReport),
     Failed(String),
-}
-
-/// A restore's progress, kept in the cluster's `status.restore`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct RestoreStatus {
-    generation: u64,
-    snapshot: String,
-    /// Stopping, Restoring, Rejoining, Restored or Failed.
-    phase: String,
-    /// The host the snapshot is restored on, and the snapshot's file there.
-    host: String,
-    file: String,
-    /// The hub's copy of the snapshot, put on the host before the restore (empty: none).
-    hub_copy: String,
-    /// Servers started again after the restore, in order.
-    rejoined: Vec<String>,
-    message: String,
 }
 
 /// A rotation's progress, kept in the cluster's `status.certificateRotation`.
@@ -102,21 +84,21 @@ pub(super) struct SnapshotStatus {
 }
 
 impl Cluster<'_> {
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.object.metadata.name
     }
 
-    fn status(&self) -> Status {
+    pub(super) fn status(&self) -> Status {
         Status::of(self.object)
     }
 
-    fn host(&self, name: &str) -> Option<&(&Object, HostSpec)> {
+    pub(super) fn host(&self, name: &str) -> Option<&(&Object, HostSpec)> {
         self.hosts.iter().find(|(h, _)| h.metadata.name == name)
     }
 
     /// Servers (etcd hosts first, then control-plane hosts), then workers; each group in
     /// creation order.
-    fn ordered(&self) -> Vec<&(&Object, HostSpec)> {
+    pub(super) fn ordered(&self) -> Vec<&(&Object, HostSpec)> {
         let mut hosts: Vec<&(&Object, HostSpec)> = self.hosts.iter().collect();
         hosts.sort_by_key(|(_, s)| {
             if s.roles.etcd {
@@ -131,7 +113,7 @@ impl Cluster<'_> {
     }
 
     /// The probes of the host's plan: what "this host is healthy" means for it.
-    fn probes(&self, host: &str) -> Vec<Probe> {
+    pub(super) fn probes(&self, host: &str) -> Vec<Probe> {
         self.plans
             .get(host)
             .and_then(|p| crate::model::parse_plan(p.spec.get("plan")?).ok())
@@ -140,7 +122,7 @@ impl Cluster<'_> {
     }
 
     /// The distribution's service on `spec`'s host.
-    fn unit(&self, spec: &HostSpec) -> &'static str {
+    pub(super) fn unit(&self, spec: &HostSpec) -> &'static str {
         let server = spec.roles.etcd || spec.roles.control_plane;
         match (self.dist, server) {
             (Distribution::K3s, true) => "k3s",
@@ -150,7 +132,7 @@ impl Cluster<'_> {
         }
     }
 
-    fn data_dir(&self) -> String {
+    pub(super) fn data_dir(&self) -> String {
         format!("/var/lib/rancher/{}", self.dist.name())
     }
 
@@ -165,7 +147,7 @@ impl Cluster<'_> {
     }
 }
 
-fn step(name: &str, command: &str, args: &[&str]) -> Instruction {
+pub(super) fn step(name: &str, command: &str, args: &[&str]) -> Instruction {
     Instruction {
         name: name.into(),
         command: command.into(),
@@ -176,7 +158,7 @@ fn step(name: &str, command: &str, args: &[&str]) -> Instruction {
 
 /// A task plan: `instructions`, gated by `probes`; `id` makes each operation's task its own
 /// (an agent that applied an identical task before would not run it again).
-fn task_plan(id: &str, mut instructions: Vec<Instruction>, probes: Vec<Probe>) -> Plan {
+pub(super) fn task_plan(id: &str, mut instructions: Vec<Instruction>, probes: Vec<Probe>) -> Plan {
     if let Some(first) = instructions.first_mut() {
         first.env.push(format!("DROVER_TASK={id}"));
     }
@@ -187,6 +169,31 @@ fn task_plan(id: &str, mut instructions: Vec<Instruction>, probes: Vec<Probe>) -
         max_failures: 3,
         ..Plan::default()
     }
+}
+
+/// Where `plan` stands as `host`'s task, and whether it must be written first (it is not the
+/// host's task yet).
+pub(super) fn task_state(c: &Cluster<'_>, host: &str, plan: &Plan) -> (Task, bool) {
+    let sum = checksum(plan);
+    let stored = c.plans.get(&task_plan_name(host));
+    if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
+        return (
+            Task::Running("waiting for the system-agent to take the task".into()),
+            true,
+        );
+    }
+    let report = stored.map(PlanReport::of).unwrap_or_default();
+    let task = if report.ready(&sum, plan.probes.len()) {
+        Task::Done(report)
+    } else if report.gave_up(&sum) {
+        Task::Failed(report.failure(&sum).unwrap_or_default().to_owned())
+    } else {
+        Task::Running(match report.failure(&sum) {
+            Some(why) => why.to_owned(),
+            None => report.progress(&sum),
+        })
+    };
+    (task, false)
 }
 
 impl Planner {
@@ -211,28 +218,48 @@ impl Planner {
 
     /// Drives `plan` as `host`'s task.
     async fn task(&self, c: &Cluster<'_>, host: &Object, plan: Plan) -> Result<Task, StoreError> {
-        let name = task_plan_name(&host.metadata.name);
-        let sum = checksum(&plan);
-        let stored = c.plans.get(&name);
-        if stored.and_then(stored_checksum).as_deref() != Some(sum.as_str()) {
+        let (task, write) = task_state(c, &host.metadata.name, &plan);
+        if write {
             self.write_plan(c.name(), host, TASK, &plan, Vec::new())
                 .await?;
-            return Ok(Task::Running(
-                "waiting for the system-agent to take the task".into(),
-            ));
         }
-        let report = stored.map(PlanReport::of).unwrap_or_default();
-        if report.ready(&sum, plan.probes.len()) {
-            return Ok(Task::Done(report));
+        Ok(task)
+    }
+
+    /// One pass of the cluster's restore, if one is requested: its tasks written, then its
+    /// status. True while it owns the hosts.
+    async fn restore(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
+        let pass = super::restore::restore(c);
+        for (name, plan) in &pass.tasks {
+            if let Some((host, _)) = c.host(name) {
+                self.write_plan(c.name(), host, TASK, plan, Vec::new())
+                    .await?;
+            }
         }
-        if report.gave_up(&sum) {
-            let why = report.failure(&sum).unwrap_or_default().to_owned();
-            return Ok(Task::Failed(why));
+        if let Some(update) = &pass.update {
+            match (update.restore.phase.as_str(), update.done) {
+                ("Stopping", None) if update.message == "stopping the cluster's hosts" => {
+                    tracing::info!(cluster = %c.name(), snapshot = %update.restore.snapshot, host = %update.restore.host, "restoring etcd");
+                }
+                ("Restored", _) => {
+                    tracing::info!(cluster = %c.name(), snapshot = %update.restore.snapshot, "etcd restored");
+                }
+                ("Failed", _) => tracing::warn!(cluster = %c.name(), "{}", update.message),
+                _ => {}
+            }
+            let value = serde_json::to_value(&update.restore).unwrap_or(Value::Null);
+            let reason = match update.done {
+                Some(true) => "Restored",
+                Some(false) => "RestoreFailed",
+                None => "Restoring",
+            };
+            update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
+                s.extra.insert("restore".into(), value.clone());
+                s.set_condition_to("Restored", update.done, reason, &update.message);
+            })
+            .await?;
         }
-        Ok(Task::Running(match report.failure(&sum) {
-            Some(why) => why.to_owned(),
-            None => report.progress(&sum),
-        }))
+        Ok(pass.owns_hosts)
     }
 
     /// Removes the cluster's finished tasks, once no operation needs them.
@@ -254,256 +281,6 @@ impl Planner {
             return Ok(());
         }
         self.store.transact(ops).await.map(drop)
-    }
-
-    // --- restore ---
-
-    async fn restore(&self, c: &Cluster<'_>) -> Result<bool, StoreError> {
-        let Some(request) = &c.spec.restore else {
-            return Ok(false);
-        };
-        let mut st: RestoreStatus = c
-            .status()
-            .extra
-            .get("restore")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
-        if st.generation > request.generation
-            || (st.generation == request.generation
-                && matches!(st.phase.as_str(), "Restored" | "Failed"))
-        {
-            return Ok(false);
-        }
-        if st.generation < request.generation {
-            st = RestoreStatus {
-                generation: request.generation,
-                snapshot: request.snapshot.clone(),
-                phase: "Stopping".into(),
-                ..RestoreStatus::default()
-            };
-            match self.restorable(c, &request.snapshot) {
-                Ok((host, file, hub_copy)) => {
-                    st.host = host;
-                    st.file = file;
-                    st.hub_copy = hub_copy;
-                    tracing::info!(cluster = %c.name(), snapshot = %st.snapshot, host = %st.host, "restoring etcd");
-                    self.restore_status(c, &st, None, "stopping the cluster's hosts")
-                        .await?;
-                    return Ok(true);
-                }
-                Err(why) => {
-                    st.phase = "Failed".into();
-                    st.message = why.clone();
-                    self.restore_status(c, &st, Some(false), &why).await?;
-                    return Ok(false);
-                }
-            }
-        }
-        let id = format!("{}/restore/{}", c.object.metadata.uid, st.generation);
-        let outcome = match st.phase.as_str() {
-            "Stopping" => self.restore_stop(c, &id).await?,
-            "Restoring" => self.restore_reset(c, &st, &id).await?,
-            _ => self.restore_rejoin(c, &mut st, &id).await?,
-        };
-        match outcome {
-            Progress::Waiting(message) => {
-                let message = format!("{}: {message}", st.phase.to_lowercase());
-                self.restore_status(c, &st, None, &message).await?;
-                Ok(true)
-            }
-            Progress::Next => {
-                st.phase = match st.phase.as_str() {
-                    "Stopping" => "Restoring",
-                    "Restoring" => "Rejoining",
-                    _ => "Restored",
-                }
-                .into();
-                if st.phase == "Restored" {
-                    tracing::info!(cluster = %c.name(), snapshot = %st.snapshot, "etcd restored");
-                    self.restore_status(c, &st, Some(true), "").await?;
-                    return Ok(false);
-                }
-                let message = match st.phase.as_str() {
-                    "Restoring" => format!("restoring etcd on {}", st.host),
-                    _ => "starting the other hosts".to_owned(),
-                };
-                self.restore_status(c, &st, None, &message).await?;
-                Ok(true)
-            }
-            Progress::Failed(why) => {
-                let message = format!(
-                    "the restore from {} stopped while {}: {why}; the hosts are as that step left them: fix the cause and raise spec.restore.generation to restore again",
-                    st.snapshot,
-                    st.phase.to_lowercase()
-                );
-                tracing::warn!(cluster = %c.name(), "{message}");
-                st.phase = "Failed".into();
-                st.message = message.clone();
-                self.restore_status(c, &st, Some(false), &message).await?;
-                Ok(false)
-            }
-        }
-    }
-
-    /// Where to restore a snapshot of this cluster (host, file there, the hub's copy to put
-    /// there first), or why it cannot be. A snapshot whose host is gone is restored from the
-    /// hub's copy on the init host.
-    fn restorable(&self, c: &Cluster<'_>, name: &str) -> Result<(String, String, String), String> {
-        let snapshot = c
-            .snapshots
-            .iter()
-            .find(|s| s.metadata.name == name)
-            .ok_or_else(|| {
-                format!("spec.restore.snapshot: this cluster has no snapshot {name:?}")
-            })?;
-        let status = Status::of(snapshot);
-        let saved = status
-            .conditions
-            .iter()
-            .any(|c| c.kind == "Saved" && c.status == "True");
-        let record: SnapshotStatus =
-            serde_json::from_value(snapshot.status.clone()).unwrap_or_default();
-        if !saved || record.file.is_empty() {
-            return Err(format!(
-                "spec.restore.snapshot: snapshot {name:?} was not saved; choose a saved one"
-            ));
-        }
-        if c.host(&record.host).is_some() {
-            return Ok((record.host, record.file, record.hub_copy));
-        }
-        if record.hub_copy.is_empty() {
-            return Err(format!(
-                "snapshot {name:?} is on host {}, which is no longer in the cluster, and the hub has no copy of it",
-                record.host
-            ));
-        }
-        let base = record.file.rsplit('/').next().unwrap_or(name);
-        let file = format!("{}/server/db/snapshots/{base}", c.data_dir());
-        Ok((c.init.to_owned(), file, record.hub_copy))
-    }
-
-    async fn restore_status(
-        &self,
-        c: &Cluster<'_>,
-        st: &RestoreStatus,
-        done: Option<bool>,
-        message: &str,
-    ) -> Result<(), StoreError> {
-        let value = serde_json::to_value(st).unwrap_or(Value::Null);
-        let reason = match done {
-            Some(true) => "Restored",
-            Some(false) => "RestoreFailed",
-            None => "Restoring",
-        };
-        update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
-            s.extra.insert("restore".into(), value.clone());
-            s.set_condition_to("Restored", done, reason, message);
-        })
-        .await
-    }
-
-    /// Every host's distribution stopped.
-    async fn restore_stop(&self, c: &Cluster<'_>, id: &str) -> Result<Progress, StoreError> {
-        let mut tasks = Vec::new();
-        for (host, spec) in c.hosts {
-            let plan = task_plan(
-                id,
-                vec![step("stop", "systemctl", &["stop", c.unit(spec)])],
-                vec![],
-            );
-            tasks.push((host.metadata.name.clone(), self.task(c, host, plan).await?));
-        }
-        Ok(Progress::all(tasks))
-    }
-
-    /// etcd reset from the snapshot on its host, which then starts and passes its probes.
-    async fn restore_reset(
-        &self,
-        c: &Cluster<'_>,
-        st: &RestoreStatus,
-        id: &str,
-    ) -> Result<Progress, StoreError> {
-        let Some((host, spec)) = c.host(&st.host) else {
-            return Ok(Progress::Failed(format!(
-                "host {} left the cluster",
-                st.host
-            )));
-        };
-        let restore_path = format!("--cluster-reset-restore-path={}", st.file);
-        let mut plan = task_plan(
-            id,
-            vec![
-                step(
-                    "cluster-reset",
-                    c.dist.name(),
-                    &["server", "--cluster-reset", &restore_path],
-                ),
-                step("start", "systemctl", &["start", c.unit(spec)]),
-            ],
-            c.probes(&st.host),
-        );
-        if !st.hub_copy.is_empty() {
-            // The hub's copy, whatever became of the host's.
-            plan.downloads.push(Download {
-                name: st.hub_copy.clone(),
-                path: st.file.clone(),
-                permissions: "0600".into(),
-            });
-        }
-        Ok(Progress::all(vec![(
-            st.host.clone(),
-            self.task(c, host, plan).await?,
-        )]))
-    }
-
-    /// The other servers started one at a time (their old etcd member data gone, so they
-    /// join the restored one), then the workers.
-    async fn restore_rejoin(
-        &self,
-        c: &Cluster<'_>,
-        st: &mut RestoreStatus,
-        id: &str,
-    ) -> Result<Progress, StoreError> {
-        let ordered = c.ordered();
-        let servers = ordered
-            .iter()
-            .filter(|(h, s)| (s.roles.etcd || s.roles.control_plane) && h.metadata.name != st.host);
-        for (host, spec) in servers {
-            if st.rejoined.contains(&host.metadata.name) {
-                continue;
-            }
-            let mut steps = Vec::new();
-            if spec.roles.etcd {
-                steps.push(step(
-                    "remove-etcd-member-data",
-                    "rm",
-                    &["-rf", &format!("{}/server/db/etcd", c.data_dir())],
-                ));
-            }
-            steps.push(step("start", "systemctl", &["start", c.unit(spec)]));
-            let plan = task_plan(id, steps, c.probes(&host.metadata.name));
-            return Ok(match self.task(c, host, plan).await? {
-                Task::Done(_) => {
-                    st.rejoined.push(host.metadata.name.clone());
-                    Progress::Waiting(format!("{} rejoined", host.metadata.name))
-                }
-                Task::Running(what) => Progress::Waiting(format!("{}: {what}", host.metadata.name)),
-                Task::Failed(why) => Progress::Failed(format!("{}: {why}", host.metadata.name)),
-            });
-        }
-        let mut tasks = Vec::new();
-        for (host, spec) in ordered
-            .iter()
-            .filter(|(_, s)| !(s.roles.etcd || s.roles.control_plane))
-        {
-            let plan = task_plan(
-                id,
-                vec![step("start", "systemctl", &["start", c.unit(spec)])],
-                c.probes(&host.metadata.name),
-            );
-            tasks.push((host.metadata.name.clone(), self.task(c, host, plan).await?));
-        }
-        Ok(Progress::all(tasks))
     }
 
     // --- certificate rotation ---
@@ -905,7 +682,7 @@ impl Planner {
 }
 
 /// How far a step of an operation is.
-enum Progress {
+pub(super) enum Progress {
     Waiting(String),
     Next,
     Failed(String),
@@ -913,7 +690,7 @@ enum Progress {
 
 impl Progress {
     /// Every host's task done: next; one failed: failed; else waiting, saying on whom.
-    fn all(tasks: Vec<(String, Task)>) -> Progress {
+    pub(super) fn all(tasks: Vec<(String, Task)>) -> Progress {
         let mut waiting = Vec::new();
         for (host, task) in tasks {
             match task {

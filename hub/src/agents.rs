@@ -13,50 +13,19 @@ use axum::{
 };
 use futures::StreamExt;
 
-use proto::register::{AgentKind, RegisterReply, RegisterRequest};
+use proto::register::{RegisterReply, RegisterRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEvent};
 
 use crate::{
-    api::{Api, ApiError},
+    api::{error::ApiError, state::Api},
     auth::secret::{self, TokenKind},
-    model::{AgentRef, ClusterType, Kind, Status},
+    identity::{Belongs, CLUSTER_AGENT, SYSTEM_AGENT, belongs, caller_of, cluster_agent_id},
+    model::update_status,
+    model::{AgentRef, ClusterType, Kind},
     store::{Object, Op, Store, StoreError},
 };
-
-pub const CLUSTER_AGENT: &str = AgentKind::ClusterAgent.as_str();
-pub const NODE_AGENT: &str = AgentKind::NodeAgent.as_str();
-pub const SYSTEM_AGENT: &str = AgentKind::SystemAgent.as_str();
-
-/// The identity an agent of `kind` (a cluster-agent or a node-agent) registers under for
-/// `cluster`; its copies (replicas, one per node) add `/<name>`.
-pub fn cluster_agent_id(kind: &str, cluster: &str) -> Option<String> {
-    match kind {
-        CLUSTER_AGENT => Some(format!("cluster/{cluster}")),
-        NODE_AGENT => Some(format!("node/{cluster}")),
-        _ => None,
-    }
-}
-
-/// Where an agent's identity says it belongs.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Belongs {
-    Cluster(String),
-    Host(String),
-}
-
-/// `cluster/<c>[/…]`, `node/<c>[/…]` → the cluster; `host/<id>` → the host.
-pub fn belongs(peer_id: &str) -> Option<Belongs> {
-    let mut parts = peer_id.splitn(3, '/');
-    match (parts.next(), parts.next()) {
-        (Some("cluster" | "node"), Some(c)) if !c.is_empty() => {
-            Some(Belongs::Cluster(c.to_owned()))
-        }
-        (Some("host"), Some(h)) if !h.is_empty() => Some(Belongs::Host(h.to_owned())),
-        _ => None,
-    }
-}
 
 /// Whether a session may claim `claimed` under a credential issued for `issued`: the same id,
 /// or (for the agents that run several copies) the issued id followed by `/name`.
@@ -441,75 +410,10 @@ async fn record_connected(
     }
 }
 
-/// Sets one condition on an object, retrying on concurrent writes.
-pub async fn set_condition(
-    store: &dyn Store,
-    kind: Kind,
-    name: &str,
-    condition: &str,
-    value: bool,
-    reason: &str,
-    message: &str,
-) -> Result<(), StoreError> {
-    update_status(store, kind, name, |status| {
-        status.set_condition(condition, value, reason, message)
-    })
-    .await
-}
-
-/// Changes an object's status, retrying on concurrent writes; a missing object is left alone,
-/// and so is one the change leaves as it was (no write, so no watch event: controllers that
-/// watch what they write do not wake themselves).
-pub async fn update_status(
-    store: &dyn Store,
-    kind: Kind,
-    name: &str,
-    mut change: impl FnMut(&mut Status),
-) -> Result<(), StoreError> {
-    for _ in 0..10 {
-        let mut object = match store.get(kind.name(), name).await {
-            Ok(o) => o,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let before = Status::of(&object);
-        let mut status = before.clone();
-        change(&mut status);
-        if status == before {
-            return Ok(());
-        }
-        object.status =
-            serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
-        match store.update(object).await {
-            Err(StoreError::Conflict { .. }) => continue,
-            other => return other.map(drop),
-        }
-    }
-    Err(StoreError::Backend(format!(
-        "{} {name}: too many concurrent writers",
-        kind.name()
-    )))
-}
-
 /// The gRPC service cluster-agents report their cluster's facts to (on the control channel).
 #[derive(Debug, Clone)]
 pub struct FactsService {
     pub store: Arc<dyn Store>,
-}
-
-/// The kind of agent a control-channel `request` came from and what it belongs to, from the
-/// tunnel session it came on (never from anything the agent says).
-pub(crate) fn caller_of<T>(
-    request: &tonic::Request<T>,
-) -> Result<(String, Option<Belongs>), tonic::Status> {
-    let peer = request
-        .extensions()
-        .get::<tunnel::SessionInfo>()
-        .map(|i| &i.peer)
-        .ok_or_else(|| {
-            tonic::Status::internal("a control-channel call outside a tunnel session")
-        })?;
-    Ok((peer.kind.clone(), belongs(&peer.id)))
 }
 
 /// The cluster of the cluster-agent whose session `request` came on; no other agent may

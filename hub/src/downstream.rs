@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use axum::body::Body;
 
 pub use crate::proxy::Agents;
-use crate::{agents, proxy};
+use crate::{identity, proxy};
 
 /// The label the cluster-agent puts on the RBAC objects and secrets it keeps.
 const SYNCED: &str = "drover.io/sync";
@@ -53,7 +53,12 @@ pub async fn call(
         // With replicas, through the one its agent is connected to.
         None => {
             let url = match &agents.peers {
-                Some(_) => agents.replicas.locate(agents::CLUSTER_AGENT, cluster).await,
+                Some(_) => {
+                    agents
+                        .replicas
+                        .locate(identity::CLUSTER_AGENT, cluster)
+                        .await
+                }
                 None => None,
             }
             .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
@@ -63,7 +68,7 @@ pub async fn call(
             let relayed = format!(
                 "{}/{}/{cluster}/{}{path}",
                 proxy::RELAY_PREFIX,
-                agents::CLUSTER_AGENT,
+                identity::CLUSTER_AGENT,
                 proto::KUBE_API_SERVICE
             );
             (sender, relayed)

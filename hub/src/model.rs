@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::{Object, ObjectMeta};
+use crate::store::{Object, ObjectMeta, Store, StoreError};
 
 /// A condition, as Kubernetes shapes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -577,7 +577,7 @@ impl Kind {
                         }
                     }
                     if let Some(schedule) = &s.etcd_snapshots {
-                        crate::planner::cron::Cron::parse(&schedule.schedule)
+                        crate::cron::Cron::parse(&schedule.schedule)
                             .map_err(|e| format!("spec.etcdSnapshots.schedule: {e}"))?;
                         if schedule.retention == 0 {
                             return Err("spec.etcdSnapshots.retention: keep at least 1 scheduled snapshot (or remove spec.etcdSnapshots to stop scheduling)".into());
@@ -868,6 +868,56 @@ pub fn expired(spec: &Value) -> bool {
             time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
         })
         .is_some_and(|t| t <= time::OffsetDateTime::now_utc())
+}
+
+/// Sets one condition on an object, retrying on concurrent writes.
+pub async fn set_condition(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    condition: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    update_status(store, kind, name, |status| {
+        status.set_condition(condition, value, reason, message)
+    })
+    .await
+}
+
+/// Changes an object's status, retrying on concurrent writes; a missing object is left alone,
+/// and so is one the change leaves as it was (no write, so no watch event: controllers that
+/// watch what they write do not wake themselves).
+pub async fn update_status(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    mut change: impl FnMut(&mut Status),
+) -> Result<(), StoreError> {
+    for _ in 0..10 {
+        let mut object = match store.get(kind.name(), name).await {
+            Ok(o) => o,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let before = Status::of(&object);
+        let mut status = before.clone();
+        change(&mut status);
+        if status == before {
+            return Ok(());
+        }
+        object.status =
+            serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
+        match store.update(object).await {
+            Err(StoreError::Conflict { .. }) => continue,
+            other => return other.map(drop),
+        }
+    }
+    Err(StoreError::Backend(format!(
+        "{} {name}: too many concurrent writers",
+        kind.name()
+    )))
 }
 
 #[cfg(test)]

@@ -24,9 +24,9 @@ use self::{
     rollout::{Action, Removal},
 };
 use crate::{
-    agents::update_status,
     auth::secret::{self, TokenKind},
     downstream,
+    model::update_status,
     model::{ClusterSpec, ClusterType, Distribution, HostSpec, Kind, Status},
     registration,
     store::{LabelSelector, Object, Op, Store, StoreError},
@@ -242,7 +242,7 @@ impl Planner {
         let init_name = init_host.metadata.name.clone();
 
         // Snapshots, restores, rotations; a restore owns the hosts until it is over.
-        let operations = day2::Cluster {
+        let operations = tasks::Cluster {
             object: cluster,
             spec,
             dist,
@@ -464,12 +464,12 @@ impl Planner {
     }
 }
 
-pub mod cron;
 mod day2;
 mod host_plan;
 mod removal;
 mod report;
 mod restore;
 mod rollout;
+mod tasks;
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,8 @@ mod files;
 pub use files::DIR as FILES_DIR;
 
 use crate::{
-    agents::{Belongs, SYSTEM_AGENT, caller_of, update_status},
+    identity::{Belongs, SYSTEM_AGENT, caller_of},
+    model::update_status,
     model::{Kind, Status, parse_plan},
     store::{EventType, LabelSelector, Object, Store},
 };

@@ -28,7 +28,6 @@ use hyper_util::rt::TokioIo;
 use tunnel::{Registry, Session, pool::Http1Pool};
 
 use crate::{
-    agents,
     api::{Api, ApiError, allow},
     auth::{Principal, Verb},
     model::{Kind, Role, Status},
@@ -67,7 +66,7 @@ impl Agents {
             || (self.peers.is_some()
                 && self
                     .replicas
-                    .locate(agents::CLUSTER_AGENT, cluster)
+                    .locate(crate::identity::CLUSTER_AGENT, cluster)
                     .await
                     .is_some())
     }
@@ -107,7 +106,7 @@ impl Pools {
 /// When there are several (a new leader connected before the old one's session was seen to
 /// end, e.g. after a network cut), the newest wins: the old leader has lost its lease.
 pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
-    newest_session(registry, agents::CLUSTER_AGENT, cluster)
+    newest_session(registry, crate::identity::CLUSTER_AGENT, cluster)
 }
 
 /// The newest session of an agent of `kind` belonging to `cluster`. Node-agents serve
@@ -116,7 +115,7 @@ pub fn agent_session(registry: &Registry, cluster: &str) -> Option<Session> {
 /// and a scan of all sessions grew with every host connected to the hub.
 fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> Option<Session> {
     // The range holds `<id>` and `<id>/…` only, all of which belong to `cluster`.
-    let id = agents::cluster_agent_id(kind, cluster)?;
+    let id = crate::identity::cluster_agent_id(kind, cluster)?;
     registry.newest_of(&id, |info| info.peer.kind == kind)
 }
 
@@ -240,13 +239,17 @@ async fn authorize(
         return Err(no_role());
     }
     let kinds: &[&'static str] = if fallback {
-        &[agents::CLUSTER_AGENT, agents::NODE_AGENT]
+        &[crate::identity::CLUSTER_AGENT, crate::identity::NODE_AGENT]
     } else {
-        &[agents::CLUSTER_AGENT]
+        &[crate::identity::CLUSTER_AGENT]
     };
     for &kind in kinds {
         if let Some(session) = newest_session(&state.registry, kind, cluster) {
-            return Ok((principal, Route::Local(session), kind == agents::NODE_AGENT));
+            return Ok((
+                principal,
+                Route::Local(session),
+                kind == crate::identity::NODE_AGENT,
+            ));
         }
     }
     if state.peers.is_some() {
@@ -255,7 +258,7 @@ async fn authorize(
                 return Ok((
                     principal,
                     Route::Peer { url, kind },
-                    kind == agents::NODE_AGENT,
+                    kind == crate::identity::NODE_AGENT,
                 ));
             }
         }
@@ -548,7 +551,7 @@ pub async fn handle(
     let held = if upgrade || lasts(&query) {
         match state.api.streams.open(&principal.user) {
             Ok(held) => Some(held),
-            Err(e) => return from_api(e),
+            Err(e) => return from_api(e.into()),
         }
     } else {
         None
@@ -599,7 +602,7 @@ pub async fn handle(
     if fallback {
         response.headers_mut().insert(
             HeaderName::from_static(ROUTE_HEADER),
-            HeaderValue::from_static(crate::agents::NODE_AGENT),
+            HeaderValue::from_static(crate::identity::NODE_AGENT),
         );
     }
     response
@@ -789,8 +792,8 @@ pub async fn relay(
         );
     }
     let kind = match kind.as_str() {
-        agents::CLUSTER_AGENT => agents::CLUSTER_AGENT,
-        agents::NODE_AGENT => agents::NODE_AGENT,
+        crate::identity::CLUSTER_AGENT => crate::identity::CLUSTER_AGENT,
+        crate::identity::NODE_AGENT => crate::identity::NODE_AGENT,
         _ => {
             return kube_status(
                 StatusCode::NOT_FOUND,

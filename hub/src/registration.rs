@@ -9,7 +9,7 @@ use axum::{
 use serde_json::{Value, json};
 
 use crate::{
-    api::{Api, ApiError},
+    api::{error::ApiError, state::Api},
     auth::secret::{self, NewToken, TokenKind},
     model::{ClusterSpec, ClusterType, Kind},
     store::{Object, Op, Store, StoreError},

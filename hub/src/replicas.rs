@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tunnel::{Registry, SessionEvent, SessionInfo};
 
 use crate::{
-    agents::{self, Belongs},
+    identity::{self, Belongs},
     store::{
         Store, StoreError,
         etcd::{EtcdStore, Fence},
@@ -167,7 +167,7 @@ impl Replicas {
     /// The key recording where `info`'s agent is connected, if it is an agent of a cluster or
     /// host.
     fn session_key(etcd: &EtcdStore, info: &SessionInfo) -> Option<String> {
-        let (what, name) = match agents::belongs(&info.peer.id)? {
+        let (what, name) = match identity::belongs(&info.peer.id)? {
             Belongs::Cluster(c) => ("cluster", c),
             Belongs::Host(h) => ("host", h),
         };

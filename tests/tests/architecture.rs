@@ -2,6 +2,8 @@
 //! `cargo metadata` and `cargo tree` say what the manifests really do. The two must agree, so
 //! neither the design nor the code drifts without the other.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -130,4 +132,210 @@ fn the_hub_links_no_agent_no_simulator_and_no_kubernetes_client() {
     assert!(!node_agent.contains("kube"), "the node-agent links kube");
     assert!(!node_agent.contains("cluster-agent"));
     assert!(node_agent.contains("agentkit"), "{node_agent:?}");
+}
+
+/// A module of the hub, as a path (`api::objects`), and the file that holds it.
+fn hub_modules() -> BTreeMap<String, PathBuf> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(root).unwrap().with_extension("");
+                let mut parts: Vec<String> = relative
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                if matches!(
+                    parts.last().map(String::as_str),
+                    Some("mod" | "lib" | "main")
+                ) {
+                    parts.pop();
+                }
+                // Tests are not part of the structure.
+                if parts.iter().any(|p| p == "tests") {
+                    continue;
+                }
+                out.insert(parts.join("::"), path);
+            }
+        }
+    }
+    let root = workspace().join("hub/src");
+    let mut out = BTreeMap::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+/// The paths a file names from `crate::`, `super::` (resolved against `module`) and, for a
+/// module with children, `child::`: every path of a `use` tree, and every path in code.
+/// Comments and the test module at the end are left out.
+fn named_paths(source: &str, module: &str, modules: &BTreeMap<String, PathBuf>) -> Vec<String> {
+    let code: String = source
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap()
+        .lines()
+        .map(|l| l.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bytes = code.as_bytes();
+    let ident_at = |i: usize| -> (String, usize) {
+        let mut j = i;
+        while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_') {
+            j += 1;
+        }
+        (code[i..j].to_owned(), j)
+    };
+    // `a::b::{c, d::{e, f}}` from `i` on, each path prefixed by `prefix`.
+    fn tree(code: &str, mut i: usize, prefix: &str, out: &mut Vec<String>) -> usize {
+        let bytes = code.as_bytes();
+        let mut path = prefix.to_owned();
+        loop {
+            while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            if i < bytes.len() && bytes[i] == b'{' {
+                i += 1;
+                loop {
+                    i = tree(code, i, &path, out);
+                    while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    match bytes.get(i) {
+                        Some(b',') => i += 1,
+                        Some(b'}') => return i + 1,
+                        _ => return i,
+                    }
+                    while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    if bytes.get(i) == Some(&b'}') {
+                        return i + 1;
+                    }
+                }
+            }
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            if start == i {
+                out.push(path);
+                return i;
+            }
+            if !path.is_empty() {
+                path.push_str("::");
+            }
+            path.push_str(&code[start..i]);
+            if code[i..].starts_with("::") {
+                i += 2;
+            } else {
+                out.push(path);
+                return i;
+            }
+        }
+    }
+    let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+    let mut paths = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let boundary = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b':');
+        if !boundary || !(bytes[i].is_ascii_lowercase() || bytes[i] == b'_') {
+            i += 1;
+            continue;
+        }
+        let (word, end) = ident_at(i);
+        if !code[end..].starts_with("::") {
+            i = end.max(i + 1);
+            continue;
+        }
+        let prefix = match word.as_str() {
+            "crate" => Some(String::new()),
+            "super" => Some(parent.to_owned()),
+            child => {
+                let full = if module.is_empty() {
+                    child.to_owned()
+                } else {
+                    format!("{module}::{child}")
+                };
+                modules.contains_key(&full).then(|| module.to_owned())
+            }
+        };
+        match prefix {
+            Some(prefix) => {
+                let from = if matches!(word.as_str(), "crate" | "super") {
+                    end + 2
+                } else {
+                    i
+                };
+                let mut found = Vec::new();
+                i = tree(&code, from, &prefix, &mut found);
+                paths.extend(found);
+            }
+            None => i = end,
+        }
+    }
+    paths
+}
+
+#[test]
+fn the_hubs_modules_import_each_other_without_cycles() {
+    // A module may use its own ancestors (a module's children share its types); every other
+    // use of one module by another is an edge, and the edges must form no cycle.
+    let modules = hub_modules();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let source = std::fs::read_to_string(file).unwrap();
+        for path in named_paths(&source, module, &modules) {
+            let parts: Vec<&str> = path.split("::").collect();
+            let target = (1..=parts.len())
+                .rev()
+                .map(|n| parts[..n].join("::"))
+                .find(|candidate| modules.contains_key(candidate));
+            if let Some(target) = target
+                && target != *module
+                && !module.starts_with(&format!("{target}::"))
+                && !target.is_empty()
+            {
+                edges.entry(module.clone()).or_default().insert(target);
+            }
+        }
+    }
+    // Sanity: the checker sees the edges there are.
+    assert!(edges["api::objects"].contains("registration"), "{edges:?}");
+    // Depth-first search for a path back to where it started.
+    fn cycle_from(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            return Some(stack[at..].to_vec());
+        }
+        if !done.insert(node.to_owned()) {
+            return None;
+        }
+        stack.push(node.to_owned());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = cycle_from(next, edges, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in modules.keys() {
+        let mut stack = Vec::new();
+        if let Some(cycle) = cycle_from(module, &edges, &mut stack, &mut done) {
+            panic!(
+                "the hub's modules import each other in a cycle: {}",
+                cycle.join(" → ")
+            );
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! is not repeated (`cargo test` has built the binaries; `target/release` there points at
 //! them), so the README cannot promise what does not work.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     net::{Ipv4Addr, TcpListener},
     os::unix::fs::symlink,

@@ -8,7 +8,10 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{auth::AuthError, store::StoreError};
+use crate::{
+    auth::{AuthError, streams::TooManyStreams},
+    store::StoreError,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -134,5 +137,15 @@ impl From<AuthError> for ApiError {
             AuthError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "Forbidden", m),
             AuthError::Store(detail) => ApiError::from(StoreError::Backend(detail)),
         }
+    }
+}
+
+impl From<TooManyStreams> for ApiError {
+    fn from(e: TooManyStreams) -> Self {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            e.to_string(),
+        )
     }
 }

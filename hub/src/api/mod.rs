@@ -2,7 +2,7 @@
 //! kind, login and logout. Every request is authenticated and authorised before it touches the
 //! store, and secrets never leave it (only hashes are stored; values are shown once).
 
-use std::{net::IpAddr, sync::Arc};
+use std::net::IpAddr;
 
 use axum::{
     Json, Router,
@@ -15,38 +15,24 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    auth::{self, LoginLimiter, Principal, Verb, authorize, secret},
+    auth::{self, Principal, Verb, authorize, secret},
     model::{Kind, Status, derive_state},
-    store::{LabelSelector, Object, Store},
+    store::{LabelSelector, Object},
 };
 
-mod error;
+pub mod error;
 mod kubeconfig;
 mod objects;
 pub mod openapi;
+pub mod state;
 mod watch;
 
 pub use error::ApiError;
 pub use objects::check_body;
+pub use state::Api;
 
 /// The API's version in `apiVersion`.
 pub const API_VERSION: &str = "drover.io/v1";
-
-/// What handlers share.
-#[derive(Clone, Debug)]
-pub struct Api {
-    pub store: Arc<dyn Store>,
-    pub limiter: Arc<LoginLimiter>,
-    /// Tokens, users, bindings and clusters kept between requests.
-    pub known: Arc<crate::auth::known::Known>,
-    /// Where agents reach the hub, for registration commands.
-    pub server_url: String,
-    pub ca_checksum: String,
-    /// The hub's CA, for kubeconfigs.
-    pub ca_pem: Arc<str>,
-    /// Watches and streams each user holds open (the API's and the proxy's).
-    pub streams: Arc<crate::auth::streams::Streams>,
-}
 
 pub fn router(api: Api) -> Router {
     Router::new()

@@ -8,9 +8,15 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use axum::http::StatusCode;
-
-use crate::api::ApiError;
+/// A user at the limit of open streams.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "user {user:?} has {limit} watches and streams open, the most one user may hold (--max-streams-per-user); close some first"
+)]
+pub struct TooManyStreams {
+    pub user: String,
+    pub limit: usize,
+}
 
 /// Open streams per user, against a limit (0: none).
 #[derive(Debug, Default)]
@@ -35,18 +41,14 @@ impl Streams {
     }
 
     /// Counts a new stream of `user`, or says why not.
-    pub fn open(self: &Arc<Self>, user: &str) -> Result<StreamGuard, ApiError> {
+    pub fn open(self: &Arc<Self>, user: &str) -> Result<StreamGuard, TooManyStreams> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let count = open.entry(user.to_owned()).or_insert(0);
         if self.limit > 0 && *count >= self.limit {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "TooManyRequests",
-                format!(
-                    "user {user:?} has {} watches and streams open, the most one user may hold (--max-streams-per-user); close some first",
-                    self.limit
-                ),
-            ));
+            return Err(TooManyStreams {
+                user: user.to_owned(),
+                limit: self.limit,
+            });
         }
         *count += 1;
         Ok(StreamGuard {
@@ -84,8 +86,10 @@ mod tests {
         let a = streams.open("ann").unwrap();
         let _b = streams.open("ann").unwrap();
         let refused = streams.open("ann").unwrap_err();
-        assert_eq!(refused.code, StatusCode::TOO_MANY_REQUESTS);
-        assert!(refused.message.contains("--max-streams-per-user"));
+        // The API answers it as 429 saying which limit it is.
+        let answer = crate::api::ApiError::from(refused);
+        assert_eq!(answer.code, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(answer.message.contains("--max-streams-per-user"));
         // Another user is not held back by ann.
         let _c = streams.open("bob").unwrap();
         drop(a);

@@ -10,7 +10,10 @@ use axum::{
 };
 use serde_json::Value;
 
-use super::{Dash, PartQuery, caller, charts, escape, fragment, machines, page, readable, text};
+use super::{
+    Dash, PartQuery, caller, charts, escape, fragment, gib, machines, page, readable, state_cell,
+    text,
+};
 use crate::{
     api::{ApiError, allow, present},
     auth::{Principal, Verb},
@@ -18,21 +21,6 @@ use crate::{
     model::{Kind, Role},
     store::LabelSelector,
 };
-
-/// A state badge and its message.
-pub(super) fn state_cell(state: &str, message: &str) -> String {
-    format!(
-        r#"<span class="badge state-{state}">{state}</span> <span class="message">{message}</span>"#,
-        state = escape(state),
-        message = escape(message),
-    )
-}
-
-/// "3.1 / 16.0 GiB".
-pub(super) fn gib(used: u64, total: u64) -> String {
-    let g = |b: u64| b as f64 / (1u64 << 30) as f64;
-    format!("{:.1} / {:.1} GiB", g(used), g(total))
-}
 
 /// A cluster as a table row of the clusters page.
 fn cluster_row(object: &Value, summary: ClusterSummary) -> String {

@@ -13,8 +13,7 @@ use serde_json::Value;
 use super::{
     Dash, PartQuery, caller,
     charts::{self, Series},
-    clusters::{gib, state_cell},
-    escape, fragment, page, readable, text,
+    escape, fragment, gib, page, readable, state_cell, text,
 };
 use crate::{
     api::{ApiError, allow, present},

@@ -19,7 +19,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::{api::Api, auth::Principal, health::Health};
+use crate::{api::state::Api, auth::Principal, health::Health};
 
 mod charts;
 mod clusters;
@@ -241,6 +241,21 @@ async fn login(Query(query): Query<LoginQuery>) -> Response {
         next = escape(&next)
     );
     page("Log in", None, "login", &content)
+}
+
+/// A state badge and its message.
+pub(super) fn state_cell(state: &str, message: &str) -> String {
+    format!(
+        r#"<span class="badge state-{state}">{state}</span> <span class="message">{message}</span>"#,
+        state = escape(state),
+        message = escape(message),
+    )
+}
+
+/// "3.1 / 16.0 GiB".
+pub(super) fn gib(used: u64, total: u64) -> String {
+    let g = |b: u64| b as f64 / (1u64 << 30) as f64;
+    format!("{:.1} / {:.1} GiB", g(used), g(total))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{Event, Health};
 use crate::{
-    api::{Api, ApiError},
+    api::{error::ApiError, state::Api},
     auth::Principal,
     model::Kind,
 };

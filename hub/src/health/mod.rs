@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tunnel::SessionInfo;
 
 use crate::{
-    agents::{self, Belongs},
-    model::{Kind, Status, derive_state},
+    identity::{self, Belongs},
+    model::{self, Kind, Status, derive_state},
     store::{EventType, Store},
 };
 
@@ -80,7 +80,7 @@ impl ClusterSummary {
 
 /// Whether an agent kind speaks for a machine (and so sends facts and usage).
 fn machine(kind: &str) -> bool {
-    kind == agents::NODE_AGENT || kind == agents::SYSTEM_AGENT
+    kind == identity::NODE_AGENT || kind == identity::SYSTEM_AGENT
 }
 
 /// The hub's view of its agents' health.
@@ -117,7 +117,7 @@ impl Health {
     /// The cluster, host and node an agent identity is about; a host's cluster is read from
     /// its Host.
     async fn subject(&self, peer_id: &str) -> Option<Subject> {
-        match agents::belongs(peer_id)? {
+        match identity::belongs(peer_id)? {
             Belongs::Cluster(cluster) => Some(Subject {
                 node: peer_id
                     .strip_prefix("node/")
@@ -255,11 +255,11 @@ impl Health {
             .await;
         }
         if let (Some(facts), Some(Belongs::Host(host))) =
-            (new_facts, agents::belongs(&info.peer.id))
-            && info.peer.kind == agents::SYSTEM_AGENT
+            (new_facts, identity::belongs(&info.peer.id))
+            && info.peer.kind == identity::SYSTEM_AGENT
         {
             let facts = facts_json(&facts);
-            if let Err(e) = agents::update_status(self.store.as_ref(), Kind::Host, &host, |s| {
+            if let Err(e) = model::update_status(self.store.as_ref(), Kind::Host, &host, |s| {
                 s.extra.insert("facts".into(), facts.clone());
             })
             .await
@@ -282,13 +282,13 @@ impl Health {
         reason: &str,
         message: &str,
     ) {
-        let target = match (kind, agents::belongs(peer_id)) {
-            (agents::CLUSTER_AGENT, Some(Belongs::Cluster(c))) => (Kind::Cluster, c),
-            (agents::SYSTEM_AGENT, Some(Belongs::Host(h))) => (Kind::Host, h),
+        let target = match (kind, identity::belongs(peer_id)) {
+            (identity::CLUSTER_AGENT, Some(Belongs::Cluster(c))) => (Kind::Cluster, c),
+            (identity::SYSTEM_AGENT, Some(Belongs::Host(h))) => (Kind::Host, h),
             _ => return,
         };
         let message = format!("{kind} {message}");
-        if let Err(e) = agents::set_condition(
+        if let Err(e) = model::set_condition(
             self.store.as_ref(),
             target.0,
             &target.1,
@@ -546,7 +546,7 @@ impl Health {
         let agents = self.lock();
         let mut nodes: Vec<Value> = agents
             .values()
-            .filter(|a| a.kind == agents::NODE_AGENT && a.subject.cluster == cluster)
+            .filter(|a| a.kind == identity::NODE_AGENT && a.subject.cluster == cluster)
             .map(|a| self.present(a))
             .collect();
         nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

@@ -80,7 +80,7 @@ fn connected_condition(object: &Object) -> (String, String) {
 #[tokio::test]
 async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
     let f = fixture(Duration::from_millis(50)).await;
-    let info = session(7, agents::SYSTEM_AGENT, "host/h-one");
+    let info = session(7, identity::SYSTEM_AGENT, "host/h-one");
     f.health.connected(&info).await;
     let reply = f.health.beat(&info, beat_with_facts()).await;
     assert_eq!(reply.interval_millis, 50);
@@ -131,7 +131,7 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
 #[tokio::test]
 async fn a_hub_without_facts_asks_for_them() {
     let f = fixture(Duration::from_secs(10)).await;
-    let info = session(1, agents::NODE_AGENT, "node/c/n1");
+    let info = session(1, identity::NODE_AGENT, "node/c/n1");
     let reply = f
         .health
         .beat(
@@ -145,7 +145,7 @@ async fn a_hub_without_facts_asks_for_them() {
         .await;
     assert!(reply.send_facts);
     // A cluster-agent speaks for no machine: nothing to ask.
-    let agent = session(2, agents::CLUSTER_AGENT, "cluster/c/pod");
+    let agent = session(2, identity::CLUSTER_AGENT, "cluster/c/pod");
     assert!(!f.health.beat(&agent, Heartbeat::default()).await.send_facts);
 }
 
@@ -153,11 +153,11 @@ async fn a_hub_without_facts_asks_for_them() {
 async fn node_agents_show_as_their_clusters_nodes() {
     let f = fixture(Duration::from_secs(10)).await;
     for (id, node) in [(1, "n2"), (2, "n1")] {
-        let info = session(id, agents::NODE_AGENT, &format!("node/c/{node}"));
+        let info = session(id, identity::NODE_AGENT, &format!("node/c/{node}"));
         f.health.connected(&info).await;
         f.health.beat(&info, beat_with_facts()).await;
     }
-    let other = session(3, agents::NODE_AGENT, "node/other/n9");
+    let other = session(3, identity::NODE_AGENT, "node/other/n9");
     f.health.connected(&other).await;
     let nodes = f.health.nodes("c");
     let names: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
@@ -166,7 +166,7 @@ async fn node_agents_show_as_their_clusters_nodes() {
     assert_eq!(nodes[0]["usage"]["cpuPercent"], 12.5);
 
     f.health.disconnected(
-        &session(2, agents::NODE_AGENT, "node/c/n1"),
+        &session(2, identity::NODE_AGENT, "node/c/n1"),
         "read: connection reset",
         false,
     );
@@ -177,21 +177,21 @@ async fn node_agents_show_as_their_clusters_nodes() {
         "{n1}"
     );
     // An old session ending does not mark a node whose agent has reconnected.
-    let again = session(4, agents::NODE_AGENT, "node/c/n2");
+    let again = session(4, identity::NODE_AGENT, "node/c/n2");
     f.health.connected(&again).await;
     f.health.disconnected(
-        &session(1, agents::NODE_AGENT, "node/c/n2"),
+        &session(1, identity::NODE_AGENT, "node/c/n2"),
         "replaced",
         false,
     );
     assert_eq!(f.health.usage("node/c/n2").unwrap()["state"], "active");
     let states = f.health.agent_states();
     assert!(
-        states.contains(&((agents::NODE_AGENT.into(), "active"), 2)),
+        states.contains(&((identity::NODE_AGENT.into(), "active"), 2)),
         "{states:?}"
     );
     assert!(
-        states.contains(&((agents::NODE_AGENT.into(), "disconnected"), 1)),
+        states.contains(&((identity::NODE_AGENT.into(), "disconnected"), 1)),
         "{states:?}"
     );
 }
@@ -205,7 +205,7 @@ async fn state_changes_and_plan_outcomes_become_events() {
     let store = f.health.store().clone();
     // Let the watch take the current objects in first.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    agents::set_condition(
+    model::set_condition(
         store.as_ref(),
         Kind::Host,
         "h-one",

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::{Ctx, FINALIZER, Planner};
 use crate::{
-    agents::update_status,
+    model::update_status,
     model::{ClusterSpec, ClusterType, Kind},
     store::{LabelSelector, Object, Op, StoreError},
 };

@@ -10,7 +10,7 @@
 use proto::plan::v1::{Download, Plan};
 use serde::{Deserialize, Serialize};
 
-use super::day2::{Cluster, Progress, SnapshotStatus, Task, step, task_plan, task_state};
+use super::tasks::{Cluster, Progress, SnapshotStatus, Task, step, task_plan, task_state};
 use crate::model::Status;
 
 /// A restore's progress, kept in the cluster's `status.restore`.

@@ -15,7 +15,7 @@ use super::*;
 use crate::{
     auth::known::{Known, Tracked},
     bootstrap,
-    store::sqlite::SqliteStore,
+    store::{Store, sqlite::SqliteStore},
 };
 
 struct TestApi {

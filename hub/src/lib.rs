@@ -5,15 +5,10 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use axum::{
-    Router,
-    body::Body,
-    extract::{Request, State},
-    http::header,
-    response::{IntoResponse, Response},
-    routing::{any, get},
+use tokio::{
+    net::TcpListener,
+    task::{JoinHandle, JoinSet},
 };
-use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::{Acceptor, AcceptorConfig, Registry};
 
@@ -40,6 +35,7 @@ pub mod proxy;
 pub mod refs;
 pub mod registration;
 pub mod replicas;
+mod routes;
 pub mod store;
 pub mod websec;
 
@@ -62,48 +58,8 @@ pub enum StartError {
     DataDir(#[from] backup::BackupError),
 }
 
-/// What request handlers share.
-#[derive(Clone, Debug)]
-struct AppState {
-    ca_pem: Arc<str>,
-    acceptor: Acceptor,
-    /// `None` in tests of the plain routes.
-    health: Option<Arc<health::Health>>,
-    replicas: Arc<replicas::Replicas>,
-}
-
-async fn metrics_text(State(state): State<AppState>) -> Response {
-    let mut plan_states = std::collections::BTreeMap::new();
-    let mut agent_states = Vec::new();
-    if let Some(health) = &state.health {
-        agent_states = health.agent_states();
-        if let Ok((plans, _)) = health
-            .store()
-            .list(
-                model::Kind::Plan.name(),
-                &store::LabelSelector::everything(),
-            )
-            .await
-        {
-            for plan in plans {
-                let state = plan.status["state"].as_str().filter(|s| !s.is_empty());
-                *plan_states
-                    .entry(state.unwrap_or("pending").to_owned())
-                    .or_insert(0) += 1;
-            }
-        }
-    }
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics::render(&metrics::Scrape {
-            registry: state.acceptor.registry(),
-            agent_states,
-            plan_states,
-            leader: state.replicas.leading().borrow().is_some(),
-        }),
-    )
-        .into_response()
-}
+/// How long a stopping hub waits for its tasks once the listener has drained.
+pub const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A running hub.
 #[derive(Debug)]
@@ -114,7 +70,10 @@ pub struct Hub {
     registry: Registry,
     store: Arc<dyn store::Store>,
     bootstrap_password: Option<String>,
+    /// The listener.
     task: JoinHandle<()>,
+    /// Controllers, watchers and the leader's work.
+    tasks: JoinSet<()>,
 }
 
 impl Hub {
@@ -170,10 +129,12 @@ impl Hub {
                 (Arc::new(etcd), pki, Some(peers.client), replicas)
             }
         };
+        // Every task the hub runs besides the listener, joined when it stops.
+        let mut tasks = JoinSet::new();
         let known = Arc::new(auth::known::Known::default());
         let store: Arc<dyn store::Store> =
             Arc::new(auth::known::Tracked::new(objects, known.clone()));
-        tokio::spawn(known.clone().follow(store.clone(), shutdown.clone()));
+        tasks.spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
         // Objects from before references were recorded get them before anything is served
         // (until then they would grant nothing).
@@ -187,9 +148,9 @@ impl Hub {
                 .unwrap_or_default(),
         };
         let health = Arc::new(health::Health::new(store.clone(), config.heartbeat));
-        tokio::spawn(health.clone().run(shutdown.clone()));
+        tasks.spawn(health.clone().run(shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
-        tokio::spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
+        tasks.spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
         let acceptor_config = AcceptorConfig {
             routes: tonic::service::Routes::new(
                 proto::cluster::v1::cluster_agent_server::ClusterAgentServer::new(
@@ -216,7 +177,7 @@ impl Hub {
             registry.clone(),
             shutdown.clone(),
         );
-        tokio::spawn(agents::run_controllers(
+        tasks.spawn(agents::run_controllers(
             store.clone(),
             registry.clone(),
             health.clone(),
@@ -235,7 +196,7 @@ impl Hub {
             }),
             files: Some(config.data_dir.join(plans::FILES_DIR)),
         };
-        tokio::spawn(replicas.clone().lead(
+        tasks.spawn(replicas.clone().lead(
             store.clone(),
             move |store, stop| {
                 let planner = planner::Planner {
@@ -257,76 +218,19 @@ impl Hub {
             ca_pem: pki.ca_pem.clone(),
             streams: auth::streams::Streams::new(config.max_streams_per_user),
         };
-        let app = router(AppState {
-            ca_pem: pki.ca_pem.clone(),
+        let app = routes::router(routes::Parts {
+            api,
+            health,
             acceptor,
-            health: Some(health.clone()),
-            replicas: replicas.clone(),
-        })
-        .merge(api::router(api.clone()))
-        .merge(dashboard::router(dashboard::Dash {
-            api: api.clone(),
-            health: health.clone(),
-        }))
-        .merge(
-            Router::new()
-                .route("/v3/register", axum::routing::post(agents::register))
-                .route("/v3/import/{file}", get(registration::import_manifest))
-                .with_state(api.clone()),
-        )
-        .merge(
-            Router::new()
-                .route("/v1/events", get(health::api::events))
-                .route("/v1/hosts/{host}/usage", get(health::api::host_usage))
-                .route("/v1/clusters/{cluster}/nodes", get(health::api::nodes))
-                .route(
-                    "/v1/clusters/{cluster}/nodes/{node}/usage",
-                    get(health::api::node_usage),
-                )
-                .with_state(health::api::HealthApi {
-                    api: api.clone(),
-                    health: health.clone(),
-                }),
-        )
-        .merge(
-            Router::new()
-                .route(
-                    "/system-agent-install.sh",
-                    get(registration::install_script),
-                )
-                .route(
-                    "/v3/system-agent/{arch}",
-                    get(registration::system_agent_binary),
-                )
-                .route(
-                    "/v3/artifacts/{version}/{file}",
-                    get(registration::artifact),
-                )
-                .with_state(registration::Downloads {
-                    binaries: agent_binaries,
-                    artifacts: config.data_dir.join("artifacts"),
-                }),
-        )
-        .merge(
-            Router::new()
-                .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
-                .route(
-                    "/v3/relay/{kind}/{cluster}/{service}/{*rest}",
-                    any(proxy::relay),
-                )
-                .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
-                // Shared, not cloned per request: the proxy's hot path.
-                .with_state(Arc::new(proxy::ProxyState {
-                    api,
-                    registry: registry.clone(),
-                    pools: proxy::Pools::default(),
-                    replicas: replicas.clone(),
-                    peers,
-                })),
-        );
-        let app = app
-            .layer(axum::middleware::from_fn(websec::layer))
-            .layer(axum::middleware::from_fn(metrics::count_requests));
+            registry: registry.clone(),
+            replicas,
+            peers,
+            ca_pem: pki.ca_pem.clone(),
+            downloads: registration::Downloads {
+                binaries: agent_binaries,
+                artifacts: config.data_dir.join("artifacts"),
+            },
+        });
         let serve = tunnel::listener::serve_limited(
             listener,
             pki.server_config.clone(),
@@ -350,6 +254,7 @@ impl Hub {
             store,
             bootstrap_password,
             task,
+            tasks,
         })
     }
 
@@ -403,9 +308,24 @@ impl Hub {
         &self.registry
     }
 
-    /// Waits until the hub has stopped (after its shutdown token was cancelled).
-    pub async fn wait(self) {
+    /// Waits until the hub has stopped (after its shutdown token was cancelled): the listener
+    /// drained, then every task it runs ended; a task still running after
+    /// [`STOP_DEADLINE`] is aborted, saying which it was not.
+    pub async fn wait(mut self) {
         let _ = self.task.await;
+        let joined = tokio::time::timeout(STOP_DEADLINE, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if joined.is_err() {
+            tracing::warn!(
+                left = self.tasks.len(),
+                "tasks still running {} s after the stop; aborting them",
+                STOP_DEADLINE.as_secs()
+            );
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
+        }
     }
 }
 
@@ -473,64 +393,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     Ok(())
 }
 
-fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ok\n" }))
-        .route("/cacerts", get(cacerts))
-        .route("/v3/connect", any(connect))
-        .route("/metrics", get(metrics_text))
-        .with_state(state)
-}
-
-async fn cacerts(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/x-pem-file")],
-        state.ca_pem.to_string(),
-    )
-        .into_response()
-}
-
-async fn connect(State(state): State<AppState>, request: Request) -> Response {
-    state.acceptor.handle(request).await.map(Body::new)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::StatusCode;
-    use tower::ServiceExt;
-
-    fn app() -> Router {
-        let shutdown = CancellationToken::new();
-        let refuse_all = |_: &http::request::Parts| -> tunnel::AuthFuture {
-            Box::pin(async { Err(tunnel::AuthError("no agents in this test".into())) })
-        };
-        let acceptor = Acceptor::new(
-            AcceptorConfig::default(),
-            refuse_all,
-            Registry::default(),
-            shutdown,
-        );
-        router(AppState {
-            ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
-            acceptor,
-            health: None,
-            replicas: replicas::Replicas::single(),
-        })
-    }
-
-    async fn get(path: &str) -> (StatusCode, String) {
-        let response = app()
-            .oneshot(Request::get(path).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        (status, String::from_utf8_lossy(&body).into_owned())
-    }
 
     #[test]
     fn replicas_serve_a_certificate_for_the_name_their_peers_use() {
@@ -563,25 +428,5 @@ mod tests {
         };
         let names = certificate_names(&single, &single.server_url_for(8443), addr);
         assert!(!names.contains(&"10.0.0.11".to_owned()), "{names:?}");
-    }
-
-    #[tokio::test]
-    async fn health_endpoints_answer_ok() {
-        assert_eq!(get("/healthz").await, (StatusCode::OK, "ok\n".into()));
-        assert_eq!(get("/readyz").await, (StatusCode::OK, "ok\n".into()));
-    }
-
-    #[tokio::test]
-    async fn cacerts_serves_the_ca_pem() {
-        let (status, body) = get("/cacerts").await;
-        assert_eq!(status, StatusCode::OK);
-        assert!(body.starts_with("-----BEGIN CERTIFICATE-----"));
-    }
-
-    #[tokio::test]
-    async fn connect_without_an_upgrade_says_what_it_expects() {
-        let (status, body) = get("/v3/connect").await;
-        assert_eq!(status, StatusCode::BAD_REQUEST);
-        assert!(body.contains("WebSocket upgrade"), "{body}");
     }
 }

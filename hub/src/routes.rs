@@ -1,0 +1,181 @@
+//! The hub's whole HTTP surface in one place: every path, the handler that answers it and the
+//! state it is given, and the layers every answer passes (security headers, request counts).
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Request, State},
+    http::header,
+    response::{IntoResponse, Response},
+    routing::{any, get},
+};
+use tunnel::{Acceptor, Registry};
+
+use crate::{
+    agents, api, dashboard, health, metrics, model, proxy, registration, replicas, store, websec,
+};
+
+/// What the routes are served from.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub api: api::state::Api,
+    pub health: Arc<health::Health>,
+    /// The agents' tunnel.
+    pub acceptor: Acceptor,
+    pub registry: Registry,
+    pub replicas: Arc<replicas::Replicas>,
+    /// The client credentials replicas present to each other (`None`: no replicas).
+    pub peers: Option<Arc<rustls::ClientConfig>>,
+    pub ca_pem: Arc<str>,
+    pub downloads: registration::Downloads,
+}
+
+/// Every route of the hub.
+pub(crate) fn router(parts: Parts) -> Router {
+    let Parts {
+        api,
+        health,
+        acceptor,
+        registry,
+        replicas,
+        peers,
+        ca_pem,
+        downloads,
+    } = parts;
+    let agent_binaries = downloads;
+    let app = plain(AppState {
+        ca_pem,
+        acceptor,
+        health: health.clone(),
+        replicas: replicas.clone(),
+    })
+    .merge(api::router(api.clone()))
+    .merge(dashboard::router(dashboard::Dash {
+        api: api.clone(),
+        health: health.clone(),
+    }))
+    .merge(
+        Router::new()
+            .route("/v3/register", axum::routing::post(agents::register))
+            .route("/v3/import/{file}", get(registration::import_manifest))
+            .with_state(api.clone()),
+    )
+    .merge(
+        Router::new()
+            .route("/v1/events", get(health::api::events))
+            .route("/v1/hosts/{host}/usage", get(health::api::host_usage))
+            .route("/v1/clusters/{cluster}/nodes", get(health::api::nodes))
+            .route(
+                "/v1/clusters/{cluster}/nodes/{node}/usage",
+                get(health::api::node_usage),
+            )
+            .with_state(health::api::HealthApi {
+                api: api.clone(),
+                health: health.clone(),
+            }),
+    )
+    .merge(
+        Router::new()
+            .route(
+                "/system-agent-install.sh",
+                get(registration::install_script),
+            )
+            .route(
+                "/v3/system-agent/{arch}",
+                get(registration::system_agent_binary),
+            )
+            .route(
+                "/v3/artifacts/{version}/{file}",
+                get(registration::artifact),
+            )
+            .with_state(agent_binaries),
+    )
+    .merge(
+        Router::new()
+            .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
+            .route(
+                "/v3/relay/{kind}/{cluster}/{service}/{*rest}",
+                any(proxy::relay),
+            )
+            .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
+            // Shared, not cloned per request: the proxy's hot path.
+            .with_state(Arc::new(proxy::ProxyState {
+                api,
+                registry: registry.clone(),
+                pools: proxy::Pools::default(),
+                replicas: replicas.clone(),
+                peers,
+            })),
+    );
+    app.layer(axum::middleware::from_fn(websec::layer))
+        .layer(axum::middleware::from_fn(metrics::count_requests))
+}
+
+/// What request handlers share.
+#[derive(Clone, Debug)]
+struct AppState {
+    ca_pem: Arc<str>,
+    acceptor: Acceptor,
+    health: Arc<health::Health>,
+    replicas: Arc<replicas::Replicas>,
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let mut plan_states = std::collections::BTreeMap::new();
+    let agent_states = state.health.agent_states();
+    if let Ok((plans, _)) = state
+        .health
+        .store()
+        .list(
+            model::Kind::Plan.name(),
+            &store::LabelSelector::everything(),
+        )
+        .await
+    {
+        for plan in plans {
+            let state = plan.status["state"].as_str().filter(|s| !s.is_empty());
+            *plan_states
+                .entry(state.unwrap_or("pending").to_owned())
+                .or_insert(0) += 1;
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics::render(&metrics::Scrape {
+            registry: state.acceptor.registry(),
+            agent_states,
+            plan_states,
+            leader: state.replicas.leading().borrow().is_some(),
+        }),
+    )
+        .into_response()
+}
+
+/// The routes that are the hub's own, not an API's: health, the CA, the agents' tunnel,
+/// metrics.
+fn plain(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ok\n" }))
+        .route("/cacerts", get(cacerts))
+        .route("/v3/connect", any(connect))
+        .route("/metrics", get(metrics_text))
+        .with_state(state)
+}
+
+async fn cacerts(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/x-pem-file")],
+        state.ca_pem.to_string(),
+    )
+        .into_response()
+}
+
+async fn connect(State(state): State<AppState>, request: Request) -> Response {
+    state.acceptor.handle(request).await.map(Body::new)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+//! The whole router, built as the hub builds it, answered without a socket: each kind of route
+//! reaches its handler with its state, and what needs a caller refuses one without.
+
+#![allow(clippy::unwrap_used)]
+
+use axum::http::{Method, StatusCode};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use super::*;
+use crate::store::sqlite::SqliteStore;
+
+struct App {
+    router: Router,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn app() -> App {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("drover-routes-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store: Arc<dyn store::Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    let refuse_all = |_: &http::request::Parts| -> tunnel::AuthFuture {
+        Box::pin(async { Err(tunnel::AuthError("no agents in this test".into())) })
+    };
+    let registry = Registry::default();
+    let acceptor = Acceptor::new(
+        tunnel::AcceptorConfig::default(),
+        refuse_all,
+        registry.clone(),
+        CancellationToken::new(),
+    );
+    let ca_pem: Arc<str> = "-----BEGIN CERTIFICATE-----\n".into();
+    let api = api::state::Api {
+        store: store.clone(),
+        limiter: Arc::default(),
+        known: Arc::default(),
+        server_url: "https://hub.example:8443".into(),
+        ca_checksum: "ab".repeat(32),
+        ca_pem: ca_pem.clone(),
+        streams: crate::auth::streams::Streams::new(0),
+    };
+    let router = router(Parts {
+        api,
+        health: Arc::new(health::Health::new(
+            store,
+            std::time::Duration::from_secs(10),
+        )),
+        acceptor,
+        registry,
+        replicas: replicas::Replicas::single(),
+        peers: None,
+        ca_pem,
+        downloads: registration::Downloads {
+            binaries: dir.join("bin"),
+            artifacts: dir.join("artifacts"),
+        },
+    });
+    App { router, dir }
+}
+
+async fn call(method: Method, path: &str) -> (StatusCode, String, http::HeaderMap) {
+    call_with(method, path, "").await
+}
+
+async fn call_with(
+    method: Method,
+    path: &str,
+    body: &str,
+) -> (StatusCode, String, http::HeaderMap) {
+    let app = app();
+    let response = app
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_owned()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned(), headers)
+}
+
+async fn get(path: &str) -> (StatusCode, String) {
+    let (status, body, _) = call(Method::GET, path).await;
+    (status, body)
+}
+
+#[tokio::test]
+async fn health_endpoints_answer_ok() {
+    assert_eq!(get("/healthz").await, (StatusCode::OK, "ok\n".into()));
+    assert_eq!(get("/readyz").await, (StatusCode::OK, "ok\n".into()));
+}
+
+#[tokio::test]
+async fn cacerts_serves_the_ca_pem() {
+    let (status, body) = get("/cacerts").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("-----BEGIN CERTIFICATE-----"));
+}
+
+#[tokio::test]
+async fn connect_without_an_upgrade_says_what_it_expects() {
+    let (status, body) = get("/v3/connect").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("WebSocket upgrade"), "{body}");
+}
+
+#[tokio::test]
+async fn every_api_asks_for_a_caller_first() {
+    for path in [
+        "/v1/clusters",
+        "/v1/me",
+        "/v1/events",
+        "/v1/clusters/prod/nodes",
+        "/v1/hosts/h1/usage",
+        "/v1/clusters/prod/cache/pods",
+        "/k8s/clusters/prod/api/v1/pods",
+    ] {
+        let (status, body) = get(path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        assert!(body.contains("\"kind\":\"Status\""), "{path}: {body}");
+    }
+    // A registration needs its token; a relay needs a replica's certificate.
+    let (status, body, _) =
+        call_with(Method::POST, "/v3/register", r#"{"kind": "node-agent"}"#).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, _) = get("/v3/relay/cluster-agent/prod/kube-api/api").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_dashboard_downloads_and_metrics_are_served_with_the_security_headers() {
+    let (status, body, headers) = call(Method::GET, "/login").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(headers.contains_key("content-security-policy"));
+    let (status, body) = get("/system-agent-install.sh").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("#!/bin/sh"), "{body:.100}");
+    let (status, body) = get("/v3/import/drr_unknown.yaml").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("drover_tunnel_sessions"), "{body:.200}");
+    let (status, _) = get("/no/such/page").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

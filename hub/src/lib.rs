@@ -15,10 +15,12 @@ use tunnel::{Acceptor, AcceptorConfig, Registry};
 pub mod access;
 pub mod agents;
 pub mod api;
+pub mod args;
 pub mod auth;
 pub mod backup;
 pub mod bootstrap;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod cron;
 pub mod dashboard;
@@ -39,7 +41,8 @@ mod routes;
 pub mod store;
 pub mod websec;
 
-pub use config::{Command, Config, ConfigError};
+pub use args::{Command, ConfigError};
+pub use config::Config;
 
 /// Why the hub could not start.
 #[derive(Debug, thiserror::Error)]
@@ -405,7 +408,7 @@ mod tests {
             argv.extend_from_slice(extra);
             argv.into_iter().map(str::to_owned).collect::<Vec<_>>()
         };
-        let Ok(Command::Serve(config)) = config::parse(
+        let Ok(Command::Serve(config)) = args::parse(
             argv(&[
                 "--store",
                 "etcd://10.0.0.5:2379",
@@ -422,7 +425,7 @@ mod tests {
         assert!(names.contains(&"127.0.0.1".to_owned()), "{names:?}");
         // Without replicas, no replica name.
         let Ok(Command::Serve(single)) =
-            config::parse(argv(&["--replica-url", "https://10.0.0.11:8443"]), &env)
+            args::parse(argv(&["--replica-url", "https://10.0.0.11:8443"]), &env)
         else {
             panic!("a serve command");
         };

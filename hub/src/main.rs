@@ -1,24 +1,22 @@
-//! `drover-hub`: parse the configuration, start the hub, stop it on SIGINT/SIGTERM.
+//! `drover-hub`: parse the command line, run the command (see `hub::commands`), print what it
+//! says; exit 0, or with the command's code.
 
 use std::{collections::HashMap, process::ExitCode};
+
+use hub::commands::{EXIT_USAGE, Failure};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Exit code for a bad flag or variable, as clap uses for a bad command line.
-const EXIT_USAGE: u8 = 2;
-
+#[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
-    let command = match hub::config::parse(std::env::args_os(), &env) {
+    let command = match hub::args::parse(std::env::args_os(), &env) {
         Ok(command) => command,
         // Prints help or version (exit 0) or the usage error (exit 2).
         Err(hub::ConfigError::Usage(e)) => e.exit(),
         Err(e) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("drover-hub: {e}");
-            }
+            eprintln!("drover-hub: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -28,115 +26,28 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a journal or a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        // The SQLite store does its work on blocking threads, one at a time (one connection):
-        // a burst of requests (thousands of hosts registering) would otherwise start hundreds
-        // of threads that only wait, each leaving its allocator heap behind.
-        .max_blocking_threads(16)
-        .build()
-    {
+    let runtime = match hub::commands::runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
             return ExitCode::FAILURE;
         }
     };
-    let result = match command {
-        hub::Command::Serve(config) => {
-            runtime.block_on(hub::serve(config, |_, _| async { Ok(()) }))
+    match runtime.block_on(hub::commands::run(command)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
         }
-        hub::Command::ResetAdminPassword { data_dir } => {
-            runtime.block_on(reset_admin_password(&data_dir))
-        }
-        hub::Command::Backup { data_dir, out } => backup(&data_dir, &out),
-        hub::Command::Restore { data_dir, from } => restore(&data_dir, &from),
-        hub::Command::Client {
-            mut request,
-            config,
-            output,
-            password_stdin,
-        } => {
-            if let (true, hub::cli::Request::Login { password, .. }) =
-                (password_stdin, &mut request)
-            {
-                let mut line = String::new();
-                if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {
-                    #[allow(clippy::print_stderr)]
-                    {
-                        eprintln!("drover-hub: --password-stdin: no password on stdin");
-                    }
-                    return ExitCode::from(EXIT_USAGE);
-                }
-                *password = tunnel::Secret::new(line.trim_end_matches(['\r', '\n']));
-            }
-            return match runtime.block_on(hub::cli::run(request, &config, output)) {
-                Ok(text) => {
-                    #[allow(clippy::print_stdout)]
-                    {
-                        print!("{text}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    #[allow(clippy::print_stderr)]
-                    {
-                        eprintln!("drover-hub: {e}");
-                    }
-                    ExitCode::from(e.exit_code())
-                }
-            };
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Logged(e)) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-async fn reset_admin_password(data_dir: &std::path::Path) -> anyhow::Result<()> {
-    let store = hub::store::sqlite::SqliteStore::open(&data_dir.join(hub::backup::STORE_FILE))?;
-    let password = hub::bootstrap::reset_admin_password(&store).await?;
-    #[allow(clippy::print_stdout)]
-    {
-        println!("New password for \"admin\":\n\n    {password}\n\nIt is not shown again.");
-    }
-    Ok(())
-}
-
-fn backup(data_dir: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
-    let summary = hub::backup::backup(data_dir, out)?;
-    #[allow(clippy::print_stdout)]
-    {
-        println!(
-            "Backup written to {}: {summary}.\nIt holds the hub's CA key: keep it as secret as the data directory.",
-            out.display()
-        );
-    }
-    Ok(())
-}
-
-fn restore(data_dir: &std::path::Path, from: &std::path::Path) -> anyhow::Result<()> {
-    let restored = hub::backup::restore(data_dir, from)?;
-    #[allow(clippy::print_stdout)]
-    {
-        println!(
-            "Restored {} from {}: {}.",
-            data_dir.display(),
-            from.display(),
-            restored.summary
-        );
-        if let Some(previous) = &restored.previous {
-            println!(
-                "The state it replaced is in {}; delete it once the hub runs as it should.",
-                previous.display()
-            );
+        Err(Failure::Said { message, code }) => {
+            eprintln!("drover-hub: {message}");
+            ExitCode::from(code)
         }
     }
-    Ok(())
 }

@@ -170,17 +170,14 @@ fn demo(clusters: u16, serve: Vec<String>) -> anyhow::Result<()> {
     let args = ["drover-hub".to_owned(), "serve".to_owned()]
         .into_iter()
         .chain(serve);
-    let config = match hub::config::parse(args, &env) {
+    let config = match hub::args::parse(args, &env) {
         Ok(hub::Command::Serve(config)) => config,
         Ok(_) => anyhow::bail!("drover-sim demo takes `drover-hub serve` flags only"),
         // Help and usage errors print as `drover-hub serve` would print them.
         Err(hub::ConfigError::Usage(e)) => e.exit(),
         Err(e) => anyhow::bail!("{e}"),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .max_blocking_threads(16)
-        .build()?;
+    let runtime = hub::commands::runtime()?;
     runtime.block_on(sim::demo::serve(config, usize::from(clusters)))
 }
 

@@ -1,0 +1,184 @@
+//! The connection to a hub: logging in (and deciding whether to trust the hub's CA), and an
+//! HTTPS client that pins it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use super::{CliError, Saved, render::text};
+use crate::fsutil::write_atomic;
+
+pub(super) async fn login(
+    config: &std::path::Path,
+    server: &str,
+    username: &str,
+    password: &str,
+    ca_checksum: Option<&str>,
+) -> Result<String, CliError> {
+    let server = server.trim_end_matches('/').to_owned();
+    let authority = authority(&server)?;
+    // Fetch the CA without trusting anything yet, then decide whether to trust it.
+    let insecure = Client::with_config(&server, tunnel::tls::unverified_client_config())?;
+    let (status, ca_pem) = insecure.send("GET", "/cacerts", None, None).await?;
+    if status != 200 {
+        return Err(CliError::Unreachable(format!(
+            "{server}/cacerts answered {status}; is this a Drover hub?"
+        )));
+    }
+    let actual = tunnel::tls::ca_checksum(&ca_pem);
+    let mut notice = String::new();
+    match ca_checksum {
+        Some(expected) if !expected.eq_ignore_ascii_case(&actual) => {
+            return Err(CliError::Unreachable(format!(
+                "the hub at {authority} serves a CA with checksum {actual}, not {expected}; do not log in there"
+            )));
+        }
+        Some(_) => {}
+        None => {
+            notice = format!(
+                "Trusting the hub's CA, checksum {actual} (pass --ca-checksum to check it instead).\n"
+            )
+        }
+    }
+    let ca_pem = String::from_utf8_lossy(&ca_pem).into_owned();
+    let client = Client::new(&Saved {
+        server: server.clone(),
+        token: String::new(),
+        ca_pem: ca_pem.clone(),
+    })?;
+    let body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI"});
+    let (status, bytes) = client.send("POST", "/v1/login", None, Some(&body)).await?;
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status != 200 {
+        return Err(CliError::Refused(format!(
+            "login refused: {}",
+            text(&value["message"])
+        )));
+    }
+    let saved = Saved {
+        server,
+        token: text(&value["token"]),
+        ca_pem,
+    };
+    if let Some(dir) = config.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let json = serde_json::to_vec_pretty(&saved).unwrap_or_default();
+    write_atomic(config, &json, 0o600)
+        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", config.display())))?;
+    Ok(format!(
+        "{notice}Logged in to {} as {username}; the token (valid until {}) is saved in {}.\n",
+        saved.server,
+        text(&value["expiresAt"]),
+        config.display()
+    ))
+}
+
+pub(super) fn authority(server: &str) -> Result<String, CliError> {
+    let uri: http::Uri = server.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "--server {server:?} is not a URL; use https://HOST[:PORT]"
+        ))
+    })?;
+    if uri.scheme_str() != Some("https") {
+        return Err(CliError::Usage(format!(
+            "--server {server:?} must start with https://"
+        )));
+    }
+    uri.authority()
+        .map(|a| a.to_string())
+        .ok_or_else(|| CliError::Usage(format!("--server {server:?} has no host")))
+}
+
+pub(super) struct Client {
+    authority: String,
+    host: String,
+    port: u16,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl Client {
+    pub(super) fn new(saved: &Saved) -> Result<Self, CliError> {
+        let roots = tunnel::tls::roots_from_pem(saved.ca_pem.as_bytes())
+            .map_err(|e| CliError::NotLoggedIn(format!("the saved CA is unusable: {e}")))?;
+        Self::with_config(&saved.server, tunnel::tls::client_config(roots))
+    }
+
+    pub(super) fn with_config(
+        server: &str,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Result<Self, CliError> {
+        let authority = authority(server)?;
+        let uri: http::Uri = server
+            .parse()
+            .map_err(|_| CliError::Usage(format!("bad server URL {server:?}")))?;
+        Ok(Self {
+            host: uri
+                .host()
+                .unwrap_or_default()
+                .trim_matches(['[', ']'])
+                .to_owned(),
+            port: uri.port_u16().unwrap_or(443),
+            authority,
+            tls,
+        })
+    }
+
+    pub(super) async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<(u16, Bytes), CliError> {
+        let unreachable = |e: String| {
+            CliError::Unreachable(format!("cannot reach the hub at {}: {e}", self.authority))
+        };
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let name = rustls_pki_types::ServerName::try_from(self.host.clone())
+            .map_err(|e| unreachable(e.to_string()))?;
+        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| unreachable(format!("TLS: {e}")))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        tokio::spawn(conn);
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, &self.authority);
+        if let Some(token) = token {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let payload = match body {
+            Some(v) => {
+                request = request.header(http::header::CONTENT_TYPE, "application/json");
+                Bytes::from(v.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let request = request
+            .body(Full::new(payload))
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+}

@@ -1,0 +1,396 @@
+//! `drover-hub login|cluster|kubeconfig|token`: the REST API for people and scripts. Tables for
+//! people, `-o json|yaml` for scripts. Exit codes: 0 done; 1 the hub refused (the message says
+//! why); 2 bad command line; 3 the hub cannot be reached or its certificate is not the one
+//! trusted; 4 not logged in.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use self::{
+    connection::{Client, login},
+    render::{render, text},
+};
+
+/// What the CLI keeps between runs (mode 0600: it holds a token).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Saved {
+    pub server: String,
+    pub token: String,
+    /// The hub's CA, as fetched and checked at login.
+    pub ca_pem: String,
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Saved")
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A CLI failure, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("not logged in: run `drover-hub login --server https://HUB:8443` first ({0})")]
+    NotLoggedIn(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Refused(_) => 1,
+            CliError::Usage(_) => 2,
+            CliError::Unreachable(_) => 3,
+            CliError::NotLoggedIn(_) => 4,
+        }
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// A client command, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Login {
+        server: String,
+        username: String,
+        /// Redacted in `Debug`, like every credential.
+        password: tunnel::Secret,
+        ca_checksum: Option<String>,
+    },
+    ClusterCreate {
+        name: String,
+        spec: Value,
+    },
+    ClusterList,
+    ClusterGet {
+        name: String,
+    },
+    ClusterDelete {
+        name: String,
+    },
+    SnapshotCreate {
+        cluster: String,
+        name: String,
+        copy_to_hub: bool,
+    },
+    SnapshotList {
+        cluster: String,
+    },
+    SnapshotDelete {
+        name: String,
+    },
+    /// Raises the cluster's `spec.restore.generation`, naming the snapshot.
+    ClusterRestore {
+        cluster: String,
+        snapshot: String,
+    },
+    /// Raises the cluster's `spec.rotateCertificates.generation`.
+    ClusterRotateCertificates {
+        cluster: String,
+    },
+    Kubeconfig {
+        cluster: String,
+    },
+    TokenCreate {
+        description: String,
+        expires_at: Option<String>,
+    },
+    TokenList,
+    TokenRevoke {
+        name: String,
+    },
+    ProjectCreate {
+        name: String,
+        cluster: String,
+        display_name: String,
+    },
+    ProjectList,
+    ProjectDelete {
+        name: String,
+    },
+    /// A role on a project for a user or a group: a RoleBinding named `<project>-<subject>`.
+    ProjectAddMember {
+        project: String,
+        cluster: String,
+        user: Option<String>,
+        group: Option<String>,
+        role: String,
+    },
+    ProjectRemoveMember {
+        binding: String,
+    },
+}
+
+/// The name of the RoleBinding `project add-member` makes, so `remove-member` can find it.
+pub fn member_binding(project: &str, user: Option<&str>, group: Option<&str>) -> String {
+    match (user, group) {
+        (Some(user), _) => format!("{project}-{user}"),
+        (None, Some(group)) => format!("{project}-group-{group}"),
+        (None, None) => project.to_owned(),
+    }
+}
+
+/// Where the CLI keeps its login: `--config`, else `$DROVER_CONFIG`, else
+/// `$HOME/.config/drover/cli.json`.
+pub fn config_path(
+    flag: Option<PathBuf>,
+    env: &std::collections::HashMap<String, String>,
+) -> PathBuf {
+    flag.or_else(|| env.get("DROVER_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| {
+            let home = env.get("HOME").cloned().unwrap_or_else(|| ".".into());
+            PathBuf::from(home).join(".config/drover/cli.json")
+        })
+}
+
+fn load(path: &std::path::Path) -> Result<Saved, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::NotLoggedIn(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::NotLoggedIn(format!("{} is damaged: {e}", path.display())))
+}
+
+/// Runs one request; returns what to print.
+pub async fn run(
+    request: Request,
+    config: &std::path::Path,
+    output: Output,
+) -> Result<String, CliError> {
+    if let Request::Login {
+        server,
+        username,
+        password,
+        ca_checksum,
+    } = request
+    {
+        return login(
+            config,
+            &server,
+            &username,
+            password.expose(),
+            ca_checksum.as_deref(),
+        )
+        .await;
+    }
+    let saved = load(config)?;
+    let client = Client::new(&saved)?;
+    let (method, path, body) = match &request {
+        Request::ClusterCreate { name, spec } => (
+            "POST",
+            "/v1/clusters".to_owned(),
+            Some(json!({"metadata": {"name": name}, "spec": spec})),
+        ),
+        Request::ClusterList => ("GET", "/v1/clusters".to_owned(), None),
+        Request::ClusterGet { name } => ("GET", format!("/v1/clusters/{name}"), None),
+        Request::ClusterDelete { name } => ("DELETE", format!("/v1/clusters/{name}"), None),
+        Request::SnapshotCreate {
+            cluster,
+            name,
+            copy_to_hub,
+        } => (
+            "POST",
+            "/v1/etcdsnapshots".to_owned(),
+            Some(json!({"metadata": {"name": name},
+                "spec": {"cluster": cluster, "copyToHub": copy_to_hub}})),
+        ),
+        Request::SnapshotList { .. } => ("GET", "/v1/etcdsnapshots".to_owned(), None),
+        Request::SnapshotDelete { name } => ("DELETE", format!("/v1/etcdsnapshots/{name}"), None),
+        Request::ClusterRestore { cluster, snapshot } => {
+            let generation = next_generation(&client, &saved, cluster, "restore").await?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(
+                    json!({"spec": {"restore": {"snapshot": snapshot, "generation": generation}}}),
+                ),
+            )
+        }
+        Request::ClusterRotateCertificates { cluster } => {
+            let generation =
+                next_generation(&client, &saved, cluster, "rotateCertificates").await?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(json!({"spec": {"rotateCertificates": {"generation": generation}}})),
+            )
+        }
+        Request::Kubeconfig { cluster } => {
+            ("POST", format!("/v1/clusters/{cluster}/kubeconfig"), None)
+        }
+        Request::TokenCreate {
+            description,
+            expires_at,
+        } => (
+            "POST",
+            "/v1/tokens".to_owned(),
+            Some(json!({"spec": {"description": description, "expiresAt": expires_at}})),
+        ),
+        Request::TokenList => ("GET", "/v1/tokens".to_owned(), None),
+        Request::TokenRevoke { name } => ("DELETE", format!("/v1/tokens/{name}"), None),
+        Request::ProjectCreate {
+            name,
+            cluster,
+            display_name,
+        } => (
+            "POST",
+            "/v1/projects".to_owned(),
+            Some(json!({"metadata": {"name": name},
+                "spec": {"cluster": cluster, "displayName": display_name}})),
+        ),
+        Request::ProjectList => ("GET", "/v1/projects".to_owned(), None),
+        Request::ProjectDelete { name } => ("DELETE", format!("/v1/projects/{name}"), None),
+        Request::ProjectAddMember {
+            project,
+            cluster,
+            user,
+            group,
+            role,
+        } => {
+            let mut spec = json!({"role": role, "cluster": cluster, "project": project});
+            if let Some(user) = user {
+                spec["user"] = json!(user);
+            }
+            if let Some(group) = group {
+                spec["group"] = json!(group);
+            }
+            let name = member_binding(project, user.as_deref(), group.as_deref());
+            (
+                "POST",
+                "/v1/rolebindings".to_owned(),
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+        }
+        Request::ProjectRemoveMember { binding } => {
+            ("DELETE", format!("/v1/rolebindings/{binding}"), None)
+        }
+        Request::Login { .. } => unreachable!("handled above"),
+    };
+    let (status, bytes) = client
+        .send(method, &path, Some(&saved.token), body.as_ref())
+        .await?;
+    if !(200..300).contains(&status) {
+        let message = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        return Err(match status {
+            401 => CliError::NotLoggedIn(message),
+            _ => CliError::Refused(format!("the hub answered {status}: {message}")),
+        });
+    }
+    if let Request::Kubeconfig { .. } = request {
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    let mut value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| CliError::Refused(format!("unreadable answer: {e}")))?;
+    // As kubectl waits for finalizers: a cluster is deleted once its cleanup is done, a
+    // snapshot taken once it is saved.
+    match &request {
+        Request::ClusterDelete { name } => {
+            until(&client, &saved, &format!("/v1/clusters/{name}"), |v| {
+                v.is_none().then_some(Ok(()))
+            })
+            .await?;
+        }
+        Request::SnapshotDelete { name } => {
+            until(&client, &saved, &format!("/v1/etcdsnapshots/{name}"), |v| {
+                v.is_none().then_some(Ok(()))
+            })
+            .await?;
+        }
+        Request::SnapshotCreate { name, .. } => {
+            value = until(&client, &saved, &format!("/v1/etcdsnapshots/{name}"), |v| {
+                let v = v?;
+                match v["state"]["state"].as_str() {
+                    Some("active") => Some(Ok(v.clone())),
+                    Some("error") => Some(Err(CliError::Refused(format!(
+                        "snapshot {name} failed: {}",
+                        text(&v["state"]["message"])
+                    )))),
+                    _ => None,
+                }
+            })
+            .await?;
+        }
+        Request::SnapshotList { cluster } => {
+            if let Some(items) = value["items"].as_array_mut() {
+                items.retain(|s| s["spec"]["cluster"] == cluster.as_str());
+            }
+        }
+        _ => {}
+    }
+    Ok(render(&request, &value, output))
+}
+
+/// How long the CLI waits for a deletion or a snapshot.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Reads `path` every second until `done` says (given the object, `None` once it is gone).
+async fn until<T>(
+    client: &Client,
+    saved: &Saved,
+    path: &str,
+    done: impl Fn(Option<&Value>) -> Option<Result<T, CliError>>,
+) -> Result<T, CliError> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (status, bytes) = client.send("GET", path, Some(&saved.token), None).await?;
+        let value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+        let current = (status != 404).then_some(&value);
+        if let Some(result) = done(current) {
+            return result;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::Refused(format!(
+                "still not done after {} s: {}",
+                WAIT.as_secs(),
+                text(&value["state"]["message"])
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// The cluster's `spec.<field>.generation` plus one.
+async fn next_generation(
+    client: &Client,
+    saved: &Saved,
+    cluster: &str,
+    field: &str,
+) -> Result<u64, CliError> {
+    let (status, bytes) = client
+        .send(
+            "GET",
+            &format!("/v1/clusters/{cluster}"),
+            Some(&saved.token),
+            None,
+        )
+        .await?;
+    let value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+    if status != 200 {
+        return Err(CliError::Refused(format!(
+            "the hub answered {status}: {}",
+            text(&value["message"])
+        )));
+    }
+    Ok(value["spec"][field]["generation"].as_u64().unwrap_or(0) + 1)
+}
+
+mod connection;
+mod render;

@@ -1,0 +1,160 @@
+//! How answers print: tables for people, JSON or YAML for scripts.
+
+use serde_json::Value;
+
+use super::{Output, Request};
+
+pub(super) fn render(request: &Request, value: &Value, output: Output) -> String {
+    match output {
+        Output::Json => serde_json::to_string_pretty(value).unwrap_or_default() + "\n",
+        Output::Yaml => serde_saphyr::to_string(value).unwrap_or_default(),
+        Output::Table => match request {
+            Request::ClusterList => table(
+                &["NAME", "TYPE", "STATE", "MESSAGE"],
+                value["items"].as_array().into_iter().flatten().map(|c| {
+                    vec![
+                        text(&c["metadata"]["name"]),
+                        text(&c["spec"]["type"]),
+                        text(&c["state"]["state"]),
+                        text(&c["state"]["message"]),
+                    ]
+                }),
+            ),
+            Request::TokenList => table(
+                &["NAME", "DESCRIPTION", "EXPIRES", "KIND"],
+                value["items"].as_array().into_iter().flatten().map(|t| {
+                    let kind = if t["spec"]["agent"].is_object() {
+                        "agent"
+                    } else if t["spec"]["session"] == true {
+                        "session"
+                    } else {
+                        "api"
+                    };
+                    vec![
+                        text(&t["metadata"]["name"]),
+                        text(&t["spec"]["description"]),
+                        text(&t["spec"]["expiresAt"]),
+                        kind.into(),
+                    ]
+                }),
+            ),
+            Request::ClusterCreate { name, .. } => {
+                let r = &value["registration"];
+                let command = r["importCommand"]
+                    .as_str()
+                    .or(r["hostCommand"].as_str())
+                    .unwrap_or("");
+                let mut out =
+                    format!("Cluster {name} created.\n\nRegister it with:\n\n    {command}\n");
+                if let Some(insecure) = r["importCommandInsecure"].as_str() {
+                    out.push_str(&format!(
+                        "\nIf kubectl does not trust the hub's certificate:\n\n    {insecure}\n"
+                    ));
+                }
+                if r["roleFlags"].is_array() {
+                    out.push_str("\nAdd --etcd, --controlplane, --worker or --all-roles for each host's roles.\n");
+                }
+                out.push_str("\nThe token in this command is not shown again.\n");
+                out
+            }
+            Request::TokenCreate { .. } => format!(
+                "Token {} created:\n\n    {}\n\nIt is not shown again.\n",
+                text(&value["metadata"]["name"]),
+                text(&value["token"])
+            ),
+            Request::ProjectList => table(
+                &["NAME", "CLUSTER", "DISPLAY NAME"],
+                value["items"].as_array().into_iter().flatten().map(|p| {
+                    vec![
+                        text(&p["metadata"]["name"]),
+                        text(&p["spec"]["cluster"]),
+                        text(&p["spec"]["displayName"]),
+                    ]
+                }),
+            ),
+            Request::ProjectCreate { name, cluster, .. } => format!(
+                "Project {name} created in cluster {cluster}.\nLabel its namespaces drover.io/project={name}.\n"
+            ),
+            Request::ProjectDelete { name } => format!("Project {name} deleted.\n"),
+            Request::ProjectAddMember { project, role, .. } => format!(
+                "{} is {role} of project {project} (binding {}).\n",
+                text(&value["spec"]["user"]).max(text(&value["spec"]["group"])),
+                text(&value["metadata"]["name"])
+            ),
+            Request::ProjectRemoveMember { binding } => format!("Binding {binding} removed.\n"),
+            Request::ClusterDelete { name } => format!("Cluster {name} deleted.\n"),
+            Request::SnapshotCreate { name, .. } => format!(
+                "Snapshot {name} saved on {}: {} ({} bytes, sha256 {}).\n",
+                text(&value["status"]["host"]),
+                text(&value["status"]["file"]),
+                text(&value["status"]["size"]),
+                text(&value["status"]["sha256"])
+            ),
+            Request::SnapshotList { .. } => table(
+                &[
+                    "NAME",
+                    "STATE",
+                    "HOST",
+                    "SIZE",
+                    "CREATED",
+                    "VERSION",
+                    "SCHEDULED",
+                ],
+                value["items"].as_array().into_iter().flatten().map(|s| {
+                    vec![
+                        text(&s["metadata"]["name"]),
+                        text(&s["state"]["state"]),
+                        text(&s["status"]["host"]),
+                        text(&s["status"]["size"]),
+                        text(&s["status"]["createdAt"]),
+                        text(&s["status"]["version"]),
+                        text(&s["spec"]["scheduled"]),
+                    ]
+                }),
+            ),
+            Request::SnapshotDelete { name } => format!("Snapshot {name} deleted.\n"),
+            Request::ClusterRestore { cluster, snapshot } => format!(
+                "Restoring cluster {cluster} from {snapshot}; `drover-hub cluster get {cluster}` shows each phase.\n"
+            ),
+            Request::ClusterRotateCertificates { cluster } => format!(
+                "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
+            ),
+            Request::TokenRevoke { name } => format!("Token {name} revoked.\n"),
+            _ => serde_saphyr::to_string(value).unwrap_or_default(),
+        },
+    }
+}
+
+pub(super) fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = rows.collect();
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([headers[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("   ").trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
+}

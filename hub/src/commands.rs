@@ -1,0 +1,100 @@
+//! What `drover-hub` does for each command, apart from parsing it and printing the outcome
+//! (its `main`): serving, the commands on a data directory (a new admin password, backup,
+//! restore) and the commands a client sends to a running hub.
+
+use std::path::Path;
+
+use crate::{args::Command, backup, bootstrap, cli, store};
+
+/// Exit code for a bad flag or variable, as clap uses for a bad command line.
+pub const EXIT_USAGE: u8 = 2;
+
+/// How a command failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// Logged (the hub's own errors, with their causes); exit code 1.
+    Logged(anyhow::Error),
+    /// Told the person on stderr, with this exit code (a client's errors, a bad argument).
+    Said { message: String, code: u8 },
+}
+
+/// The async runtime every command runs on. The SQLite store does its work on blocking threads,
+/// one at a time (one connection): a burst of requests (thousands of hosts registering) would
+/// otherwise start hundreds of threads that only wait, each leaving its allocator heap behind.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(16)
+        .build()
+}
+
+/// Runs `command`; what to print on stdout, or how it failed.
+pub async fn run(command: Command) -> Result<String, Failure> {
+    match command {
+        Command::Serve(config) => crate::serve(config, |_, _| async { Ok(()) })
+            .await
+            .map(|()| String::new())
+            .map_err(Failure::Logged),
+        Command::ResetAdminPassword { data_dir } => reset_admin_password(&data_dir)
+            .await
+            .map_err(Failure::Logged),
+        Command::Backup { data_dir, out } => backup(&data_dir, &out).map_err(Failure::Logged),
+        Command::Restore { data_dir, from } => restore(&data_dir, &from).map_err(Failure::Logged),
+        Command::Client {
+            mut request,
+            config,
+            output,
+            password_stdin,
+        } => {
+            if let (true, cli::Request::Login { password, .. }) = (password_stdin, &mut request) {
+                let mut line = String::new();
+                if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {
+                    return Err(Failure::Said {
+                        message: "--password-stdin: no password on stdin".into(),
+                        code: EXIT_USAGE,
+                    });
+                }
+                *password = tunnel::Secret::new(line.trim_end_matches(['\r', '\n']));
+            }
+            cli::run(request, &config, output)
+                .await
+                .map_err(|e| Failure::Said {
+                    message: e.to_string(),
+                    code: e.exit_code(),
+                })
+        }
+    }
+}
+
+async fn reset_admin_password(data_dir: &Path) -> anyhow::Result<String> {
+    let store = store::sqlite::SqliteStore::open(&data_dir.join(backup::STORE_FILE))?;
+    let password = bootstrap::reset_admin_password(&store).await?;
+    Ok(format!(
+        "New password for \"admin\":\n\n    {password}\n\nIt is not shown again.\n"
+    ))
+}
+
+fn backup(data_dir: &Path, out: &Path) -> anyhow::Result<String> {
+    let summary = backup::backup(data_dir, out)?;
+    Ok(format!(
+        "Backup written to {}: {summary}.\nIt holds the hub's CA key: keep it as secret as the data directory.\n",
+        out.display()
+    ))
+}
+
+fn restore(data_dir: &Path, from: &Path) -> anyhow::Result<String> {
+    let restored = backup::restore(data_dir, from)?;
+    let mut text = format!(
+        "Restored {} from {}: {}.\n",
+        data_dir.display(),
+        from.display(),
+        restored.summary
+    );
+    if let Some(previous) = &restored.previous {
+        text.push_str(&format!(
+            "The state it replaced is in {}; delete it once the hub runs as it should.\n",
+            previous.display()
+        ));
+    }
+    Ok(text)
+}

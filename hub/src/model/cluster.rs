@@ -1,0 +1,152 @@
+//! A downstream cluster's spec: its type, distribution and version, how upgrades roll, its
+//! snapshots, restores and certificate rotations.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterType {
+    /// An existing cluster; the hub's import manifest installs the agents into it.
+    Imported,
+    /// A cluster the hub installs (K3s or RKE2) on registered hosts.
+    Custom,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    K3s,
+    Rke2,
+}
+
+/// A downstream Kubernetes cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    #[serde(rename = "type")]
+    pub cluster_type: ClusterType,
+    /// For custom clusters: what to install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Distribution>,
+    /// For custom clusters: the distribution's version, e.g. `v1.33.4+k3s1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// For custom clusters: how many hosts a version change rolls at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<UpgradeStrategy>,
+    /// For custom clusters: the planner leaves the cluster's hosts as they are (no new plans)
+    /// until this is false again; hosts still register and connect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// For custom clusters: scheduled etcd snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_snapshots: Option<SnapshotSchedule>,
+    /// For custom clusters: restore etcd from a snapshot. A restore runs once per
+    /// `generation`; raise it to run one again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreRequest>,
+    /// For custom clusters: rotate the distribution's certificates, host by host within the
+    /// upgrade strategy's concurrency. Runs once per `generation`; raise it to rotate again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate_certificates: Option<Generation>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// When a custom cluster's etcd is snapshotted on its own, and how many such snapshots stay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotSchedule {
+    /// A cron expression in UTC: minute hour day-of-month month day-of-week, each `*`, a
+    /// number, a range `a-b`, a step `*/n` or `a-b/n`, or a list of those; e.g. `0 */6 * * *`.
+    pub schedule: String,
+    /// Scheduled snapshots kept (the oldest go first); snapshots taken on demand are never
+    /// removed by this. Default 5.
+    #[serde(default = "five")]
+    pub retention: u32,
+    /// Keep a copy of each scheduled snapshot in the hub's data directory too (sent through
+    /// the tunnel), so a restore works after losing the host that took it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copy_to_hub: bool,
+}
+
+fn five() -> u32 {
+    5
+}
+
+/// Which snapshot to restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// The EtcdSnapshot's name (one of this cluster's, saved).
+    pub snapshot: String,
+    pub generation: u64,
+}
+
+/// A request that runs once per generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Generation {
+    pub generation: u64,
+}
+
+/// An etcd snapshot of a custom cluster: creating one takes it (as a task on one of the
+/// cluster's etcd hosts, with the distribution's `etcd-snapshot save`); its status says where
+/// it is, its size, checksum and the distribution version; deleting it deletes the file too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EtcdSnapshotSpec {
+    pub cluster: String,
+    /// Taken by the cluster's schedule (and so subject to its retention), not on demand.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduled: bool,
+    /// Keep a copy in the hub's data directory too (sent through the tunnel), so a restore
+    /// works after losing the host that took it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copy_to_hub: bool,
+}
+
+/// How a custom cluster's version change rolls over its hosts: servers (etcd and control
+/// plane) first, then workers, each group so many hosts at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeStrategy {
+    /// A number of hosts (`"1"`) or a share of them (`"25%"`, at least one); default `"1"`.
+    #[serde(default = "one")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$"))]
+    pub control_plane_concurrency: String,
+    /// As `controlPlaneConcurrency`, for workers; default `"1"`.
+    #[serde(default = "one")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]*|([1-9][0-9]?|100)%)$"))]
+    pub worker_concurrency: String,
+    /// Cordon each host's node and evict its pods (not DaemonSet pods) before its upgrade or
+    /// its removal; uncordon it once upgraded.
+    #[serde(default)]
+    pub drain: bool,
+}
+
+fn one() -> String {
+    "1".into()
+}
+
+impl Default for UpgradeStrategy {
+    fn default() -> Self {
+        Self {
+            control_plane_concurrency: one(),
+            worker_concurrency: one(),
+            drain: false,
+        }
+    }
+}
+
+/// `"3"` → 3 hosts; `"25%"` → a quarter of `of`, rounded up, at least one. `None` if malformed.
+pub fn concurrency(text: &str, of: usize) -> Option<usize> {
+    match text.strip_suffix('%') {
+        Some(pct) => {
+            let pct: usize = pct.parse().ok().filter(|p| (1..=100).contains(p))?;
+            Some((of * pct).div_ceil(100).max(1))
+        }
+        None => text.parse().ok().filter(|n| *n >= 1),
+    }
+}

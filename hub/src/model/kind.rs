@@ -1,0 +1,336 @@
+//! The kinds the hub stores, with their URL names, how each is validated on every write, and
+//! what of each is never shown.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{
+    ClusterSpec, ClusterType, EtcdSnapshotSpec, HostSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
+    RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec, concurrency,
+    parse_plan,
+};
+use crate::store::Object;
+
+/// The finalizer of the hub's clean-up: a Cluster carries it from its creation (its hosts
+/// uninstalled, its access and credentials revoked before it goes), a Host until its uninstall
+/// plan has run, an EtcdSnapshot until its file is deleted. Only the hub sets or removes it.
+pub const CLEANUP_FINALIZER: &str = "drover.io/planner";
+
+/// The kinds, with their URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Cluster,
+    Host,
+    RegistrationToken,
+    User,
+    Token,
+    RoleBinding,
+    Plan,
+    Setting,
+    Project,
+    ProjectSecret,
+    EtcdSnapshot,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 11] = [
+        Kind::Cluster,
+        Kind::Host,
+        Kind::RegistrationToken,
+        Kind::User,
+        Kind::Token,
+        Kind::RoleBinding,
+        Kind::Plan,
+        Kind::Setting,
+        Kind::Project,
+        Kind::ProjectSecret,
+        Kind::EtcdSnapshot,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Cluster => "Cluster",
+            Kind::Host => "Host",
+            Kind::RegistrationToken => "RegistrationToken",
+            Kind::User => "User",
+            Kind::Token => "Token",
+            Kind::RoleBinding => "RoleBinding",
+            Kind::Plan => "Plan",
+            Kind::Setting => "Setting",
+            Kind::Project => "Project",
+            Kind::ProjectSecret => "ProjectSecret",
+            Kind::EtcdSnapshot => "EtcdSnapshot",
+        }
+    }
+
+    /// The collection's path segment under `/v1/`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Cluster => "clusters",
+            Kind::Host => "hosts",
+            Kind::RegistrationToken => "registrationtokens",
+            Kind::User => "users",
+            Kind::Token => "tokens",
+            Kind::RoleBinding => "rolebindings",
+            Kind::Plan => "plans",
+            Kind::Setting => "settings",
+            Kind::Project => "projects",
+            Kind::ProjectSecret => "projectsecrets",
+            Kind::EtcdSnapshot => "etcdsnapshots",
+        }
+    }
+
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The JSON Schema of this kind's spec.
+    pub fn spec_schema(self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        match self {
+            Kind::Cluster => generator.subschema_for::<ClusterSpec>(),
+            Kind::Host => generator.subschema_for::<HostSpec>(),
+            Kind::RegistrationToken => generator.subschema_for::<RegistrationTokenSpec>(),
+            Kind::User => generator.subschema_for::<UserSpec>(),
+            Kind::Token => generator.subschema_for::<TokenSpec>(),
+            Kind::RoleBinding => generator.subschema_for::<RoleBindingSpec>(),
+            Kind::Plan => generator.subschema_for::<PlanSpec>(),
+            Kind::Setting => generator.subschema_for::<SettingSpec>(),
+            Kind::Project => generator.subschema_for::<ProjectSpec>(),
+            Kind::ProjectSecret => generator.subschema_for::<ProjectSecretSpec>(),
+            Kind::EtcdSnapshot => generator.subschema_for::<EtcdSnapshotSpec>(),
+        }
+    }
+
+    /// Checks `spec` parses as this kind's spec and holds sensible values; returns it
+    /// normalised (as its type serialises it). The message says what to fix.
+    pub fn validate_spec(self, spec: &Value) -> Result<Value, String> {
+        fn check<T: serde::de::DeserializeOwned + Serialize>(
+            spec: &Value,
+            more: impl FnOnce(&T) -> Result<(), String>,
+        ) -> Result<Value, String> {
+            let typed: T =
+                serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+            more(&typed)?;
+            serde_json::to_value(&typed).map_err(|e| e.to_string())
+        }
+        match self {
+            Kind::Cluster => check::<ClusterSpec>(spec, |s| {
+                match s.cluster_type {
+                ClusterType::Custom if s.distribution.is_none() => {
+                    Err("spec.distribution: a custom cluster needs \"k3s\" or \"rke2\"".into())
+                }
+                ClusterType::Custom if s.version.as_deref().is_none_or(str::is_empty) => {
+                    Err("spec.version: a custom cluster needs the distribution's version, e.g. v1.33.4+k3s1".into())
+                }
+                ClusterType::Imported if s.distribution.is_some() || s.version.is_some() => Err(
+                    "spec.distribution and spec.version are for custom clusters; an imported cluster keeps its own"
+                        .into(),
+                ),
+                ClusterType::Imported if s.paused => Err(
+                    "spec.paused is for custom clusters; the hub plans nothing for an imported cluster"
+                        .into(),
+                ),
+                ClusterType::Imported if s.upgrade_strategy.is_some() => Err(
+                    "spec.upgradeStrategy is for custom clusters; the hub does not upgrade an imported cluster"
+                        .into(),
+                ),
+                ClusterType::Imported
+                    if s.etcd_snapshots.is_some()
+                        || s.restore.is_some()
+                        || s.rotate_certificates.is_some() =>
+                {
+                    Err("spec.etcdSnapshots, spec.restore and spec.rotateCertificates are for custom clusters; an imported cluster's etcd and certificates are its own".into())
+                }
+                _ => {
+                    let strategy = s.upgrade_strategy.clone().unwrap_or_default();
+                    for (field, value) in [
+                        ("controlPlaneConcurrency", &strategy.control_plane_concurrency),
+                        ("workerConcurrency", &strategy.worker_concurrency),
+                    ] {
+                        if concurrency(value, 100).is_none() {
+                            return Err(format!(
+                                "spec.upgradeStrategy.{field}: {value:?} must be a number of hosts (\"2\") or a percentage (\"25%\")"
+                            ));
+                        }
+                    }
+                    if let Some(schedule) = &s.etcd_snapshots {
+                        crate::cron::Cron::parse(&schedule.schedule)
+                            .map_err(|e| format!("spec.etcdSnapshots.schedule: {e}"))?;
+                        if schedule.retention == 0 {
+                            return Err("spec.etcdSnapshots.retention: keep at least 1 scheduled snapshot (or remove spec.etcdSnapshots to stop scheduling)".into());
+                        }
+                    }
+                    if let Some(restore) = &s.restore {
+                        validate_name(Kind::EtcdSnapshot, &restore.snapshot)
+                            .map_err(|e| format!("spec.restore.snapshot: {e}"))?;
+                    }
+                    Ok(())
+                }
+            }
+            }),
+            Kind::Host => check::<HostSpec>(spec, |s| {
+                if s.cluster.is_empty() {
+                    return Err("spec.cluster: name the cluster this host belongs to".into());
+                }
+                for taint in &s.taints {
+                    let ok = taint.split_once(':').is_some_and(|(kv, effect)| {
+                        !kv.is_empty()
+                            && matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+                    });
+                    if !ok {
+                        return Err(format!(
+                            "spec.taints: {taint:?} must be key=value:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute"
+                        ));
+                    }
+                }
+                Ok(())
+            }),
+            Kind::RegistrationToken => {
+                check::<RegistrationTokenSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
+            }
+            Kind::User => check::<UserSpec>(spec, |s| {
+                if let Some(p) = &s.password
+                    && p.chars().count() < 12
+                {
+                    return Err("spec.password must have at least 12 characters".into());
+                }
+                for group in &s.groups {
+                    // Like object names: no ':' so no group here can pose as a Kubernetes
+                    // system group (system:masters) when impersonated downstream.
+                    validate_name(Kind::User, group).map_err(|_| {
+                        format!(
+                            "spec.groups: {group:?} must be lowercase letters, digits and '-', starting with a letter"
+                        )
+                    })?;
+                }
+                Ok(())
+            }),
+            Kind::Token => check::<TokenSpec>(spec, |s| match (&s.user, &s.agent) {
+                (Some(_), None) | (None, Some(_)) => Ok(()),
+                _ => Err("a token acts as exactly one of spec.user or spec.agent".into()),
+            }),
+            Kind::RoleBinding => check::<RoleBindingSpec>(spec, |s| {
+                if s.user.is_some() == s.group.is_some() {
+                    return Err(
+                        "a role binding names exactly one of spec.user or spec.group".into(),
+                    );
+                }
+                match (s.role, &s.cluster, &s.project) {
+                    (Role::Admin, None, None) => Ok(()),
+                    (Role::Admin, _, _) => Err(
+                        "spec.cluster, spec.project: admin is a global role; leave them out".into(),
+                    ),
+                    (Role::ProjectOwner | Role::ProjectMember, _, None) => Err(format!(
+                        "spec.project: {} needs the project it applies to",
+                        s.role.label()
+                    )),
+                    (Role::ClusterOwner | Role::ClusterMember, _, Some(_)) => Err(format!(
+                        "spec.project: {} is a cluster role; for a project use project-owner, project-member or read-only",
+                        s.role.label()
+                    )),
+                    (_, None, _) => Err(
+                        "spec.cluster: cluster and project roles need the cluster they apply to"
+                            .into(),
+                    ),
+                    (_, Some(c), project) => {
+                        non_empty("spec.cluster", c)?;
+                        project
+                            .as_deref()
+                            .map_or(Ok(()), |p| non_empty("spec.project", p))
+                    }
+                }
+            }),
+            Kind::Plan => check::<PlanSpec>(spec, |s| {
+                non_empty("spec.host", &s.host)?;
+                non_empty("spec.cluster", &s.cluster)?;
+                if !matches!(s.slot.as_str(), "" | "task") {
+                    return Err(format!(
+                        "spec.slot: {:?} is not a slot; use \"\" (the host's plan) or \"task\"",
+                        s.slot
+                    ));
+                }
+                parse_plan(&s.plan).map(drop)
+            }),
+            Kind::Setting => check::<SettingSpec>(spec, |_| Ok(())),
+            Kind::Project => check::<ProjectSpec>(spec, |s| non_empty("spec.cluster", &s.cluster)),
+            Kind::EtcdSnapshot => {
+                check::<EtcdSnapshotSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
+            }
+            Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
+                non_empty("spec.cluster", &s.cluster)?;
+                non_empty("spec.project", &s.project)?;
+                for (key, value) in &s.data {
+                    let key_ok = !key.is_empty()
+                        && key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                    if !key_ok {
+                        return Err(format!(
+                            "spec.data: key {key:?} must be letters, digits, '-', '_' or '.'"
+                        ));
+                    }
+                    use base64::Engine as _;
+                    if base64::engine::general_purpose::STANDARD
+                        .decode(value)
+                        .is_err()
+                    {
+                        return Err(format!("spec.data.{key}: the value must be base64"));
+                    }
+                }
+                Ok(())
+            }),
+        }
+    }
+
+    /// Removes what the API never returns (secret hashes, passwords).
+    pub fn redact(self, object: &mut Object) {
+        redact_spec(&mut object.spec);
+    }
+
+    /// As [`Kind::redact`], on an object already turned into JSON.
+    pub fn redact_value(self, object: &mut Value) {
+        if let Some(spec) = object.get_mut("spec") {
+            redact_spec(spec);
+        }
+    }
+}
+
+fn redact_spec(spec: &mut Value) {
+    if let Value::Object(spec) = spec {
+        for field in ["secretHash", "passwordHash", "password"] {
+            spec.remove(field);
+        }
+    }
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        Err(format!("{field} must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks an object name: lowercase letters, digits and '-', starting with a letter, ending
+/// with a letter or digit, at most 63 characters (it becomes part of URLs and DNS names).
+pub fn validate_name(kind: Kind, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} name {name:?} is not valid: use 1-63 lowercase letters, digits and '-', starting with a letter",
+            kind.name()
+        ))
+    }
+}

@@ -1,0 +1,245 @@
+//! The status every kind shares (conditions, kept as Kubernetes shapes them), the `state` an
+//! object shows, derived from them as Rancher's API derives it, and status writes that retry.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::Kind;
+use crate::store::{Object, ObjectMeta, Store, StoreError};
+
+/// A condition, as Kubernetes shapes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+/// The status every kind shares: conditions, plus kind-specific fields kept as given.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl Status {
+    pub fn of(object: &Object) -> Status {
+        serde_json::from_value(object.status.clone()).unwrap_or_default()
+    }
+
+    /// Sets a condition; `lastTransitionTime` moves only when the status changes.
+    pub fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str) {
+        self.set_condition_to(kind, Some(status), reason, message);
+    }
+
+    /// As [`Status::set_condition`], with `None` for "Unknown" (on its way; not a failure).
+    /// The condition of type `kind`, if set.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+
+    pub fn set_condition_to(
+        &mut self,
+        kind: &str,
+        status: Option<bool>,
+        reason: &str,
+        message: &str,
+    ) {
+        let status = match status {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        }
+        .to_owned();
+        let now = crate::store::now_rfc3339();
+        match self.conditions.iter_mut().find(|c| c.kind == kind) {
+            Some(c) => {
+                if c.status != status {
+                    c.last_transition_time = now;
+                }
+                c.status = status;
+                c.reason = reason.to_owned();
+                c.message = message.to_owned();
+            }
+            None => self.conditions.push(Condition {
+                kind: kind.to_owned(),
+                status,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                last_transition_time: now,
+            }),
+        }
+    }
+}
+
+/// What an object shows as its state, as Rancher's API summarises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct State {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// True when the state is an error the user should look at.
+    #[serde(default)]
+    pub error: bool,
+    /// True while the object is on its way somewhere (provisioning, updating, removing).
+    #[serde(default)]
+    pub transitioning: bool,
+}
+
+impl State {
+    fn new(state: &str, message: impl Into<String>, error: bool, transitioning: bool) -> Self {
+        Self {
+            state: state.to_owned(),
+            message: message.into(),
+            error,
+            transitioning,
+        }
+    }
+}
+
+/// Derives the state from metadata and conditions. In order: being removed; an error; cut off;
+/// still provisioning or updating; active when every condition holds.
+pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value) -> State {
+    if meta.deletion_timestamp.is_some() {
+        let waiting = meta.finalizers.join(", ");
+        return State::new("removing", format!("waiting for {waiting}"), false, true);
+    }
+    let failed = |c: &Condition| {
+        c.status == "False" && (c.reason.contains("Error") || c.reason.contains("Failed"))
+    };
+    if let Some(c) = status.conditions.iter().find(|c| failed(c)) {
+        return State::new("error", c.message.clone(), true, false);
+    }
+    if let Some(c) = status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Connected" && c.status == "False")
+    {
+        return State::new("disconnected", c.message.clone(), false, false);
+    }
+    for (condition, state) in [
+        ("Provisioned", "provisioning"),
+        ("Updated", "updating"),
+        ("Restored", "restoring"),
+        ("CertificatesRotated", "rotating"),
+        ("Saved", "saving"),
+    ] {
+        if let Some(c) = status
+            .conditions
+            .iter()
+            .find(|c| c.kind == condition && c.status != "True")
+        {
+            return State::new(state, c.message.clone(), false, true);
+        }
+    }
+    if let Some(c) = status.conditions.iter().find(|c| c.status != "True") {
+        return State::new(
+            "unavailable",
+            format!("{}: {}", c.kind, c.message),
+            false,
+            false,
+        );
+    }
+    match kind {
+        Kind::Cluster | Kind::Host if !status.conditions.iter().any(|c| c.kind == "Connected") => {
+            let who = if kind == Kind::Cluster {
+                "the cluster-agent"
+            } else {
+                "the system-agent"
+            };
+            State::new(
+                "pending",
+                format!("waiting for {who} to connect"),
+                false,
+                true,
+            )
+        }
+        Kind::EtcdSnapshot if !status.conditions.iter().any(|c| c.kind == "Saved") => State::new(
+            "pending",
+            "waiting for the planner to take it (on the cluster's init host)",
+            false,
+            true,
+        ),
+        Kind::User if spec.get("disabled").and_then(Value::as_bool) == Some(true) => {
+            State::new("inactive", "this user is disabled", false, false)
+        }
+        Kind::Token | Kind::RegistrationToken if expired(spec) => {
+            State::new("expired", "this token has expired", false, false)
+        }
+        _ => State::new("active", "", false, false),
+    }
+}
+
+/// Whether `spec.expiresAt` lies in the past.
+pub fn expired(spec: &Value) -> bool {
+    spec.get("expiresAt")
+        .and_then(Value::as_str)
+        .and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        })
+        .is_some_and(|t| t <= time::OffsetDateTime::now_utc())
+}
+
+/// Sets one condition on an object, retrying on concurrent writes.
+pub async fn set_condition(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    condition: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    update_status(store, kind, name, |status| {
+        status.set_condition(condition, value, reason, message)
+    })
+    .await
+}
+
+/// Changes an object's status, retrying on concurrent writes; a missing object is left alone,
+/// and so is one the change leaves as it was (no write, so no watch event: controllers that
+/// watch what they write do not wake themselves).
+pub async fn update_status(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    mut change: impl FnMut(&mut Status),
+) -> Result<(), StoreError> {
+    for _ in 0..10 {
+        let mut object = match store.get(kind.name(), name).await {
+            Ok(o) => o,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let before = Status::of(&object);
+        let mut status = before.clone();
+        change(&mut status);
+        if status == before {
+            return Ok(());
+        }
+        object.status =
+            serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
+        match store.update(object).await {
+            Err(StoreError::Conflict { .. }) => continue,
+            other => return other.map(drop),
+        }
+    }
+    Err(StoreError::Backend(format!(
+        "{} {name}: too many concurrent writers",
+        kind.name()
+    )))
+}

@@ -1,17 +1,24 @@
 //! The hub's own calls into a cluster (not a user's, which the proxy carries): cordoning and
 //! draining a node before its host upgrades, making it schedulable again, deleting the node of a
-//! removed host, and cleaning up what the import manifest created in a cluster being removed.
+//! removed host, cleaning up what the import manifest created in a cluster being removed, and
+//! asking the cluster, as a user, whether they may list a kind (before the proxy answers from
+//! the cluster-agent's cache).
 //! Each goes to the cluster's API server as its cluster-agent, through the agent's session on
 //! this replica or the replica it is connected to (the proxy's routes). Each is one pass that
 //! says why it is not done yet, so a slow cluster never holds up the planner's other work.
 
-use http::{Method, StatusCode};
+use axum::response::Response;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use axum::body::Body;
 
-pub use crate::proxy::Agents;
-use crate::{identity, proxy};
+pub use crate::proxy::route::Agents;
+use crate::{
+    auth::Principal,
+    identity,
+    proxy::route::{self, ProxyState, Route, connect_route, from_api, impersonate, kube_status},
+};
 
 /// The label the cluster-agent puts on the RBAC objects and secrets it keeps.
 const SYNCED: &str = "drover.io/sync";
@@ -43,9 +50,9 @@ pub async fn call(
     content_type: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<(StatusCode, serde_json::Value), String> {
-    let (mut sender, path) = match proxy::agent_session(&agents.registry, cluster) {
+    let (mut sender, path) = match route::agent_session(&agents.registry, cluster) {
         Some(session) => {
-            let sender = proxy::connect(&session, proto::KUBE_API_SERVICE, cluster, None)
+            let sender = route::connect(&session, proto::KUBE_API_SERVICE, cluster, None)
                 .await
                 .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
             (sender, path.to_owned())
@@ -62,12 +69,12 @@ pub async fn call(
                 None => None,
             }
             .ok_or_else(|| format!("the cluster-agent of {cluster:?} is not connected"))?;
-            let sender = proxy::connect_peer(agents.peers.clone(), &url, cluster)
+            let sender = route::connect_peer(agents.peers.clone(), &url, cluster)
                 .await
                 .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
             let relayed = format!(
                 "{}/{}/{cluster}/{}{path}",
-                proxy::RELAY_PREFIX,
+                route::RELAY_PREFIX,
                 identity::CLUSTER_AGENT,
                 proto::KUBE_API_SERVICE
             );
@@ -83,7 +90,7 @@ pub async fn call(
         .header(http::header::ACCEPT, "application/json")
         .body(Body::from(bytes))
         .map_err(|e| e.to_string())?;
-    let response = proxy::send(&mut sender, request, cluster)
+    let response = route::send(&mut sender, request, cluster)
         .await
         .map_err(|r| format!("cluster {cluster:?}: HTTP {}", r.status()))?;
     let status = response.status();
@@ -256,4 +263,66 @@ pub async fn clean_imported(agents: &Agents, cluster: &str) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// Whether the cluster's RBAC lets `principal` list `resource` in `namespace` (every namespace
+/// when `None`), asked of the cluster as the user (a `SelfSubjectAccessReview`, as `kubectl
+/// auth can-i` asks).
+pub(crate) async fn may_list(
+    state: &ProxyState,
+    route: &Route,
+    principal: &Principal,
+    cluster: &str,
+    resource: proto::CachedResource,
+    namespace: Option<&str>,
+) -> Result<bool, Response> {
+    let review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {
+            "verb": "list",
+            "group": resource.group,
+            "resource": resource.name,
+            "namespace": namespace.unwrap_or_default(),
+        }},
+    });
+    let (mut sender, path, pool) = connect_route(
+        state,
+        route,
+        proto::KUBE_API_SERVICE,
+        cluster,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        true,
+    )
+    .await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::HOST, HeaderValue::from_static("kubernetes"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    impersonate(&mut headers, principal).map_err(from_api)?;
+    let mut request = http::Request::post(path)
+        .body(Body::from(review.to_string()))
+        .unwrap_or_default();
+    *request.headers_mut() = headers;
+    let response = route::send(&mut sender, request, cluster).await?;
+    let status = response.status();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if let Some(pool) = pool {
+        pool.put(sender);
+    }
+    if !status.is_success() {
+        return Err(kube_status(
+            StatusCode::BAD_GATEWAY,
+            "BadGateway",
+            format!("cluster {cluster:?} could not say what the caller may list: HTTP {status}"),
+        ));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    Ok(answer.pointer("/status/allowed") == Some(&serde_json::Value::Bool(true)))
 }

@@ -32,7 +32,7 @@ pub async fn cache(
         .and_then(|q| q.0.get("namespace").cloned())
         .filter(|n| !n.is_empty() && cached.namespaced);
     if !principal.admin {
-        match may_list(
+        match crate::downstream::may_list(
             &state,
             &route,
             &principal,
@@ -100,66 +100,4 @@ pub async fn cache(
         }
         Err(response) => response,
     }
-}
-
-/// Whether the cluster's RBAC lets `principal` list `resource` in `namespace` (every namespace
-/// when `None`), asked of the cluster as the user (a `SelfSubjectAccessReview`, as `kubectl
-/// auth can-i` asks).
-async fn may_list(
-    state: &ProxyState,
-    route: &Route,
-    principal: &Principal,
-    cluster: &str,
-    resource: proto::CachedResource,
-    namespace: Option<&str>,
-) -> Result<bool, Response> {
-    let review = serde_json::json!({
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {"resourceAttributes": {
-            "verb": "list",
-            "group": resource.group,
-            "resource": resource.name,
-            "namespace": namespace.unwrap_or_default(),
-        }},
-    });
-    let (mut sender, path, pool) = connect_route(
-        state,
-        route,
-        KUBE_API_SERVICE,
-        cluster,
-        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-        true,
-    )
-    .await?;
-    let mut headers = HeaderMap::new();
-    headers.insert(header::HOST, HeaderValue::from_static("kubernetes"));
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    impersonate(&mut headers, principal).map_err(from_api)?;
-    let mut request = http::Request::post(path)
-        .body(Body::from(review.to_string()))
-        .unwrap_or_default();
-    *request.headers_mut() = headers;
-    let response = send(&mut sender, request, cluster).await?;
-    let status = response.status();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    if let Some(pool) = pool {
-        pool.put(sender);
-    }
-    if !status.is_success() {
-        return Err(kube_status(
-            StatusCode::BAD_GATEWAY,
-            "BadGateway",
-            format!("cluster {cluster:?} could not say what the caller may list: HTTP {status}"),
-        ));
-    }
-    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    Ok(answer.pointer("/status/allowed") == Some(&serde_json::Value::Bool(true)))
 }

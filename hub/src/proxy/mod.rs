@@ -36,28 +36,14 @@ use crate::{
 
 mod cache;
 mod relay;
-mod route;
+pub(crate) mod route;
 
 pub use cache::cache;
 pub use proto::KUBE_API_SERVICE;
 pub use relay::relay;
-pub use route::{Agents, Pools, RELAY_PREFIX, agent_session};
-use route::{Route, connect_route, newest_session};
-pub(crate) use route::{connect, connect_peer, send};
-
-/// Groups of the hub's own set on proxied requests: `drover:authenticated` for everyone and
-/// `drover:admin` for the hub's admins (bound to cluster-admin by the import manifest).
-pub const GROUP_PREFIX: &str = "drover:";
-
-#[derive(Clone, Debug)]
-pub struct ProxyState {
-    pub api: Api,
-    pub registry: Registry,
-    pub pools: Pools,
-    pub replicas: Arc<Replicas>,
-    /// How this replica calls its peers (mutual TLS); `None` with a single replica.
-    pub peers: Option<Arc<rustls::ClientConfig>>,
-}
+pub use route::{Agents, GROUP_PREFIX, Pools, ProxyState, RELAY_PREFIX, agent_session};
+use route::{Route, connect_route, from_api, impersonate, kube_status, newest_session};
+pub(crate) use route::{connect, send};
 
 /// The response header that says a request went the fallback way.
 pub const ROUTE_HEADER: &str = "x-drover-route";
@@ -126,19 +112,6 @@ pub fn raw_rest(path: &str, skip: usize) -> Result<&str, String> {
         ));
     }
     Ok(rest)
-}
-
-fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        kubeshape::status::failure(code.as_u16(), reason, &message),
-    )
-        .into_response()
-}
-
-fn from_api(e: ApiError) -> Response {
-    kube_status(e.code, e.reason, e.message)
 }
 
 /// The caller, and the route to the cluster's agent, if the caller holds a role on the cluster
@@ -318,29 +291,6 @@ pub async fn handle(
         );
     }
     response
-}
-
-/// Sets who the request acts as downstream: the caller, with their groups.
-fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Result<(), ApiError> {
-    let Ok(user) = HeaderValue::from_str(&principal.user) else {
-        return Err(ApiError::bad_request(
-            "the user name cannot be sent as a header",
-        ));
-    };
-    headers.insert("impersonate-user", user);
-    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
-    // with the hub's role bindings, binds besides the user.
-    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
-    if principal.admin {
-        groups.push(format!("{GROUP_PREFIX}admin"));
-    }
-    groups.extend(principal.groups.iter().cloned());
-    for group in groups {
-        if let Ok(value) = HeaderValue::from_str(&group) {
-            headers.append("impersonate-group", value);
-        }
-    }
-    Ok(())
 }
 
 /// The client's side of an upgrade (if the request asks for one), and the query (`?…` or

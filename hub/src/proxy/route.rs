@@ -28,7 +28,7 @@ impl Agents {
 
 /// Where a request for a cluster goes: through an agent session of this replica, or to the
 /// replica the agent is connected to.
-pub(super) enum Route {
+pub(crate) enum Route {
     Local(Session),
     Peer { url: String, kind: &'static str },
 }
@@ -83,7 +83,7 @@ pub const RELAY_PREFIX: &str = "/v3/relay";
 
 /// An HTTP/1 connection to `service` of the cluster's agent along `route`, and the path to
 /// send `path` (the agent's own path, with its query) as.
-pub(super) async fn connect_route(
+pub(crate) async fn connect_route(
     state: &ProxyState,
     route: &Route,
     service: &'static str,
@@ -205,4 +205,54 @@ pub(crate) async fn send(
             format!("cluster {cluster:?} did not answer within 60 s"),
         )),
     }
+}
+
+/// Groups of the hub's own set on proxied requests: `drover:authenticated` for everyone and
+/// `drover:admin` for the hub's admins (bound to cluster-admin by the import manifest).
+pub const GROUP_PREFIX: &str = "drover:";
+
+#[derive(Clone, Debug)]
+pub struct ProxyState {
+    pub api: Api,
+    pub registry: Registry,
+    pub pools: Pools,
+    pub replicas: Arc<Replicas>,
+    /// How this replica calls its peers (mutual TLS); `None` with a single replica.
+    pub peers: Option<Arc<rustls::ClientConfig>>,
+}
+
+pub(crate) fn kube_status(code: StatusCode, reason: &str, message: String) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        kubeshape::status::failure(code.as_u16(), reason, &message),
+    )
+        .into_response()
+}
+
+pub(crate) fn from_api(e: ApiError) -> Response {
+    kube_status(e.code, e.reason, e.message)
+}
+
+/// Sets who the request acts as downstream: the caller, with their groups.
+pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Result<(), ApiError> {
+    let Ok(user) = HeaderValue::from_str(&principal.user) else {
+        return Err(ApiError::bad_request(
+            "the user name cannot be sent as a header",
+        ));
+    };
+    headers.insert("impersonate-user", user);
+    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
+    // with the hub's role bindings, binds besides the user.
+    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
+    if principal.admin {
+        groups.push(format!("{GROUP_PREFIX}admin"));
+    }
+    groups.extend(principal.groups.iter().cloned());
+    for group in groups {
+        if let Ok(value) = HeaderValue::from_str(&group) {
+            headers.append("impersonate-group", value);
+        }
+    }
+    Ok(())
 }

@@ -470,6 +470,7 @@ mod removal;
 mod report;
 mod restore;
 mod rollout;
+mod rotation;
 mod tasks;
 #[cfg(test)]
 mod tests;

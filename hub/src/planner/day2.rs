@@ -19,7 +19,6 @@
 //! writes no plans to them until it is over.
 
 use proto::plan::v1::{Instruction, Plan, Upload};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
@@ -30,21 +29,10 @@ use super::{
 use crate::{
     cron::Cron,
     model::update_status,
-    model::{HostSpec, Kind, Status, concurrency},
+    model::{Kind, Status},
     plans::TASK,
     store::{Object, Op, StoreError},
 };
-
-/// A rotation's progress, kept in the cluster's `status.certificateRotation`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct RotationStatus {
-    generation: u64,
-    /// Rotating, Rotated or Failed.
-    phase: String,
-    done: Vec<String>,
-    message: String,
-}
 
 impl Planner {
     /// Runs the cluster's operations one pass further. True while a restore owns the hosts
@@ -135,109 +123,28 @@ impl Planner {
 
     // --- certificate rotation ---
 
-    /// Drives a rotation under way, or starts a requested one if `may_start`.
+    /// One pass of a certificate rotation (see `rotation.rs`): its tasks written, then its
+    /// status. True while it is under way.
     async fn rotate(&self, c: &Cluster<'_>, may_start: bool) -> Result<bool, StoreError> {
-        let Some(request) = c.spec.rotate_certificates else {
+        let Some(pass) = super::rotation::rotation(c, may_start) else {
             return Ok(false);
         };
-        let mut st: RotationStatus = c
-            .status()
-            .extra
-            .get("certificateRotation")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
-        if st.generation > request.generation
-            || (st.generation == request.generation && st.phase != "Rotating")
-        {
-            return Ok(false);
-        }
-        if st.generation < request.generation {
-            if !may_start {
-                return Ok(false);
-            }
-            st = RotationStatus {
-                generation: request.generation,
-                phase: "Rotating".into(),
-                ..RotationStatus::default()
-            };
-        }
-        let id = format!("{}/rotate/{}", c.object.metadata.uid, st.generation);
-        let strategy = c.spec.upgrade_strategy.clone().unwrap_or_default();
-        let ordered = c.ordered();
-        let is_server = |s: &HostSpec| s.roles.etcd || s.roles.control_plane;
-        let servers = ordered.iter().filter(|(_, s)| is_server(s)).count();
-        let (group, limit): (Vec<_>, usize) = if ordered
-            .iter()
-            .filter(|(_, s)| is_server(s))
-            .all(|(h, _)| st.done.contains(&h.metadata.name))
-        {
-            let workers: Vec<_> = ordered.iter().filter(|(_, s)| !is_server(s)).collect();
-            let limit = concurrency(&strategy.worker_concurrency, workers.len()).unwrap_or(1);
-            (workers, limit)
-        } else {
-            let limit = concurrency(&strategy.control_plane_concurrency, servers).unwrap_or(1);
-            (
-                ordered.iter().filter(|(_, s)| is_server(s)).collect(),
-                limit,
-            )
-        };
-        let mut waiting = Vec::new();
-        let mut failed = None;
-        let turn: Vec<_> = group
-            .iter()
-            .filter(|(h, _)| !st.done.contains(&h.metadata.name))
-            .take(limit)
-            .collect();
-        for (host, spec) in turn {
-            let unit = c.unit(spec);
-            let steps = if is_server(spec) {
-                vec![
-                    step("stop", "systemctl", &["stop", unit]),
-                    step(
-                        "certificate-rotate",
-                        c.dist.name(),
-                        &["certificate", "rotate"],
-                    ),
-                    step("start", "systemctl", &["start", unit]),
-                ]
-            } else {
-                // An agent's client certificates are renewed by its server when it restarts.
-                vec![step("restart", "systemctl", &["restart", unit])]
-            };
-            let plan = task_plan(&id, steps, c.probes(&host.metadata.name));
-            match self.task(c, host, plan).await? {
-                Task::Done(_) => st.done.push(host.metadata.name.clone()),
-                Task::Running(what) => waiting.push(format!("{}: {what}", host.metadata.name)),
-                Task::Failed(why) => failed = Some(format!("{}: {why}", host.metadata.name)),
+        for (name, plan) in &pass.tasks {
+            if let Some((host, _)) = c.host(name) {
+                self.write_plan(c.name(), host, TASK, plan, Vec::new())
+                    .await?;
             }
         }
-        let total = ordered.len();
-        let (condition, reason, message) = if let Some(why) = failed {
-            st.phase = "Failed".into();
-            st.message = format!(
-                "certificate rotation stopped at host {why}; fix the cause and raise spec.rotateCertificates.generation to rotate again"
-            );
-            (Some(false), "RotationFailed", st.message.clone())
-        } else if st.done.len() >= total {
-            st.phase = "Rotated".into();
-            st.message.clear();
-            tracing::info!(cluster = %c.name(), hosts = total, "certificates rotated");
-            (Some(true), "Rotated", String::new())
-        } else {
-            let message = format!(
-                "{} of {total} hosts rotated; {}",
-                st.done.len(),
-                waiting.join("; ")
-            );
-            (None, "Rotating", message)
-        };
-        let value = serde_json::to_value(&st).unwrap_or(Value::Null);
+        if pass.rotation.phase == "Rotated" {
+            tracing::info!(cluster = %c.name(), hosts = pass.rotation.done.len(), "certificates rotated");
+        }
+        let value = serde_json::to_value(&pass.rotation).unwrap_or(Value::Null);
         update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
             s.extra.insert("certificateRotation".into(), value.clone());
-            s.set_condition_to("CertificatesRotated", condition, reason, &message);
+            s.set_condition_to("CertificatesRotated", pass.done, pass.reason, &pass.message);
         })
         .await?;
-        Ok(st.phase == "Rotating")
+        Ok(pass.rotation.phase == "Rotating")
     }
 
     // --- snapshots ---

@@ -5,7 +5,7 @@
 //! written whole or not at all.
 //!
 //! Before this format the cluster-agent and the node-agent kept the bare credential in a file
-//! named `credential`; [`load`] reads such a file once, keeps it in the new format and removes
+//! named `credential`; [`load_or_migrate`] reads such a file once, keeps it in the new format and removes
 //! it, so an upgraded agent keeps its identity instead of registering again.
 
 use std::{
@@ -16,7 +16,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use proto::register::{RegisterReply, RegisterRequest};
+use proto::register::{AgentKind, RegisterReply, RegisterRequest};
 use serde::{Deserialize, Serialize};
 use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
 
@@ -148,40 +148,43 @@ pub async fn register(
     })
 }
 
-/// The registration kept in `dir`, if any. A bare credential kept by an older agent (which
-/// registered as `legacy_id` in `cluster`) is kept anew in the current format and its file
-/// removed.
-pub fn load(
+/// The registration kept in `dir`, if any.
+pub fn load(dir: &Path) -> Result<Option<Registration>, RegisterError> {
+    let path = dir.join(REGISTRATION_FILE);
+    let state = |e| RegisterError::State(path.display().to_string(), e);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(state(e)),
+    };
+    let kept: Kept = serde_json::from_slice(&bytes)
+        .map_err(|e| state(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    Ok(Some(Registration {
+        id: kept.id,
+        credential: Secret::new(kept.credential),
+        cluster: kept.cluster,
+    })
+    .filter(|r| !r.credential.expose().is_empty()))
+}
+
+/// As [`load`]; without a registration, a bare credential kept by an older cluster-agent or
+/// node-agent (which registered as `legacy_id` in `cluster`) is kept anew in the current format
+/// and its file removed.
+pub fn load_or_migrate(
     dir: &Path,
     legacy_id: &str,
     cluster: &str,
 ) -> Result<Option<Registration>, RegisterError> {
-    let state = |path: &Path, e| RegisterError::State(path.display().to_string(), e);
-    let path = dir.join(REGISTRATION_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let kept: Kept = serde_json::from_slice(&bytes).map_err(|e| {
-                state(
-                    &path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-                )
-            })?;
-            return Ok(Some(Registration {
-                id: kept.id,
-                credential: Secret::new(kept.credential),
-                cluster: kept.cluster,
-            })
-            .filter(|r| !r.credential.expose().is_empty()));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(state(&path, e)),
+    if let Some(kept) = load(dir)? {
+        return Ok(Some(kept));
     }
     let legacy = dir.join(LEGACY_CREDENTIAL_FILE);
+    let state = |e| RegisterError::State(legacy.display().to_string(), e);
     let value = match std::fs::read_to_string(&legacy) {
         Ok(value) if !value.trim().is_empty() => value.trim().to_owned(),
         Ok(_) => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(state(&legacy, e)),
+        Err(e) => return Err(state(e)),
     };
     let registration = Registration {
         id: legacy_id.to_owned(),
@@ -189,7 +192,7 @@ pub fn load(
         cluster: cluster.to_owned(),
     };
     keep(dir, &registration)?;
-    std::fs::remove_file(&legacy).map_err(|e| state(&legacy, e))?;
+    std::fs::remove_file(&legacy).map_err(state)?;
     tracing::info!(dir = %dir.display(), "kept the credential of an earlier version in {REGISTRATION_FILE}");
     Ok(Some(registration))
 }
@@ -229,22 +232,24 @@ pub fn write_secret(path: &Path, value: &[u8]) -> std::io::Result<()> {
 /// cluster, and the system-agent's request says more.
 pub async fn ensure(
     hub: &HubSettings,
-    identity: Peer,
+    kind: AgentKind,
+    id: &str,
     cluster: &str,
 ) -> Result<Registration, RegisterError> {
-    if let Some(kept) = load(&hub.state_dir, &identity.id, cluster)? {
+    if let Some(kept) = load_or_migrate(&hub.state_dir, id, cluster)? {
         return Ok(kept);
     }
     if !hub.is_registration_token() {
         return Ok(Registration {
-            id: identity.id,
+            id: id.to_owned(),
             credential: hub.token.clone(),
             cluster: cluster.to_owned(),
         });
     }
-    let kind = proto::register::AgentKind::parse(&identity.kind).ok_or_else(|| {
-        RegisterError::Refused(format!("{:?} is not an agent kind", identity.kind))
-    })?;
+    let identity = Peer {
+        id: id.to_owned(),
+        kind: kind.as_str().into(),
+    };
     let registration = register(hub, identity, &RegisterRequest::of(kind)).await?;
     keep(&hub.state_dir, &registration)?;
     Ok(registration)
@@ -266,7 +271,7 @@ mod tests {
     #[test]
     fn a_kept_registration_reads_back_and_only_its_owner_can_read_it() {
         let dir = temp_dir("keep");
-        assert!(load(&dir, "node/c", "c").unwrap().is_none());
+        assert!(load(&dir).unwrap().is_none());
         let registration = Registration {
             id: "host/h1".into(),
             credential: Secret::new("drt_secret"),
@@ -276,7 +281,7 @@ mod tests {
         let path = dir.join(REGISTRATION_FILE);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let kept = load(&dir, "ignored", "ignored").unwrap().unwrap();
+        let kept = load(&dir).unwrap().unwrap();
         assert_eq!(
             (
                 kept.id.as_str(),
@@ -292,7 +297,9 @@ mod tests {
     fn an_older_agents_bare_credential_is_kept_in_the_new_format() {
         let dir = temp_dir("legacy");
         std::fs::write(dir.join("credential"), "drt_old\n").unwrap();
-        let kept = load(&dir, "cluster/prod", "prod").unwrap().unwrap();
+        let kept = load_or_migrate(&dir, "cluster/prod", "prod")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (
                 kept.id.as_str(),
@@ -306,7 +313,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["credential"], "drt_old");
         // And it reads back as any registration does.
-        assert_eq!(load(&dir, "x", "y").unwrap().unwrap().id, "cluster/prod");
+        assert_eq!(load(&dir).unwrap().unwrap().id, "cluster/prod");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -319,7 +326,7 @@ mod tests {
             r#"{"id":"host/abc","credential":"drt_x","cluster":"edge"}"#,
         )
         .unwrap();
-        let kept = load(&dir, "unused", "unused").unwrap().unwrap();
+        let kept = load(&dir).unwrap().unwrap();
         assert_eq!(
             (kept.id.as_str(), kept.cluster.as_str()),
             ("host/abc", "edge")

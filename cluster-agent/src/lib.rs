@@ -193,7 +193,8 @@ async fn keep_in_cluster(
 /// cluster), exchanged now, or given as is.
 async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, AgentError> {
     let id = format!("cluster/{}", config.cluster);
-    if let Some(kept) = agentkit::hub::load(&config.hub.state_dir, &id, &config.cluster)? {
+    if let Some(kept) = agentkit::hub::load_or_migrate(&config.hub.state_dir, &id, &config.cluster)?
+    {
         return Ok(kept.credential);
     }
     if !config.hub.is_registration_token() {

@@ -196,11 +196,7 @@ pub async fn uncordon(agents: &Agents, cluster: &str, node: &str) -> Result<(), 
         Some(&json!({"spec": {"unschedulable": null}})),
     )
     .await?;
-    if code.is_success() || code == StatusCode::NOT_FOUND {
-        Ok(())
-    } else {
-        Err(format!("HTTP {code}: {}", answer["message"]))
-    }
+    done_or_gone(code, &answer)
 }
 
 /// Deletes the node object of a machine that is gone.
@@ -214,6 +210,11 @@ pub async fn delete_node(agents: &Agents, cluster: &str, node: &str) -> Result<(
         None,
     )
     .await?;
+    done_or_gone(code, &answer)
+}
+
+/// A write to a node: done, or not needed because the node is gone; else why not.
+fn done_or_gone(code: StatusCode, answer: &Value) -> Result<(), String> {
     if code.is_success() || code == StatusCode::NOT_FOUND {
         Ok(())
     } else {

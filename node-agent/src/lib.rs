@@ -96,10 +96,8 @@ pub enum AgentError {
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
     let registration = agentkit::hub::ensure(
         &config.hub,
-        Peer {
-            id: format!("node/{}", config.cluster),
-            kind: KIND.as_str().into(),
-        },
+        KIND,
+        &format!("node/{}", config.cluster),
         &config.cluster,
     )
     .await?;

@@ -221,10 +221,8 @@ pub fn host_id(dir: &std::path::Path) -> Result<String, AgentError> {
 
 /// The identity and credential from an earlier registration, or from registering now.
 async fn registration(hub: &HubSettings, host: &HostSpec) -> Result<(String, Secret), AgentError> {
-    // A host's identity is the hub's to give; there is no older format to read.
-    if let Some(kept) = agentkit::hub::load(&hub.state_dir, "", "")?
-        && !kept.id.is_empty()
-    {
+    // A host's identity is the hub's to give; the system-agent always kept this format.
+    if let Some(kept) = agentkit::hub::load(&hub.state_dir)? {
         return Ok((kept.id, kept.credential));
     }
     if !hub.is_registration_token() {

@@ -76,7 +76,7 @@ impl Planner {
         }
         if let Some(update) = &pass.update {
             match (update.restore.phase.as_str(), update.done) {
-                ("Stopping", None) if update.message == "stopping the cluster's hosts" => {
+                ("Stopping", None) if pass.started => {
                     tracing::info!(cluster = %c.name(), snapshot = %update.restore.snapshot, host = %update.restore.host, "restoring etcd");
                 }
                 ("Restored", _) => {

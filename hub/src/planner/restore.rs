@@ -48,6 +48,8 @@ pub(super) struct Pass {
     pub update: Option<Update>,
     /// The restore owns the hosts: the planner writes no plans to them meanwhile.
     pub owns_hosts: bool,
+    /// This pass took a new request.
+    pub started: bool,
 }
 
 /// One pass of the cluster's restore.
@@ -85,6 +87,7 @@ pub(super) fn restore(c: &Cluster<'_>) -> Pass {
                 (st.host, st.file, st.hub_copy) = (host, file, hub_copy);
                 pass.update = Some(update(st, None, "stopping the cluster's hosts".into()));
                 pass.owns_hosts = true;
+                pass.started = true;
             }
             Err(why) => {
                 st.phase = "Failed".into();

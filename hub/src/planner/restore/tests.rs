@@ -139,7 +139,7 @@ fn a_restore_stops_every_host_resets_etcd_then_rejoins_servers_one_by_one_then_w
     // The request is taken: the restore owns the hosts before anything runs.
     let pass = world.pass();
     assert_eq!(phase(&pass), "Stopping");
-    assert!(pass.owns_hosts && pass.tasks.is_empty());
+    assert!(pass.owns_hosts && pass.tasks.is_empty() && pass.started);
     assert_eq!(pass.update.as_ref().unwrap().restore.host, "a");
     world.carry_out(&pass, "applied");
 

@@ -471,6 +471,7 @@ mod report;
 mod restore;
 mod rollout;
 mod rotation;
+mod snapshots;
 mod tasks;
 #[cfg(test)]
 mod tests;

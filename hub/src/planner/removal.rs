@@ -162,7 +162,7 @@ impl Planner {
         gone.metadata.finalizers.retain(|f| f != FINALIZER);
         ops.push(Op::Update(gone));
         if let Some(files) = &self.files {
-            let copies = files.join(super::day2::hub_copies(name));
+            let copies = files.join(super::snapshots::hub_copies(name));
             match std::fs::remove_dir_all(&copies) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     tracing::warn!(dir = %copies.display(), error = %e, "cannot delete the hub's copies of the cluster's snapshots");

@@ -15,10 +15,14 @@
 //! An imported cluster whose agent is not connected cannot be cleaned: the hub removes it at
 //! once and says (in its log) what was left behind. One whose agent is connected but slow is
 //! waited for up to [`DOWNSTREAM_WAIT`].
+//!
+//! What each step writes is decided from what was read (`revocations`, `cleaning`,
+//! `after_failed_cleaning`, `last_write`); `Planner::remove_cluster` reads and writes.
 
 use std::time::Duration;
 
 use serde_json::Value;
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use super::{Ctx, FINALIZER, Planner};
 use crate::{
@@ -92,75 +96,42 @@ impl Planner {
             })
             .await;
         }
-        let everything = LabelSelector::everything();
         // 2. Who may do what in it: gone first, so its agent removes what it kept for them.
-        let mut access = Vec::new();
-        for kind in [Kind::RoleBinding, Kind::ProjectSecret, Kind::Project] {
-            let (items, _) = self.store.list(kind.name(), &everything).await?;
-            access.extend(
-                items
-                    .into_iter()
-                    .filter(|o| of_cluster(o, name))
-                    .map(|o| Op::Delete {
-                        kind: kind.name().into(),
-                        name: o.metadata.name,
-                        resource_version: None,
-                    }),
-            );
+        let revoke = revocations(name, &self.list(&ACCESS).await?);
+        if !revoke.is_empty() {
+            self.store.transact(revoke).await?;
         }
-        if !access.is_empty() {
-            self.store.transact(access).await?;
-        }
-        let imported = serde_json::from_value::<ClusterSpec>(cluster.spec.clone())
-            .is_ok_and(|s| s.cluster_type == ClusterType::Imported);
         let connected = match &self.agents {
             Some(agents) => agents.connected(name).await,
             None => false,
         };
-        if imported && !connected {
-            tracing::warn!(cluster = %name, "removed without cleaning the cluster (its agent is not connected): delete its drover-system namespace, the drover-admin and drover-agent cluster role bindings and the objects labelled drover.io/sync by hand");
-        } else if imported
-            && let Some(agents) = &self.agents
-            && let Err(why) = crate::downstream::clean_imported(agents, name).await
-        {
-            if !waited_long_enough(cluster) {
-                let message = format!("removing: cleaning the cluster: {why}");
-                return update_status(self.store.as_ref(), Kind::Cluster, name, |s| {
-                    s.set_condition_to("Removed", None, "Removing", &message);
-                })
-                .await;
+        match cleaning(cluster, connected) {
+            Cleaning::Nothing => {}
+            Cleaning::LeftBehind(what) => {
+                tracing::warn!(cluster = %name, "removed without cleaning the cluster (its agent is not connected): {what}");
             }
-            tracing::warn!(cluster = %name, "removed without cleaning the cluster ({why}): delete its drover-system namespace and the drover-admin and drover-agent cluster role bindings by hand");
+            Cleaning::ThroughAgent => {
+                let cleaned = match &self.agents {
+                    Some(agents) => crate::downstream::clean_imported(agents, name).await,
+                    None => Ok(()),
+                };
+                if let Err(why) = cleaned {
+                    match after_failed_cleaning(cluster, &why, OffsetDateTime::now_utc()) {
+                        Err(message) => {
+                            return update_status(self.store.as_ref(), Kind::Cluster, name, |s| {
+                                s.set_condition_to("Removed", None, "Removing", &message);
+                            })
+                            .await;
+                        }
+                        Ok(left) => {
+                            tracing::warn!(cluster = %name, "removed without cleaning the cluster ({why}): {left}")
+                        }
+                    }
+                }
+            }
         }
         // 3. Credentials, plans, snapshots, and the cluster itself, in one write.
-        let mut ops = Vec::new();
-        for kind in [
-            Kind::Token,
-            Kind::RegistrationToken,
-            Kind::Plan,
-            Kind::EtcdSnapshot,
-        ] {
-            let (items, _) = self.store.list(kind.name(), &everything).await?;
-            for mut object in items.into_iter().filter(|o| of_cluster(o, name)) {
-                if !object.metadata.finalizers.is_empty() {
-                    // Their hosts are gone; so is what the finalizer waited to clean.
-                    object.metadata.finalizers.clear();
-                    if object.metadata.deletion_timestamp.is_some() {
-                        ops.push(Op::Update(object));
-                        continue;
-                    }
-                    ops.push(Op::Update(object.clone()));
-                }
-                ops.push(Op::Delete {
-                    kind: kind.name().into(),
-                    name: object.metadata.name,
-                    resource_version: None,
-                });
-            }
-        }
-        let mut gone = cluster.clone();
-        gone.metadata.finalizers.retain(|f| f != FINALIZER);
-        ops.push(Op::Update(gone));
+        let ops = last_write(cluster, &self.list(&OWNED).await?);
         if let Some(files) = &self.files {
             let copies = files.join(super::snapshots::hub_copies(name));
             match std::fs::remove_dir_all(&copies) {
@@ -173,16 +144,117 @@ impl Planner {
         tracing::info!(cluster = %name, objects = ops.len() - 1, "cluster removed; its agents' credentials are revoked");
         self.store.transact(ops).await.map(drop)
     }
+
+    /// Every object of `kinds`, by kind.
+    async fn list(&self, kinds: &[Kind]) -> Result<Vec<(Kind, Vec<Object>)>, StoreError> {
+        let everything = LabelSelector::everything();
+        let mut listed = Vec::new();
+        for kind in kinds {
+            listed.push((*kind, self.store.list(kind.name(), &everything).await?.0));
+        }
+        Ok(listed)
+    }
 }
 
-/// Whether the cluster has been waiting for its agent for [`DOWNSTREAM_WAIT`].
-fn waited_long_enough(cluster: &Object) -> bool {
-    cluster
+/// The kinds that say who may do what in a cluster.
+const ACCESS: [Kind; 3] = [Kind::RoleBinding, Kind::ProjectSecret, Kind::Project];
+
+/// The kinds that go with a cluster in its last write.
+const OWNED: [Kind; 4] = [
+    Kind::Token,
+    Kind::RegistrationToken,
+    Kind::Plan,
+    Kind::EtcdSnapshot,
+];
+
+/// The deletions of who may do what in `cluster`, from `listed` (every object of [`ACCESS`]).
+fn revocations(cluster: &str, listed: &[(Kind, Vec<Object>)]) -> Vec<Op> {
+    listed
+        .iter()
+        .flat_map(|(kind, items)| {
+            items
+                .iter()
+                .filter(|o| of_cluster(o, cluster))
+                .map(|o| Op::Delete {
+                    kind: kind.name().into(),
+                    name: o.metadata.name.clone(),
+                    resource_version: None,
+                })
+        })
+        .collect()
+}
+
+/// How the cluster itself is cleaned of what the import manifest created.
+#[derive(Debug, PartialEq)]
+enum Cleaning {
+    /// Nothing to clean: the planner's hosts uninstalled a custom cluster's distribution.
+    Nothing,
+    /// Through its agent.
+    ThroughAgent,
+    /// It cannot be (no agent connected): what is left, for the log.
+    LeftBehind(&'static str),
+}
+
+const LEFT_IMPORTED: &str = "delete its drover-system namespace, the drover-admin and drover-agent cluster role bindings and the objects labelled drover.io/sync by hand";
+
+fn cleaning(cluster: &Object, connected: bool) -> Cleaning {
+    let imported = serde_json::from_value::<ClusterSpec>(cluster.spec.clone())
+        .is_ok_and(|s| s.cluster_type == ClusterType::Imported);
+    match (imported, connected) {
+        (false, _) => Cleaning::Nothing,
+        (true, true) => Cleaning::ThroughAgent,
+        (true, false) => Cleaning::LeftBehind(LEFT_IMPORTED),
+    }
+}
+
+/// After cleaning through the agent failed with `why` at `now`: wait (`Err`: the status
+/// message) until [`DOWNSTREAM_WAIT`] has passed since the deletion, then go on (`Ok`: what is
+/// left, for the log).
+fn after_failed_cleaning(
+    cluster: &Object,
+    why: &str,
+    now: OffsetDateTime,
+) -> Result<&'static str, String> {
+    let since = cluster
         .metadata
         .deletion_timestamp
         .as_deref()
-        .and_then(|t| {
-            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-        })
-        .is_some_and(|since| time::OffsetDateTime::now_utc() - since > DOWNSTREAM_WAIT)
+        .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok());
+    match since {
+        Some(since) if now - since > DOWNSTREAM_WAIT => Ok(LEFT_IMPORTED),
+        _ => Err(format!("removing: cleaning the cluster: {why}")),
+    }
 }
+
+/// The cluster's last write, from `listed` (every object of [`OWNED`]): its objects deleted
+/// (their finalizers cleared: their hosts are gone, and so is what the finalizers waited to
+/// clean), and the cluster's finalizer taken off, which lets it go.
+fn last_write(cluster: &Object, listed: &[(Kind, Vec<Object>)]) -> Vec<Op> {
+    let name = &cluster.metadata.name;
+    let mut ops = Vec::new();
+    for (kind, items) in listed {
+        for object in items.iter().filter(|o| of_cluster(o, name)) {
+            if !object.metadata.finalizers.is_empty() {
+                let mut released = object.clone();
+                released.metadata.finalizers.clear();
+                ops.push(Op::Update(released));
+                if object.metadata.deletion_timestamp.is_some() {
+                    // Already deleted: without its finalizers, it goes.
+                    continue;
+                }
+            }
+            ops.push(Op::Delete {
+                kind: kind.name().into(),
+                name: object.metadata.name.clone(),
+                resource_version: None,
+            });
+        }
+    }
+    let mut gone = cluster.clone();
+    gone.metadata.finalizers.retain(|f| f != FINALIZER);
+    ops.push(Op::Update(gone));
+    ops
+}
+
+#[cfg(test)]
+mod tests;

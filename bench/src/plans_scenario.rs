@@ -78,9 +78,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         let starts = batch.iter().map(|i| {
             let dir = hosts_dir.join(format!("host-{i}"));
             let config = system_agent::Config {
-                server: Some(hub.url().to_owned()),
-                token: tunnel::Secret::new(token.clone()),
-                ca_checksum: hub.ca_checksum().to_owned(),
+                hub: Some(system_agent::HubSettings {
+                    server: hub.url().to_owned(),
+                    token: tunnel::Secret::new(token.clone()),
+                    ca_checksum: hub.ca_checksum().to_owned(),
+                    state_dir: dir.clone(),
+                    local_address: None,
+                }),
                 dir: dir.clone(),
                 host: system_agent::HostSpec {
                     roles: system_agent::Roles {
@@ -91,7 +95,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                     ..system_agent::HostSpec::default()
                 },
                 local_plans: None,
-                local_address: None,
                 machine: None,
                 retry: system_agent::Retry::default(),
             };

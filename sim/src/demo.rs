@@ -94,8 +94,8 @@ pub struct DemoHub {
 
 impl DemoHub {
     /// An agent's settings: this hub, `token`, its state in `state_dir`.
-    fn settings(&self, token: &str, state_dir: PathBuf) -> agentkit::HubSettings {
-        agentkit::HubSettings {
+    fn settings(&self, token: &str, state_dir: PathBuf) -> system_agent::HubSettings {
+        system_agent::HubSettings {
             server: self.url.clone(),
             token: Secret::new(token),
             ca_checksum: self.ca_checksum.clone(),
@@ -207,18 +207,22 @@ pub async fn hosts(
                 ..system_agent::Roles::default()
             }
         };
+        let dir = hub.dir.join(&name).join(format!("host-{i}"));
         let config = system_agent::Config {
-            server: Some(hub.url.clone()),
-            token: Secret::new(registration.clone()),
-            ca_checksum: hub.ca_checksum.clone(),
-            dir: hub.dir.join(&name).join(format!("host-{i}")),
+            hub: Some(system_agent::HubSettings {
+                server: hub.url.clone(),
+                token: Secret::new(registration.clone()),
+                ca_checksum: hub.ca_checksum.clone(),
+                state_dir: dir.clone(),
+                local_address: None,
+            }),
+            dir,
             host: system_agent::HostSpec {
                 roles,
                 node_name: format!("{name}-{i}"),
                 ..system_agent::HostSpec::default()
             },
             local_plans: None,
-            local_address: None,
             machine: None,
             retry: system_agent::Retry::default(),
         };

@@ -156,9 +156,13 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
         let starts = batch.iter().map(|&i| {
             let name = format!("{}-{i}", config.prefix);
             let agent = system_agent::Config {
-                server: Some(config.hub.clone()),
-                token: Secret::new(config.token.clone()),
-                ca_checksum: config.ca_checksum.clone(),
+                hub: Some(system_agent::HubSettings {
+                    server: config.hub.clone(),
+                    token: Secret::new(config.token.clone()),
+                    ca_checksum: config.ca_checksum.clone(),
+                    state_dir: config.dir.join(&name),
+                    local_address: source(&config.hub, i),
+                }),
                 dir: config.dir.join(&name),
                 host: system_agent::HostSpec {
                     roles: system_agent::Roles {
@@ -170,7 +174,6 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
                 },
                 local_plans: None,
                 retry: system_agent::Retry::default(),
-                local_address: source(&config.hub, i),
                 machine: machine.clone(),
             };
             let (shutdown, dir) = (shutdown.clone(), config.dir.join(&name));
@@ -262,7 +265,7 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
             ))
             .map_err(anyhow::Error::msg)?;
             let agent = cluster_agent::Config {
-                hub: agentkit::HubSettings {
+                hub: system_agent::HubSettings {
                     server: config.hub.clone(),
                     token: Secret::new(token),
                     ca_checksum: config.ca_checksum.clone(),

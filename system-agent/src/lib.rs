@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use agentkit::HubSettings;
+pub use agentkit::HubSettings;
 use proto::register::{AgentKind, RegisterRequest};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -42,21 +42,15 @@ pub use proto::register::{HostRoles as Roles, RegisterHost as HostSpec};
 /// Everything the agent needs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The hub, `https://HOST[:PORT]`; `None` with only a local plan directory.
-    pub server: Option<String>,
-    /// A registration token (`drr_…`, exchanged at first start) or the agent's credential.
-    pub token: Secret,
-    /// sha256 of the hub's CA; empty to trust the system's roots.
-    pub ca_checksum: String,
-    /// The agent's directory: the host id, the credential, the plan records.
+    /// The hub and how to reach it (its `state_dir` keeps the host id and the registration;
+    /// from the environment, the agent's directory); `None` with only a local plan directory.
+    pub hub: Option<HubSettings>,
+    /// The agent's directory: the plan records.
     pub dir: PathBuf,
     pub host: HostSpec,
     /// Plans in JSON files applied with no hub (`*.json`, one plan each).
     pub local_plans: Option<PathBuf>,
     pub retry: Retry,
-    /// The local address to reach the hub from (`None`: the system's choice); a fleet
-    /// simulator spreads its agents over 127.0.0.0/8 with it.
-    pub local_address: Option<std::net::IpAddr>,
     /// Where the machine's facts and usage are read (`None`: a reader of its own). A fleet
     /// simulator gives all its agents, on one machine, one reader.
     pub machine: Option<agentkit::Sampler>,
@@ -84,7 +78,17 @@ impl Config {
                     .into(),
             ));
         }
-        let token = get("DROVER_TOKEN").unwrap_or_default();
+        let dir = get("DROVER_DIR").map_or_else(
+            || PathBuf::from("/var/lib/drover/system-agent"),
+            PathBuf::from,
+        );
+        let hub = server.map(|server| HubSettings {
+            server,
+            token: Secret::new(get("DROVER_TOKEN").unwrap_or_default()),
+            ca_checksum: get("DROVER_CA_CHECKSUM").unwrap_or_default().to_owned(),
+            state_dir: dir.clone(),
+            local_address: None,
+        });
         let mut roles = Roles::default();
         for role in get("DROVER_ROLES").unwrap_or_default().split(',') {
             match role.trim() {
@@ -147,13 +151,8 @@ impl Config {
             cap: Duration::from_secs(300),
         };
         Ok(Self {
-            server,
-            token: Secret::new(token),
-            ca_checksum: get("DROVER_CA_CHECKSUM").unwrap_or_default().to_owned(),
-            dir: get("DROVER_DIR").map_or_else(
-                || PathBuf::from("/var/lib/drover/system-agent"),
-                PathBuf::from,
-            ),
+            hub,
+            dir,
             host: HostSpec {
                 roles,
                 node_name: get("DROVER_NODE_NAME")
@@ -169,21 +168,9 @@ impl Config {
                 taints,
             },
             local_plans,
-            local_address: None,
             machine: None,
             retry,
         })
-    }
-
-    /// The settings to reach the hub at `server` with.
-    fn hub(&self, server: &str) -> HubSettings {
-        HubSettings {
-            server: server.to_owned(),
-            token: self.token.clone(),
-            ca_checksum: self.ca_checksum.clone(),
-            state_dir: self.dir.clone(),
-            local_address: self.local_address,
-        }
     }
 }
 
@@ -273,9 +260,8 @@ impl Agent {
             ));
         }
         let (mut kept, mut kept_task, mut session) = (None, None, None);
-        if let Some(server) = &config.server {
-            let hub = config.hub(server);
-            let (id, credential) = registration(&hub, &config.host).await?;
+        if let Some(hub) = &config.hub {
+            let (id, credential) = registration(hub, &config.host).await?;
             let state = |e| AgentError::State(config.dir.display().to_string(), e);
             let record = record::Record::open(&config.dir.join("plan.json")).map_err(state)?;
             let task = record::Record::open(&config.dir.join("task.json")).map_err(state)?;

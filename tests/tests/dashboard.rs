@@ -388,9 +388,13 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     let host_dir = dir.join("host");
     let host_agent = system_agent::Agent::start(
         system_agent::Config {
-            server: Some(imported.hub.url()),
-            token: tunnel::Secret::new(token),
-            ca_checksum: imported.hub.ca_checksum.clone(),
+            hub: Some(system_agent::HubSettings {
+                server: imported.hub.url(),
+                token: tunnel::Secret::new(token),
+                ca_checksum: imported.hub.ca_checksum.clone(),
+                state_dir: host_dir.clone(),
+                local_address: None,
+            }),
             dir: host_dir.clone(),
             host: system_agent::HostSpec {
                 roles: system_agent::Roles {
@@ -401,7 +405,6 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
                 ..system_agent::HostSpec::default()
             },
             local_plans: None,
-            local_address: None,
             machine: None,
             retry: system_agent::Retry::default(),
         },

@@ -1,0 +1,238 @@
+//! What hub replicas coordinate with besides objects: leases, raw keys under the prefix
+//! (membership, the leader's key), and the fenced writer a leader writes through.
+
+use std::time::Duration;
+
+use proto::etcd::{
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    PutRequest, RangeRequest, RequestOp, TxnRequest, compare, request_op,
+};
+
+use super::{EtcdStore, backend, revision_of};
+use crate::store::{BoxFuture, LabelSelector, Object, Op, Store, StoreError, WatchStream};
+
+impl EtcdStore {
+    /// `PREFIX/<suffix>`: where hub replicas keep what is not an object.
+    pub(crate) fn meta_key(&self, suffix: &str) -> String {
+        format!("{}/{suffix}", self.inner.prefix)
+    }
+
+    /// A new lease of `ttl` seconds.
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<i64, StoreError> {
+        let granted = self
+            .inner
+            .lease
+            .clone()
+            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        if !granted.error.is_empty() {
+            return Err(StoreError::Backend(format!("etcd: {}", granted.error)));
+        }
+        Ok(granted.id)
+    }
+
+    /// Keeps `lease` alive, renewing every `every`, until it is lost (expired, revoked, or etcd
+    /// unreachable for longer than its TTL): then returns why.
+    pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> StoreError {
+        let requests =
+            futures::stream::unfold(tokio::time::interval(every), move |mut ticks| async move {
+                ticks.tick().await;
+                Some((LeaseKeepAliveRequest { id: lease }, ticks))
+            });
+        let mut responses = match self.inner.lease.clone().lease_keep_alive(requests).await {
+            Ok(responses) => responses.into_inner(),
+            Err(e) => return backend(e),
+        };
+        loop {
+            match responses.message().await {
+                Ok(Some(answer)) if answer.ttl > 0 => {}
+                Ok(Some(_)) => return StoreError::Backend(format!("etcd lease {lease:x} expired")),
+                Ok(None) => return StoreError::Backend("etcd ended the lease keep-alive".into()),
+                Err(e) => return backend(e),
+            }
+        }
+    }
+
+    /// Gives `lease` up: every key under it goes at once.
+    pub(crate) async fn revoke(&self, lease: i64) {
+        let _ = self
+            .inner
+            .lease
+            .clone()
+            .lease_revoke(LeaseRevokeRequest { id: lease })
+            .await;
+    }
+
+    /// Sets `key` to `value`, under `lease` (0: none).
+    pub(crate) async fn put_raw(
+        &self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<(), StoreError> {
+        self.kv()
+            .put(PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec(),
+                lease,
+                ..PutRequest::default()
+            })
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    /// Sets `key` to `value` under `lease` if no one holds it: the revision it was created at,
+    /// or `None` if it exists.
+    pub(crate) async fn create_raw(
+        &self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let response = self
+            .kv()
+            .txn(TxnRequest {
+                compare: vec![Compare {
+                    result: compare::CompareResult::Equal as i32,
+                    target: compare::CompareTarget::Create as i32,
+                    key: key.as_bytes().to_vec(),
+                    target_union: Some(compare::TargetUnion::CreateRevision(0)),
+                }],
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestPut(PutRequest {
+                        key: key.as_bytes().to_vec(),
+                        value: value.as_bytes().to_vec(),
+                        lease,
+                        ..PutRequest::default()
+                    })),
+                }],
+                failure: Vec::new(),
+            })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        Ok(response
+            .succeeded
+            .then(|| revision_of(response.header.as_ref()) as i64))
+    }
+
+    /// Deletes `key` if its value is `value` (a replica removes only what it wrote).
+    pub(crate) async fn delete_raw_if(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.kv()
+            .txn(TxnRequest {
+                compare: vec![Compare {
+                    result: compare::CompareResult::Equal as i32,
+                    target: compare::CompareTarget::Value as i32,
+                    key: key.as_bytes().to_vec(),
+                    target_union: Some(compare::TargetUnion::Value(value.as_bytes().to_vec())),
+                }],
+                success: vec![RequestOp {
+                    request: Some(request_op::Request::RequestDeleteRange(
+                        DeleteRangeRequest {
+                            key: key.as_bytes().to_vec(),
+                            ..DeleteRangeRequest::default()
+                        },
+                    )),
+                }],
+                failure: Vec::new(),
+            })
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    /// `key`'s value and the revision it was created at.
+    pub(crate) async fn get_raw(&self, key: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let response = self
+            .kv()
+            .range(RangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..RangeRequest::default()
+            })
+            .await
+            .map_err(backend)?
+            .into_inner();
+        Ok(response.kvs.first().map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.value).into_owned(),
+                kv.create_revision,
+            )
+        }))
+    }
+
+    /// Every key under `prefix` (ending in '/'): its value and creation revision, by key.
+    pub(crate) async fn list_raw(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let response = self.range_prefix(prefix).await?;
+        Ok(response
+            .kvs
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(&kv.key).into_owned(),
+                    String::from_utf8_lossy(&kv.value).into_owned(),
+                    kv.create_revision,
+                )
+            })
+            .collect())
+    }
+
+    /// This store, writing only while `fence` holds.
+    pub fn fenced(&self, fence: Fence) -> FencedStore {
+        FencedStore {
+            store: self.clone(),
+            fence,
+        }
+    }
+}
+
+/// A key its holder was granted at a revision (a leader's key): writes guarded by it land only
+/// while the key is still the one created then, so a deposed holder cannot write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub key: String,
+    pub revision: i64,
+}
+
+/// The etcd store for a writer that must hold a [`Fence`]: every transaction carries it, and
+/// fails with [`StoreError::Fenced`] once it no longer holds. Reads and watches are the store's.
+#[derive(Debug, Clone)]
+pub struct FencedStore {
+    store: EtcdStore,
+    fence: Fence,
+}
+
+impl Store for FencedStore {
+    fn get(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Object, StoreError>> {
+        self.store.get(kind, name)
+    }
+
+    fn list(
+        &self,
+        kind: &str,
+        selector: &LabelSelector,
+    ) -> BoxFuture<'_, Result<(Vec<Object>, u64), StoreError>> {
+        self.store.list(kind, selector)
+    }
+
+    fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
+        Box::pin(self.store.transact_fenced(ops, Some(&self.fence)))
+    }
+
+    fn watch(
+        &self,
+        kind: Option<&str>,
+        from: Option<u64>,
+    ) -> BoxFuture<'_, Result<WatchStream, StoreError>> {
+        self.store.watch(kind, from)
+    }
+
+    fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.store.revision()
+    }
+}

@@ -1,0 +1,138 @@
+//! The command line as a user types it: flags, environment and defaults in, a command or a
+//! clear error out.
+
+use super::*;
+use crate::config::{DEFAULT_HEARTBEAT, DEFAULT_MAX_HANDSHAKES, StoreLocation, url_host};
+
+fn serve(args: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let argv = ["drover-hub", "serve"]
+        .iter()
+        .chain(args)
+        .map(|s| s.to_string());
+    match parse(argv, &env)? {
+        Command::Serve(c) => Ok(c),
+        other => panic!("expected serve, got {other:?}"),
+    }
+}
+
+#[test]
+fn no_flags_gives_the_documented_defaults() {
+    let config = serve(&[], &[("HOSTNAME", "hub1")]).unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("./drover-data"));
+    assert_eq!(config.listen, "0.0.0.0:8443".parse().unwrap());
+    assert_eq!(config.server_url_for(8443), "https://hub1:8443");
+    assert_eq!(config.heartbeat, DEFAULT_HEARTBEAT);
+}
+
+#[test]
+fn the_heartbeat_interval_is_whole_seconds_in_range() {
+    let config = serve(&["--heartbeat-seconds", "2"], &[]).unwrap();
+    assert_eq!(config.heartbeat, std::time::Duration::from_secs(2));
+    assert_eq!(serve(&[], &[]).unwrap().store, StoreLocation::Sqlite);
+    assert_eq!(
+        serve(&[], &[]).unwrap().max_handshakes,
+        DEFAULT_MAX_HANDSHAKES
+    );
+    assert_eq!(
+        serve(&["--max-handshakes", "0"], &[])
+            .unwrap()
+            .max_handshakes,
+        0
+    );
+    assert!(serve(&["--max-handshakes", "lots"], &[]).is_err());
+    assert_eq!(
+        serve(&["--store", "etcd://10.0.0.1:2379,10.0.0.2:2379"], &[])
+            .unwrap()
+            .store,
+        StoreLocation::Etcd("etcd://10.0.0.1:2379,10.0.0.2:2379".into())
+    );
+    assert_eq!(
+        serve(&[], &[("DROVER_STORE", "etcd://etcd:2379/hubs/eu")])
+            .unwrap()
+            .store,
+        StoreLocation::Etcd("etcd://etcd:2379/hubs/eu".into())
+    );
+    let err = serve(&["--store", "postgres://db"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--store") && err.contains("etcd://HOST:PORT"),
+        "{err}"
+    );
+    for bad in ["0", "301", "1.5", "ten"] {
+        let err = serve(&[], &[("DROVER_HEARTBEAT_SECONDS", bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--heartbeat-seconds") && err.contains("1 to 300"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn flags_beat_environment_variables() {
+    let env = [
+        ("DROVER_LISTEN", "127.0.0.1:9000"),
+        ("DROVER_DATA_DIR", "/var/lib/drover"),
+    ];
+    let config = serve(&["--listen", "127.0.0.1:9443"], &env).unwrap();
+    assert_eq!(config.listen, "127.0.0.1:9443".parse().unwrap());
+    assert_eq!(config.data_dir, PathBuf::from("/var/lib/drover"));
+}
+
+#[test]
+fn a_bad_value_names_the_flag_and_the_variable() {
+    let err = serve(&[], &[("DROVER_LISTEN", "8443")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--listen") && err.contains("DROVER_LISTEN"),
+        "{err}"
+    );
+    let err = serve(&["--server-url", "http://hub"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--server-url") && err.contains("https://"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_certificate_needs_its_key() {
+    let err = serve(&["--tls-cert", "/etc/hub.pem"], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--tls-key"), "{err}");
+    let config = serve(
+        &[],
+        &[("DROVER_TLS_CERT", "/c.pem"), ("DROVER_TLS_KEY", "/k.pem")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.tls,
+        Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_a_usage_error() {
+    assert!(matches!(
+        serve(&["--lisen", "x"], &[]),
+        Err(ConfigError::Usage(_))
+    ));
+}
+
+#[test]
+fn url_host_strips_ipv6_brackets() {
+    assert_eq!(url_host("https://[::1]:8443").as_deref(), Some("::1"));
+    assert_eq!(
+        url_host("https://hub.example.com").as_deref(),
+        Some("hub.example.com")
+    );
+}

@@ -15,24 +15,25 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use futures::StreamExt;
 use proto::health::v1::{BeatReply, Heartbeat, HostFacts, Usage};
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tunnel::SessionInfo;
 
 use crate::{
     identity::{self, Belongs},
-    model::{self, Kind, Status, derive_state},
-    store::{EventType, Store},
+    model::{self, Kind},
+    store::Store,
 };
 
 pub mod api;
+mod changes;
 pub mod events;
 pub mod history;
+mod views;
 
 pub use events::{Event, Events, Subject};
 use history::History;
+pub use views::facts_json;
 
 /// Beats missed before an agent is shown disconnected.
 pub const MISSED: u32 = 3;
@@ -363,303 +364,6 @@ impl Health {
             () = self.watch_states() => {}
         }
     }
-
-    /// An event for each phase a cluster's restore or certificate rotation enters (`listed`:
-    /// the object is seen first as it was when the hub started, not as it changes).
-    fn operation_events(
-        &self,
-        seen: &mut HashMap<(String, String), String>,
-        cluster: &str,
-        status: &Status,
-        listed: bool,
-    ) {
-        for (field, what) in [
-            ("restore", "restore"),
-            ("certificateRotation", "certificate rotation"),
-        ] {
-            let Some(op) = status.extra.get(field) else {
-                continue;
-            };
-            let phase = op["phase"].as_str().unwrap_or_default();
-            let now = format!("{}|{phase}", op["generation"]);
-            let key = (format!("{field}.phase"), cluster.to_owned());
-            let before = seen.insert(key, now.clone());
-            if before.as_deref() == Some(now.as_str()) || (listed && before.is_none()) {
-                continue;
-            }
-            let subject = Subject {
-                cluster: cluster.to_owned(),
-                ..Subject::default()
-            };
-            let from = op["snapshot"]
-                .as_str()
-                .map(|s| format!(" from {s}"))
-                .unwrap_or_default();
-            let mut message = format!("{what} of {cluster}{from}: {phase}");
-            if let Some(m) = op["message"].as_str().filter(|m| !m.is_empty()) {
-                message.push_str(&format!(": {m}"));
-            }
-            if phase == "Failed" {
-                self.events.warning("OperationFailed", &subject, message);
-            } else {
-                self.events.normal("Operation", &subject, message);
-            }
-        }
-    }
-
-    /// Records an event when a Cluster's or Host's state changes and when a Plan is applied or
-    /// fails.
-    async fn watch_states(&self) {
-        // Last seen: (kind, name) → (state and message, or a plan's condition reason).
-        let mut seen: HashMap<(String, String), String> = HashMap::new();
-        let mut host_cluster: HashMap<String, String> = HashMap::new();
-        loop {
-            let mut watch = match self.store.watch(None, None).await {
-                Ok(w) => w,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch for state changes; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            while let Some(Ok(event)) = watch.next().await {
-                let object = &event.object;
-                let Some(kind) = Kind::from_name(&object.kind) else {
-                    continue;
-                };
-                let key = (object.kind.clone(), object.metadata.name.clone());
-                if event.kind == EventType::Deleted {
-                    seen.remove(&key);
-                    // What stays on the hub of a removed cluster.
-                    if kind == Kind::Cluster {
-                        let subject = Subject {
-                            cluster: object.metadata.name.clone(),
-                            ..Subject::default()
-                        };
-                        let message = format!(
-                            "cluster {} removed; its agents' credentials are revoked",
-                            object.metadata.name
-                        );
-                        self.events.normal("Removed", &subject, message);
-                    }
-                    continue;
-                }
-                let status = Status::of(object);
-                let name = &object.metadata.name;
-                let cluster = object.spec["cluster"].as_str().unwrap_or_default();
-                match kind {
-                    Kind::Cluster | Kind::Host => {
-                        if kind == Kind::Host {
-                            host_cluster.insert(name.clone(), cluster.to_owned());
-                        }
-                        if kind == Kind::Cluster {
-                            let listed = event.kind == EventType::Added;
-                            self.operation_events(&mut seen, name, &status, listed);
-                        }
-                        let state = derive_state(kind, &object.metadata, &status, &object.spec);
-                        let now = format!("{}|{}", state.state, state.message);
-                        let before = seen.insert(key, now.clone());
-                        let Some(before) = before.filter(|b| *b != now) else {
-                            continue;
-                        };
-                        let was = before.split('|').next().unwrap_or_default();
-                        if was == state.state {
-                            continue; // only the message moved
-                        }
-                        let subject = match kind {
-                            Kind::Cluster => Subject {
-                                cluster: name.clone(),
-                                ..Subject::default()
-                            },
-                            _ => Subject {
-                                cluster: cluster.to_owned(),
-                                host: name.clone(),
-                                node: String::new(),
-                            },
-                        };
-                        let detail = if state.message.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {}", state.message)
-                        };
-                        let message = format!(
-                            "{} {name} is {} (was {was}){detail}",
-                            kind.name(),
-                            state.state
-                        );
-                        if state.error || state.state == "disconnected" {
-                            self.events.warning("StateChanged", &subject, message);
-                        } else {
-                            self.events.normal("StateChanged", &subject, message);
-                        }
-                    }
-                    Kind::Plan => {
-                        let Some(c) = status.condition("Provisioned") else {
-                            continue;
-                        };
-                        let now = format!(
-                            "{}|{}",
-                            c.reason,
-                            status.extra.get("appliedChecksum").unwrap_or(&Value::Null)
-                        );
-                        let before = seen.insert(key, now.clone());
-                        if before.as_deref() == Some(now.as_str())
-                            || event.kind == EventType::Added && before.is_none()
-                        {
-                            continue;
-                        }
-                        let subject = Subject {
-                            cluster: cluster.to_owned(),
-                            host: name.clone(),
-                            node: String::new(),
-                        };
-                        let sum = status
-                            .extra
-                            .get("appliedChecksum")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        let short = sum.get(..12).unwrap_or(sum);
-                        match c.reason.as_str() {
-                            "Applied" => self.events.normal(
-                                "PlanApplied",
-                                &subject,
-                                format!("host {name} applied plan {short}"),
-                            ),
-                            "PlanFailed" => self.events.warning(
-                                "PlanFailed",
-                                &subject,
-                                format!("host {name}: plan failed: {}", c.message),
-                            ),
-                            _ => {}
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            // Fell behind or the store hiccuped: watch again; what is seen is kept, so a
-            // change made meanwhile still shows.
-        }
-    }
-
-    /// Node-agents' nodes of `cluster`, as the API shows them.
-    pub fn nodes(&self, cluster: &str) -> Vec<Value> {
-        let agents = self.lock();
-        let mut nodes: Vec<Value> = agents
-            .values()
-            .filter(|a| a.kind == identity::NODE_AGENT && a.subject.cluster == cluster)
-            .map(|a| self.present(a))
-            .collect();
-        nodes.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        nodes
-    }
-
-    /// One node-agent's node, or one system-agent's host, with its usage history.
-    pub fn usage(&self, peer_id: &str) -> Option<Value> {
-        let agents = self.lock();
-        let agent = agents.get(peer_id)?;
-        let now = unix_now();
-        let points: Vec<Value> = agent
-            .history
-            .iter()
-            .flat_map(|h| h.points(now))
-            .map(|p| {
-                let mut v = serde_json::to_value(p).unwrap_or_default();
-                v["time"] = json!(rfc3339(u64::from(p.minute) * 60));
-                v
-            })
-            .collect();
-        let mut out = self.present(agent);
-        out["resolutionSeconds"] = json!(60);
-        out["windowSeconds"] = json!(history::MINUTES * 60);
-        out["points"] = json!(points);
-        Some(out)
-    }
-
-    /// Each cluster's agents connected now and its machines' usage summed, in one pass over
-    /// the agents (a page lists every cluster). Machines are the node-agents' nodes and the
-    /// system-agents' hosts that have reported usage.
-    pub fn cluster_summaries(&self) -> HashMap<String, ClusterSummary> {
-        let agents = self.lock();
-        let mut sums: HashMap<String, ClusterSummary> = HashMap::new();
-        for agent in agents.values() {
-            let sum = sums.entry(agent.subject.cluster.clone()).or_default();
-            if agent.connected && !agent.missed {
-                sum.agents += 1;
-            }
-            if let (Some(usage), true) = (&agent.usage, agent.connected) {
-                let n = f64::from(agent.facts.as_ref().map_or(1, |f| f.cpus.max(1)));
-                sum.cpu_weighted += f64::from(usage.cpu_percent) * n;
-                sum.cpus += n;
-                sum.memory_used += usage.memory_used_bytes;
-                sum.memory_total += usage.memory_total_bytes;
-            }
-        }
-        sums
-    }
-
-    /// One machine's points of the last 24 h (oldest first) and its latest usage, for charts.
-    pub fn history(&self, peer_id: &str) -> Option<(Vec<history::Point>, Option<Usage>)> {
-        let agents = self.lock();
-        let agent = agents.get(peer_id)?;
-        let points = agent
-            .history
-            .iter()
-            .flat_map(|h| h.points(unix_now()))
-            .collect();
-        Some((points, agent.usage))
-    }
-
-    fn present(&self, agent: &Agent) -> Value {
-        let (state, message) = if !agent.connected {
-            let (why, since) = agent.gone.clone().unwrap_or_default();
-            (
-                "disconnected",
-                format!("{} since {since}: {why}", agent.kind),
-            )
-        } else if agent.missed {
-            (
-                "disconnected",
-                format!(
-                    "{} missed {MISSED} heartbeats; the last at {}",
-                    agent.kind,
-                    agent.last_beat_at.map(time_text).unwrap_or_default()
-                ),
-            )
-        } else {
-            ("active", String::new())
-        };
-        let name = if agent.subject.node.is_empty() {
-            &agent.subject.host
-        } else {
-            &agent.subject.node
-        };
-        json!({
-            "name": name,
-            "cluster": agent.subject.cluster,
-            "agent": agent.kind,
-            "state": state,
-            "message": message,
-            "lastHeartbeat": agent.last_beat_at.map(time_text).unwrap_or_default(),
-            "facts": agent.facts.as_ref().map(facts_json),
-            "usage": agent.usage.as_ref().map(usage_json),
-        })
-    }
-
-    /// Agents by kind and state (`active`, `disconnected`), for `/metrics`.
-    pub fn agent_states(&self) -> Vec<((String, &'static str), u64)> {
-        let mut counts: HashMap<(String, &'static str), u64> = HashMap::new();
-        for agent in self.lock().values() {
-            let state = if agent.connected && !agent.missed {
-                "active"
-            } else {
-                "disconnected"
-            };
-            *counts.entry((agent.kind.clone(), state)).or_default() += 1;
-        }
-        let mut counts: Vec<_> = counts.into_iter().collect();
-        counts.sort();
-        counts
-    }
 }
 
 fn new_agent(kind: &str, subject: Subject) -> Agent {
@@ -701,39 +405,6 @@ fn rfc3339(unix: u64) -> String {
                 .ok()
         })
         .unwrap_or_default()
-}
-
-pub fn facts_json(f: &HostFacts) -> Value {
-    json!({
-        "hostname": f.hostname,
-        "os": f.os,
-        "kernel": f.kernel,
-        "arch": f.arch,
-        "cpus": f.cpus,
-        "memoryBytes": f.memory_bytes,
-        "disks": f.disks.iter().map(|d| json!({
-            "mountPoint": d.mount_point,
-            "fileSystem": d.file_system,
-            "totalBytes": d.total_bytes,
-        })).collect::<Vec<_>>(),
-        "bootTime": rfc3339(f.boot_time),
-        "agentVersion": f.agent_version,
-    })
-}
-
-fn usage_json(u: &Usage) -> Value {
-    json!({
-        "cpuPercent": u.cpu_percent,
-        "memoryUsedBytes": u.memory_used_bytes,
-        "memoryTotalBytes": u.memory_total_bytes,
-        "diskUsedBytes": u.disk_used_bytes,
-        "diskTotalBytes": u.disk_total_bytes,
-        "load1": u.load1,
-        "load5": u.load5,
-        "load15": u.load15,
-        "netRxBytes": u.net_rx_bytes,
-        "netTxBytes": u.net_tx_bytes,
-    })
 }
 
 /// The gRPC service agents beat on (the tunnel's control channel).

@@ -2,7 +2,10 @@ use serde_json::json;
 use tunnel::Peer;
 
 use super::*;
-use crate::store::{Object, sqlite::SqliteStore};
+use crate::{
+    model::Status,
+    store::{Object, sqlite::SqliteStore},
+};
 
 /// A store with cluster `c` and host `h-one` of it, in a temp directory removed on drop.
 struct Fixture {

@@ -25,10 +25,12 @@ use tunnel::tls::{self, CertificateAuthority};
 mod discovery;
 mod patch;
 mod rbac;
+mod request;
 pub(crate) mod resources;
 mod server;
 mod store;
 mod table;
+mod verbs;
 
 pub use discovery::GIT_VERSION;
 

@@ -1,0 +1,299 @@
+//! The verbs with more to them than reading or writing a stored object: create (generated
+//! names, defaults), the scale subresource, pod logs, and watches.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use axum::{
+    body::{Body, Bytes},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use kubeshape::LabelSelector;
+use serde_json::{Value, json};
+
+use super::{
+    Sim,
+    request::{Target, field_matches, labels_of},
+    server::{ok_json, status, store_error},
+    store::{Change, StoreError},
+    table,
+};
+
+pub(super) fn create(sim: &Arc<Sim>, target: &Target, mut body: Value) -> Response {
+    let resource = target.resource;
+    if let Some(kind) = body.get("kind").and_then(Value::as_str)
+        && kind != resource.kind
+    {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("the body is a {kind}, not a {}", resource.kind),
+        );
+    }
+    body["kind"] = json!(resource.kind);
+    body["apiVersion"] = json!(resource.api_version());
+    if !body["metadata"].is_object() {
+        body["metadata"] = json!({});
+    }
+    let meta = &mut body["metadata"];
+    if meta["name"].as_str().is_none_or(str::is_empty) {
+        match meta["generateName"].as_str() {
+            Some(prefix) => meta["name"] = json!(format!("{prefix}{}", sim.random_suffix())),
+            None => {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    format!(
+                        "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                        resource.kind
+                    ),
+                );
+            }
+        }
+    }
+    match (&target.namespace, resource.namespaced) {
+        (Some(ns), true) => {
+            if meta["namespace"].as_str().is_some_and(|n| n != ns) {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                );
+            }
+            meta["namespace"] = json!(ns);
+            if sim
+                .store
+                .get("namespaces", &(String::new(), ns.clone()))
+                .is_none()
+            {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("namespaces \"{ns}\" not found"),
+                );
+            }
+        }
+        (None, true) => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        }
+        _ => {
+            if let Value::Object(m) = meta {
+                m.remove("namespace");
+            }
+        }
+    }
+    sim.defaults(resource, &mut body);
+    let named = Target {
+        resource,
+        namespace: target.namespace.clone(),
+        name: body
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        sub: None,
+    };
+    match sim.store.create(&resource.key(), body) {
+        Ok(object) => {
+            sim.after_write(resource, &object);
+            ok_json(StatusCode::CREATED, &object)
+        }
+        Err(e) => store_error(&named, e),
+    }
+}
+
+pub(super) fn scale_of(deployment: &Value) -> Value {
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": deployment["metadata"]["name"],
+            "namespace": deployment["metadata"]["namespace"],
+            "resourceVersion": deployment["metadata"]["resourceVersion"],
+            "uid": deployment["metadata"]["uid"],
+        },
+        "spec": {"replicas": deployment.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": deployment.pointer("/status/replicas").cloned().unwrap_or(json!(0))},
+    })
+}
+
+pub(super) fn scale(
+    sim: &Arc<Sim>,
+    target: &Target,
+    replicas: Value,
+    _patch: Option<Value>,
+) -> Response {
+    let Some(replicas) = replicas.as_u64() else {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "spec.replicas must be a non-negative integer",
+        );
+    };
+    let result = sim
+        .store
+        .update(&target.resource.key(), &target.key(), None, |current| {
+            let mut next = current.clone();
+            next["spec"]["replicas"] = json!(replicas);
+            next
+        });
+    match result {
+        Ok(object) => {
+            sim.after_write(target.resource, &object);
+            ok_json(StatusCode::OK, &scale_of(&object))
+        }
+        Err(e) => store_error(target, e),
+    }
+}
+
+pub(super) fn logs(sim: &Arc<Sim>, target: &Target, params: &BTreeMap<String, String>) -> Response {
+    let Some(pod) = sim.store.get("pods", &target.key()) else {
+        return store_error(target, StoreError::NotFound);
+    };
+    let name = target.name.clone().unwrap_or_default();
+    let container = params
+        .get("container")
+        .cloned()
+        .or_else(|| {
+            pod.pointer("/spec/containers/0/name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let tail: usize = params
+        .get("tailLines")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(10);
+    let line = move |i: u64| Bytes::from(format!("log line {i} from {name}/{container}\n"));
+    let first: Vec<Result<Bytes, std::convert::Infallible>> =
+        (1..=tail as u64).map(|i| Ok(line(i))).collect();
+    let follow = matches!(params.get("follow").map(String::as_str), Some("true" | "1"));
+    let head = futures::stream::iter(first);
+    let body = if follow {
+        let more = futures::stream::unfold(tail as u64 + 1, move |i| {
+            let line = line.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Some((Ok(line(i)), i + 1))
+            }
+        });
+        Body::from_stream(head.chain(more))
+    } else {
+        Body::from_stream(head)
+    };
+    let _ = sim;
+    ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+pub(super) fn watch_response(
+    sim: &Arc<Sim>,
+    target: &Target,
+    selector: LabelSelector,
+    fields: String,
+    params: &BTreeMap<String, String>,
+    table: bool,
+) -> Response {
+    let resource = target.resource;
+    let from = params
+        .get("resourceVersion")
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| *v > 0);
+    let (replay, live, current) = match sim.store.watch(from) {
+        Ok(w) => w,
+        Err(e) => return store_error(target, e),
+    };
+    let store_key = resource.key();
+    let namespace = target.namespace.clone();
+    let wanted = move |c: &Change| -> bool {
+        c.resource == store_key
+            && namespace.as_deref().is_none_or(|ns| {
+                c.object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    == Some(ns)
+            })
+            && selector.matches(&labels_of(&c.object))
+            && field_matches(&fields, &c.object)
+    };
+    // Without a resourceVersion a watch starts with the current objects, as ADDED events.
+    let mut first: Vec<(String, Arc<Value>)> = Vec::new();
+    if from.is_none() {
+        let (items, _) = sim.store.list(&resource.key(), target.namespace.as_deref());
+        for object in items {
+            let change = Change {
+                revision: 0,
+                resource: resource.key(),
+                kind: "ADDED",
+                object,
+            };
+            if wanted(&change) {
+                first.push(("ADDED".into(), change.object));
+            }
+        }
+    }
+    for change in replay.iter().filter(|c| wanted(c)) {
+        first.push((change.kind.into(), change.object.clone()));
+    }
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(Duration::from_secs(1800), Duration::from_secs);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let encode = move |kind: &str, object: &Value, columns: bool| -> Bytes {
+        let object = if table {
+            let revision = object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            table::table(resource, [object], revision, columns)
+        } else {
+            object.clone()
+        };
+        Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+    };
+    let mut columns_sent = false;
+    let mut head = Vec::new();
+    for (kind, object) in &first {
+        head.push(Ok::<_, std::convert::Infallible>(encode(
+            kind,
+            object,
+            !columns_sent,
+        )));
+        columns_sent = true;
+    }
+    // Live changes after the replayed ones; a watcher that falls behind gets one ERROR (410)
+    // and the end of the stream, and lists again.
+    let live_stream = futures::stream::unfold(Some((live, columns_sent)), move |state| {
+        let wanted = wanted.clone();
+        async move {
+            let (mut live, columns_sent) = state?;
+            loop {
+                match tokio::time::timeout_at(deadline, live.recv()).await {
+                    Err(_) | Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
+                        return None;
+                    }
+                    Ok(Ok(change)) if change.revision <= current => continue,
+                    Ok(Ok(change)) => {
+                        if wanted(&change) {
+                            let bytes = encode(change.kind, &change.object, !columns_sent);
+                            return Some((Ok(bytes), Some((live, true))));
+                        }
+                    }
+                    Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {
+                        let gone = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": "the watch fell behind; list again"});
+                        let bytes =
+                            Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": gone})));
+                        return Some((Ok(bytes), None));
+                    }
+                }
+            }
+        }
+    });
+    let body = Body::from_stream(futures::stream::iter(head).chain(live_stream));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}

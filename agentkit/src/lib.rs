@@ -29,7 +29,8 @@ pub fn agent_main<C, E: Display, R: Display, F: Future<Output = Result<(), R>>>(
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, not in a journal or a log file.
+        // As the hub logs (`hub::commands::init_logging`; the agents do not depend on the
+        // hub). Colours only for a person at a terminal, not in a journal or a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let env: HashMap<String, String> = std::env::vars().collect();

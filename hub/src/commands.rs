@@ -28,6 +28,20 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Logs to stderr at the level `DROVER_LOG` sets (default `info`), as every Drover process
+/// logs; the agents' `agentkit::agent_main` does the same.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a journal or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
 /// Runs `command`; what to print on stdout, or how it failed.
 pub async fn run(command: Command) -> Result<String, Failure> {
     match command {

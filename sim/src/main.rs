@@ -193,15 +193,7 @@ fn say(result: Result<String, String>) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, not in a journal or a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    hub::commands::init_logging();
     let (listen, nodes, pods, kubeconfig) = match cli.command {
         Command::Cluster {
             listen,

@@ -7,7 +7,7 @@ use axum::{
     Router,
     body::Body,
     extract::{Request, State},
-    http::header,
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::{any, get},
 };
@@ -158,11 +158,33 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 fn plain(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/cacerts", get(cacerts))
         .route("/v3/connect", any(connect))
         .route("/metrics", get(metrics_text))
         .with_state(state)
+}
+
+/// How long the store has to answer before the hub says it is not ready.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ready when the store answers: a load balancer in front of replicas then sends requests only
+/// to one that can serve them (an etcd hub whose etcd is down, or SQLite that cannot be read,
+/// is alive but not ready). 503 says why.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let reason = match tokio::time::timeout(READY_WITHIN, state.health.store().revision()).await {
+        Ok(Ok(_)) => return "ok\n".into_response(),
+        Ok(Err(e)) => format!("the store does not answer ({e})"),
+        Err(_) => format!(
+            "the store did not answer within {} s",
+            READY_WITHIN.as_secs()
+        ),
+    };
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("not ready: {reason}\n"),
+    )
+        .into_response()
 }
 
 async fn cacerts(State(state): State<AppState>) -> Response {

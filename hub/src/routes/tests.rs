@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::*;
-use crate::store::sqlite::SqliteStore;
+use crate::store::{StoreError, sqlite::SqliteStore};
 
 struct App {
     router: Router,
@@ -22,12 +22,18 @@ impl Drop for App {
 }
 
 fn app() -> App {
+    app_with(None)
+}
+
+/// The router on `store`, or on a new SQLite store.
+fn app_with(store: Option<Arc<dyn store::Store>>) -> App {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("drover-routes-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn store::Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    let store: Arc<dyn store::Store> =
+        store.unwrap_or_else(|| Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap()));
     let refuse_all = |_: &http::request::Parts| -> tunnel::AuthFuture {
         Box::pin(async { Err(tunnel::AuthError("no agents in this test".into())) })
     };
@@ -106,6 +112,73 @@ async fn get(path: &str) -> (StatusCode, String) {
 async fn health_endpoints_answer_ok() {
     assert_eq!(get("/healthz").await, (StatusCode::OK, "ok\n".into()));
     assert_eq!(get("/readyz").await, (StatusCode::OK, "ok\n".into()));
+}
+
+/// A store that cannot be reached, as an etcd hub's is while etcd is down.
+#[derive(Debug)]
+struct Unreachable;
+
+impl store::Store for Unreachable {
+    fn get(&self, _: &str, _: &str) -> store::BoxFuture<'_, Result<store::Object, StoreError>> {
+        Box::pin(async { Err(down()) })
+    }
+
+    fn list(
+        &self,
+        _: &str,
+        _: &store::LabelSelector,
+    ) -> store::BoxFuture<'_, Result<(Vec<store::Object>, u64), StoreError>> {
+        Box::pin(async { Err(down()) })
+    }
+
+    fn transact(
+        &self,
+        _: Vec<store::Op>,
+    ) -> store::BoxFuture<'_, Result<Vec<store::Object>, StoreError>> {
+        Box::pin(async { Err(down()) })
+    }
+
+    fn watch(
+        &self,
+        _: Option<&str>,
+        _: Option<u64>,
+    ) -> store::BoxFuture<'_, Result<store::WatchStream, StoreError>> {
+        Box::pin(async { Err(down()) })
+    }
+
+    fn revision(&self) -> store::BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async { Err(down()) })
+    }
+}
+
+fn down() -> StoreError {
+    StoreError::Backend("etcd: connection refused".into())
+}
+
+#[tokio::test]
+async fn a_hub_whose_store_does_not_answer_is_alive_but_not_ready() {
+    let app = app_with(Some(Arc::new(Unreachable)));
+    let answer = |path: &'static str| {
+        let router = app.router.clone();
+        async move {
+            let response = router
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(answer("/healthz").await, (StatusCode::OK, "ok\n".into()));
+    let (status, body) = answer("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        body,
+        "not ready: the store does not answer (store failure: etcd: connection refused)\n"
+    );
 }
 
 #[tokio::test]

@@ -7,24 +7,27 @@ use std::{collections::HashMap, path::PathBuf};
 use clap::{Args, Parser, Subcommand};
 
 use self::serve::ServeArgs;
-use crate::config::Config;
+use crate::config::{Config, StoreLocation};
 
 /// What `drover-hub` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Serve(Config),
-    /// Give the `admin` user a new password (printed once).
+    /// Give the `admin` user a new password (printed once), in the hub's store.
     ResetAdminPassword {
         data_dir: PathBuf,
+        store: StoreLocation,
     },
     /// Write a consistent backup (store and CA) to `out`; works while the hub runs.
     Backup {
         data_dir: PathBuf,
+        store: StoreLocation,
         out: PathBuf,
     },
     /// Replace the state in `data_dir` with the backup `from`; the hub must be stopped.
     Restore {
         data_dir: PathBuf,
+        store: StoreLocation,
         from: PathBuf,
     },
     /// Talk to a running hub's API.
@@ -260,11 +263,16 @@ struct RestoreArgs {
     dir: DataDirArgs,
 }
 
+/// Where a hub keeps its state, as it was served with.
 #[derive(Args, Debug)]
 struct DataDirArgs {
     /// Directory for the hub's state [env: DROVER_DATA_DIR] [default: ./drover-data]
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The hub's store, as given to `serve`: `sqlite` (in the data directory) or
+    /// `etcd://HOST:2379[,HOST:2379…][/PREFIX]` [env: DROVER_STORE] [default: sqlite]
+    #[arg(long)]
+    store: Option<String>,
 }
 
 const DEFAULT_DATA_DIR: &str = "./drover-data";
@@ -280,13 +288,16 @@ where
         CliCommand::Serve(args) => serve::config(args, env).map(Command::Serve),
         CliCommand::ResetAdminPassword(args) => Ok(Command::ResetAdminPassword {
             data_dir: data_dir(args.data_dir, env),
+            store: serve::store_location(args.store, env)?,
         }),
         CliCommand::Backup(args) => Ok(Command::Backup {
             data_dir: data_dir(args.dir.data_dir, env),
+            store: serve::store_location(args.dir.store, env)?,
             out: args.out,
         }),
         CliCommand::Restore(args) => Ok(Command::Restore {
             data_dir: data_dir(args.dir.data_dir, env),
+            store: serve::store_location(args.dir.store, env)?,
             from: args.from,
         }),
         CliCommand::Login(args) => {

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::{args::Command, backup, bootstrap, cli, store};
+use crate::{args::Command, backup, bootstrap, cli, config::StoreLocation, store};
 
 /// Exit code for a bad flag or variable, as clap uses for a bad command line.
 pub const EXIT_USAGE: u8 = 2;
@@ -49,11 +49,25 @@ pub async fn run(command: Command) -> Result<String, Failure> {
             .await
             .map(|()| String::new())
             .map_err(Failure::Logged),
-        Command::ResetAdminPassword { data_dir } => reset_admin_password(&data_dir)
-            .await
-            .map_err(Failure::Logged),
-        Command::Backup { data_dir, out } => backup(&data_dir, &out).map_err(Failure::Logged),
-        Command::Restore { data_dir, from } => restore(&data_dir, &from).map_err(Failure::Logged),
+        Command::ResetAdminPassword { data_dir, store } => {
+            reset_admin_password(&data_dir, &store).await
+        }
+        Command::Backup {
+            data_dir,
+            store,
+            out,
+        } => {
+            sqlite_only(&store, "backup")?;
+            backup(&data_dir, &out).map_err(Failure::Logged)
+        }
+        Command::Restore {
+            data_dir,
+            store,
+            from,
+        } => {
+            sqlite_only(&store, "restore")?;
+            restore(&data_dir, &from).map_err(Failure::Logged)
+        }
         Command::Client {
             mut request,
             config,
@@ -80,12 +94,53 @@ pub async fn run(command: Command) -> Result<String, Failure> {
     }
 }
 
-async fn reset_admin_password(data_dir: &Path) -> anyhow::Result<String> {
-    let store = store::sqlite::SqliteStore::open(&data_dir.join(backup::STORE_FILE))?;
-    let password = bootstrap::reset_admin_password(&store).await?;
+/// A new password for `admin`, in the store the hub serves from: a password written anywhere
+/// else would be one the hub never sees.
+async fn reset_admin_password(
+    data_dir: &Path,
+    location: &StoreLocation,
+) -> Result<String, Failure> {
+    let store: Box<dyn store::Store> = match location {
+        StoreLocation::Sqlite => {
+            let file = data_dir.join(backup::STORE_FILE);
+            if !file.exists() {
+                return Err(Failure::Said {
+                    message: format!(
+                        "no hub state in {}: give the hub's data directory (--data-dir or DROVER_DATA_DIR), or its etcd store (--store or DROVER_STORE)",
+                        data_dir.display()
+                    ),
+                    code: 1,
+                });
+            }
+            Box::new(store::sqlite::SqliteStore::open(&file).map_err(logged)?)
+        }
+        StoreLocation::Etcd(url) => {
+            Box::new(store::etcd::EtcdStore::connect(url).await.map_err(logged)?)
+        }
+    };
+    let password = bootstrap::reset_admin_password(store.as_ref())
+        .await
+        .map_err(logged)?;
     Ok(format!(
         "New password for \"admin\":\n\n    {password}\n\nIt is not shown again.\n"
     ))
+}
+
+fn logged(e: impl Into<anyhow::Error>) -> Failure {
+    Failure::Logged(e.into())
+}
+
+/// Backup and restore work on a data directory's SQLite store; etcd has its own.
+fn sqlite_only(location: &StoreLocation, command: &str) -> Result<(), Failure> {
+    match location {
+        StoreLocation::Sqlite => Ok(()),
+        StoreLocation::Etcd(url) => Err(Failure::Said {
+            message: format!(
+                "this hub's objects and CA are in etcd ({url}), not in its data directory: {command} etcd itself (`etcdctl snapshot save` / `etcdutl snapshot restore`; see docs/ha-etcd.md)"
+            ),
+            code: 1,
+        }),
+    }
 }
 
 fn backup(data_dir: &Path, out: &Path) -> anyhow::Result<String> {

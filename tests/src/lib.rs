@@ -91,12 +91,20 @@ pub struct CliRun {
 
 /// Runs `drover-hub ARGS --config CONFIG` with `stdin`, as a person at a shell would.
 pub fn hub_cli(config: &Path, args: &[&str], stdin: &str) -> CliRun {
+    let config = config.to_str().unwrap();
+    let args: Vec<&str> = args.iter().copied().chain(["--config", config]).collect();
+    hub_command(&args, stdin)
+}
+
+/// Runs `drover-hub ARGS` with `stdin`, with none of the caller's `DROVER_*` settings.
+pub fn hub_command(args: &[&str], stdin: &str) -> CliRun {
     use std::io::Write as _;
-    let mut child = std::process::Command::new(binary("drover-hub"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("DROVER_PASSWORD")
+    let mut command = std::process::Command::new(binary("drover-hub"));
+    command.args(args);
+    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("DROVER_")) {
+        command.env_remove(name);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -114,6 +122,24 @@ pub fn hub_cli(config: &Path, args: &[&str], stdin: &str) -> CliRun {
         stdout: String::from_utf8_lossy(&out.stdout).into(),
         stderr: String::from_utf8_lossy(&out.stderr).into(),
     }
+}
+
+/// The new admin password `drover-hub reset-admin-password` printed (its indented line).
+pub fn printed_password(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("    "))
+        .unwrap_or_else(|| panic!("no password in {stdout:?}"))
+        .trim()
+        .to_owned()
+}
+
+/// Whether `user` can log in with `password` (the API's answer: 200, or 401 refused).
+pub async fn logs_in(addr: SocketAddr, user: &str, password: &str) -> bool {
+    let body = serde_json::json!({"username": user, "password": password, "session": false});
+    let (status, value) = api(addr, "POST", "/v1/login", None, Some(body)).await;
+    assert!(matches!(status, 200 | 401), "{status} {value}");
+    status == 200
 }
 
 /// A `drover-hub serve` process.

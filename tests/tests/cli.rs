@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::Value;
-use tests::{HubProcess, hub_cli as cli, temp_dir};
+use tests::{HubProcess, hub_cli as cli, hub_command, logs_in, printed_password, temp_dir};
 
 #[tokio::test]
 async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_command_line() {
@@ -233,4 +233,49 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
     let r = cli(&config, &["cluster", "list"], "");
     assert_eq!(r.code, 3, "{}", r.stderr);
     std::fs::remove_dir_all(&data).unwrap();
+}
+
+#[tokio::test]
+async fn reset_admin_password_sets_it_in_the_hubs_own_store_and_refuses_a_dir_without_one() {
+    let data = temp_dir("cli-reset");
+    let hub = HubProcess::start(&data).await;
+    let old = hub.admin_password.clone().unwrap();
+    let data_dir = data.to_str().unwrap();
+
+    // While the hub runs: the new password works at once, the old one no more.
+    let r = hub_command(&["reset-admin-password", "--data-dir", data_dir], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let new = printed_password(&r.stdout);
+    assert_ne!(new, old);
+    assert!(logs_in(hub.addr, "admin", &new).await);
+    assert!(!logs_in(hub.addr, "admin", &old).await);
+
+    // A directory with no hub state in it: refused, saying what to give; nothing is created
+    // there (a password written to a new store is one no hub sees).
+    let empty = temp_dir("cli-reset-empty");
+    let r = hub_command(
+        &[
+            "reset-admin-password",
+            "--data-dir",
+            empty.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("no hub state in"), "{}", r.stderr);
+    assert!(r.stderr.contains("--store"), "{}", r.stderr);
+    assert!(!empty.join("state.db").exists());
+    assert!(logs_in(hub.addr, "admin", &new).await);
+
+    // Backup and restore of a hub on etcd: refused, pointing at etcd's own tools.
+    for command in [
+        vec!["backup", "--out", "/tmp/never-written"],
+        vec!["restore", "--from", "/tmp/never-read"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--data-dir", data_dir, "--store", "etcd://127.0.0.1:2379"]);
+        let r = hub_command(&args, "");
+        assert_eq!(r.code, 1, "{command:?}: {}", r.stdout);
+        assert!(r.stderr.contains("etcdctl snapshot save"), "{}", r.stderr);
+    }
 }

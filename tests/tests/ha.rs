@@ -15,11 +15,12 @@ use hub::store::local_etcd::LocalEtcd;
 use serde_json::json;
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api, https_get,
+    HubProcess, api, https_get, hub_command,
     imported::{
         IMPORT_OBJECTS, Imported, kubectl, kubectl_ok, remove_cluster, until_allowed,
         user_kubeconfig,
     },
+    logs_in, printed_password,
     system_agent::{Host, applied, counted, create_paused_edge, put_plan, runs, until},
     temp_dir,
 };
@@ -61,6 +62,20 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
         status, 200,
         "the admin's token and the cluster survive: {cluster}"
     );
+    // A new admin password goes to etcd, where the running hub reads it (the data directory
+    // given holds nothing).
+    let r = hub_command(
+        &[
+            "reset-admin-password",
+            "--store",
+            &store,
+            "--data-dir",
+            temp_dir("ha-reset").to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(logs_in(hub.addr, "admin", &printed_password(&r.stdout)).await);
     // The agent reconnects by itself; mia's kubeconfig works as before.
     until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
     let app = dir.join("app.yaml");
@@ -74,8 +89,13 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     // etcd dies under the running hub and comes back: the hub carries on, watches included
     // (a new user's role reaches the cluster, which takes the hub's watch of role bindings).
     etcd.kill();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Alive but not ready while etcd is down (a load balancer sends it nothing), ready again
+    // once etcd is back.
+    let (status, body) = readiness(&hub, 503).await;
+    assert!(body.contains("the store"), "{status}: {body}");
+    assert_eq!(https_get(hub.addr, "/healthz").await.0, 200);
     etcd.restart().unwrap();
+    readiness(&hub, 200).await;
     let late = user_kubeconfig(&hub, &admin, &dir, "lou", Some("cluster-member")).await;
     until_allowed(&late, &["create", "configmaps", "-n", "default"]).await;
     let names = kubectl_ok(&late, &["get", "configmaps", "-n", "default", "-o", "name"]).await;
@@ -83,6 +103,23 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
 
     shutdown.cancel();
     let _ = agent.await;
+}
+
+/// Polls the hub's `/readyz` until it answers `wanted` (within 30 s); the answer.
+async fn readiness(hub: &HubProcess, wanted: u16) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = https_get(hub.addr, "/readyz").await;
+        let body = String::from_utf8_lossy(&body).into_owned();
+        if status == wanted {
+            return (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still answers {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The kubeconfig at `path`, aimed at another replica (same CA, same token).

@@ -132,18 +132,7 @@ pub(super) fn config(
                 reason: "give a whole number of seconds from 1 to 300".into(),
             })?,
     };
-    let store = match pick(args.store, "DROVER_STORE", "sqlite") {
-        text if text == "sqlite" => StoreLocation::Sqlite,
-        text => {
-            crate::store::etcd::EtcdUrl::parse(&text).map_err(|reason| ConfigError::Invalid {
-                flag: "--store",
-                var: "DROVER_STORE",
-                value: text.clone(),
-                reason: format!("{reason}; or use sqlite, the default"),
-            })?;
-            StoreLocation::Etcd(text)
-        }
-    };
+    let store = store_location(args.store, env)?;
     let count = |given: Option<String>, flag: &'static str, var: &'static str, default| match given
         .or_else(|| env.get(var).filter(|v| !v.is_empty()).cloned())
     {
@@ -236,4 +225,24 @@ fn host_name(env: &HashMap<String, String>) -> String {
         })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// `--store` or `DROVER_STORE`: `sqlite` (the default) or an etcd URL.
+pub(super) fn store_location(
+    flag: Option<String>,
+    env: &HashMap<String, String>,
+) -> Result<StoreLocation, ConfigError> {
+    let text = flag
+        .or_else(|| env.get("DROVER_STORE").filter(|v| !v.is_empty()).cloned())
+        .unwrap_or_else(|| "sqlite".to_owned());
+    if text == "sqlite" {
+        return Ok(StoreLocation::Sqlite);
+    }
+    crate::store::etcd::EtcdUrl::parse(&text).map_err(|reason| ConfigError::Invalid {
+        flag: "--store",
+        var: "DROVER_STORE",
+        value: text.clone(),
+        reason: format!("{reason}; or use sqlite, the default"),
+    })?;
+    Ok(StoreLocation::Etcd(text))
 }

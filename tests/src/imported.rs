@@ -330,3 +330,94 @@ pub async fn issued_kubeconfig(
     std::fs::write(&path, kubeconfig).unwrap();
     path
 }
+
+/// Checks the import manifest the hub served for `cluster` with `registration`, as the
+/// simulated-cluster and the real-cluster tests both do (one function, so the two cannot
+/// drift apart). Returns the documents that bind the hub's users (Group subjects), which a
+/// test against a real cluster applies on their own.
+pub fn check_import_manifest(text: &str, cluster: &str, registration: &str) -> Vec<String> {
+    let documents: Vec<&str> = text
+        .split("\n---\n")
+        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
+        .collect();
+    let parsed: Vec<Value> = documents
+        .iter()
+        .map(|d| serde_saphyr::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    let named: Vec<String> = parsed
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            "Namespace/drover-system",
+            "ServiceAccount/drover-agent",
+            "ClusterRoleBinding/drover-agent",
+            "ClusterRoleBinding/drover-admin",
+            "Secret/drover-credentials",
+            "Deployment/drover-cluster-agent",
+            "DaemonSet/drover-node-agent",
+        ]
+    );
+    let find = |kind: &str, name: &str| {
+        parsed
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap()
+    };
+    // The agent's own service account is a cluster-admin; the hub's admins (impersonated into
+    // the group drover:admin) are too; every other role is the cluster-agent's to sync.
+    let agent = find("ClusterRoleBinding", "drover-agent");
+    assert_eq!(agent["roleRef"]["name"], "cluster-admin");
+    assert_eq!(
+        agent["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "drover-agent", "namespace": "drover-system"}])
+    );
+    let admins = find("ClusterRoleBinding", "drover-admin");
+    assert_eq!(admins["roleRef"]["name"], "cluster-admin");
+    assert_eq!(
+        admins["subjects"],
+        serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "drover:admin"}])
+    );
+    let secret = find("Secret", "drover-credentials");
+    assert_eq!(secret["metadata"]["namespace"], "drover-system");
+    assert_eq!(secret["stringData"]["token"], registration);
+    assert_eq!(
+        secret["stringData"]["ca-checksum"].as_str().map(str::len),
+        Some(64)
+    );
+    for (kind, name) in [
+        ("Deployment", "drover-cluster-agent"),
+        ("DaemonSet", "drover-node-agent"),
+    ] {
+        let pod = &find(kind, name)["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "drover-agent", "{kind} {name}");
+    }
+    let env = &find("Deployment", "drover-cluster-agent")["spec"]["template"]["spec"]["containers"]
+        [0]["env"];
+    let cluster_var = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "DROVER_CLUSTER")
+        .unwrap();
+    assert_eq!(cluster_var["value"], cluster);
+    documents
+        .iter()
+        .zip(&parsed)
+        .filter(|(_, o)| {
+            o["kind"] == "ClusterRoleBinding"
+                && o["subjects"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["kind"] == "Group"))
+        })
+        .map(|(d, _)| (*d).to_owned())
+        .collect()
+}

@@ -11,7 +11,7 @@ use std::{path::Path, time::Duration};
 use serde_json::Value;
 use tests::{
     HubProcess, api,
-    imported::{kubectl_ok, user_kubeconfig},
+    imported::{check_import_manifest, kubectl_ok, user_kubeconfig},
     login, temp_dir, wait_for_event,
 };
 use tokio_util::sync::CancellationToken;
@@ -94,12 +94,11 @@ async fn a_real_cluster_is_imported_listed_from_the_cache_and_reached_through_th
     // the agents' Deployment and DaemonSet, is not wanted here: the agent runs in this test).
     let (_, manifest) =
         tests::https_get(hub.addr, &format!("/v3/import/{registration}.yaml")).await;
-    let bindings: Vec<&str> = std::str::from_utf8(&manifest)
-        .unwrap()
-        .split("\n---\n")
-        .filter(|doc| doc.contains("kind: ClusterRoleBinding") && doc.contains("kind: Group"))
-        .collect();
-    assert_eq!(bindings.len(), 4);
+    let bindings = check_import_manifest(
+        std::str::from_utf8(&manifest).unwrap(),
+        "prod",
+        registration,
+    );
     let bindings_file = dir.join("bindings.yaml");
     std::fs::write(&bindings_file, bindings.join("\n---\n")).unwrap();
     let bindings_file = bindings_file.to_str().unwrap();

@@ -56,8 +56,19 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
                                 }
                                 (sum, Some(plan))
                             };
-                            if let Err(e) = record.set_desired(sum, plan) {
-                                tracing::error!(error = %e, "cannot keep the plan on disk");
+                            let kept =
+                                (!sum.is_empty()).then(|| sum.get(..12).unwrap_or(&sum).to_owned());
+                            match record.set_desired(sum, plan) {
+                                // Said, because it is why nothing runs after a restart.
+                                Ok(false) => {
+                                    if let Some(plan) = kept {
+                                        tracing::info!(%slot, %plan, "the hub's plan is the one this agent already has");
+                                    }
+                                }
+                                Ok(true) => {}
+                                Err(e) => {
+                                    tracing::error!(error = %e, "cannot keep the plan on disk")
+                                }
                             }
                         }
                         Ok(None) => break,

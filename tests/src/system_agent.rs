@@ -64,6 +64,27 @@ impl Host {
         self.child = Some(child);
     }
 
+    /// How many lines of the agent's log (every start's) contain `text`.
+    pub fn log_lines(&self, text: &str) -> usize {
+        std::fs::read_to_string(self.dir.join("agent.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+
+    /// Waits until `count` lines of the agent's log contain `text`; panics after `within`.
+    pub async fn until_logged(&self, text: &str, count: usize, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.log_lines(text) < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the agent never logged {text:?} {count} times"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGKILL, as a crash or power cut would.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -11,7 +11,7 @@ use std::{
     process::Output,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -81,10 +81,19 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
         text(&second)
     );
 
-    // The backup runs while writers keep the store busy.
+    // The backup runs while a writer keeps the store busy: writes land before it starts and
+    // while it runs (counted as each one is answered).
     let busy = Arc::new(AtomicBool::new(true));
+    let done = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(tokio::sync::Notify::new());
     let writer = {
-        let (busy, admin, addr) = (busy.clone(), admin.clone(), hub.addr);
+        let (busy, done, answered, admin, addr) = (
+            busy.clone(),
+            done.clone(),
+            answered.clone(),
+            admin.clone(),
+            hub.addr,
+        );
         tokio::spawn(async move {
             let mut written = Vec::new();
             for i in 0.. {
@@ -94,21 +103,43 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
                 let name = format!("busy-{i}");
                 assert_eq!(create_cluster(addr, &admin, &name).await.0, 201);
                 written.push(name);
+                done.fetch_add(1, Ordering::SeqCst);
+                answered.notify_one();
             }
             written
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let file = dir.join("hub.backup");
-    let out = hub_command(&[
-        "backup",
-        "--data-dir",
-        first_dir.to_str().unwrap(),
-        "--out",
-        file.to_str().unwrap(),
-    ]);
+    tokio::time::timeout(std::time::Duration::from_secs(30), answered.notified())
+        .await
+        .expect("no write was answered");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (file, out, during) = loop {
+        let file = dir.join(format!("hub-{}.backup", done.load(Ordering::SeqCst)));
+        let started = done.load(Ordering::SeqCst);
+        let out = tokio::task::spawn_blocking({
+            let (first_dir, file) = (first_dir.clone(), file.clone());
+            move || {
+                hub_command(&[
+                    "backup",
+                    "--data-dir",
+                    first_dir.to_str().unwrap(),
+                    "--out",
+                    file.to_str().unwrap(),
+                ])
+            }
+        })
+        .await
+        .unwrap();
+        let during = done.load(Ordering::SeqCst) - started;
+        // A backup so quick that no write was answered while it ran proves nothing: again.
+        if during > 0 || std::time::Instant::now() > deadline {
+            break (file, out, (started, during));
+        }
+    };
     busy.store(false, Ordering::SeqCst);
     let written = writer.await.unwrap();
+    let (before_backup, during) = during;
+    assert!(during > 0, "no write was answered while the backup ran");
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("tls/ca-key.pem"), "{}", text(&out));
     assert_eq!(create_cluster(hub.addr, &admin, "after").await.0, 201);
@@ -150,15 +181,22 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
         "{names:?}"
     );
     assert!(!names.contains("after"), "written after the backup");
-    // The busy writer's clusters: a prefix of what it wrote, none torn.
+    // The busy writer's clusters: a prefix of what it wrote, none torn, holding every write
+    // answered before the backup started and none begun after it ended.
     let busy_kept = names.iter().filter(|n| n.starts_with("busy-")).count();
     assert!(
         written[..busy_kept].iter().all(|n| names.contains(n)),
         "{busy_kept} of {} busy writes, not a prefix: {names:?}",
         written.len()
     );
+    // (One write may be committed before the snapshot and answered only after the backup
+    // ended: the writer has one in flight at a time.)
+    assert!(
+        (before_backup..=before_backup + during + 1).contains(&busy_kept),
+        "{busy_kept} busy writes in the snapshot; {before_backup} were answered before the backup, {during} while it ran"
+    );
     eprintln!(
-        "backup while serving: {busy_kept} of {} concurrent writes in the snapshot",
+        "backup while serving: {busy_kept} of {} concurrent writes in the snapshot ({before_backup} before it, {during} while it ran)",
         written.len()
     );
     assert!(restored.terminate().await);

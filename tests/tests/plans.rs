@@ -14,6 +14,9 @@ use tests::{
     temp_dir,
 };
 
+/// What the system-agent logs when the hub sends it the plan it already has (applied or not).
+const ALREADY_HAS: &str = "the hub's plan is the one this agent already has";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plans_reach_the_host_apply_once_and_report_back() {
     let dir = temp_dir("plans");
@@ -113,17 +116,11 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     assert_eq!(h["state"]["state"], "active", "{h:#}");
 
     // kill -9 and start again: the plan arrives again and does not run again.
+    let had = host.log_lines(ALREADY_HAS);
     host.kill().await;
     host.start();
-    until(
-        &hub,
-        &admin,
-        &format!("/v1/hosts/{name}"),
-        Duration::from_secs(30),
-        |h| h["state"]["state"] == "active",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    host.until_logged(ALREADY_HAS, had + 1, Duration::from_secs(30))
+        .await;
     assert_eq!(runs(&installs), 1, "an applied checksum never runs again");
 
     // kill -9 in the middle of a plan: it runs again from the start, and the step after the

@@ -452,8 +452,12 @@ async fn hub_roles_and_projects_become_the_clusters_rbac_and_stay_so() {
         "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}}),
     )
     .await;
-    // The sync runs (gina's binding elsewhere is still kept), and the foreign one stays as it was.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The sync runs: a new namespace of the project gets pat's binding (pat may write there
+    // only through the binding just made again, in the pass that also meets shop-a's)...
+    let shop_c = write(dir, "shop-c.yaml", &namespace("shop-c", Some("shop")));
+    kubectl_ok(sim_admin, &["apply", "-f", shop_c.to_str().unwrap()]).await;
+    until_allowed(&pat, &["create", "deployments", "-n", "shop-c"]).await;
+    // ... and the foreign one in shop-a stays as it was.
     let subjects = kubectl_ok(
         sim_admin,
         &[

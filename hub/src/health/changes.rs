@@ -65,7 +65,10 @@ impl Health {
         let mut host_cluster: HashMap<String, String> = HashMap::new();
         loop {
             let mut watch = match self.store.watch(None, None).await {
-                Ok(w) => w,
+                Ok(w) => {
+                    self.following.send_replace(true);
+                    w
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch for state changes; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -188,6 +191,7 @@ impl Health {
             }
             // Fell behind or the store hiccuped: watch again; what is seen is kept, so a
             // change made meanwhile still shows.
+            self.following.send_replace(false);
         }
     }
 }

@@ -91,6 +91,8 @@ pub struct Health {
     store: Arc<dyn Store>,
     pub events: Events,
     agents: Mutex<HashMap<String, Agent>>,
+    /// True while the state-change events follow the store (their watch is open).
+    following: tokio::sync::watch::Sender<bool>,
 }
 
 impl Health {
@@ -100,7 +102,15 @@ impl Health {
             store,
             events: Events::default(),
             agents: Mutex::default(),
+            following: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Returns once the state-change events follow the store: a change written from then on
+    /// becomes an event.
+    pub async fn following(&self) {
+        let mut open = self.following.subscribe();
+        let _ = open.wait_for(|open| *open).await;
     }
 
     pub fn interval(&self) -> Duration {
@@ -307,15 +317,21 @@ impl Health {
     /// Marks agents whose beats stopped (while their tunnel stands) and forgets long-gone
     /// ones. Returns what it marked, for tests.
     pub async fn check(&self) -> Vec<String> {
+        self.check_at(Instant::now()).await
+    }
+
+    /// [`Health::check`] as of `now` (tests look ahead in time rather than wait for it).
+    pub(crate) async fn check_at(&self, now: Instant) -> Vec<String> {
         let limit = self.interval * MISSED;
+        let since = |t: Instant| now.saturating_duration_since(t);
         let mut marked = Vec::new();
         {
             let mut agents = self.lock();
-            agents.retain(|_, a| a.gone_at.is_none_or(|t| t.elapsed() < FORGET_AFTER));
+            agents.retain(|_, a| a.gone_at.is_none_or(|t| since(t) < FORGET_AFTER));
             for (id, agent) in agents.iter_mut() {
                 if agent.connected
                     && !agent.missed
-                    && agent.last_beat.is_some_and(|t| t.elapsed() > limit)
+                    && agent.last_beat.is_some_and(|t| since(t) > limit)
                 {
                     agent.missed = true;
                     marked.push((

@@ -85,7 +85,9 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
     let f = fixture(Duration::from_millis(50)).await;
     let info = session(7, identity::SYSTEM_AGENT, "host/h-one");
     f.health.connected(&info).await;
+    let before = Instant::now();
     let reply = f.health.beat(&info, beat_with_facts()).await;
+    let after = Instant::now();
     assert_eq!(reply.interval_millis, 50);
     assert!(!reply.send_facts);
     // The facts reach the Host; the usage starts its chart.
@@ -95,11 +97,21 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
     assert_eq!(usage["points"].as_array().unwrap().len(), 1);
     assert_eq!(usage["state"], "active");
 
-    assert!(f.health.check().await.is_empty(), "marked before it missed");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(f.health.check().await, vec!["host/h-one".to_owned()]);
+    // Checked as of later instants: three beats' time (150 ms) after the beat is the limit.
+    assert!(
+        f.health
+            .check_at(before + Duration::from_millis(140))
+            .await
+            .is_empty(),
+        "marked before it missed"
+    );
+    let missed = after + Duration::from_millis(200);
+    assert_eq!(
+        f.health.check_at(missed).await,
+        vec!["host/h-one".to_owned()]
+    );
     // Marked once, not on every check.
-    assert!(f.health.check().await.is_empty());
+    assert!(f.health.check_at(missed).await.is_empty());
     let host = f.health.store().get("Host", "h-one").await.unwrap();
     assert_eq!(
         connected_condition(&host),
@@ -206,8 +218,8 @@ async fn state_changes_and_plan_outcomes_become_events() {
     let shutdown = CancellationToken::new();
     tokio::spawn(health.clone().run(shutdown.clone()));
     let store = f.health.store().clone();
-    // Let the watch take the current objects in first.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The events follow the store (the current objects are taken in as they are).
+    f.health.following().await;
     model::set_condition(
         store.as_ref(),
         Kind::Host,

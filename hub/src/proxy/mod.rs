@@ -63,6 +63,39 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
+/// The headers a request goes on with: the caller's credentials (`Authorization`, cookies),
+/// any `Impersonate-*` of theirs (user, group, uid, extra), method overrides (the method
+/// judged is the method sent) and hop-by-hop headers (but an upgrade's) dropped; then who the
+/// caller is, as `Impersonate-User` and `Impersonate-Group`.
+fn forwarded(
+    incoming: &HeaderMap,
+    upgrade: bool,
+    principal: &Principal,
+) -> Result<HeaderMap, ApiError> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in incoming {
+        // Header names are lowercase here, however the caller spelled them.
+        let lower = name.as_str();
+        if lower == "authorization"
+            || lower.starts_with("impersonate-")
+            || lower == "cookie"
+            || matches!(
+                lower,
+                "x-http-method-override" | "x-http-method" | "x-method-override"
+            )
+            || (hop_by_hop(name) && !upgrade)
+        {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    }
+    impersonate(&mut headers, principal)?;
+    Ok(headers)
+}
+
 /// Whether a request only reads: GET/HEAD without an upgrade (`exec`, `attach` and
 /// `port-forward` upgrade and act on the workload), or a question about the caller's own
 /// permissions (`kubectl auth can-i`).
@@ -241,24 +274,10 @@ pub async fn handle(
     } else {
         None
     };
-    let mut headers = HeaderMap::new();
-    for (name, value) in &parts.headers {
-        let lower = name.as_str();
-        if lower == "authorization"
-            || lower.starts_with("impersonate-")
-            || lower == "cookie"
-            || (hop_by_hop(name) && !upgrade)
-        {
-            continue;
-        }
-        headers.append(name.clone(), value.clone());
-    }
-    if upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    }
-    if let Err(e) = impersonate(&mut headers, &principal) {
-        return from_api(e);
-    }
+    let headers = match forwarded(&parts.headers, upgrade, &principal) {
+        Ok(headers) => headers,
+        Err(e) => return from_api(e),
+    };
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
     let (mut sender, path, pool) = match connect_route(
@@ -384,6 +403,154 @@ impl RetainCompat for HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn principal(user: &str, groups: &[&str], admin: bool) -> Principal {
+        Principal {
+            user: user.into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            admin,
+            clusters: Default::default(),
+            projects: Default::default(),
+            token: "t-1".into(),
+        }
+    }
+
+    /// A request's headers, from `name: value` pairs (names as a client may spell them).
+    fn request_headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    /// `name: value` lines of `headers`, sorted.
+    fn lines(headers: &HeaderMap) -> Vec<String> {
+        let mut lines: Vec<String> = headers
+            .iter()
+            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn the_callers_credentials_and_impersonation_are_dropped_and_their_identity_set() {
+        let incoming = request_headers(&[
+            ("Authorization", "Bearer drt_callers-own-token"),
+            ("Cookie", "drover_session=abc"),
+            ("Impersonate-User", "kubernetes-admin"),
+            ("impersonate-group", "system:masters"),
+            ("IMPERSONATE-GROUP", "system:nodes"),
+            ("Impersonate-Uid", "0"),
+            ("Impersonate-Extra-Scopes", "everything"),
+            ("impersonate-extra-reason%20x", "because"),
+            ("X-HTTP-Method-Override", "DELETE"),
+            ("X-Http-Method", "PUT"),
+            ("X-Method-Override", "PATCH"),
+            ("Connection", "keep-alive"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authorization", "Basic eA=="),
+            ("TE", "trailers"),
+            ("Transfer-Encoding", "chunked"),
+            ("Accept", "application/json"),
+            ("User-Agent", "kubectl/v1.32.0"),
+            ("Content-Type", "application/json"),
+        ]);
+        let sent = forwarded(&incoming, false, &principal("mia", &["dev"], false)).unwrap();
+        assert_eq!(
+            lines(&sent),
+            [
+                "accept: application/json",
+                "content-type: application/json",
+                "impersonate-group: dev",
+                "impersonate-group: drover:authenticated",
+                "impersonate-user: mia",
+                "user-agent: kubectl/v1.32.0",
+            ]
+        );
+        // An admin is also in drover:admin (a cluster-admin downstream).
+        let sent = forwarded(&incoming, false, &principal("ann", &[], true)).unwrap();
+        assert_eq!(
+            sent.get_all("impersonate-group")
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["drover:authenticated", "drover:admin"]
+        );
+    }
+
+    #[test]
+    fn an_upgrade_keeps_its_own_headers_and_nothing_of_the_callers_identity() {
+        let incoming = request_headers(&[
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("Sec-WebSocket-Version", "13"),
+            ("Authorization", "Bearer drt_x"),
+            ("Impersonate-User", "root"),
+        ]);
+        let sent = forwarded(&incoming, true, &principal("mia", &[], false)).unwrap();
+        assert_eq!(
+            lines(&sent),
+            [
+                "connection: Upgrade",
+                "impersonate-group: drover:authenticated",
+                "impersonate-user: mia",
+                "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==",
+                "sec-websocket-protocol: v5.channel.k8s.io",
+                "sec-websocket-version: 13",
+                "upgrade: websocket",
+            ]
+        );
+    }
+
+    #[test]
+    fn read_only_allows_reads_and_own_permission_questions_only() {
+        use http::Method;
+        let pods = "api/v1/namespaces/default/pods";
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert!(reads(&method, pods, false), "{method}");
+        }
+        // Every write verb, on objects and on their subresources.
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            for path in [
+                pods,
+                "api/v1/namespaces/default/pods/web-0",
+                "api/v1/namespaces/default/pods/web-0/status",
+                "apis/apps/v1/namespaces/default/deployments/web/scale",
+                "api/v1/namespaces/default/pods/web-0/eviction",
+                "api/v1/namespaces/default/pods/web-0/binding",
+            ] {
+                assert!(!reads(&method, path, false), "{method} {path}");
+            }
+        }
+        // exec, attach and port-forward: an upgrade acts on the workload, whatever its verb.
+        for path in [
+            "api/v1/namespaces/default/pods/web-0/exec?command=sh",
+            "api/v1/namespaces/default/pods/web-0/attach",
+            "api/v1/namespaces/default/pods/web-0/portforward",
+        ] {
+            assert!(!reads(&Method::GET, path, true), "{path}");
+            assert!(!reads(&Method::POST, path, true), "{path}");
+        }
+        // `kubectl auth can-i`: a question about the caller's own permissions.
+        for review in ["selfsubjectaccessreviews", "selfsubjectrulesreviews"] {
+            let path = format!("apis/authorization.k8s.io/v1/{review}");
+            assert!(reads(&Method::POST, &path, false), "{path}");
+        }
+        // But not another user's (a SubjectAccessReview), nor a token review.
+        for path in [
+            "apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "apis/authentication.k8s.io/v1/tokenreviews",
+        ] {
+            assert!(!reads(&Method::POST, path, false), "{path}");
+        }
+    }
 
     #[test]
     fn the_read_only_check_reads_the_path_that_is_forwarded() {

@@ -8,6 +8,22 @@ use std::{
     path::Path,
 };
 
+/// Makes `dir` (created if missing, tightened if it exists) reachable by its owner only: the
+/// hub's CA key and store live there, and nothing in it is then readable by another user
+/// whatever its own mode.
+pub(crate) fn owner_only_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Makes `path` readable and writable by its owner only, if it exists.
+pub(crate) fn owner_only_file(path: &Path) -> io::Result<()> {
+    match fs::set_permissions(path, fs::Permissions::from_mode(0o600)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// Replaces `path` with `data` atomically; the file gets permission bits `mode`.
 pub(crate) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));

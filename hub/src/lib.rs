@@ -95,7 +95,7 @@ impl Hub {
         })?;
         let url = config.server_url_for(addr.port());
         let names = certificate_names(&config, &url, addr);
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| {
+        fsutil::owner_only_dir(&config.data_dir).map_err(|source| {
             StartError::Pki(pki::PkiError::Io {
                 path: config.data_dir.display().to_string(),
                 source,

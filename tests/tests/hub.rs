@@ -20,6 +20,22 @@ async fn the_hub_serves_its_ca_refuses_unknown_agents_and_keeps_its_state_across
         .clone()
         .expect("the first start prints the admin password");
 
+    // The data directory (made 0755 by the test, as an operator's mkdir would) and the
+    // store are its owner's only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |name: &str| {
+            std::fs::metadata(data.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(""), 0o700);
+        for file in ["state.db", "state.db-wal", "state.db-shm"] {
+            assert_eq!(mode(file), 0o600, "{file}");
+        }
+    }
     let (status, body) = https_get(hub.addr, "/healthz").await;
     assert_eq!((status, &body[..]), (200, &b"ok\n"[..]));
     let (status, ca) = https_get(hub.addr, "/cacerts").await;

@@ -68,6 +68,15 @@ impl SqliteStore {
         // WAL lets readers run during a write; FULL makes each commit durable before it returns.
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(backend)?;
+        // The store holds password and token hashes and every object: owner-only, as the
+        // files SQLite keeps beside it (created with the process's umask).
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            crate::fsutil::owner_only_file(Path::new(&file)).map_err(|e| {
+                StoreError::Backend(format!("cannot make {} owner-only: {e}", path.display()))
+            })?;
+        }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(backend)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))

@@ -5,9 +5,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    ClusterSpec, ClusterType, EtcdSnapshotSpec, HostSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
-    RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec, concurrency,
-    parse_plan,
+    ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, HostSpec, PlanSpec,
+    ProjectSecretSpec, ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec,
+    TokenSpec, UserSpec, concurrency, parse_plan,
 };
 use crate::store::Object;
 
@@ -146,6 +146,15 @@ impl Kind {
                     Err("spec.etcdSnapshots, spec.restore and spec.rotateCertificates are for custom clusters; an imported cluster's etcd and certificates are its own".into())
                 }
                 _ => {
+                    if let (ClusterType::Custom, Some(dist), Some(version)) =
+                        (s.cluster_type, s.distribution, s.version.as_deref())
+                        && !release_of(dist, version)
+                    {
+                        let (name, _, example) = release_naming(dist);
+                        return Err(format!(
+                            "spec.version: {version:?} is not a {name} release; give one as its releases are named, e.g. {example}"
+                        ));
+                    }
                     let strategy = s.upgrade_strategy.clone().unwrap_or_default();
                     for (field, value) in [
                         ("controlPlaneConcurrency", &strategy.control_plane_concurrency),
@@ -305,6 +314,31 @@ fn redact_spec(spec: &mut Value) {
             spec.remove(field);
         }
     }
+}
+
+/// A distribution's name, the build suffix of its release names, and an example release.
+fn release_naming(dist: Distribution) -> (&'static str, &'static str, &'static str) {
+    match dist {
+        Distribution::K3s => ("k3s", "k3s", "v1.33.4+k3s1"),
+        Distribution::Rke2 => ("rke2", "rke2r", "v1.33.4+rke2r1"),
+    }
+}
+
+/// Whether `version` names a release of `dist` as its installer takes it:
+/// `vMAJOR.MINOR.PATCH[-PRERELEASE]+k3sN` or `…+rke2rN`.
+fn release_of(dist: Distribution, version: &str) -> bool {
+    let (_, suffix, _) = release_naming(dist);
+    let Some((kube, build)) = version.strip_prefix('v').and_then(|v| v.split_once('+')) else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (core, pre) = kube.split_once('-').unwrap_or((kube, "a"));
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| number(p))
+        && !pre.is_empty()
+        && pre.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
+        && build.strip_prefix(suffix).is_some_and(number)
 }
 
 fn non_empty(field: &str, value: &str) -> Result<(), String> {

@@ -108,7 +108,7 @@ mod tests {
             (Kind::User, json!({"password": "short"}), "12 characters"),
             (
                 Kind::Cluster,
-                json!({"type": "custom", "distribution": "k3s", "version": "v1",
+                json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
                        "upgradeStrategy": {"workerConcurrency": "0"}}),
                 "workerConcurrency",
             ),
@@ -131,6 +131,41 @@ mod tests {
         for (kind, spec, expect) in cases {
             let err = kind.validate_spec(&spec).unwrap_err();
             assert!(err.contains(expect), "{kind:?} {spec}: {err}");
+        }
+        // A custom cluster's version is a release of its distribution, as named there.
+        let custom = |dist: &str, version: &str| {
+            Kind::Cluster
+                .validate_spec(&json!({"type": "custom", "distribution": dist, "version": version}))
+        };
+        for (dist, version) in [
+            ("k3s", "1.33"),
+            ("k3s", "v1.33"),
+            ("k3s", "v1.33.4"),
+            ("k3s", "v1.33.4+rke2r1"),
+            ("k3s", "v1.33.4+k3s"),
+            ("k3s", "latest"),
+            ("rke2", "v1.33.4+k3s1"),
+            ("rke2", "v1.33.x+rke2r1"),
+        ] {
+            let err = custom(dist, version).unwrap_err();
+            assert!(
+                err.starts_with(&format!(
+                    "spec.version: {version:?} is not a {dist} release"
+                )),
+                "{dist} {version}: {err}"
+            );
+        }
+        assert!(
+            custom("k3s", "v1.33")
+                .unwrap_err()
+                .contains("e.g. v1.33.4+k3s1")
+        );
+        for (dist, version) in [
+            ("k3s", "v1.33.4+k3s1"),
+            ("k3s", "v1.34.0-rc1+k3s2"),
+            ("rke2", "v1.32.10+rke2r1"),
+        ] {
+            assert!(custom(dist, version).is_ok(), "{dist} {version}");
         }
         assert!(
             Kind::Cluster

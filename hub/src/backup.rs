@@ -31,7 +31,8 @@ const FORMAT: &str = "drover-hub-backup/1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
-    #[error("{path}: {source}")]
+    // The cause is the source, printed after the path once.
+    #[error("{path}")]
     Io {
         path: String,
         #[source]

@@ -47,7 +47,8 @@ pub use config::Config;
 /// Why the hub could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen on {addr}: {source}")]
+    /// (The cause is its source: printed after the message, once.)
+    #[error("cannot listen on {addr}{}", listen_hint(source))]
     Listen {
         addr: SocketAddr,
         #[source]
@@ -59,6 +60,22 @@ pub enum StartError {
     Store(#[from] store::StoreError),
     #[error(transparent)]
     DataDir(#[from] backup::BackupError),
+}
+
+/// What to do about a listen address that cannot be had.
+fn listen_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            " (another process holds it: stop that one, or give --listen another address)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            " (ports below 1024 need root or CAP_NET_BIND_SERVICE: use a higher port, e.g. --listen 0.0.0.0:8443)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            " (no interface of this machine has that address: use one it has, or 0.0.0.0)"
+        }
+        _ => "",
+    }
 }
 
 /// How long a stopping hub waits for its tasks once the listener has drained.

@@ -30,14 +30,23 @@ pub struct Pki {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
-    #[error("cannot read or write {path}: {source}")]
+    // Causes are sources, printed after the message once (not in it as well).
+    #[error("cannot read or write {path}")]
     Io {
         path: String,
         #[source]
         source: io::Error,
     },
+    /// A file an operator named cannot be read.
+    #[error("cannot read {flag} {path}")]
+    Given {
+        flag: &'static str,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
     #[error(
-        "the CA in {dir} cannot be used ({source}); restore ca.pem and ca-key.pem from a backup, or move them away to create a new CA (agents must then be re-registered)"
+        "the CA in {dir} cannot be used: restore ca.pem and ca-key.pem from a backup, or move them away to create a new CA (agents must then be re-registered)"
     )]
     BadCa {
         dir: String,
@@ -66,8 +75,15 @@ pub fn from_files(cert: &Path, key: &Path) -> Result<Pki, PkiError> {
 /// As [`from_files`]; with `clients`, the listener also verifies client certificates from
 /// those roots.
 fn files_serving(cert: &Path, key: &Path, clients: Option<RootCertStore>) -> Result<Pki, PkiError> {
-    let chain = std::fs::read(cert).map_err(io_error(cert))?;
-    let key_pem = std::fs::read(key).map_err(io_error(key))?;
+    fn given<'a>(flag: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PkiError + 'a {
+        move |source| PkiError::Given {
+            flag,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+    let chain = std::fs::read(cert).map_err(given("--tls-cert", cert))?;
+    let key_pem = std::fs::read(key).map_err(given("--tls-key", key))?;
     let text = String::from_utf8_lossy(&chain);
     let last = text
         .rfind("-----BEGIN CERTIFICATE-----")

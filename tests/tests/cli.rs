@@ -279,3 +279,46 @@ async fn reset_admin_password_sets_it_in_the_hubs_own_store_and_refuses_a_dir_wi
         assert!(r.stderr.contains("etcdctl snapshot save"), "{}", r.stderr);
     }
 }
+
+#[test]
+fn a_hub_that_cannot_start_says_why_once_and_what_to_do() {
+    let data = temp_dir("cli-start");
+    let data_dir = data.to_str().unwrap();
+    // The port is taken: said once, with what to do.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let r = hub_command(&["serve", "--listen", &listen, "--data-dir", data_dir], "");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.stderr.matches("in use").count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot listen on {listen} (another process holds it"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("--listen"), "{}", r.stderr);
+    // A certificate file that is not there: the flag that named it, and the cause once.
+    let r = hub_command(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--tls-cert",
+            "/nonexistent/hub.pem",
+            "--tls-key",
+            "/nonexistent/hub.key",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("cannot read --tls-cert /nonexistent/hub.pem: "),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.matches("No such file").count(), 1, "{}", r.stderr);
+}

@@ -35,9 +35,20 @@ pub enum Command {
         request: crate::cli::Request,
         config: PathBuf,
         output: crate::cli::Output,
-        /// Read the login password from the first line of stdin.
-        password_stdin: bool,
+        /// Where the login password comes from.
+        password: PasswordFrom,
     },
+}
+
+/// Where `login` takes its password from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PasswordFrom {
+    /// Given already (`DROVER_PASSWORD`), or not needed.
+    Given,
+    /// The first line of stdin (`--password-stdin`).
+    Stdin,
+    /// Asked for at the terminal, without echo; refused when there is none.
+    Prompt,
 }
 
 /// A value that cannot be used; the message names the flag and variable to fix.
@@ -105,7 +116,8 @@ struct LoginArgs {
     server: Option<String>,
     #[arg(long, default_value = "admin")]
     username: String,
-    /// Read the password from stdin's first line (else from DROVER_PASSWORD)
+    /// Read the password from stdin's first line (else from DROVER_PASSWORD, else asked for
+    /// at the terminal)
     #[arg(long)]
     password_stdin: bool,
     /// Refuse to log in unless the hub's CA has this sha256 (as printed by `drover-hub serve`)
@@ -318,16 +330,13 @@ where
                 reason: "expected https://HOST[:PORT]".into(),
             })?;
             let password = env.get("DROVER_PASSWORD").cloned().unwrap_or_default();
-            if password.is_empty() && !args.password_stdin {
-                return Err(ConfigError::Invalid {
-                    flag: "--password-stdin",
-                    var: "DROVER_PASSWORD",
-                    value: String::new(),
-                    reason:
-                        "give the password on stdin with --password-stdin, or in DROVER_PASSWORD"
-                            .into(),
-                });
-            }
+            let from = if args.password_stdin {
+                PasswordFrom::Stdin
+            } else if password.is_empty() {
+                PasswordFrom::Prompt
+            } else {
+                PasswordFrom::Given
+            };
             Ok(Command::Client {
                 request: Request::Login {
                     server,
@@ -337,7 +346,7 @@ where
                 },
                 config: crate::cli::config_path(args.opts.config, env),
                 output: args.opts.output,
-                password_stdin: args.password_stdin,
+                password: from,
             })
         }
         CliCommand::Cluster(args) => {
@@ -467,7 +476,7 @@ fn client(
         request,
         config: crate::cli::config_path(opts.config, env),
         output: opts.output,
-        password_stdin: false,
+        password: PasswordFrom::Given,
     }
 }
 

@@ -4,7 +4,12 @@
 
 use std::path::Path;
 
-use crate::{args::Command, backup, bootstrap, cli, config::StoreLocation, store};
+use crate::{
+    args::{Command, PasswordFrom},
+    backup, bootstrap, cli,
+    config::StoreLocation,
+    store,
+};
 
 /// Exit code for a bad flag or variable, as clap uses for a bad command line.
 pub const EXIT_USAGE: u8 = 2;
@@ -72,17 +77,29 @@ pub async fn run(command: Command) -> Result<String, Failure> {
             mut request,
             config,
             output,
-            password_stdin,
+            password: from,
         } => {
-            if let (true, cli::Request::Login { password, .. }) = (password_stdin, &mut request) {
-                let mut line = String::new();
-                if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty() {
-                    return Err(Failure::Said {
-                        message: "--password-stdin: no password on stdin".into(),
-                        code: EXIT_USAGE,
-                    });
+            if let cli::Request::Login {
+                password, username, ..
+            } = &mut request
+            {
+                match from {
+                    PasswordFrom::Given => {}
+                    PasswordFrom::Stdin => {
+                        let mut line = String::new();
+                        if std::io::stdin().read_line(&mut line).is_err() || line.trim().is_empty()
+                        {
+                            return Err(Failure::Said {
+                                message: "--password-stdin: no password on stdin".into(),
+                                code: EXIT_USAGE,
+                            });
+                        }
+                        *password = tunnel::Secret::new(line.trim_end_matches(['\r', '\n']));
+                    }
+                    PasswordFrom::Prompt => {
+                        *password = tunnel::Secret::new(ask_password(username)?);
+                    }
                 }
-                *password = tunnel::Secret::new(line.trim_end_matches(['\r', '\n']));
             }
             cli::run(request, &config, output)
                 .await
@@ -166,4 +183,46 @@ fn restore(data_dir: &Path, from: &Path) -> anyhow::Result<String> {
         ));
     }
     Ok(text)
+}
+
+/// `username`'s password, asked for at the terminal without echoing it; refused (saying how
+/// else to give it) when stdin is not a terminal, as in a script.
+fn ask_password(username: &str) -> Result<String, Failure> {
+    use std::io::{BufRead, IsTerminal, Write};
+
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    let refused = |why: String| Failure::Said {
+        message: why,
+        code: EXIT_USAGE,
+    };
+    if !std::io::stdin().is_terminal() {
+        return Err(refused(
+            "no password: give it on stdin with --password-stdin, or in DROVER_PASSWORD (or run this at a terminal to be asked)".into(),
+        ));
+    }
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(|e| refused(format!("cannot ask for the password at /dev/tty: {e}")))?;
+    let saved =
+        tcgetattr(&tty).map_err(|e| refused(format!("cannot ask for the password: {e}")))?;
+    let mut quiet = saved.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    let mut line = String::new();
+    let asked = (|| -> std::io::Result<()> {
+        write!(&tty, "Password for {username}: ")?;
+        tcsetattr(&tty, OptionalActions::Now, &quiet)?;
+        std::io::BufReader::new(&tty).read_line(&mut line)?;
+        Ok(())
+    })();
+    // The echo comes back whatever happened.
+    let _ = tcsetattr(&tty, OptionalActions::Now, &saved);
+    let _ = writeln!(&tty);
+    asked.map_err(|e| refused(format!("cannot read the password: {e}")))?;
+    let password = line.trim_end_matches(['\r', '\n']).to_owned();
+    if password.is_empty() {
+        return Err(refused("no password given".into()));
+    }
+    Ok(password)
 }

@@ -322,3 +322,62 @@ fn a_hub_that_cannot_start_says_why_once_and_what_to_do() {
     );
     assert_eq!(r.stderr.matches("No such file").count(), 1, "{}", r.stderr);
 }
+
+#[tokio::test]
+async fn login_asks_for_the_password_at_a_terminal_and_says_how_to_give_it_in_a_script() {
+    let data = temp_dir("cli-prompt");
+    let hub = HubProcess::start(&data).await;
+    let password = hub.admin_password.clone().unwrap();
+    let config = data.join("cli.json");
+    let url = hub.url();
+
+    // In a script (stdin not a terminal) and no password given: refused, saying how.
+    let r = cli(&config, &["login", "--server", &url], "");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--password-stdin") && r.stderr.contains("DROVER_PASSWORD"),
+        "{}",
+        r.stderr
+    );
+
+    // At a terminal (util-linux `script` gives the command one): asked for, then logged in.
+    let login = format!(
+        "{} login --server {url} --ca-checksum {} --config {}",
+        tests::binary("drover-hub").display(),
+        hub.ca_checksum,
+        config.display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &login, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(format!("{password}\n").as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("Password for admin: "), "{shown}");
+    assert!(shown.contains("Logged in to"), "{shown}");
+
+    // A wrong password for the default user says which user was tried and how to give another.
+    let r = cli(
+        &config,
+        &["login", "--server", &url, "--password-stdin"],
+        "not-the-password\n",
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("as user \"admin\"") && r.stderr.contains("--username"),
+        "{}",
+        r.stderr
+    );
+}

@@ -52,6 +52,12 @@ pub(super) async fn login(
     let body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI"});
     let (status, bytes) = client.send("POST", "/v1/login", None, Some(&body)).await?;
     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status == 401 {
+        return Err(CliError::Refused(format!(
+            "login refused: {} (as user {username:?}; give another with --username)",
+            text(&value["message"])
+        )));
+    }
     if status != 200 {
         return Err(CliError::Refused(format!(
             "login refused: {}",

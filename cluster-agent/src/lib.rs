@@ -12,6 +12,25 @@
 //! namespaces, pods, deployments, services and events, served to the hub as the
 //! `cluster-cache` service.
 
+/// `drover-cluster-agent --help`: what it does and how it is configured.
+pub const HELP: &str = "\
+Drover's cluster-agent: runs in the cluster (a Deployment from the import manifest), holds the
+hub's tunnel, forwards the hub's Kubernetes API requests, keeps watch-driven caches and keeps
+the cluster's RBAC in step with the hub's role bindings.
+
+Configured from the environment (the import manifest's Secret sets the first four):
+  DROVER_SERVER         the hub's URL, https://HOST[:PORT] (replicas: comma-separated)
+  DROVER_TOKEN          the registration token, exchanged for a credential at first start
+  DROVER_CA_CHECKSUM    sha256 of the hub's CA, as `drover-hub serve` prints it
+  DROVER_CLUSTER        the cluster's name on the hub
+  DROVER_POD_NAME       this replica's name in the leader election (default: the host name)
+  DROVER_NAMESPACE      the lease's and credential Secret's namespace (default: the pod's)
+  DROVER_LEASE_SECONDS  leader lease, 2 to 3600 (default 15)
+  DROVER_STATE_DIR      where the credential is kept (default /var/lib/drover in a pod,
+                        $HOME/.local/state/drover/cluster-agent outside one)
+  KUBECONFIG            outside a pod: a kubeconfig with a token for the cluster
+";
+
 use std::collections::HashMap;
 
 use agentkit::{HubSettings, Registration, kube_api};
@@ -49,10 +68,24 @@ pub struct Config {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// Where the credential is kept unless `DROVER_STATE_DIR` says: in a pod, where the image
+/// expects it; run by hand, under the user's own state directory (not a system path the user
+/// may not write).
+fn default_state_dir(in_pod: bool, env: &HashMap<String, String>) -> String {
+    let set = |name: &str| env.get(name).filter(|v| !v.is_empty());
+    match (in_pod, set("XDG_STATE_HOME"), set("HOME")) {
+        (true, _, _) => "/var/lib/drover".to_owned(),
+        (false, Some(state), _) => format!("{state}/drover/cluster-agent"),
+        (false, None, Some(home)) => format!("{home}/.local/state/drover/cluster-agent"),
+        (false, None, None) => "drover-cluster-agent".to_owned(),
+    }
+}
+
 impl Config {
     /// Reads `DROVER_SERVER`, `DROVER_TOKEN`, `DROVER_CA_CHECKSUM`, `DROVER_CLUSTER`,
     /// `DROVER_POD_NAME` (default: the host name), `DROVER_STATE_DIR` (default
-    /// `/var/lib/drover`), `DROVER_NAMESPACE` (the lease's and the credential Secret's;
+    /// `/var/lib/drover` in a pod, else `$XDG_STATE_HOME/drover/cluster-agent` or
+    /// `$HOME/.local/state/drover/cluster-agent`), `DROVER_NAMESPACE` (the lease's and the credential Secret's;
     /// default: the pod's, else `drover-system`), `DROVER_LEASE_SECONDS` (default 15), and the
     /// API server from the pod's service account or `KUBECONFIG`.
     pub fn from_env(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
@@ -66,7 +99,9 @@ impl Config {
                     ))
                 })
         };
-        let kube = match KubeTarget::in_cluster(env).map_err(|e| ConfigError(e.to_string()))? {
+        let in_pod = KubeTarget::in_cluster(env).map_err(|e| ConfigError(e.to_string()))?;
+        let state_dir = default_state_dir(in_pod.is_some(), env);
+        let kube = match in_pod {
             Some(target) => target,
             None => {
                 let path = need("KUBECONFIG").map_err(|_| {
@@ -110,12 +145,8 @@ impl Config {
                 identity: name.clone(),
                 duration: std::time::Duration::from_secs(lease_seconds),
             },
-            hub: HubSettings::from_env(
-                env,
-                "/var/lib/drover",
-                "the import manifest's Secret provides it",
-            )
-            .map_err(ConfigError)?,
+            hub: HubSettings::from_env(env, &state_dir, "the import manifest's Secret provides it")
+                .map_err(ConfigError)?,
             cluster: need("DROVER_CLUSTER")?,
             name,
             kube,
@@ -324,4 +355,31 @@ async fn serve(
     }
     let _ = runner.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_is_kept_in_the_pod_or_under_the_users_own_state_directory() {
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let home = env(&[("HOME", "/home/ann")]);
+        assert_eq!(default_state_dir(true, &home), "/var/lib/drover");
+        assert_eq!(
+            default_state_dir(false, &home),
+            "/home/ann/.local/state/drover/cluster-agent"
+        );
+        let xdg = env(&[("HOME", "/home/ann"), ("XDG_STATE_HOME", "/srv/state")]);
+        assert_eq!(
+            default_state_dir(false, &xdg),
+            "/srv/state/drover/cluster-agent"
+        );
+        assert_eq!(default_state_dir(false, &env(&[])), "drover-cluster-agent");
+    }
 }

@@ -7,5 +7,14 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    agentkit::agent_main(cluster_agent::Config::from_env, cluster_agent::run, false)
+    agentkit::agent_main(
+        &agentkit::About {
+            name: "drover-cluster-agent",
+            version: env!("CARGO_PKG_VERSION"),
+            help: cluster_agent::HELP,
+        },
+        cluster_agent::Config::from_env,
+        cluster_agent::run,
+        false,
+    )
 }

@@ -7,6 +7,21 @@
 //! the hub sends proxied requests this way instead. The only address the hub may dial through
 //! it is the cluster's API server.
 
+/// `drover-node-agent --help`: what it does and how it is configured.
+pub const HELP: &str = "\
+Drover's node-agent: runs on every node (a DaemonSet from the import manifest), reports the
+node's health to the hub and is the hub's fallback route into the cluster.
+
+Configured from the environment (the import manifest's Secret and DaemonSet set them):
+  DROVER_SERVER       the hub's URL, https://HOST[:PORT] (replicas: comma-separated)
+  DROVER_TOKEN        the registration token, exchanged for a credential at first start
+  DROVER_CA_CHECKSUM  sha256 of the hub's CA, as `drover-hub serve` prints it
+  DROVER_CLUSTER      the cluster's name on the hub
+  DROVER_NODE_NAME    this node's name (the DaemonSet sets it from spec.nodeName)
+  DROVER_STATE_DIR    where the credential is kept (default /var/lib/drover/node-agent)
+  KUBECONFIG          outside a pod: a kubeconfig with a token for the cluster
+";
+
 use std::collections::HashMap;
 
 use agentkit::{HubSettings, KubeTarget, kube_api};

@@ -9,5 +9,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     // One thread: the agent runs on every node and must stay small there.
-    agentkit::agent_main(node_agent::Config::from_env, node_agent::run, true)
+    agentkit::agent_main(
+        &agentkit::About {
+            name: "drover-node-agent",
+            version: env!("CARGO_PKG_VERSION"),
+            help: node_agent::HELP,
+        },
+        node_agent::Config::from_env,
+        node_agent::run,
+        true,
+    )
 }

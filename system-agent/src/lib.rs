@@ -7,6 +7,25 @@
 //! disk first (see [`record`]), so a crash never runs an applied plan twice and never loses a
 //! status the hub has not acknowledged. A local plan directory works with no hub at all.
 
+/// `drover-system-agent --help`: what it does and how it is configured.
+pub const HELP: &str = "\
+Drover's system-agent: runs on a bare host (installed by the hub's install script), registers
+it with the hub and applies the plans with which the hub installs and runs K3s or RKE2.
+
+Configured from the environment (the install script writes /etc/drover/system-agent.env):
+  DROVER_SERVER            the hub's URL, https://HOST[:PORT] (or DROVER_LOCAL_PLANS alone)
+  DROVER_TOKEN             the registration token, exchanged for a credential at first start
+  DROVER_CA_CHECKSUM       sha256 of the hub's CA (empty: the system's roots)
+  DROVER_DIR               its directory (default /var/lib/drover/system-agent)
+  DROVER_ROLES             etcd,controlplane,worker or all
+  DROVER_NODE_NAME         the node's name (default: the host name)
+  DROVER_ADDRESS, DROVER_INTERNAL_ADDRESS   the node's addresses
+  DROVER_LABELS            k=v,k=v        DROVER_TAINTS  k=v:Effect,...
+  DROVER_LOCAL_PLANS       a directory of plans (*.json) applied with no hub
+  DROVER_MAX_FAILURES      attempts per plan (default 5)
+  DROVER_RETRY_SECONDS     the first retry's wait, doubling up to 300 (default 5)
+";
+
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,

@@ -250,9 +250,26 @@ pub async fn ensure(
         id: id.to_owned(),
         kind: kind.as_str().into(),
     };
-    let registration = register(hub, identity, &RegisterRequest::of(kind)).await?;
+    let registration = register(hub, identity, &RegisterRequest::of(kind))
+        .await?
+        .of_cluster(cluster)?;
     keep(&hub.state_dir, &registration)?;
     Ok(registration)
+}
+
+impl Registration {
+    /// This registration, if it is `cluster`'s: a registration token of another cluster is
+    /// refused (and nothing kept), rather than an agent that says it serves one cluster while
+    /// the hub knows it as another's.
+    pub fn of_cluster(self, cluster: &str) -> Result<Self, RegisterError> {
+        if self.cluster.is_empty() || self.cluster == cluster {
+            return Ok(self);
+        }
+        Err(RegisterError::Refused(format!(
+            "the registration token belongs to cluster {:?}, not DROVER_CLUSTER={cluster:?}: set DROVER_CLUSTER={:?}, or use the token of {cluster:?}'s import command",
+            self.cluster, self.cluster
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -266,6 +283,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_registration_of_another_cluster_is_refused_naming_both() {
+        let of = |cluster: &str| Registration {
+            id: "cluster/prod".into(),
+            credential: Secret::new("drc_x"),
+            cluster: cluster.into(),
+        };
+        assert!(of("prod").of_cluster("prod").is_ok());
+        // An older hub that does not say which cluster: taken as asked.
+        assert!(of("").of_cluster("prod").is_ok());
+        let err = of("staging").of_cluster("prod").unwrap_err().to_string();
+        assert!(
+            err.contains("belongs to cluster \"staging\", not DROVER_CLUSTER=\"prod\""),
+            "{err}"
+        );
     }
 
     #[test]

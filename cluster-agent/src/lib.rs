@@ -240,8 +240,10 @@ async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, 
                 kind: KIND.as_str().into(),
             };
             let registered =
-                agentkit::hub::register(&config.hub, identity, &RegisterRequest::of(KIND)).await?;
-            tracing::info!(cluster = %config.cluster, "registered with the hub");
+                agentkit::hub::register(&config.hub, identity, &RegisterRequest::of(KIND))
+                    .await?
+                    .of_cluster(&config.cluster)?;
+            tracing::info!(cluster = %registered.cluster, id = %registered.id, "registered with the hub");
             keep_in_cluster(&secrets, registered.credential.expose().to_owned()).await?
         }
     };

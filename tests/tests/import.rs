@@ -266,3 +266,27 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     assert!(hub.terminate().await);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_given_another_clusters_token_stops_saying_which_cluster_it_belongs_to() {
+    let imported = Imported::start("import-mismatch", SimConfig::default()).await;
+    // prod's manifest, with the cluster's name changed by hand.
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_CLUSTER".into(), "staging".into());
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let state = config.hub.state_dir.clone();
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster_agent::run(config, imported.shutdown.clone()),
+    )
+    .await
+    .expect("the agent stops")
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("belongs to cluster \"prod\", not DROVER_CLUSTER=\"staging\""),
+        "{err}"
+    );
+    assert!(!state.join("registration.json").exists(), "nothing is kept");
+    imported.shutdown.cancel();
+}

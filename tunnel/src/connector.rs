@@ -137,11 +137,13 @@ pub enum ConnectError {
     },
     #[error("cannot fetch the hub's CA from https://{authority}/cacerts: {reason}")]
     CaFetch { authority: String, reason: String },
-    #[error("TLS with the hub at {authority} failed: {source}")]
+    #[error("TLS with the hub at {authority} failed: {source}{hint}")]
     Tls {
         authority: String,
         #[source]
         source: std::io::Error,
+        /// What to set, when the cause is one an operator meets (empty otherwise).
+        hint: &'static str,
     },
     #[error("the hub refused this agent's credential (HTTP {status}): {message}")]
     Unauthorized { status: u16, message: String },
@@ -532,9 +534,20 @@ impl Connector {
         TlsConnector::from(config)
             .connect(target.server_name()?, tcp)
             .await
-            .map_err(|source| ConnectError::Tls {
-                authority: target.authority.clone(),
-                source,
+            .map_err(|source| {
+                // A hub with its own CA, and an agent told to trust the system's roots.
+                let unknown_ca = source.to_string().contains("UnknownIssuer");
+                let hint = match &self.inner.config.trust {
+                    Trust::SystemRoots if unknown_ca => {
+                        "; this agent trusts the system's CA roots, which did not sign the hub's certificate: set DROVER_CA_CHECKSUM to the CA checksum `drover-hub serve` printed"
+                    }
+                    _ => "",
+                };
+                ConnectError::Tls {
+                    authority: target.authority.clone(),
+                    source,
+                    hint,
+                }
             })
     }
 

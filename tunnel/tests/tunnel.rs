@@ -230,6 +230,24 @@ async fn trusting_a_ca_that_did_not_sign_the_hub_fails_the_tls_handshake() {
 
     let err = Connector::new(config).unwrap().connect().await.unwrap_err();
     assert!(matches!(err, ConnectError::Tls { .. }), "{err}");
+    assert!(!err.to_string().contains("DROVER_CA_CHECKSUM"), "{err}");
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_on_the_system_roots_facing_a_hub_with_its_own_ca_is_told_what_to_set() {
+    init();
+    let hub = TestHub::start(AcceptorConfig::default()).await;
+    let mut config = agent_config(&hub, "no-checksum");
+    config.trust = Trust::SystemRoots;
+
+    let err = Connector::new(config).unwrap().connect().await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ConnectError::Tls { .. }), "{text}");
+    assert!(
+        text.contains("UnknownIssuer") && text.contains("set DROVER_CA_CHECKSUM"),
+        "{text}"
+    );
     hub.stop().await;
 }
 

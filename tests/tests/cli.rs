@@ -139,17 +139,30 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
         .unwrap()
         .to_owned();
     let r = cli(&config, &["token", "list"], "");
-    assert!(
-        r.stdout.contains(&name) && r.stdout.contains("ci"),
-        "{}",
-        r.stdout
-    );
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns[1..3], ["admin", "ci"], "{}", r.stdout);
+    assert_eq!(columns.last(), Some(&"api"), "{}", r.stdout);
+    assert!(r.stdout.starts_with("NAME"), "{}", r.stdout);
+    assert!(r.stdout.lines().next().unwrap().contains("USER"));
     assert!(
         !r.stdout.contains(&value),
         "a token's value is never listed"
     );
+    let hub_addr = hub.addr;
+    let (status, _) = tests::api(hub_addr, "GET", "/v1/me", Some(&value), None).await;
+    assert_eq!(status, 200, "the new token works");
     let r = cli(&config, &["token", "revoke", &name], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // Revoked: gone from the list, and refused at once.
+    let r = cli(&config, &["token", "list"], "");
+    assert!(!r.stdout.contains(&name), "{}", r.stdout);
+    let (status, _) = tests::api(hub_addr, "GET", "/v1/me", Some(&value), None).await;
+    assert_eq!(status, 401, "a revoked token is refused");
 
     // Projects and their members.
     let r = cli(
@@ -211,14 +224,34 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
     );
     assert_eq!(r.code, 1, "a cluster role is not a project role");
     assert!(r.stderr.contains("cluster role"), "{}", r.stderr);
+    let binding = |admin_token: String| async move {
+        tests::api(
+            hub_addr,
+            "GET",
+            "/v1/rolebindings/shop-admin",
+            Some(&admin_token),
+            None,
+        )
+        .await
+        .0
+    };
+    let admin_token = saved_token(&config);
+    assert_eq!(binding(admin_token.clone()).await, 200);
     let r = cli(
         &config,
         &["project", "remove-member", "shop", "--user", "admin"],
         "",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        binding(admin_token).await,
+        404,
+        "the member's binding is gone"
+    );
     let r = cli(&config, &["project", "delete", "shop"], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cli(&config, &["project", "list"], "");
+    assert!(!r.stdout.contains("shop"), "{}", r.stdout);
 
     let r = cli(&config, &["cluster", "delete", "prod"], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -380,4 +413,10 @@ async fn login_asks_for_the_password_at_a_terminal_and_says_how_to_give_it_in_a_
         "{}",
         r.stderr
     );
+}
+
+/// The API token the CLI keeps in `config` after `login`.
+fn saved_token(config: &std::path::Path) -> String {
+    let saved: Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
+    saved["token"].as_str().unwrap().to_owned()
 }

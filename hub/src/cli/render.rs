@@ -21,7 +21,7 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                 }),
             ),
             Request::TokenList => table(
-                &["NAME", "DESCRIPTION", "EXPIRES", "KIND"],
+                &["NAME", "USER", "DESCRIPTION", "EXPIRES", "KIND"],
                 value["items"].as_array().into_iter().flatten().map(|t| {
                     let kind = if t["spec"]["agent"].is_object() {
                         "agent"
@@ -30,8 +30,14 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                     } else {
                         "api"
                     };
+                    // Whom it acts as: a user, or an agent's identity.
+                    let user = match &t["spec"]["user"] {
+                        Value::Null => text(&t["spec"]["agent"]["id"]),
+                        user => text(user),
+                    };
                     vec![
                         text(&t["metadata"]["name"]),
+                        user,
                         text(&t["spec"]["description"]),
                         text(&t["spec"]["expiresAt"]),
                         kind.into(),

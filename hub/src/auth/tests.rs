@@ -29,6 +29,8 @@ fn object(kind: Kind, name: &str, cluster: &str) -> Object {
         Kind::RoleBinding => json!({"user": "x", "role": "read-only", "cluster": cluster}),
         Kind::Plan => json!({"host": "h", "cluster": cluster}),
         Kind::EtcdSnapshot => json!({"cluster": cluster}),
+        Kind::Project => json!({"cluster": cluster}),
+        Kind::ProjectSecret => json!({"cluster": cluster, "project": "shop", "data": {}}),
         _ => json!({}),
     };
     Object::new(kind.name(), name, spec)
@@ -43,22 +45,31 @@ const VERBS: [Verb; 6] = [
     Verb::Delete,
 ];
 
-/// The expected answer for a cluster-scoped kind, by the caller's role on that cluster.
-fn expected(kind: Kind, verb: Verb, role: Option<Role>) -> bool {
-    let read = matches!(verb, Verb::Get | Verb::List | Verb::Watch);
-    let owner = role == Some(Role::ClusterOwner);
-    match kind {
-        Kind::Cluster | Kind::Host => {
-            (read && role.is_some()) || (owner && matches!(verb, Verb::Update | Verb::Delete))
-        }
-        Kind::RegistrationToken => owner,
-        Kind::RoleBinding => (read && role.is_some()) || (owner && !read),
-        Kind::Plan => read && owner,
-        Kind::EtcdSnapshot => {
-            (read && role.is_some()) || (owner && matches!(verb, Verb::Create | Verb::Delete))
-        }
-        _ => unreachable!(),
-    }
+/// What each cluster role may do to each cluster-scoped kind on its own cluster, written out
+/// (not derived from the rules under test): the verbs allowed, in the order get, list, watch,
+/// create, update, delete; `-` where refused.
+const CLUSTER_ROLES: &[(Kind, [&str; 4])] = &[
+    //                       none      read-only  member    owner
+    (Kind::Cluster, ["------", "glw---", "glw---", "glw-ud"]),
+    (Kind::Host, ["------", "glw---", "glw---", "glw-ud"]),
+    (
+        Kind::RegistrationToken,
+        ["------", "------", "------", "glwcud"],
+    ),
+    (Kind::RoleBinding, ["------", "glw---", "glw---", "glwcud"]),
+    (Kind::Plan, ["------", "------", "------", "glw---"]),
+    (Kind::EtcdSnapshot, ["------", "glw---", "glw---", "glwc-d"]),
+    (Kind::Project, ["------", "glw---", "glw---", "glwcud"]),
+    (
+        Kind::ProjectSecret,
+        ["------", "------", "------", "glwcud"],
+    ),
+];
+
+/// Whether `allowed` (a row of the table) allows `verb`.
+fn in_row(allowed: &str, verb: Verb) -> bool {
+    let at = VERBS.iter().position(|v| *v == verb).unwrap();
+    allowed.as_bytes()[at] != b'-'
 }
 
 #[test]
@@ -69,27 +80,118 @@ fn every_role_times_every_verb_on_its_own_and_another_cluster() {
         Some(Role::ClusterMember),
         Some(Role::ClusterOwner),
     ];
-    for kind in [
-        Kind::Cluster,
-        Kind::Host,
-        Kind::RegistrationToken,
-        Kind::RoleBinding,
-        Kind::Plan,
-        Kind::EtcdSnapshot,
-    ] {
-        for role in roles {
+    for (kind, row) in CLUSTER_ROLES {
+        let kind = *kind;
+        for (role, allowed) in roles.into_iter().zip(row) {
             let p = principal(false, &role.map(|r| vec![("mine", r)]).unwrap_or_default());
             for verb in VERBS {
                 let own = object(kind, "mine", "mine");
                 let other = object(kind, "theirs", "theirs");
                 assert_eq!(
                     authorize(&p, verb, kind, &own).is_ok(),
-                    expected(kind, verb, role),
+                    in_row(allowed, verb),
                     "{role:?} {verb:?} {kind:?} on its own cluster"
                 );
                 assert!(
                     authorize(&p, verb, kind, &other).is_err(),
                     "{role:?} {verb:?} {kind:?} on another cluster must be refused"
+                );
+            }
+        }
+    }
+}
+
+/// A principal holding `role` on project `shop` of cluster `mine`, and nothing on the cluster.
+fn in_project(role: Role) -> Principal {
+    let mut p = principal(false, &[]);
+    p.projects.insert("shop".into(), ("mine".into(), role));
+    p
+}
+
+#[test]
+fn project_owners_and_members_on_their_project_and_another() {
+    let binding = |project: &str| {
+        Object::new(
+            "RoleBinding",
+            "b",
+            json!({"user": "x", "role": "project-member", "cluster": "mine", "project": project}),
+        )
+    };
+    let secret = |project: &str| {
+        Object::new(
+            "ProjectSecret",
+            "s",
+            json!({"cluster": "mine", "project": project, "data": {}}),
+        )
+    };
+    let project = |name: &str| Object::new("Project", name, json!({"cluster": "mine"}));
+    // (what, project-owner's verbs, project-member's verbs), in the table's order.
+    let cases: [(&str, Kind, Object, &str, &str); 8] = [
+        (
+            "its project",
+            Kind::Project,
+            project("shop"),
+            "glw---",
+            "glw---",
+        ),
+        (
+            "another project",
+            Kind::Project,
+            project("lab"),
+            "------",
+            "------",
+        ),
+        (
+            "its bindings",
+            Kind::RoleBinding,
+            binding("shop"),
+            "glwcud",
+            "------",
+        ),
+        (
+            "another's bindings",
+            Kind::RoleBinding,
+            binding("lab"),
+            "------",
+            "------",
+        ),
+        (
+            "its secrets",
+            Kind::ProjectSecret,
+            secret("shop"),
+            "glwcud",
+            "------",
+        ),
+        (
+            "another's secrets",
+            Kind::ProjectSecret,
+            secret("lab"),
+            "------",
+            "------",
+        ),
+        (
+            "the cluster",
+            Kind::Cluster,
+            object(Kind::Cluster, "mine", "mine"),
+            "glw---",
+            "glw---",
+        ),
+        (
+            "the cluster's hosts",
+            Kind::Host,
+            object(Kind::Host, "h", "mine"),
+            "------",
+            "------",
+        ),
+    ];
+    for (what, kind, object, owner, member) in cases {
+        for (role, allowed) in [(Role::ProjectOwner, owner), (Role::ProjectMember, member)] {
+            let p = in_project(role);
+            for verb in VERBS {
+                assert_eq!(
+                    authorize(&p, verb, kind, &object).is_ok(),
+                    in_row(allowed, verb),
+                    "{role:?} {verb:?} {what}"
                 );
             }
         }

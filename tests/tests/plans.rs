@@ -14,6 +14,18 @@ use tests::{
     temp_dir,
 };
 
+/// Whether process `pid` runs (a zombie waiting to be reaped does not).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command, which is in parentheses and may hold spaces.
+            let after = stat.rsplit_once(')')?.1;
+            after.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
 /// What the system-agent logs when the hub sends it the plan it already has (applied or not).
 const ALREADY_HAS: &str = "the hub's plan is the one this agent already has";
 
@@ -123,21 +135,26 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
         .await;
     assert_eq!(runs(&installs), 1, "an applied checksum never runs again");
 
-    // kill -9 in the middle of a plan: it runs again from the start, and the step after the
-    // interrupted one runs exactly once.
-    let (started, upgrades) = (dir.join("started"), dir.join("upgrades"));
+    // kill -9 in the middle of a plan: the instruction it left running is stopped, the plan
+    // runs again from the start, and the step after the interrupted one runs exactly once.
+    // (The first run of the first step would run for ten minutes; the second, at once.)
+    let (started, upgrades, pid) = (dir.join("started"), dir.join("upgrades"), dir.join("pid"));
+    let first_long = format!(
+        "if [ ! -f {pid} ]; then echo $$ > {pid}; sleep 600; fi",
+        pid = pid.display()
+    );
     put_plan(
         &hub,
         &admin,
         &name,
         json!({"instructions": [
-            counted("stop-service", &started, "sleep 3"),
+            counted("stop-service", &started, &first_long),
             counted("upgrade", &upgrades, "true"),
         ]}),
     )
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while runs(&started) == 0 {
+    while !pid.exists() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the plan never started"
@@ -154,6 +171,12 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
         "the interrupted plan ran again from the start"
     );
     assert_eq!(runs(&upgrades), 1);
+    let leftover = std::fs::read_to_string(&pid).unwrap();
+    assert!(
+        !running(leftover.trim()),
+        "the instruction the crash left running (pid {}) was stopped",
+        leftover.trim()
+    );
 
     // A failing instruction: failed with its stderr on the Host, retried, stops at max.
     let failures = dir.join("failures");

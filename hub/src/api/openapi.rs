@@ -264,8 +264,107 @@ pub fn document() -> Value {
             "operationId": "listEvents",
             "summary": "Recent events, oldest first (or, with watch=true, those and then each new one: text/event-stream)",
             "parameters": event_params,
-            "responses": responses(("200", ok("items", any_object)), &[400, 401]),
+            "responses": responses(("200", ok("items", any_object.clone())), &[400, 401]),
         }}),
+    );
+    // The rest of the hub's HTTP surface (its pages aside): what each path is for.
+    let text = |what: &str| json!({"description": what, "content": {"text/plain": {"schema": {"type": "string"}}}});
+    let public = json!([]);
+    paths.insert(
+        "/v1/clusters/{name}/kubeconfig".into(),
+        json!({"post": {
+            "operationId": "createKubeconfig",
+            "summary": "A kubeconfig for the caller, reaching the cluster through the hub's proxy (with a new 90-day token)",
+            "parameters": [name_param("name")],
+            "responses": responses(("200", ok("The kubeconfig (YAML)", json!({"type": "string"}))), &[401, 403, 404]),
+        }}),
+    );
+    paths.insert(
+        "/v1/clusters/{cluster}/cache/{resource}".into(),
+        json!({"get": {
+            "operationId": "listCached",
+            "summary": "A list from the cluster-agent's watch-driven cache (for example namespaces, nodes, pods), as the caller may see it",
+            "parameters": [name_param("cluster"), name_param("resource"),
+                {"name": "namespace", "in": "query", "schema": {"type": "string"}}],
+            "responses": responses(("200", ok("A Kubernetes list", any_object.clone())), &[401, 403, 404, 503]),
+        }}),
+    );
+    let proxied = json!({
+        "summary": "The cluster's Kubernetes API, as the caller (impersonated); `path` is any path the API server serves, watches and exec/attach/port-forward upgrades included",
+        "parameters": [name_param("cluster"), name_param("path")],
+        "responses": {"default": {"description": "The API server's answer"}},
+    });
+    paths.insert(
+        "/k8s/clusters/{cluster}/{path}".into(),
+        json!({"get": proxied, "post": proxied, "put": proxied, "patch": proxied, "delete": proxied}),
+    );
+    paths.insert(
+        "/v1/openapi.json".into(),
+        json!({"get": {"operationId": "openapi", "security": public, "responses": {"200": {"description": "This document"}}}}),
+    );
+    for (path, id, what) in [
+        ("/healthz", "healthz", "ok while the process serves"),
+        (
+            "/readyz",
+            "readyz",
+            "ok when the store answers; else 503 and why",
+        ),
+        (
+            "/cacerts",
+            "cacerts",
+            "The hub's CA (PEM); agents pin its sha256",
+        ),
+        ("/metrics", "metrics", "Prometheus text"),
+        (
+            "/system-agent-install.sh",
+            "installScript",
+            "The host install script",
+        ),
+    ] {
+        let mut responses = json!({"200": text(what)});
+        if path == "/readyz" {
+            responses["503"] = text("not ready: why");
+        }
+        paths.insert(
+            path.into(),
+            json!({"get": {"operationId": id, "security": public, "responses": responses}}),
+        );
+    }
+    paths.insert(
+        "/v3/import/{file}".into(),
+        json!({"get": {
+            "operationId": "importManifest",
+            "summary": "The manifest that installs the agents into an imported cluster; `file` is `<registration token>.yaml`, the token being the credential",
+            "security": public,
+            "parameters": [name_param("file")],
+            "responses": {"200": {"description": "YAML", "content": {"application/yaml": {"schema": {"type": "string"}}}},
+                          "404": error_responses(&[404])["404"]},
+        }}),
+    );
+    paths.insert(
+        "/v3/system-agent/{arch}".into(),
+        json!({"get": {"operationId": "systemAgentBinary", "security": public,
+            "parameters": [name_param("arch")],
+            "responses": {"200": {"description": "The drover-system-agent binary for `arch` (amd64, arm64)"}, "404": error_responses(&[404])["404"]}}}),
+    );
+    paths.insert(
+        "/v3/artifacts/{version}/{file}".into(),
+        json!({"get": {"operationId": "artifact", "security": public,
+            "parameters": [name_param("version"), name_param("file")],
+            "responses": {"200": {"description": "An air-gap artifact of a distribution version"}, "404": error_responses(&[404])["404"]}}}),
+    );
+    paths.insert(
+        "/v3/connect".into(),
+        json!({"get": {"operationId": "agentTunnel",
+            "summary": "An agent's tunnel: a WebSocket upgrade, authenticated by the agent's credential",
+            "responses": {"101": {"description": "Switching to the tunnel"}, "401": error_responses(&[401])["401"]}}}),
+    );
+    paths.insert(
+        "/v3/relay/{kind}/{cluster}/{service}/{path}".into(),
+        json!({"get": {"operationId": "relay",
+            "summary": "Between hub replicas only (mutual TLS): a request for an agent connected to this replica",
+            "parameters": [name_param("kind"), name_param("cluster"), name_param("service"), name_param("path")],
+            "responses": {"default": {"description": "The agent's answer"}}}}),
     );
     let mut definitions = generator.take_definitions(true);
     // The error body is called Status in Kubernetes; the object status is ObjectStatus here.

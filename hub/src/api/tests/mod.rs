@@ -544,6 +544,37 @@ async fn a_watch_streams_changes_as_server_sent_events() {
     assert!(second["object"]["state"]["state"].is_string());
 }
 
+/// Every path the hub serves, its pages aside: read from the sources that build the routers
+/// (the root router and the API's), so a route added without its documentation fails here.
+#[test]
+fn every_route_but_the_pages_is_in_the_openapi_document() {
+    let doc = openapi::document();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut routes = Vec::new();
+    for source in [include_str!("../../routes.rs"), include_str!("../mod.rs")] {
+        for piece in source.split(".route(").skip(1) {
+            if let Some(path) = piece
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|p| p.split('"').next())
+            {
+                routes.push(path.to_owned());
+            }
+        }
+    }
+    assert!(routes.len() >= 20, "{routes:?}");
+    for route in routes {
+        // axum's catch-all is one path parameter here; the object routes, one path per kind.
+        let documented = route
+            .replace("{*rest}", "{path}")
+            .replace("/v1/{plural}", "/v1/clusters");
+        assert!(
+            paths.contains_key(&documented),
+            "{route} is served but not in /v1/openapi.json"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_openapi_document_is_whole_and_describes_every_kind() {
     let t = setup().await;

@@ -97,6 +97,26 @@ enum CliCommand {
     Token(TokenArgs),
     /// Projects: namespaces of a cluster under one set of members (and secrets).
     Project(ProjectArgs),
+    /// The hub's local users: create, list, delete, set a password.
+    User(UserArgs),
+    /// Who holds which role: grant, revoke, list.
+    Role(RoleArgs),
+}
+
+#[derive(Args, Debug)]
+struct UserArgs {
+    #[command(subcommand)]
+    command: access::UserCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct RoleArgs {
+    #[command(subcommand)]
+    command: access::RoleCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
 }
 
 #[derive(Args, Debug)]
@@ -464,6 +484,15 @@ where
             };
             Ok(client(request, args.opts, env))
         }
+        CliCommand::User(args) => {
+            let (request, from) = access::user_request(args.command);
+            let mut command = client(request, args.opts, env);
+            if let Command::Client { password, .. } = &mut command {
+                *password = from;
+            }
+            Ok(command)
+        }
+        CliCommand::Role(args) => Ok(client(access::role_request(args.command), args.opts, env)),
     }
 }
 
@@ -493,6 +522,7 @@ fn check_server_url(url: &str) -> Result<String, ConfigError> {
     serve::check_url("--server-url", "DROVER_SERVER_URL", url)
 }
 
+mod access;
 mod serve;
 #[cfg(test)]
 mod tests;

@@ -79,10 +79,7 @@ pub async fn run(command: Command) -> Result<String, Failure> {
             output,
             password: from,
         } => {
-            if let cli::Request::Login {
-                password, username, ..
-            } = &mut request
-            {
+            if let Some((password, username)) = request.password_mut() {
                 match from {
                     PasswordFrom::Given => {}
                     PasswordFrom::Stdin => {
@@ -197,7 +194,7 @@ fn ask_password(username: &str) -> Result<String, Failure> {
     };
     if !std::io::stdin().is_terminal() {
         return Err(refused(
-            "no password: give it on stdin with --password-stdin, or in DROVER_PASSWORD (or run this at a terminal to be asked)".into(),
+            "no password: give it on stdin with --password-stdin (login also reads DROVER_PASSWORD), or run this at a terminal to be asked".into(),
         ));
     }
     let tty = std::fs::OpenOptions::new()

@@ -420,3 +420,110 @@ fn saved_token(config: &std::path::Path) -> String {
     let saved: Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
     saved["token"].as_str().unwrap().to_owned()
 }
+
+#[tokio::test]
+async fn an_admin_manages_users_and_their_roles_from_the_command_line() {
+    let data = temp_dir("cli-users");
+    let hub = HubProcess::start(&data).await;
+    let config = data.join("cli.json");
+    let r = cli(
+        &config,
+        &[
+            "login",
+            "--server",
+            &hub.url(),
+            "--password-stdin",
+            "--ca-checksum",
+            &hub.ca_checksum,
+        ],
+        &format!("{}\n", hub.admin_password.clone().unwrap()),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let r = cli(
+        &config,
+        &[
+            "user",
+            "create",
+            "ann",
+            "--display-name",
+            "Ann",
+            "--group",
+            "ops",
+            "--password-stdin",
+        ],
+        "a long enough password\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cli(&config, &["user", "list"], "");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ann "))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["ann", "Ann", "ops", "no"]
+    );
+    assert!(logs_in(hub.addr, "ann", "a long enough password").await);
+    // A password too short is refused by the hub, saying why.
+    let r = cli(
+        &config,
+        &["user", "set-password", "ann", "--password-stdin"],
+        "short\n",
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("12 characters"), "{}", r.stderr);
+
+    // Roles: granted, listed, effective, revoked.
+    let me = async |password: &str| {
+        let token = tests::login(hub.addr, "ann", password).await;
+        tests::api(hub.addr, "GET", "/v1/me", Some(&token), None)
+            .await
+            .1
+    };
+    assert_eq!(me("a long enough password").await["admin"], false);
+    let r = cli(
+        &config,
+        &["role", "grant", "--user", "ann", "--role", "admin"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cli(&config, &["role", "list"], "");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ann-admin-global"))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["ann-admin-global", "user", "ann", "admin"]
+    );
+    assert_eq!(me("a long enough password").await["admin"], true);
+    let r = cli(
+        &config,
+        &["role", "revoke", "--user", "ann", "--role", "admin"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        !cli(&config, &["role", "list"], "")
+            .stdout
+            .contains("ann-admin-global")
+    );
+    assert_eq!(me("a long enough password").await["admin"], false);
+
+    // A new password; then the user goes.
+    let r = cli(
+        &config,
+        &["user", "set-password", "ann", "--password-stdin"],
+        "another long password\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!logs_in(hub.addr, "ann", "a long enough password").await);
+    assert!(logs_in(hub.addr, "ann", "another long password").await);
+    let r = cli(&config, &["user", "delete", "ann"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!cli(&config, &["user", "list"], "").stdout.contains("ann "));
+    assert!(!logs_in(hub.addr, "ann", "another long password").await);
+}

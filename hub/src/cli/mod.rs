@@ -135,6 +135,47 @@ pub enum Request {
     ProjectRemoveMember {
         binding: String,
     },
+    UserCreate {
+        name: String,
+        display_name: String,
+        groups: Vec<String>,
+        password: tunnel::Secret,
+    },
+    UserList,
+    UserDelete {
+        name: String,
+    },
+    UserSetPassword {
+        name: String,
+        password: tunnel::Secret,
+    },
+    /// A role for a user or a group: a RoleBinding named `name`.
+    RoleGrant {
+        name: String,
+        user: Option<String>,
+        group: Option<String>,
+        role: String,
+        cluster: Option<String>,
+        project: Option<String>,
+    },
+    RoleRevoke {
+        name: String,
+    },
+    RoleList,
+}
+
+impl Request {
+    /// The password this request carries, and whose it is (to ask for it by name).
+    pub fn password_mut(&mut self) -> Option<(&mut tunnel::Secret, &str)> {
+        match self {
+            Request::Login {
+                password, username, ..
+            } => Some((password, username)),
+            Request::UserCreate { password, name, .. }
+            | Request::UserSetPassword { password, name } => Some((password, name)),
+            _ => None,
+        }
+    }
 }
 
 /// The name of the RoleBinding `project add-member` makes, so `remove-member` can find it.
@@ -279,6 +320,51 @@ pub async fn run(
         Request::ProjectRemoveMember { binding } => {
             ("DELETE", format!("/v1/rolebindings/{binding}"), None)
         }
+        Request::UserCreate {
+            name,
+            display_name,
+            groups,
+            password,
+        } => (
+            "POST",
+            "/v1/users".to_owned(),
+            Some(json!({"metadata": {"name": name},
+                "spec": {"displayName": display_name, "groups": groups, "password": password.expose()}})),
+        ),
+        Request::UserList => ("GET", "/v1/users".to_owned(), None),
+        Request::UserDelete { name } => ("DELETE", format!("/v1/users/{name}"), None),
+        Request::UserSetPassword { name, password } => (
+            "PATCH",
+            format!("/v1/users/{name}"),
+            Some(json!({"spec": {"password": password.expose()}})),
+        ),
+        Request::RoleGrant {
+            name,
+            user,
+            group,
+            role,
+            cluster,
+            project,
+        } => {
+            let mut spec = json!({"role": role});
+            for (field, value) in [
+                ("user", user),
+                ("group", group),
+                ("cluster", cluster),
+                ("project", project),
+            ] {
+                if let Some(value) = value {
+                    spec[field] = json!(value);
+                }
+            }
+            (
+                "POST",
+                "/v1/rolebindings".to_owned(),
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+        }
+        Request::RoleRevoke { name } => ("DELETE", format!("/v1/rolebindings/{name}"), None),
+        Request::RoleList => ("GET", "/v1/rolebindings".to_owned(), None),
         Request::Login { .. } => unreachable!("handled above"),
     };
     let (status, bytes) = client

@@ -126,6 +126,53 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                 "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
             ),
             Request::TokenRevoke { name } => format!("Token {name} revoked.\n"),
+            Request::UserList => table(
+                &["NAME", "DISPLAY NAME", "GROUPS", "DISABLED"],
+                value["items"].as_array().into_iter().flatten().map(|u| {
+                    let groups: Vec<String> = u["spec"]["groups"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(text)
+                        .collect();
+                    vec![
+                        text(&u["metadata"]["name"]),
+                        text(&u["spec"]["displayName"]),
+                        groups.join(","),
+                        if u["spec"]["disabled"] == true {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                        .into(),
+                    ]
+                }),
+            ),
+            Request::UserCreate { name, .. } => format!("User {name} created.\n"),
+            Request::UserDelete { name } => format!("User {name} deleted.\n"),
+            Request::UserSetPassword { name, .. } => format!("The password of {name} is set.\n"),
+            Request::RoleList => table(
+                &["NAME", "SUBJECT", "ROLE", "CLUSTER", "PROJECT"],
+                value["items"].as_array().into_iter().flatten().map(|b| {
+                    let spec = &b["spec"];
+                    let subject = match (&spec["user"], &spec["group"]) {
+                        (Value::String(user), _) => format!("user {user}"),
+                        (_, Value::String(group)) => format!("group {group}"),
+                        _ => String::new(),
+                    };
+                    vec![
+                        text(&b["metadata"]["name"]),
+                        subject,
+                        text(&spec["role"]),
+                        text(&spec["cluster"]),
+                        text(&spec["project"]),
+                    ]
+                }),
+            ),
+            Request::RoleGrant { name, role, .. } => {
+                format!("Granted {role} (binding {name}).\n")
+            }
+            Request::RoleRevoke { name } => format!("Role binding {name} revoked.\n"),
             _ => serde_saphyr::to_string(value).unwrap_or_default(),
         },
     }

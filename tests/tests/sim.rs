@@ -216,6 +216,56 @@ async fn kubectl_gets_applies_labels_scales_watches_reads_logs_and_deletes() {
         .await;
     assert_eq!(logs.lines().count(), 2, "{logs}");
     assert!(logs.contains("probe"), "{logs}");
+    // The last lines, as a kubelet keeps them: consecutive, and the newest at the end (a
+    // later read ends later).
+    let numbers = |text: &str| -> Vec<u64> {
+        text.lines()
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+            .collect()
+    };
+    let tail = numbers(&logs);
+    assert_eq!(tail[1], tail[0] + 1, "{logs}");
+    let all = kubectl.ok(&["logs", "probe", "-n", "web"]).await;
+    let all = numbers(&all);
+    assert_eq!(all[0], 0, "the whole log starts at its first line");
+    assert!(*all.last().unwrap() >= tail[1], "{all:?} {tail:?}");
+    // --timestamps, --since, -c and --previous are answered as the kubelet would.
+    let stamped = kubectl
+        .ok(&["logs", "probe", "-n", "web", "--tail=1", "--timestamps"])
+        .await;
+    let (stamp, rest) = stamped.trim_end().split_once(' ').unwrap();
+    // RFC 3339 with nanoseconds, as the kubelet writes it: 2026-11-25T16:50:00.100000000Z.
+    let b = stamp.as_bytes();
+    assert!(
+        b.len() == 30
+            && b[4] == b'-'
+            && b[10] == b'T'
+            && b[19] == b'.'
+            && b[29] == b'Z'
+            && rest.starts_with("log line"),
+        "{stamped}"
+    );
+    let recent = kubectl
+        .ok(&["logs", "probe", "-n", "web", "--since=1s"])
+        .await;
+    assert!(
+        (1..=11).contains(&recent.lines().count()),
+        "a line every 100 ms: {recent}"
+    );
+    let (ok, _, stderr) = kubectl
+        .run(&["logs", "probe", "-n", "web", "-c", "nope"])
+        .await;
+    assert!(
+        !ok && stderr.contains("container nope is not valid for pod probe"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = kubectl
+        .run(&["logs", "probe", "-n", "web", "--previous"])
+        .await;
+    assert!(
+        !ok && stderr.contains("previous terminated container"),
+        "{stderr}"
+    );
 
     assert!(
         kubectl

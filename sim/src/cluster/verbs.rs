@@ -11,6 +11,7 @@ use axum::{
 use futures::StreamExt;
 use kubeshape::LabelSelector;
 use serde_json::{Value, json};
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use super::{
     Sim,
@@ -150,44 +151,109 @@ pub(super) fn scale(
     }
 }
 
+/// A stand-in container's log: it writes a line every [`LOG_EVERY`] from its pod's creation,
+/// and the kubelet keeps the last [`LOG_KEPT`]. Answered as the kubelet would: `tailLines`
+/// (the last N), `sinceSeconds`, `timestamps`, `container` (required when the pod has several),
+/// `previous` (there is none: no container here ever restarted), `follow`.
 pub(super) fn logs(sim: &Arc<Sim>, target: &Target, params: &BTreeMap<String, String>) -> Response {
     let Some(pod) = sim.store.get("pods", &target.key()) else {
         return store_error(target, StoreError::NotFound);
     };
     let name = target.name.clone().unwrap_or_default();
-    let container = params
-        .get("container")
-        .cloned()
-        .or_else(|| {
-            pod.pointer("/spec/containers/0/name")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+    let containers: Vec<String> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect();
+    let bad = |message: String| status(StatusCode::BAD_REQUEST, "BadRequest", message);
+    let container = match params.get("container") {
+        Some(c) if containers.contains(c) => c.clone(),
+        Some(c) => return bad(format!("container {c} is not valid for pod {name}")),
+        None if containers.len() == 1 => containers[0].clone(),
+        None => {
+            return bad(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                containers.join(" ")
+            ));
+        }
+    };
+    if matches!(
+        params.get("previous").map(String::as_str),
+        Some("true" | "1")
+    ) {
+        return bad(format!(
+            "previous terminated container \"{container}\" in pod \"{name}\" not found"
+        ));
+    }
+    let number = |key: &str| params.get(key).and_then(|v| v.parse::<u64>().ok());
+    let started = pod
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
+        .unwrap_or_else(OffsetDateTime::now_utc);
+    let at = move |k: u64| started + LOG_EVERY * u32::try_from(k).unwrap_or(u32::MAX);
+    let written = |now: OffsetDateTime| {
+        let since = (now - started).whole_milliseconds().max(0) as u64;
+        since / LOG_EVERY.whole_milliseconds() as u64
+    };
+    let now = OffsetDateTime::now_utc();
+    let last = written(now);
+    let mut first = last.saturating_sub(LOG_KEPT - 1);
+    if let Some(seconds) = number("sinceSeconds") {
+        let from = now - time::Duration::seconds(i64::try_from(seconds).unwrap_or(i64::MAX));
+        while first <= last && at(first) < from {
+            first += 1;
+        }
+    }
+    if let Some(tail) = number("tailLines") {
+        first = first.max((last + 1).saturating_sub(tail));
+    }
+    let timestamps = matches!(
+        params.get("timestamps").map(String::as_str),
+        Some("true" | "1")
+    );
+    let line = move |k: u64| {
+        let text = format!("log line {k} from {name}/{container}\n");
+        Bytes::from(if timestamps {
+            let stamp = at(k)
+                .format(time::macros::format_description!(
+                    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:9]Z"
+                ))
+                .unwrap_or_default();
+            format!("{stamp} {text}")
+        } else {
+            text
         })
-        .unwrap_or_default();
-    let tail: usize = params
-        .get("tailLines")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(10);
-    let line = move |i: u64| Bytes::from(format!("log line {i} from {name}/{container}\n"));
-    let first: Vec<Result<Bytes, std::convert::Infallible>> =
-        (1..=tail as u64).map(|i| Ok(line(i))).collect();
+    };
+    let head: Vec<Result<Bytes, std::convert::Infallible>> =
+        (first..=last).map(|k| Ok(line(k))).collect();
+    let head = futures::stream::iter(head);
     let follow = matches!(params.get("follow").map(String::as_str), Some("true" | "1"));
-    let head = futures::stream::iter(first);
     let body = if follow {
-        let more = futures::stream::unfold(tail as u64 + 1, move |i| {
+        // Each next line when the container writes it.
+        let more = futures::stream::unfold(last + 1, move |k| {
             let line = line.clone();
             async move {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                Some((Ok(line(i)), i + 1))
+                let wait = at(k) - OffsetDateTime::now_utc();
+                if wait.is_positive() {
+                    tokio::time::sleep(Duration::from_millis(wait.whole_milliseconds() as u64))
+                        .await;
+                }
+                Some((Ok(line(k)), k + 1))
             }
         });
         Body::from_stream(head.chain(more))
     } else {
         Body::from_stream(head)
     };
-    let _ = sim;
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }
+
+/// How often a stand-in container writes a log line, and how many lines are kept.
+const LOG_EVERY: time::Duration = time::Duration::milliseconds(100);
+const LOG_KEPT: u64 = 1000;
 
 pub(super) fn watch_response(
     sim: &Arc<Sim>,

@@ -115,6 +115,34 @@ impl Cluster<'_> {
     }
 }
 
+/// Decides with the view of `cluster` (K3s, its init host `init`) from objects held in memory:
+/// how the operations' table tests call their decisions.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(super) fn decide_in_memory<T>(
+    cluster: &Object,
+    hosts: &[Object],
+    init: &str,
+    plans: &HashMap<String, Object>,
+    snapshots: &[Object],
+    decide: impl FnOnce(&Cluster<'_>) -> T,
+) -> T {
+    let spec: ClusterSpec = serde_json::from_value(cluster.spec.clone()).unwrap();
+    let specs: Vec<(&Object, HostSpec)> = hosts
+        .iter()
+        .map(|h| (h, serde_json::from_value(h.spec.clone()).unwrap()))
+        .collect();
+    decide(&Cluster {
+        object: cluster,
+        spec: &spec,
+        dist: Distribution::K3s,
+        hosts: &specs,
+        init,
+        plans,
+        snapshots: snapshots.iter().collect(),
+    })
+}
+
 pub(super) fn step(name: &str, command: &str, args: &[&str]) -> Instruction {
     Instruction {
         name: name.into(),

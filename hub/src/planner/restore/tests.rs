@@ -8,11 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{
-    model::{ClusterSpec, Distribution, HostSpec},
-    plans::task_plan_name,
-    store::Object,
-};
+use crate::{planner::tasks::decide_in_memory, plans::task_plan_name, store::Object};
 
 /// Hosts `a` (every role; the snapshot's host), `bb` (etcd and control plane), `ccc` (worker).
 fn hosts() -> Vec<Object> {
@@ -71,21 +67,14 @@ impl World {
     }
 
     fn pass(&self) -> Pass {
-        let spec: ClusterSpec = serde_json::from_value(self.cluster.spec.clone()).unwrap();
-        let specs: Vec<(&Object, HostSpec)> = self
-            .hosts
-            .iter()
-            .map(|h| (h, serde_json::from_value(h.spec.clone()).unwrap()))
-            .collect();
-        restore(&Cluster {
-            object: &self.cluster,
-            spec: &spec,
-            dist: Distribution::K3s,
-            hosts: &specs,
-            init: "a",
-            plans: &self.plans,
-            snapshots: self.snapshots.iter().collect(),
-        })
+        decide_in_memory(
+            &self.cluster,
+            &self.hosts,
+            "a",
+            &self.plans,
+            &self.snapshots,
+            restore,
+        )
     }
 
     /// What the planner and the agents do with a pass: its status kept, its tasks written and

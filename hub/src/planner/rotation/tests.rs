@@ -7,11 +7,7 @@ use std::collections::HashMap;
 use serde_json::json;
 
 use super::*;
-use crate::{
-    model::{ClusterSpec, Distribution},
-    plans::task_plan_name,
-    store::Object,
-};
+use crate::{planner::tasks::decide_in_memory, plans::task_plan_name, store::Object};
 
 fn host(name: &str, server: bool) -> Object {
     Object::new(
@@ -38,23 +34,7 @@ fn pass(
     );
     cluster.metadata.uid = "uid-1".into();
     cluster.status = json!({"certificateRotation": status});
-    let spec: ClusterSpec = serde_json::from_value(cluster.spec.clone()).unwrap();
-    let specs: Vec<(&Object, HostSpec)> = hosts
-        .iter()
-        .map(|h| (h, serde_json::from_value(h.spec.clone()).unwrap()))
-        .collect();
-    rotation(
-        &Cluster {
-            object: &cluster,
-            spec: &spec,
-            dist: Distribution::K3s,
-            hosts: &specs,
-            init: "a",
-            plans,
-            snapshots: Vec::new(),
-        },
-        may_start,
-    )
+    decide_in_memory(&cluster, hosts, "a", plans, &[], |c| rotation(c, may_start))
 }
 
 #[test]

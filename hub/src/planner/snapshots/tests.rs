@@ -9,10 +9,7 @@ use serde_json::{Value, json};
 use time::macros::datetime;
 
 use super::*;
-use crate::{
-    model::{ClusterSpec, Distribution, HostSpec},
-    plans::task_plan_name,
-};
+use crate::{planner::tasks::decide_in_memory, plans::task_plan_name};
 
 /// Host `a` (every role; the init host).
 fn hosts() -> Vec<Object> {
@@ -85,21 +82,14 @@ impl World {
     }
 
     fn with<T>(&self, decide: impl FnOnce(&Cluster<'_>) -> T) -> T {
-        let spec: ClusterSpec = serde_json::from_value(self.cluster.spec.clone()).unwrap();
-        let specs: Vec<(&Object, HostSpec)> = self
-            .hosts
-            .iter()
-            .map(|h| (h, serde_json::from_value(h.spec.clone()).unwrap()))
-            .collect();
-        decide(&Cluster {
-            object: &self.cluster,
-            spec: &spec,
-            dist: Distribution::K3s,
-            hosts: &specs,
-            init: "a",
-            plans: &self.plans,
-            snapshots: self.snapshots.iter().collect(),
-        })
+        decide_in_memory(
+            &self.cluster,
+            &self.hosts,
+            "a",
+            &self.plans,
+            &self.snapshots,
+            decide,
+        )
     }
 
     fn pass(&self, may_start: bool) -> Pass {

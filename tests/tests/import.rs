@@ -14,6 +14,7 @@ use tests::{
     },
     wait_for_event,
 };
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
@@ -289,4 +290,133 @@ async fn an_agent_given_another_clusters_token_stops_saying_which_cluster_it_bel
     );
     assert!(!state.join("registration.json").exists(), "nothing is kept");
     imported.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leading_cluster_agent_replica_holds_a_hub_session() {
+    let imported = Imported::start("import-leader", SimConfig::default()).await;
+    // Two replicas, as the Deployment runs them. The second has a service account of its own
+    // (bound as the first is), so the cluster's audit log tells its requests apart.
+    let second_user = "system:serviceaccount:drover-system:drover-agent-b";
+    imported.sim.add_token(
+        "sa-drover-agent-b-token",
+        sim::cluster::Identity {
+            user: second_user.into(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ],
+            impersonator: true,
+        },
+    );
+    let binding = imported.dir.join("agent-b.yaml");
+    std::fs::write(
+        &binding,
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+             metadata: {{name: drover-agent-b}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
+             subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: \"{second_user}\"}}]\n"
+        ),
+    )
+    .unwrap();
+    kubectl_ok(
+        &imported.sim_admin,
+        &["apply", "-f", binding.to_str().unwrap()],
+    )
+    .await;
+    let mut first = imported.agent_env("drover-cluster-agent-0").await;
+    let mut second = imported.agent_env("drover-cluster-agent-1").await;
+    let second_kubeconfig = imported.dir.join("agent-b.kubeconfig");
+    std::fs::write(
+        &second_kubeconfig,
+        imported.sim.kubeconfig("sa-drover-agent-b-token"),
+    )
+    .unwrap();
+    second.insert("KUBECONFIG".into(), second_kubeconfig.display().to_string());
+    for env in [&mut first, &mut second] {
+        env.insert("DROVER_LEASE_SECONDS".into(), "3".into());
+    }
+    let (hub, admin) = (imported.hub.addr, imported.admin.clone());
+    let connected = |replica: &'static str| replica_connections(hub, admin.clone(), replica);
+
+    // The first leads and connects.
+    let first_stop = CancellationToken::new();
+    let first_agent = tokio::spawn(cluster_agent::run(
+        cluster_agent::Config::from_env(&first).unwrap(),
+        first_stop.clone(),
+    ));
+    wait_for_event(
+        hub,
+        "/v1/clusters?watch=true",
+        &imported.admin,
+        Duration::from_secs(30),
+        |e| {
+            e["object"]["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Connected" && c["status"] == "True")
+                })
+        },
+    )
+    .await;
+    // The second starts and stands by: it reads the lease (again and again) and connects to
+    // nothing while the first holds it.
+    let second_stop = CancellationToken::new();
+    let second_agent = tokio::spawn(cluster_agent::run(
+        cluster_agent::Config::from_env(&second).unwrap(),
+        second_stop.clone(),
+    ));
+    let lease_reads = || {
+        imported
+            .sim
+            .audit()
+            .iter()
+            .filter(|e| e.user == second_user && e.path.contains("/leases/drover-cluster-agent"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lease_reads() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second replica never read the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(connected("drover-cluster-agent-0").await, 1);
+    assert_eq!(
+        connected("drover-cluster-agent-1").await,
+        0,
+        "a standing-by replica holds no session"
+    );
+    // The first stops (and gives the lease up): the second takes over and connects.
+    first_stop.cancel();
+    first_agent.await.unwrap().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while connected("drover-cluster-agent-1").await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second replica never took over"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    second_stop.cancel();
+    second_agent.await.unwrap().unwrap();
+    imported.shutdown.cancel();
+}
+
+/// How many times cluster-agent replica `replica` of prod connected, from the hub's events.
+async fn replica_connections(hub: std::net::SocketAddr, admin: String, replica: &str) -> usize {
+    let (_, events) = tests::api(hub, "GET", "/v1/events?cluster=prod", Some(&admin), None).await;
+    let id = format!("cluster/prod/{replica} ");
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reason"] == "AgentConnected"
+                && e["message"].as_str().is_some_and(|m| m.contains(&id))
+        })
+        .count()
 }

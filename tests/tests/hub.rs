@@ -158,3 +158,30 @@ async fn kill_9_during_a_burst_of_writes_loses_no_acknowledged_write() {
     assert!(again.terminate().await);
     std::fs::remove_dir_all(&data).unwrap();
 }
+
+#[tokio::test]
+async fn a_page_the_user_may_not_see_is_a_page_that_says_so() {
+    let data = temp_dir("hub-denied");
+    let hub = HubProcess::start(&data).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/users",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "bob"}, "spec": {"password": "a long enough password"}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let bob = login(hub.addr, "bob", "a long enough password").await;
+    // bob holds no role on prod: its page answers with a page (not JSON) that says why and
+    // leads back, the same as for a cluster that does not exist.
+    for path in ["/clusters/prod", "/clusters/nope"] {
+        let (status, body) = tests::api_text(hub.addr, "GET", path, Some(&bob)).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.starts_with("<!doctype html>"), "{path}: {body}");
+        assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
+        assert!(body.contains(r#"href="/clusters""#), "{path}: {body}");
+    }
+}

@@ -146,10 +146,31 @@ async fn readable(
             .await
             .map_err(IntoResponse::into_response)?,
     };
-    let object = crate::api::readable(&dash.api, &principal, kind, name)
-        .await
-        .map_err(IntoResponse::into_response)?;
+    let object = match crate::api::readable(&dash.api, &principal, kind, name).await {
+        Ok(object) => object,
+        Err(e) if here.is_some() => return Err(error_page(&principal, &e)),
+        Err(e) => return Err(e.into_response()),
+    };
     Ok((principal, object))
+}
+
+/// A page that says why another could not be shown (not found, not allowed, …), with the
+/// API's status code and message, and the way back.
+fn error_page(principal: &Principal, e: &crate::api::ApiError) -> Response {
+    let title = match e.code {
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::FORBIDDEN => "Not allowed",
+        _ => "Cannot show this page",
+    };
+    let content = format!(
+        r#"<h1>{title}</h1>
+<p class="error" role="alert">{}</p>
+<p><a href="/clusters">Back to the clusters</a></p>"#,
+        escape(&e.message)
+    );
+    let mut response = page(title, Some(principal), "", &content);
+    *response.status_mut() = e.code;
+    response
 }
 
 /// A whole page: the header with navigation, then `content`.

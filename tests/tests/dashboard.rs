@@ -514,6 +514,11 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         .find(&format!("#hosts tr[data-name='{host}']"))
         .await;
     assert!(browser.text("#hosts").await.contains("worker"));
+    // Listed by its node name first; its id (a hash) beside it.
+    let link = browser
+        .text(&format!("#hosts a[href='/hosts/{host}']"))
+        .await;
+    assert!(link.starts_with("w1 ") && link.contains(&host), "{link}");
     check_and_save(&browser, "hosts").await;
     browser
         .click(&format!("#hosts a[href='/hosts/{host}']"))

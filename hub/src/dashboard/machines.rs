@@ -107,16 +107,21 @@ fn row(
     } else {
         String::new()
     };
+    // People know a machine by its node name; the host's id (a hash) is kept to tell two
+    // machines of one name apart.
     let node = text(&host["spec"]["nodeName"]);
     let shown = if node.is_empty() {
-        name.clone()
+        escape(&name)
     } else {
-        format!("{name} ({node})")
+        format!(
+            r#"{} <span class="id">{}</span>"#,
+            escape(&node),
+            escape(&name)
+        )
     };
     format!(
         r#"<tr data-name="{name}" data-state="{state_attr}"><td data-label="Name"><a href="/hosts/{name}">{shown}</a></td>{cluster}<td data-label="State">{state}</td><td data-label="Roles">{roles}</td><td data-label="Provisioning">{provisioning}</td>{usage}</tr>"#,
         name = escape(&name),
-        shown = escape(&shown),
         state_attr = escape(&text(&host["state"]["state"])),
         state = state_cell(
             &text(&host["state"]["state"]),

@@ -571,6 +571,36 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         "a token is shown once"
     );
 
+    // A custom cluster (no hosts: nothing to plan) paused and resumed from its page.
+    tests::create_custom_cluster(
+        imported.hub.addr,
+        &admin,
+        "idle",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1"}),
+    )
+    .await;
+    let paused = async || {
+        let (_, idle) = api(
+            imported.hub.addr,
+            "GET",
+            "/v1/clusters/idle",
+            Some(&admin),
+            None,
+        )
+        .await;
+        idle["spec"]["paused"] == true
+    };
+    for (label, then) in [("Pause provisioning", true), ("Resume provisioning", false)] {
+        browser.goto(&format!("{base}/clusters/idle")).await;
+        assert_eq!(browser.text("#pause").await, label);
+        browser.click("#pause").await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while paused().await != then {
+            assert!(std::time::Instant::now() < deadline, "{label} did not take");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     browser.click("#logout").await;
     browser.find("form#login").await;
     browser.close().await;

@@ -213,6 +213,18 @@ function setupClusterActions() {
       download.textContent = "Kubeconfig downloaded";
     });
   }
+  const pause = document.getElementById("pause");
+  if (pause) {
+    pause.addEventListener("click", async () => {
+      const paused = pause.dataset.paused === "true";
+      const result = await apiCall("PATCH", `/v1/clusters/${encodeURIComponent(pause.dataset.cluster)}`, { spec: { paused: !paused } });
+      if (!result.ok) {
+        showError("pause-error", result);
+        return;
+      }
+      window.location.reload();
+    });
+  }
   const register = document.getElementById("new-registration");
   if (register) {
     register.addEventListener("click", async () => {

@@ -522,6 +522,23 @@ pub(super) async fn one(
     } else {
         String::new()
     };
+    // A custom cluster's owner pauses and resumes the planner here (what the paused state's
+    // message asks for).
+    let pause = if owner && custom {
+        let paused = shown["spec"]["paused"] == true;
+        format!(
+            r#"<button type="button" id="pause" data-cluster="{name}" data-paused="{paused}">{label}</button>
+<p class="error" role="alert" id="pause-error"></p>"#,
+            name = escape(&name),
+            label = if paused {
+                "Resume provisioning"
+            } else {
+                "Pause provisioning"
+            },
+        )
+    } else {
+        String::new()
+    };
     let summary = dash
         .health
         .cluster_summaries()
@@ -536,6 +553,7 @@ pub(super) async fn one(
 <button type="button" id="kubeconfig" data-cluster="{title}">Download kubeconfig</button></div>
 <table class="list" id="cluster" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-only="{title}" data-poll="15"><tbody>{row}</tbody></table>
 <p class="error" role="alert" id="kubeconfig-error"></p>
+{pause}
 {register}
 <h2>{machines_title}</h2>
 <table class="list" id="machines" data-watch="/v1/hosts?watch=true" data-rows="/clusters/{title}/machines?part=rows" data-poll="10">

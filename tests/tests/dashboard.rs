@@ -245,7 +245,9 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     browser.goto(&format!("{base}/clusters/web")).await;
     browser.find("table#cluster tr[data-name='web']").await;
     assert!(browser.text("main").await.contains("Connected"));
-    // The cluster's owner makes a project and gives someone a role on it, on this page.
+    // The cluster's owner makes a project and gives someone a role on it, on this page (a
+    // member is given only to a project that exists).
+    assert!(!browser.exists("#create-project-member").await);
     browser.type_into("#project-name", "shop").await;
     browser.type_into("#project-display", "Shop <front>").await;
     browser.click("#create-project button[type='submit']").await;

@@ -441,29 +441,39 @@ pub(super) async fn one(
         Ok(rows) => rows,
         Err(e) => return e.into_response(),
     };
-    let mut projects = match project_rows(&dash, &principal, &name, owner).await {
-        Ok(rows) if rows.is_empty() => {
-            "<p>No projects. A project groups namespaces under one set of members and secrets.</p>"
-                .to_owned()
-        }
-        Ok(rows) => format!(
-            r#"<table class="list" id="projects"><thead><tr><th scope="col">Project</th><th scope="col">Display name</th><th scope="col">Namespaces labelled</th><th scope="col">Members</th></tr></thead><tbody>{rows}</tbody></table>"#
-        ),
+    let rows = match project_rows(&dash, &principal, &name, owner).await {
+        Ok(rows) => rows,
         Err(e) => return e.into_response(),
+    };
+    let has_projects = !rows.is_empty();
+    let mut projects = if has_projects {
+        format!(
+            r#"<table class="list" id="projects"><thead><tr><th scope="col">Project</th><th scope="col">Display name</th><th scope="col">Namespaces labelled</th><th scope="col">Members</th></tr></thead><tbody>{rows}</tbody></table>"#
+        )
+    } else {
+        "<p>No projects. A project groups namespaces under one set of members and secrets.</p>"
+            .to_owned()
     };
     if owner {
         // Owners make projects and give people roles on them (the API checks again).
         let _ = write!(
             projects,
-            r#"<form id="create-project" data-cluster="{cluster}">
+            r#"<form id="create-project" data-cluster="{cluster}" aria-label="New project">
 <label for="project-name">New project</label>
 <input id="project-name" name="name" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="name">
 <label for="project-display">Display name</label>
 <input id="project-display" name="displayName">
 <button type="submit">Create project</button>
 <p class="error" role="alert" id="project-error"></p>
-</form>
-<form id="create-project-member" data-cluster="{cluster}">
+</form>"#,
+            cluster = escape(&name),
+        );
+    }
+    if owner && has_projects {
+        // Members are given to a project that exists.
+        let _ = write!(
+            projects,
+            r#"<form id="create-project-member" data-cluster="{cluster}" aria-label="Add a project member">
 <label for="member-project">Project</label>
 <input id="member-project" name="project" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?">
 <label for="member-user">User</label>

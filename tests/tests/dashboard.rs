@@ -245,6 +245,11 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     browser.goto(&format!("{base}/clusters/web")).await;
     browser.find("table#cluster tr[data-name='web']").await;
     assert!(browser.text("main").await.contains("Connected"));
+    // The summary says what each of its cells is.
+    let headings = browser.text("table#cluster thead").await;
+    for heading in ["State", "Kubernetes", "Nodes ready", "Use", "Agents"] {
+        assert!(headings.contains(heading), "{headings}");
+    }
     // The cluster's owner makes a project and gives someone a role on it, on this page (a
     // member is given only to a project that exists).
     assert!(!browser.exists("#create-project-member").await);

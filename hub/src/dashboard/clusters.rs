@@ -561,7 +561,9 @@ pub(super) async fn one(
     let content = format!(
         r#"<div class="bar"><h1>{title}</h1>
 <button type="button" id="kubeconfig" data-cluster="{title}">Download kubeconfig</button></div>
-<table class="list" id="cluster" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-only="{title}" data-poll="15"><tbody>{row}</tbody></table>
+<table class="list" id="cluster" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-only="{title}" data-poll="15">
+<thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Type</th><th scope="col">Kubernetes</th><th scope="col">Nodes ready</th><th scope="col">Use</th><th scope="col">Agents</th><th scope="col">Age</th></tr></thead>
+<tbody>{row}</tbody></table>
 <p class="error" role="alert" id="kubeconfig-error"></p>
 {pause}
 {register}

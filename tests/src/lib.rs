@@ -136,10 +136,15 @@ pub fn printed_password(stdout: &str) -> String {
 
 /// Whether `user` can log in with `password` (the API's answer: 200, or 401 refused).
 pub async fn logs_in(addr: SocketAddr, user: &str, password: &str) -> bool {
-    let body = serde_json::json!({"username": user, "password": password, "session": false});
-    let (status, value) = api(addr, "POST", "/v1/login", None, Some(body)).await;
+    let (status, value) = login_answer(addr, user, password).await;
     assert!(matches!(status, 200 | 401), "{status} {value}");
     status == 200
+}
+
+/// `POST /v1/login` for an API token: the status and the answer.
+async fn login_answer(addr: SocketAddr, user: &str, password: &str) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({"username": user, "password": password, "session": false});
+    api(addr, "POST", "/v1/login", None, Some(body)).await
 }
 
 /// A `drover-hub serve` process.
@@ -519,8 +524,7 @@ pub async fn create_custom_cluster(
 
 /// Logs in as `user`; returns an API token.
 pub async fn login(addr: SocketAddr, user: &str, password: &str) -> String {
-    let body = serde_json::json!({"username": user, "password": password, "session": false});
-    let (status, value) = api(addr, "POST", "/v1/login", None, Some(body)).await;
+    let (status, value) = login_answer(addr, user, password).await;
     assert_eq!(status, 200, "{value}");
     value["token"].as_str().unwrap().to_owned()
 }

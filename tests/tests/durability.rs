@@ -8,7 +8,6 @@ use std::{
     collections::BTreeSet,
     net::SocketAddr,
     path::Path,
-    process::Output,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -16,21 +15,16 @@ use std::{
 };
 
 use serde_json::json;
-use tests::{HubProcess, api, binary, login, temp_dir};
+use tests::{CliRun, HubProcess, api, login, temp_dir};
 
-fn hub_command(args: &[&str]) -> Output {
-    std::process::Command::new(binary("drover-hub"))
-        .args(args)
-        .output()
-        .unwrap()
+/// `drover-hub ARGS` (no stdin).
+fn hub_command(args: &[&str]) -> CliRun {
+    tests::hub_command(args, "")
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+/// What a command printed, stdout then stderr.
+fn text(out: &CliRun) -> String {
+    format!("{}{}", out.stdout, out.stderr)
 }
 
 async fn create_cluster(addr: SocketAddr, admin: &str, name: &str) -> (u16, serde_json::Value) {
@@ -74,7 +68,7 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
         "--data-dir",
         first_dir.to_str().unwrap(),
     ]);
-    assert!(!second.status.success());
+    assert_ne!(second.code, 0);
     assert!(
         text(&second).contains("another drover-hub is using"),
         "{}",
@@ -140,7 +134,7 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
     let written = writer.await.unwrap();
     let (before_backup, during) = during;
     assert!(during > 0, "no write was answered while the backup ran");
-    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(out.code, 0, "{}", text(&out));
     assert!(text(&out).contains("tls/ca-key.pem"), "{}", text(&out));
     assert_eq!(create_cluster(hub.addr, &admin, "after").await.0, 201);
 
@@ -152,7 +146,7 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
         "--from",
         file.to_str().unwrap(),
     ]);
-    assert!(!refused.status.success());
+    assert_ne!(refused.code, 0);
     assert!(
         text(&refused).contains("a hub is running"),
         "{}",
@@ -170,7 +164,7 @@ async fn a_backup_taken_while_serving_restores_the_hub_elsewhere_with_its_ca_and
         "--from",
         file.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(out.code, 0, "{}", text(&out));
     let restored = HubProcess::start(&second_dir).await;
     assert_eq!(restored.ca_checksum, checksum, "agents still trust it");
     assert_eq!(restored.admin_password, None, "the admin user came back");
@@ -233,7 +227,7 @@ async fn a_full_disk_is_a_clear_error_and_loses_nothing_once_space_returns() {
     if !mounted.status.success() {
         eprintln!(
             "SKIPPED: a small disk for the hub needs root to mount a tmpfs (CI runs as root): {}",
-            text(&mounted)
+            String::from_utf8_lossy(&mounted.stderr)
         );
         return;
     }
@@ -294,7 +288,7 @@ async fn a_full_disk_is_a_clear_error_and_loses_nothing_once_space_returns() {
         "--out",
         file.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(out.code, 0, "{}", text(&out));
     let out = hub_command(&[
         "restore",
         "--data-dir",
@@ -302,7 +296,7 @@ async fn a_full_disk_is_a_clear_error_and_loses_nothing_once_space_returns() {
         "--from",
         file.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(out.code, 0, "{}", text(&out));
     eprintln!(
         "disk full: {} writes acknowledged before 507, none lost",
         acknowledged.len() - 2

@@ -536,7 +536,12 @@ impl Connector {
             .await
             .map_err(|source| {
                 // A hub with its own CA, and an agent told to trust the system's roots.
-                let unknown_ca = source.to_string().contains("UnknownIssuer");
+                let unknown_ca = matches!(
+                    source.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+                    Some(rustls::Error::InvalidCertificate(
+                        rustls::CertificateError::UnknownIssuer
+                    ))
+                );
                 let hint = match &self.inner.config.trust {
                     Trust::SystemRoots if unknown_ca => {
                         "; this agent trusts the system's CA roots, which did not sign the hub's certificate: set DROVER_CA_CHECKSUM to the CA checksum `drover-hub serve` printed"

@@ -116,43 +116,19 @@ pub(super) fn role_request(command: RoleCommand) -> Request {
 }
 
 /// The RoleBinding a grant is kept as: named after its subject, role and scope, so the same
-/// flags find it again to revoke it. Characters a name may not hold become `-`.
+/// flags find it again to revoke it; a project role as `project add-member` names it (one per
+/// subject and project). Characters a name may not hold become `-`.
 fn binding_name(grant: &Grant) -> String {
+    if let Some(project) = &grant.project {
+        return crate::cli::member_binding(project, grant.user.as_deref(), grant.group.as_deref());
+    }
     let subject = match (&grant.user, &grant.group) {
         (Some(user), _) => user.clone(),
         (None, Some(group)) => format!("group-{group}"),
         (None, None) => String::new(),
     };
-    let scope = match (&grant.cluster, &grant.project) {
-        (Some(cluster), Some(project)) => format!("{cluster}-{project}"),
-        (Some(cluster), None) => cluster.clone(),
-        (None, _) => "global".to_owned(),
-    };
-    let raw = format!("{subject}-{}-{scope}", grant.role).to_ascii_lowercase();
-    let mut name: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    while name.contains("--") {
-        name = name.replace("--", "-");
-    }
-    let name = name.trim_matches('-');
-    let name = if name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        name.to_owned()
-    } else {
-        format!("u-{name}")
-    };
-    name.chars()
-        .take(63)
-        .collect::<String>()
-        .trim_end_matches('-')
-        .to_owned()
+    let scope = grant.cluster.as_deref().unwrap_or("global");
+    crate::cli::object_name(&format!("{subject}-{}-{scope}", grant.role))
 }
 
 #[cfg(test)]
@@ -194,11 +170,11 @@ mod tests {
                 grant(
                     Some("bob@example.com"),
                     None,
-                    "project-owner",
+                    "read-only",
                     Some("prod"),
-                    Some("shop"),
+                    None,
                 ),
-                "bob-example-com-project-owner-prod-shop",
+                "bob-example-com-read-only-prod",
             ),
             (
                 grant(Some("9lives"), None, "admin", None, None),
@@ -208,5 +184,24 @@ mod tests {
             assert_eq!(binding_name(&grant), name);
             crate::model::validate_name(crate::model::Kind::RoleBinding, name).unwrap();
         }
+        // A project role is the binding `project add-member` makes, so either command finds it.
+        let project = grant(
+            Some("bob"),
+            None,
+            "project-owner",
+            Some("prod"),
+            Some("shop"),
+        );
+        assert_eq!(binding_name(&project), "shop-bob");
+        let group = grant(None, Some("ops"), "read-only", Some("prod"), Some("shop"));
+        assert_eq!(binding_name(&group), "shop-group-ops");
+        let email = grant(
+            Some("bob@example.com"),
+            None,
+            "project-member",
+            Some("prod"),
+            Some("shop"),
+        );
+        assert_eq!(binding_name(&email), "shop-bob-example-com");
     }
 }

@@ -180,11 +180,42 @@ impl Request {
 
 /// The name of the RoleBinding `project add-member` makes, so `remove-member` can find it.
 pub fn member_binding(project: &str, user: Option<&str>, group: Option<&str>) -> String {
-    match (user, group) {
+    object_name(&match (user, group) {
         (Some(user), _) => format!("{project}-{user}"),
         (None, Some(group)) => format!("{project}-group-{group}"),
         (None, None) => project.to_owned(),
+    })
+}
+
+/// `raw` as an object name (1-63 lowercase letters, digits and '-', starting with a letter):
+/// what a name may not hold (`@`, `.`, capitals…) becomes `-`, so a user called
+/// `bob@example.com` can still be named in a binding.
+pub fn object_name(raw: &str) -> String {
+    let mut name: String = raw
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while name.contains("--") {
+        name = name.replace("--", "-");
     }
+    let name = name.trim_matches('-');
+    let name = if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        name.to_owned()
+    } else {
+        format!("u-{name}")
+    };
+    name.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_owned()
 }
 
 /// Where the CLI keeps its login: `--config`, else `$DROVER_CONFIG`, else

@@ -107,6 +107,34 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
             .await
             .contains("created")
     );
+    // kubectl's typed clients send protobuf; it passes the proxy both ways unchanged.
+    kubectl_ok(
+        &member,
+        &[
+            "create",
+            "configmap",
+            "typed",
+            "-n",
+            "default",
+            "--from-literal=k=v",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &member,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "typed",
+            "-n",
+            "default",
+            "--from-literal=p=s3cret",
+        ],
+    )
+    .await;
+    let described = kubectl_ok(&member, &["describe", "secret", "typed", "-n", "default"]).await;
+    assert!(described.contains("p:  6 bytes"), "{described}");
     let logs = kubectl_ok(&member, &["logs", "pod-0", "-n", "load-0", "--tail=3"]).await;
     assert_eq!(logs.lines().count(), 3, "{logs}");
     assert!(

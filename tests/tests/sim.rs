@@ -289,6 +289,157 @@ async fn kubectl_gets_applies_labels_scales_watches_reads_logs_and_deletes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// kubectl's typed clients send built-in kinds as protobuf and ask for protobuf back
+/// (`kubectl create`, `describe`); the simulator read none of them before.
+#[tokio::test]
+async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
+    let dir = temp_dir("sim-pb");
+    let shutdown = CancellationToken::new();
+    let cluster = SimCluster::start(SimConfig::default(), shutdown.clone())
+        .await
+        .unwrap();
+    let kubectl = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
+
+    let (ok, created, trace) = kubectl.run(&["create", "namespace", "shop", "-v=8"]).await;
+    assert!(ok && created.contains("namespace/shop created"), "{trace}");
+    let protobuf = "Content-Type: application/vnd.kubernetes.protobuf";
+    assert!(
+        trace.matches(protobuf).count() >= 2,
+        "sent and answered in protobuf: {trace}"
+    );
+    kubectl
+        .ok(&[
+            "create",
+            "configmap",
+            "cfg",
+            "-n",
+            "shop",
+            "--from-literal=mode=fast",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "secret",
+            "generic",
+            "db",
+            "-n",
+            "shop",
+            "--from-literal=password=s3cret",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "--image=nginx:1.27",
+            "--replicas=3",
+            "--port=80",
+        ])
+        .await;
+    kubectl
+        .ok(&["create", "serviceaccount", "robot", "-n", "shop"])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "role",
+            "reader",
+            "-n",
+            "shop",
+            "--verb=get,list",
+            "--resource=pods",
+        ])
+        .await;
+    kubectl
+        .ok(&[
+            "create",
+            "rolebinding",
+            "reader",
+            "-n",
+            "shop",
+            "--role=reader",
+            "--serviceaccount=shop:robot",
+        ])
+        .await;
+
+    let mode = kubectl
+        .ok(&[
+            "get",
+            "configmap",
+            "cfg",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.mode}",
+        ])
+        .await;
+    assert_eq!(mode, "fast");
+    let secret = kubectl
+        .ok(&[
+            "get",
+            "secret",
+            "db",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.type} {.data.password}",
+        ])
+        .await;
+    assert_eq!(
+        secret, "Opaque czNjcmV0",
+        "bytes arrive as base64, type defaulted"
+    );
+    let port = kubectl
+        .ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].ports[0].containerPort}",
+        ])
+        .await;
+    assert_eq!(port, "3 80");
+    let described = kubectl
+        .ok(&["describe", "deployment", "web", "-n", "shop"])
+        .await;
+    for line in [
+        "Replicas:               3 desired",
+        "StrategyType:           RollingUpdate",
+        "RollingUpdateStrategy:  25% max unavailable, 25% max surge",
+        "Image:         nginx:1.27",
+        "Port:          80/TCP",
+    ] {
+        assert!(described.contains(line), "{line:?} in:\n{described}");
+    }
+    let can = kubectl
+        .ok(&[
+            "auth",
+            "can-i",
+            "list",
+            "pods",
+            "-n",
+            "shop",
+            "--as=system:serviceaccount:shop:robot",
+        ])
+        .await;
+    assert_eq!(can.trim(), "yes");
+    let (ok, _, stderr) = kubectl.run(&["create", "namespace", "shop"]).await;
+    assert!(
+        !ok && stderr.contains("namespaces \"shop\" already exists"),
+        "a protobuf Status reads as the error it is: {stderr}"
+    );
+
+    shutdown.cancel();
+    cluster.wait().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     let dir = temp_dir("sim-imp");

@@ -24,6 +24,7 @@ use tunnel::tls::{self, CertificateAuthority};
 
 mod discovery;
 mod patch;
+mod protobuf;
 mod rbac;
 mod request;
 pub(crate) mod resources;
@@ -153,6 +154,7 @@ impl Sim {
     fn defaults(&self, resource: &resources::Resource, object: &mut Value) {
         match resource.plural {
             "pods" => {
+                pod_spec_defaults(&mut object["spec"]);
                 let n = self.next();
                 if object.pointer("/spec/nodeName").is_none() {
                     let nodes = self.store.list("nodes", None).0;
@@ -177,6 +179,9 @@ impl Sim {
             }
             "namespaces" => object["status"] = json!({"phase": "Active"}),
             "secrets" => {
+                if object.get("type").is_none() {
+                    object["type"] = json!("Opaque");
+                }
                 // As kube-apiserver does: stringData is write-only, folded into data.
                 if let Some(Value::Object(plain)) =
                     object.as_object_mut().and_then(|o| o.remove("stringData"))
@@ -200,7 +205,38 @@ impl Sim {
                 }
             }
             "nodes" if object.get("status").is_none() => object["status"] = node_status(),
-            "deployments" | "daemonsets" => deployment_status(object),
+            "deployments" => {
+                // kube-apiserver's defaults for a Deployment, which kubectl describe shows.
+                let spec = &mut object["spec"];
+                let strategy = &mut spec["strategy"];
+                if strategy.get("type").is_none() {
+                    strategy["type"] = json!("RollingUpdate");
+                }
+                if strategy["type"] == "RollingUpdate" {
+                    for bound in ["maxUnavailable", "maxSurge"] {
+                        if strategy
+                            .pointer(&format!("/rollingUpdate/{bound}"))
+                            .is_none()
+                        {
+                            strategy["rollingUpdate"][bound] = json!("25%");
+                        }
+                    }
+                }
+                for (field, value) in [
+                    ("revisionHistoryLimit", 10),
+                    ("progressDeadlineSeconds", 600),
+                ] {
+                    if spec.get(field).is_none() {
+                        spec[field] = json!(value);
+                    }
+                }
+                pod_spec_defaults(&mut object["spec"]["template"]["spec"]);
+                deployment_status(object);
+            }
+            "daemonsets" => {
+                pod_spec_defaults(&mut object["spec"]["template"]["spec"]);
+                deployment_status(object);
+            }
             _ => {}
         }
     }
@@ -227,6 +263,36 @@ impl Sim {
     }
 
     fn after_delete(&self, _resource: &resources::Resource, _object: &Value) {}
+}
+
+/// kube-apiserver's defaults for a pod's spec that kubectl shows (`describe`'s `80/TCP`).
+fn pod_spec_defaults(spec: &mut Value) {
+    for (field, value) in [("restartPolicy", "Always"), ("dnsPolicy", "ClusterFirst")] {
+        if spec.get(field).is_none() {
+            spec[field] = json!(value);
+        }
+    }
+    let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for container in containers {
+        if container.get("imagePullPolicy").is_none() {
+            let image = container["image"].as_str().unwrap_or_default();
+            let latest = image.ends_with(":latest")
+                || !image.rsplit('/').next().unwrap_or(image).contains(':');
+            container["imagePullPolicy"] = json!(if latest { "Always" } else { "IfNotPresent" });
+        }
+        for port in container
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if port.get("protocol").is_none() {
+                port["protocol"] = json!("TCP");
+            }
+        }
+    }
 }
 
 fn node_status() -> Value {

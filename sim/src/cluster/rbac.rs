@@ -390,93 +390,29 @@ pub(crate) fn seed_defaults(store: &Store) {
     );
 }
 
-/// The parts of Kubernetes' protobuf messages a `SelfSubjectAccessReview` needs, with their
-/// field numbers from k8s.io/api (prost skips the fields left out).
-mod wire {
-    /// `runtime.Unknown`, the envelope after the `k8s\0` magic.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct Unknown {
-        #[prost(bytes = "vec", tag = "2")]
-        pub(super) raw: Vec<u8>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct SelfSubjectAccessReview {
-        #[prost(message, optional, tag = "2")]
-        pub(super) spec: Option<Spec>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct Spec {
-        #[prost(message, optional, tag = "1")]
-        pub(super) resource_attributes: Option<ResourceAttributes>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub(super) struct ResourceAttributes {
-        #[prost(string, tag = "1")]
-        pub(super) namespace: String,
-        #[prost(string, tag = "2")]
-        pub(super) verb: String,
-        #[prost(string, tag = "3")]
-        pub(super) group: String,
-        #[prost(string, tag = "5")]
-        pub(super) resource: String,
-        #[prost(string, tag = "6")]
-        pub(super) subresource: String,
-        #[prost(string, tag = "7")]
-        pub(super) name: String,
-    }
-}
-
-/// Reads a `SelfSubjectAccessReview` body: JSON, or the protobuf kubectl's typed client sends
-/// (`k8s\0` then a `runtime.Unknown` whose `raw` holds the review).
-pub(crate) fn review_attributes(body: &[u8], protobuf: bool) -> Result<Attributes, String> {
-    let asked = if protobuf {
-        protobuf_review(body)?
-    } else {
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        let spec = &value["spec"]["resourceAttributes"];
-        let field = |name: &str| spec[name].as_str().unwrap_or_default().to_owned();
-        wire::ResourceAttributes {
-            namespace: field("namespace"),
-            verb: field("verb"),
-            group: field("group"),
-            resource: field("resource"),
-            subresource: field("subresource"),
-            name: field("name"),
-        }
+/// Reads what a `SelfSubjectAccessReview` asks (its JSON, or the JSON its protobuf stands for).
+pub(crate) fn review_attributes(review: &Value) -> Result<Attributes, String> {
+    let spec = &review["spec"]["resourceAttributes"];
+    let field = |name: &str| {
+        spec[name]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
     };
-    if asked.verb.is_empty() || asked.resource.is_empty() {
+    let (Some(verb), Some(resource)) = (field("verb"), field("resource")) else {
         return Err(
             "spec.resourceAttributes needs a verb and a resource (non-resource reviews are not simulated)"
                 .into(),
         );
-    }
-    let optional = |v: String| Some(v).filter(|v| !v.is_empty());
+    };
     Ok(Attributes {
-        verb: asked.verb,
-        group: asked.group,
-        resource: asked.resource,
-        subresource: optional(asked.subresource),
-        namespace: optional(asked.namespace),
-        name: optional(asked.name),
+        verb,
+        group: field("group").unwrap_or_default(),
+        resource,
+        subresource: field("subresource"),
+        namespace: field("namespace"),
+        name: field("name"),
     })
-}
-
-fn protobuf_review(body: &[u8]) -> Result<wire::ResourceAttributes, String> {
-    use prost::Message as _;
-    let envelope = body
-        .strip_prefix(b"k8s\0")
-        .ok_or("a protobuf body starts with k8s\\0")?;
-    let unknown = wire::Unknown::decode(envelope).map_err(|e| format!("protobuf envelope: {e}"))?;
-    let review = wire::SelfSubjectAccessReview::decode(unknown.raw.as_slice())
-        .map_err(|e| format!("protobuf review: {e}"))?;
-    review
-        .spec
-        .and_then(|spec| spec.resource_attributes)
-        .ok_or_else(|| "only resource reviews are simulated".to_owned())
 }
 
 #[cfg(test)]
@@ -565,25 +501,14 @@ mod tests {
     }
 
     #[test]
-    fn a_protobuf_review_reads_like_its_json() {
-        fn ld(number: u64, value: &[u8]) -> Vec<u8> {
-            let mut out = vec![((number << 3) | 2) as u8, value.len() as u8];
-            out.extend_from_slice(value);
-            out
-        }
-        let attributes = [ld(1, b"default"), ld(2, b"delete"), ld(5, b"pods")].concat();
-        let review = ld(2, &ld(1, &attributes));
-        let body = [
-            b"k8s\0".as_slice(),
-            &ld(1, &ld(1, b"authorization.k8s.io/v1")),
-            &ld(2, &review),
-        ]
-        .concat();
-        let attrs = review_attributes(&body, true).unwrap();
-        assert_eq!(attrs, attrs_of("delete", "pods", "default"));
-        let json = br#"{"spec": {"resourceAttributes": {"namespace": "default", "verb": "delete", "resource": "pods"}}}"#;
-        assert_eq!(review_attributes(json, false).unwrap(), attrs);
-        assert!(review_attributes(b"k8s\0\x12", true).is_err());
+    fn a_review_needs_a_verb_and_a_resource() {
+        let asked = serde_json::json!({"spec": {"resourceAttributes": {"namespace": "default", "verb": "delete", "resource": "pods"}}});
+        assert_eq!(
+            review_attributes(&asked).unwrap(),
+            attrs_of("delete", "pods", "default")
+        );
+        let nonresource = serde_json::json!({"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}});
+        assert!(review_attributes(&nonresource).is_err());
     }
 
     fn attrs_of(verb: &str, resource: &str, namespace: &str) -> Attributes {

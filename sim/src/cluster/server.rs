@@ -12,7 +12,7 @@ use kubeshape::LabelSelector;
 use serde_json::{Value, json};
 
 use super::{
-    Identity, Sim, discovery, patch, rbac,
+    Identity, Sim, discovery, patch, protobuf, rbac,
     request::{Target, field_matches, labels_of, parse_target, query, wants_table},
     store::StoreError,
     table,
@@ -99,7 +99,16 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
             return *response;
         }
     };
-    let response = route(&sim, &identity, request).await;
+    let protobuf = protobuf::preferred(
+        request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    ) && !is_watch(request.uri());
+    let mut response = route(&sim, &identity, request).await;
+    if protobuf {
+        response = in_protobuf(response).await;
+    }
     sim.record(
         Some(&identity),
         impersonator,
@@ -108,6 +117,52 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
         response.status().as_u16(),
     );
     response
+}
+
+fn is_watch(uri: &axum::http::Uri) -> bool {
+    matches!(
+        query(uri).get("watch").map(String::as_str),
+        Some("true" | "1")
+    )
+}
+
+/// Re-encodes a JSON answer as protobuf for a client that prefers it, as kube-apiserver
+/// negotiates; kinds without a protobuf schema (tables, discovery) stay JSON.
+async fn in_protobuf(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t == "application/json");
+    if !json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the answer could not be read back",
+        );
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|value| protobuf::encode(&value));
+    match encoded {
+        Some(Ok(encoded)) => {
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, encoded.into())
+        }
+        Some(Err(e)) => status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            format!("the answer does not fit its protobuf schema: {e}"),
+        ),
+        None => Response::from_parts(parts, bytes.into()),
+    }
 }
 
 async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Response {
@@ -167,10 +222,7 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
 
 /// The verb and resource RBAC judges a resource request by, as kube-apiserver derives them.
 fn attributes(target: &Target, method: &Method, uri: &axum::http::Uri) -> rbac::Attributes {
-    let watch = matches!(
-        query(uri).get("watch").map(String::as_str),
-        Some("true" | "1")
-    );
+    let watch = is_watch(uri);
     let verb = match (method.as_str(), &target.name) {
         ("GET" | "HEAD", None) if watch => "watch",
         ("GET" | "HEAD", None) => "list",
@@ -209,11 +261,6 @@ fn forbidden(identity: &Identity, attributes: &rbac::Attributes) -> Response {
 
 /// `SelfSubjectAccessReview`: may the caller do what the body asks? (`kubectl auth can-i`)
 async fn self_review(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Response {
-    let protobuf = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.contains("protobuf"));
     let review = rbac::Attributes {
         verb: "create".into(),
         group: "authorization.k8s.io".into(),
@@ -225,11 +272,11 @@ async fn self_review(sim: &Arc<Sim>, identity: &Identity, request: Request) -> R
     if rbac::allowed(&sim.store, identity, &review).is_none() {
         return forbidden(identity, &review);
     }
-    let bytes = match axum::body::to_bytes(request.into_body(), 1 << 20).await {
-        Ok(bytes) => bytes,
-        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    let body = match body_json(request, 1 << 20).await {
+        Ok((_, body)) => body,
+        Err(response) => return response,
     };
-    let asked = match rbac::review_attributes(&bytes, protobuf) {
+    let asked = match rbac::review_attributes(&body) {
         Ok(asked) => asked,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
     };
@@ -267,14 +314,18 @@ async fn body_json(request: Request, limit: usize) -> Result<(HeaderMap, Value),
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if content_type.contains("protobuf") || content_type.contains("cbor") {
+    if content_type.contains("cbor") {
         return Err(status(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("the simulated cluster reads JSON and YAML bodies, not {content_type}"),
+            format!(
+                "the simulated cluster reads JSON, YAML and protobuf bodies, not {content_type}"
+            ),
         ));
     }
-    let value = if content_type.contains("yaml") {
+    let value = if content_type.starts_with(protobuf::MEDIA_TYPE) {
+        protobuf::decode(&bytes).map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", e))?
+    } else if content_type.contains("yaml") {
         serde_saphyr::from_slice(&bytes)
             .map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()))?
     } else {

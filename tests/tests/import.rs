@@ -135,6 +135,41 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     .await;
     let described = kubectl_ok(&member, &["describe", "secret", "typed", "-n", "default"]).await;
     assert!(described.contains("p:  6 bytes"), "{described}");
+    // exec, cp and attach stream through the hub and the tunnel as the member.
+    let echoed = kubectl_ok(
+        &member,
+        &[
+            "exec",
+            "pod-0",
+            "-n",
+            "load-0",
+            "--",
+            "sh",
+            "-c",
+            "echo $HOSTNAME",
+        ],
+    )
+    .await;
+    assert_eq!(echoed, "pod-0\n");
+    let local = dir.join("cp.txt");
+    std::fs::write(&local, "through the hub\n").unwrap();
+    kubectl_ok(
+        &member,
+        &["cp", local.to_str().unwrap(), "load-0/pod-0:/tmp/cp.txt"],
+    )
+    .await;
+    let copied = kubectl_ok(
+        &member,
+        &["exec", "pod-0", "-n", "load-0", "--", "cat", "/tmp/cp.txt"],
+    )
+    .await;
+    assert_eq!(copied, "through the hub\n");
+    assert!(
+        sim.audit()
+            .iter()
+            .any(|e| e.user == "mia" && e.path.ends_with("/pods/pod-0/exec")),
+        "the cluster saw the exec as mia"
+    );
     let logs = kubectl_ok(&member, &["logs", "pod-0", "-n", "load-0", "--tail=3"]).await;
     assert_eq!(logs.lines().count(), 3, "{logs}");
     assert!(
@@ -247,6 +282,14 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     kubectl_ok(&reader, &["get", "pods", "-n", "load-0"]).await;
     let (ok, _, stderr) = kubectl(&reader, &["delete", "pod", "pod-0", "-n", "load-0"]).await;
     assert!(!ok && stderr.contains("read-only"), "{stderr}");
+    for denied in [
+        &["exec", "pod-0", "-n", "load-0", "--", "true"][..],
+        &["attach", "pod-0", "-n", "load-0"],
+        &["cp", "load-0/pod-0:/etc/hostname", "/dev/null"],
+    ] {
+        let (ok, _, stderr) = kubectl(&reader, denied).await;
+        assert!(!ok && stderr.contains("read-only"), "{denied:?}: {stderr}");
+    }
     let rita = sim.audit().into_iter().filter(|e| e.user == "rita");
     assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method != "DELETE"));
     // A write spelled as a read (decoded it is a self-review, which read-only users may

@@ -440,6 +440,125 @@ async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// exec, cp and attach over kubectl 1.32's WebSocket protocol, into the stand-in shell.
+#[tokio::test]
+async fn kubectl_execs_copies_and_attaches() {
+    let dir = temp_dir("sim-exec");
+    let shutdown = CancellationToken::new();
+    let cluster = SimCluster::start(
+        SimConfig {
+            pods: 2,
+            ..SimConfig::default()
+        },
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
+
+    let hello = kubectl
+        .ok(&[
+            "exec", "pod-0", "-n", "load-0", "--", "echo", "hello", "there",
+        ])
+        .await;
+    assert_eq!(hello, "hello there\n");
+    let (ok, out, stderr) = kubectl
+        .run(&[
+            "exec",
+            "pod-0",
+            "-n",
+            "load-0",
+            "--",
+            "sh",
+            "-c",
+            "hostname; exit 4",
+        ])
+        .await;
+    assert!(!ok && out == "pod-0\n", "{out} {stderr}");
+    assert!(
+        stderr.contains("command terminated with exit code 4"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = kubectl
+        .run(&[
+            "exec", "pod-0", "-n", "load-0", "-c", "sidecar", "--", "true",
+        ])
+        .await;
+    assert!(
+        !ok && stderr.contains("container sidecar is not valid for pod pod-0"),
+        "{stderr}"
+    );
+
+    // Commands on stdin, one a line, as to a shell.
+    let mut shell = tokio::process::Command::new("kubectl")
+        .args(["exec", "-i", "pod-0", "-n", "load-0", "--", "sh"])
+        .env("KUBECONFIG", &kubectl.kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = shell.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, b"echo one\nprintenv HOSTNAME\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = shell.wait_with_output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\npod-0\n");
+
+    // cp in and out: tar through exec, both ways.
+    let local = dir.join("notes.txt");
+    std::fs::write(&local, "written here\n").unwrap();
+    kubectl
+        .ok(&["cp", local.to_str().unwrap(), "load-0/pod-0:/tmp/notes.txt"])
+        .await;
+    let read = kubectl
+        .ok(&[
+            "exec",
+            "pod-0",
+            "-n",
+            "load-0",
+            "--",
+            "cat",
+            "/tmp/notes.txt",
+        ])
+        .await;
+    assert_eq!(read, "written here\n");
+    let back = dir.join("back.txt");
+    kubectl
+        .ok(&["cp", "load-0/pod-0:/tmp/notes.txt", back.to_str().unwrap()])
+        .await;
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "written here\n");
+    let other = kubectl
+        .ok(&["exec", "pod-1", "-n", "load-1", "--", "ls", "/tmp"])
+        .await;
+    assert_eq!(other, "", "each pod has its own files");
+
+    // attach shows the container's output as it is written.
+    let mut attach = tokio::process::Command::new("kubectl")
+        .args(["attach", "pod-0", "-n", "load-0"])
+        .env("KUBECONFIG", &kubectl.kubeconfig)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(attach.stdout.take().unwrap()));
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.starts_with("log line ") && first.ends_with(" from pod-0/main"),
+        "{first}"
+    );
+    attach.kill().await.unwrap();
+
+    shutdown.cancel();
+    cluster.wait().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     let dir = temp_dir("sim-imp");

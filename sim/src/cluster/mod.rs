@@ -23,12 +23,14 @@ use tokio_util::sync::CancellationToken;
 use tunnel::tls::{self, CertificateAuthority};
 
 mod discovery;
+mod exec;
 mod patch;
 mod protobuf;
 mod rbac;
 mod request;
 pub(crate) mod resources;
 mod server;
+mod shell;
 mod store;
 mod table;
 mod verbs;
@@ -92,6 +94,8 @@ pub(crate) struct Sim {
     tokens: Mutex<HashMap<String, Identity>>,
     audit: Mutex<VecDeque<AuditEntry>>,
     counter: AtomicU64,
+    /// Each container's stand-in file tree (namespace, pod, container), made at its first exec.
+    containers: Mutex<HashMap<(String, String, String), shell::Files>>,
 }
 
 impl Sim {
@@ -262,7 +266,21 @@ impl Sim {
         }
     }
 
-    fn after_delete(&self, _resource: &resources::Resource, _object: &Value) {}
+    fn after_delete(&self, resource: &resources::Resource, object: &Value) {
+        if resource.plural == "pods" {
+            let name = |field: &str| {
+                object["metadata"][field]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (namespace, pod) = (name("namespace"), name("name"));
+            self.containers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|(ns, p, _), _| *ns != namespace || *p != pod);
+        }
+    }
 }
 
 /// kube-apiserver's defaults for a pod's spec that kubectl shows (`describe`'s `80/TCP`).
@@ -367,6 +385,7 @@ impl SimCluster {
             tokens: Mutex::new(HashMap::new()),
             audit: Mutex::new(VecDeque::new()),
             counter: AtomicU64::new(0),
+            containers: Mutex::new(HashMap::new()),
         });
         sim.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
             ADMIN_TOKEN.to_owned(),

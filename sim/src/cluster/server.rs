@@ -223,7 +223,13 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
 /// The verb and resource RBAC judges a resource request by, as kube-apiserver derives them.
 fn attributes(target: &Target, method: &Method, uri: &axum::http::Uri) -> rbac::Attributes {
     let watch = is_watch(uri);
+    let streams = matches!(
+        target.sub.as_deref(),
+        Some("exec" | "attach" | "portforward")
+    );
     let verb = match (method.as_str(), &target.name) {
+        // kube-apiserver asks for create on these whether the upgrade came as GET or POST.
+        _ if streams => "create",
         ("GET" | "HEAD", None) if watch => "watch",
         ("GET" | "HEAD", None) => "list",
         ("GET" | "HEAD", Some(_)) => "get",
@@ -420,6 +426,11 @@ async fn resource_request(
             Some(object) => ok_json(StatusCode::OK, &object),
             None => store_error(&target, StoreError::NotFound),
         },
+        (&Method::GET | &Method::POST, Some(_), Some("exec" | "attach"))
+            if resource.plural == "pods" =>
+        {
+            super::exec::stream(sim, &target, request)
+        }
         (&Method::GET, Some(_), Some("log")) if resource.plural == "pods" => {
             logs(sim, &target, &params)
         }

@@ -160,25 +160,11 @@ pub(super) fn logs(sim: &Arc<Sim>, target: &Target, params: &BTreeMap<String, St
         return store_error(target, StoreError::NotFound);
     };
     let name = target.name.clone().unwrap_or_default();
-    let containers: Vec<String> = pod
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str().map(str::to_owned))
-        .collect();
-    let bad = |message: String| status(StatusCode::BAD_REQUEST, "BadRequest", message);
-    let container = match params.get("container") {
-        Some(c) if containers.contains(c) => c.clone(),
-        Some(c) => return bad(format!("container {c} is not valid for pod {name}")),
-        None if containers.len() == 1 => containers[0].clone(),
-        None => {
-            return bad(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                containers.join(" ")
-            ));
-        }
+    let container = match container_of(&pod, &name, params) {
+        Ok(container) => container,
+        Err(response) => return *response,
     };
+    let bad = |message: String| status(StatusCode::BAD_REQUEST, "BadRequest", message);
     if matches!(
         params.get("previous").map(String::as_str),
         Some("true" | "1")
@@ -215,7 +201,7 @@ pub(super) fn logs(sim: &Arc<Sim>, target: &Target, params: &BTreeMap<String, St
         Some("true" | "1")
     );
     let line = move |k: u64| {
-        let text = format!("log line {k} from {name}/{container}\n");
+        let text = log_line(&name, &container, k);
         Bytes::from(if timestamps {
             let stamp = at(k)
                 .format(time::macros::format_description!(
@@ -251,8 +237,39 @@ pub(super) fn logs(sim: &Arc<Sim>, target: &Target, params: &BTreeMap<String, St
     ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }
 
+/// The container a log, exec or attach request names (`container=`), or the pod's only one;
+/// a name the pod does not have, or none with several, is refused as kube-apiserver does.
+pub(super) fn container_of(
+    pod: &Value,
+    name: &str,
+    params: &BTreeMap<String, String>,
+) -> Result<String, Box<Response>> {
+    let containers: Vec<String> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect();
+    let bad = |message: String| Box::new(status(StatusCode::BAD_REQUEST, "BadRequest", message));
+    match params.get("container") {
+        Some(c) if containers.contains(c) => Ok(c.clone()),
+        Some(c) => Err(bad(format!("container {c} is not valid for pod {name}"))),
+        None if containers.len() == 1 => Ok(containers[0].clone()),
+        None => Err(bad(format!(
+            "a container name must be specified for pod {name}, choose one of: [{}]",
+            containers.join(" ")
+        ))),
+    }
+}
+
+/// A stand-in container's log line `k` (what `logs` and `attach` show).
+pub(super) fn log_line(pod: &str, container: &str, k: u64) -> String {
+    format!("log line {k} from {pod}/{container}\n")
+}
+
 /// How often a stand-in container writes a log line, and how many lines are kept.
-const LOG_EVERY: time::Duration = time::Duration::milliseconds(100);
+pub(super) const LOG_EVERY: time::Duration = time::Duration::milliseconds(100);
 const LOG_KEPT: u64 = 1000;
 
 pub(super) fn watch_response(

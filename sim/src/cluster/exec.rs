@@ -1,0 +1,408 @@
+//! `pods/exec` and `pods/attach` over WebSocket, as kube-apiserver serves kubectl 1.32:
+//! subprotocol `v5.channel.k8s.io` (or `v4`), each binary message one channel's bytes after a
+//! channel byte (0 stdin, 1 stdout, 2 stderr, 3 the closing Status, 4 terminal size, 255 a
+//! stream's close in v5). What runs is the stand-in shell (`shell.rs`); attach shows the
+//! container's stand-in log as it is written and echoes what it is sent.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{
+    extract::Request,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use futures::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio_tungstenite::{
+    WebSocketStream,
+    tungstenite::{
+        Message,
+        handshake::derive_accept_key,
+        protocol::{CloseFrame, Role, frame::coding::CloseCode},
+    },
+};
+
+use super::{
+    Sim,
+    request::Target,
+    server::status,
+    shell::{self, Context},
+    store::StoreError,
+    verbs::{LOG_EVERY, container_of, log_line},
+};
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+/// v5: `[255, channel]` says the peer has closed that stream (stdin's end).
+const CLOSE: u8 = 255;
+const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+/// What the session runs.
+#[derive(Debug)]
+enum Job {
+    Exec { argv: Vec<String> },
+    Attach,
+}
+
+#[derive(Debug)]
+struct Session {
+    sim: Arc<Sim>,
+    pod: String,
+    namespace: String,
+    container: String,
+    env: Vec<(String, String)>,
+    stdin: bool,
+    tty: bool,
+    job: Job,
+}
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Answers an exec or attach request: checks it as kube-apiserver does, then switches to
+/// WebSocket and runs the session on its own task.
+pub(super) fn stream(sim: &Arc<Sim>, target: &Target, mut request: Request) -> Response {
+    let Some(pod) = sim.store.get("pods", &target.key()) else {
+        return super::server::store_error(target, StoreError::NotFound);
+    };
+    let name = target.name.clone().unwrap_or_default();
+    let pairs: Vec<(String, String)> =
+        form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let single: BTreeMap<String, String> = pairs.iter().cloned().collect();
+    let flag = |key: &str| matches!(single.get(key).map(String::as_str), Some("true" | "1"));
+    let container = match container_of(&pod, &name, &single) {
+        Ok(container) => container,
+        Err(response) => return *response,
+    };
+    let job = if target.sub.as_deref() == Some("attach") {
+        Job::Attach
+    } else {
+        let argv: Vec<String> = pairs
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect();
+        if argv.is_empty() {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "you must specify at least 1 command",
+            );
+        }
+        Job::Exec { argv }
+    };
+    if !flag("stdin") && !flag("stdout") && !flag("stderr") {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "you must specify at least 1 of stdin, stdout, stderr",
+        );
+    }
+    let headers = request.headers();
+    let key = headers
+        .get("sec-websocket-key")
+        .map(|k| derive_accept_key(k.as_bytes()));
+    let offered = headers
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p));
+    let websocket = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let (Some(key), Some(protocol), true) = (key, protocol, websocket) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the simulated cluster streams exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io); SPDY is not simulated",
+        );
+    };
+    let env = environment(&pod, &container, &name);
+    let session = Session {
+        sim: sim.clone(),
+        pod: name,
+        namespace: target.namespace.clone().unwrap_or_default(),
+        container,
+        env,
+        stdin: flag("stdin"),
+        tty: flag("tty"),
+        job,
+    };
+    let upgrade = hyper::upgrade::on(&mut request);
+    let v5 = protocol == PROTOCOLS[0];
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else { return };
+        let socket =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        session.run(socket, v5).await;
+    });
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let out = response.headers_mut();
+    out.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    out.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    out.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(protocol),
+    );
+    if let Ok(accept) = HeaderValue::from_str(&key) {
+        out.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    response
+}
+
+/// The container's environment as its process sees it: the pod's literal `env` values and
+/// what the kubelet and the image add.
+fn environment(pod: &Value, container: &str, name: &str) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PATH".to_owned(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        ),
+        ("HOSTNAME".to_owned(), name.to_owned()),
+        ("HOME".to_owned(), "/root".to_owned()),
+        ("KUBERNETES_SERVICE_HOST".to_owned(), "10.43.0.1".to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), "443".to_owned()),
+    ];
+    let declared = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == container)
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default());
+    for var in declared {
+        if let (Some(k), Some(v)) = (var["name"].as_str(), var["value"].as_str()) {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    env
+}
+
+impl Session {
+    async fn run(self, socket: Socket, v5: bool) {
+        let (mut tx, mut rx) = socket.split();
+        let code = match &self.job {
+            Job::Attach => {
+                self.attach(&mut tx, &mut rx).await;
+                None
+            }
+            Job::Exec { argv } if self.stdin && shell::is_interactive(argv) => {
+                Some(self.interactive(&mut tx, &mut rx).await)
+            }
+            Job::Exec { argv } => {
+                let mut input = Vec::new();
+                if self.stdin && shell::reads_stdin(argv) {
+                    // Until stdin closes: v5's close signal, or the socket's end.
+                    while let Some(Ok(message)) = rx.next().await {
+                        match Input::of(message) {
+                            Input::Data(bytes) => input.extend(bytes),
+                            Input::Closed if v5 => break,
+                            Input::End => break,
+                            _ => {}
+                        }
+                    }
+                }
+                let outcome = self.with_files(|cx| shell::run(argv, &input, cx));
+                let _ = send(&mut tx, STDOUT, &outcome.stdout).await;
+                let _ = send(&mut tx, STDERR, &outcome.stderr).await;
+                Some((outcome.code, argv.join(" ")))
+            }
+        };
+        if let Some((code, command)) = code {
+            let _ = send(&mut tx, ERROR, exit_status(code, &command).as_bytes()).await;
+        }
+        let _ = tx
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            })))
+            .await;
+        let _ = tx.flush().await;
+    }
+
+    fn with_files<T>(&self, act: impl FnOnce(&mut Context<'_>) -> T) -> T {
+        let mut containers = self
+            .sim
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let files = containers
+            .entry((
+                self.namespace.clone(),
+                self.pod.clone(),
+                self.container.clone(),
+            ))
+            .or_insert_with(|| shell::Files::new(&self.pod));
+        act(&mut Context {
+            files,
+            env: &self.env,
+        })
+    }
+
+    /// A shell reading commands from stdin, one a line; with a terminal it echoes what is
+    /// typed and prompts, as a shell on a tty does.
+    async fn interactive(
+        &self,
+        tx: &mut futures::stream::SplitSink<Socket, Message>,
+        rx: &mut futures::stream::SplitStream<Socket>,
+    ) -> (i32, String) {
+        let newline = |bytes: Vec<u8>, tty: bool| -> Vec<u8> {
+            if !tty {
+                return bytes;
+            }
+            let mut out = Vec::with_capacity(bytes.len());
+            for b in bytes {
+                if b == b'\n' {
+                    out.push(b'\r');
+                }
+                out.push(b);
+            }
+            out
+        };
+        let prompt = "/ # ";
+        if self.tty {
+            let _ = send(tx, STDOUT, prompt.as_bytes()).await;
+        }
+        let mut line = Vec::new();
+        let mut code = 0;
+        while let Some(Ok(message)) = rx.next().await {
+            let bytes = match Input::of(message) {
+                Input::Data(bytes) => bytes,
+                Input::Closed | Input::End => break,
+                Input::Other => continue,
+            };
+            for b in bytes {
+                let end = b == b'\n' || b == b'\r';
+                if self.tty {
+                    let echo: &[u8] = match b {
+                        b'\r' | b'\n' => b"\r\n",
+                        0x7f | 0x08 => b"\x08 \x08",
+                        _ => std::slice::from_ref(&b),
+                    };
+                    let _ = send(tx, STDOUT, echo).await;
+                }
+                if matches!(b, 0x7f | 0x08) {
+                    line.pop();
+                    continue;
+                }
+                if !end {
+                    line.push(b);
+                    continue;
+                }
+                let script = String::from_utf8_lossy(&std::mem::take(&mut line)).into_owned();
+                let outcome = self.with_files(|cx| shell::script_run(&script, &[], cx));
+                code = outcome.code;
+                let (out, err) = (
+                    newline(outcome.stdout, self.tty),
+                    newline(outcome.stderr, self.tty),
+                );
+                let _ = send(tx, STDOUT, &out).await;
+                // A terminal has one output stream.
+                let _ = send(tx, if self.tty { STDOUT } else { STDERR }, &err).await;
+                if outcome.exited {
+                    return (code, "sh".into());
+                }
+                if self.tty {
+                    let _ = send(tx, STDOUT, prompt.as_bytes()).await;
+                }
+            }
+        }
+        (code, "sh".into())
+    }
+
+    /// The container's output as it is written (its stand-in log lines), and what is typed
+    /// on stdin echoed back, until the client goes.
+    async fn attach(
+        &self,
+        tx: &mut futures::stream::SplitSink<Socket, Message>,
+        rx: &mut futures::stream::SplitStream<Socket>,
+    ) {
+        let every = std::time::Duration::from_millis(LOG_EVERY.whole_milliseconds() as u64);
+        let mut tick = tokio::time::interval(every);
+        let mut k = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let line = log_line(&self.pod, &self.container, k);
+                    k += 1;
+                    if send(tx, STDOUT, line.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                message = rx.next() => match message.map(|m| m.map(Input::of)) {
+                    Some(Ok(Input::Data(bytes))) if self.stdin => {
+                        if send(tx, STDOUT, &bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Ok(Input::End)) | None | Some(Err(_)) => return,
+                    Some(Ok(_)) => {}
+                },
+            }
+        }
+    }
+}
+
+/// One message from the client, by what it means to the session.
+enum Input {
+    /// Bytes on stdin.
+    Data(Vec<u8>),
+    /// v5: stdin closed.
+    Closed,
+    /// The socket is closing.
+    End,
+    /// Terminal size, pings, or a channel the session does not read.
+    Other,
+}
+
+impl Input {
+    fn of(message: Message) -> Self {
+        match message {
+            Message::Binary(bytes) => match bytes.split_first() {
+                Some((&STDIN, rest)) => Input::Data(rest.to_vec()),
+                Some((&CLOSE, [STDIN])) => Input::Closed,
+                _ => Input::Other,
+            },
+            Message::Close(_) => Input::End,
+            _ => Input::Other,
+        }
+    }
+}
+
+async fn send(
+    tx: &mut futures::stream::SplitSink<Socket, Message>,
+    channel: u8,
+    bytes: &[u8],
+) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut message = Vec::with_capacity(bytes.len() + 1);
+    message.push(channel);
+    message.extend_from_slice(bytes);
+    tx.send(Message::Binary(message.into())).await
+}
+
+/// The Status on the error channel that ends an exec: success, or the exit code as kubectl
+/// reads it (`command terminated with exit code N`).
+fn exit_status(code: i32, command: &str) -> String {
+    if code == 0 {
+        return json!({"metadata": {}, "status": "Success"}).to_string();
+    }
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("command terminated with non-zero exit code: error executing command [{command}], exit code {code}"),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+    })
+    .to_string()
+}

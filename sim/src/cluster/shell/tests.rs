@@ -1,0 +1,114 @@
+use super::*;
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+fn env() -> Vec<(String, String)> {
+    vec![
+        ("HOSTNAME".into(), "web-0".into()),
+        ("MODE".into(), "fast".into()),
+    ]
+}
+
+#[test]
+fn commands_answer_as_a_busybox_shell_would() {
+    let mut files = Files::new("web-0");
+    let env = env();
+    let mut cx = Context {
+        files: &mut files,
+        env: &env,
+    };
+    assert_eq!(
+        run(&argv(&["echo", "hi", "there"]), &[], &mut cx).stdout,
+        b"hi there\n"
+    );
+    assert_eq!(run(&argv(&["hostname"]), &[], &mut cx).stdout, b"web-0\n");
+    assert_eq!(
+        run(&argv(&["printenv", "MODE"]), &[], &mut cx).stdout,
+        b"fast\n"
+    );
+    assert_eq!(
+        run(&argv(&["cat", "/etc/hostname"]), &[], &mut cx).stdout,
+        b"web-0\n"
+    );
+    assert_eq!(
+        run(&argv(&["ls", "/"]), &[], &mut cx).stdout,
+        b"app\netc\ntmp\n"
+    );
+    let missing = run(&argv(&["cat", "/nope"]), &[], &mut cx);
+    assert_eq!(missing.code, 1);
+    assert_eq!(
+        missing.stderr,
+        b"cat: can't open '/nope': No such file or directory\n"
+    );
+    assert_eq!(run(&argv(&["test", "-d", "/tmp"]), &[], &mut cx).code, 0);
+    assert_eq!(
+        run(&argv(&["test", "-d", "/etc/hostname"]), &[], &mut cx).code,
+        1
+    );
+    let unknown = run(&argv(&["vim"]), &[], &mut cx);
+    assert_eq!(
+        (unknown.code, unknown.stderr),
+        (127, b"sh: vim: not found\n".to_vec())
+    );
+}
+
+#[test]
+fn a_script_expands_variables_and_stops_at_exit() {
+    let mut files = Files::new("web-0");
+    let env = env();
+    let mut cx = Context {
+        files: &mut files,
+        env: &env,
+    };
+    let out = run(
+        &argv(&[
+            "sh",
+            "-c",
+            "echo \"mode=$MODE\" '$MODE'; false && echo no; echo ${HOSTNAME}; exit 3; echo never",
+        ]),
+        &[],
+        &mut cx,
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "mode=fast $MODE\nweb-0\n"
+    );
+    assert_eq!(out.code, 3);
+}
+
+#[test]
+fn what_tar_writes_it_reads_back_elsewhere() {
+    let mut files = Files::new("web-0");
+    let env = env();
+    let mut cx = Context {
+        files: &mut files,
+        env: &env,
+    };
+    let archive = run(&argv(&["tar", "cf", "-", "/etc"]), &[], &mut cx);
+    assert_eq!(archive.code, 0);
+    assert_eq!(archive.stdout.len() % 512, 0);
+    run(&argv(&["mkdir", "-p", "/copy"]), &[], &mut cx);
+    let unpacked = run(
+        &argv(&["tar", "-xmf", "-", "-C", "/copy"]),
+        &archive.stdout,
+        &mut cx,
+    );
+    assert_eq!(
+        unpacked.code,
+        0,
+        "{:?}",
+        String::from_utf8_lossy(&unpacked.stderr)
+    );
+    assert_eq!(
+        run(&argv(&["cat", "/copy/etc/hostname"]), &[], &mut cx).stdout,
+        b"web-0\n"
+    );
+    let refused = run(
+        &argv(&["tar", "-xmf", "-", "-C", "/absent"]),
+        &archive.stdout,
+        &mut cx,
+    );
+    assert_eq!(refused.code, 2);
+}

@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "k8s.io/api/rbac/v1/generated.proto",
         "k8s.io/api/coordination/v1/generated.proto",
         "k8s.io/api/authorization/v1/generated.proto",
+        "k8s.io/api/authentication/v1/generated.proto",
         "k8s.io/api/policy/v1/generated.proto",
     ];
     println!("cargo:rerun-if-changed=proto");

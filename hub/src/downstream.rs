@@ -31,13 +31,16 @@ const SYNCED_KINDS: [&str; 4] = [
     "/api/v1/secrets",
 ];
 
-/// What the import manifest created, deleted in this order (the agent's own binding last: the
-/// agent needs it for every call before).
+/// What the import manifest created, deleted in this order as the agent's service account:
+/// the agent's cluster-wide binding before its namespace, since the namespace holds the
+/// account (its token dies with it); the manifest's `drover-agent-removal` RoleBinding, in the
+/// namespace, lets the agent delete the namespace once the cluster-wide binding is gone.
 const IMPORTED: [&str; 3] = [
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-admin",
+    AGENT_BINDING,
     "/api/v1/namespaces/drover-system",
-    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-agent",
 ];
+const AGENT_BINDING: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/drover-agent";
 
 /// A request to `cluster`'s API server as its cluster-agent (no impersonation): through its
 /// session on this replica, else relayed by the replica it is connected to. A JSON body and
@@ -256,7 +259,10 @@ pub async fn clean_imported(agents: &Agents, cluster: &str) -> Result<(), String
             None,
         )
         .await?;
-        if !code.is_success() && code != StatusCode::NOT_FOUND {
+        // A retry after the agent's binding went: the agent may no longer even read it,
+        // which is what deleting it was for.
+        let lost_rights = path == AGENT_BINDING && code == StatusCode::FORBIDDEN;
+        if !code.is_success() && code != StatusCode::NOT_FOUND && !lost_rights {
             return Err(format!(
                 "deleting {path}: HTTP {code}: {}",
                 answer["message"]

@@ -11,7 +11,7 @@ use std::{path::PathBuf, time::Duration};
 use tokio_util::sync::CancellationToken;
 use tunnel::Secret;
 
-use crate::cluster::{Identity, SimCluster, SimConfig};
+use crate::cluster::{SimCluster, SimConfig};
 
 /// `drover-sim demo N [serve flags]`: the hub as `drover-hub serve` with those flags would
 /// run it, with N simulated imported clusters and three simulated hosts; until SIGINT or
@@ -105,8 +105,6 @@ impl DemoHub {
     }
 }
 
-const AGENT_TOKEN: &str = "drover-demo-agent";
-
 /// Runs imported cluster `name`: a simulated API server with `nodes` nodes (and ten pods a
 /// node) into which the hub's import `manifest` is applied (the agent's RBAC among it), its
 /// cluster-agent registering with `registration`, and a node-agent on each node; until
@@ -128,18 +126,15 @@ pub async fn imported_cluster(
         shutdown.clone(),
     )
     .await?;
-    sim.add_token(
-        AGENT_TOKEN,
-        Identity {
-            user: "system:serviceaccount:drover-system:drover-agent".into(),
-            groups: vec!["system:serviceaccounts".into()],
-            impersonator: true,
-        },
-    );
     sim.apply_manifest(&manifest)
         .map_err(|e| anyhow::anyhow!("applying the import manifest to {name}: {e}"))?;
+    // The agent's pod would be given its service account's token: the manifest's RBAC is
+    // what lets it do its work.
+    let token = sim
+        .service_account_token("drover-system", "drover-agent")
+        .map_err(|e| anyhow::anyhow!("the import manifest applied to {name}: {e}"))?;
     let kube = cluster_agent::KubeTarget::from_kubeconfig_text(
-        &sim.kubeconfig(AGENT_TOKEN),
+        &sim.kubeconfig(&token),
         &format!("the simulated cluster {name}"),
     )?;
     let dir = hub.dir.join(&name);

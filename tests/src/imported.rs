@@ -10,14 +10,12 @@ use std::{
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use sim::cluster::{ADMIN_TOKEN, Identity, SimCluster, SimConfig};
+use sim::cluster::{ADMIN_TOKEN, SimCluster, SimConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::{HubProcess, api, login, temp_dir};
 
-/// The token the simulated cluster knows the agent's service account by.
-pub const AGENT_TOKEN: &str = "sa-drover-agent-token";
-/// Who that token is.
+/// Who the agent's service account token acts as.
 pub const AGENT_USER: &str = "system:serviceaccount:drover-system:drover-agent";
 
 /// What the import manifest creates in a cluster (and removing the cluster takes away).
@@ -80,6 +78,8 @@ pub struct Imported {
     pub sim: SimCluster,
     /// A kubeconfig straight to the simulated cluster as its admin.
     pub sim_admin: PathBuf,
+    /// The token of the manifest's `drover-agent` service account, as its pods get it.
+    pub agent_token: String,
     /// What `kubectl apply` of the manifest printed.
     pub applied: String,
     /// Stops the simulated cluster (and whatever the test hangs on it).
@@ -111,17 +111,6 @@ impl Imported {
     ) -> Self {
         let shutdown = CancellationToken::new();
         let sim = SimCluster::start(sim, shutdown.clone()).await.unwrap();
-        sim.add_token(
-            AGENT_TOKEN,
-            Identity {
-                user: AGENT_USER.into(),
-                groups: vec![
-                    "system:serviceaccounts".into(),
-                    "system:authenticated".into(),
-                ],
-                impersonator: true,
-            },
-        );
         let sim_admin = dir.join("sim-admin.kubeconfig");
         std::fs::write(&sim_admin, sim.kubeconfig(ADMIN_TOKEN)).unwrap();
         let (_, manifest) =
@@ -133,7 +122,17 @@ impl Imported {
             &["apply", "-f", manifest_path.to_str().unwrap()],
         )
         .await;
+        // The agent's pod is given its service account's token: what it may do in the
+        // cluster is what the manifest's RBAC grants that account, nothing more.
+        let agent_token = kubectl_ok(
+            &sim_admin,
+            &["create", "token", "drover-agent", "-n", "drover-system"],
+        )
+        .await
+        .trim()
+        .to_owned();
         Self {
+            agent_token,
             dir,
             hub,
             admin,
@@ -213,7 +212,7 @@ impl Imported {
         assert!(env.contains_key("DROVER_SERVER"));
         env.insert("DROVER_SERVER".to_owned(), self.hub.url());
         let kubeconfig = self.dir.join("agent.kubeconfig");
-        std::fs::write(&kubeconfig, self.sim.kubeconfig(AGENT_TOKEN)).unwrap();
+        std::fs::write(&kubeconfig, self.sim.kubeconfig(&self.agent_token)).unwrap();
         env.extend([
             (
                 "DROVER_STATE_DIR".to_owned(),
@@ -360,6 +359,8 @@ pub fn check_import_manifest(text: &str, cluster: &str, registration: &str) -> V
             "Namespace/drover-system",
             "ServiceAccount/drover-agent",
             "ClusterRoleBinding/drover-agent",
+            "Role/drover-agent-removal",
+            "RoleBinding/drover-agent-removal",
             "ClusterRoleBinding/drover-admin",
             "Secret/drover-credentials",
             "Deployment/drover-cluster-agent",
@@ -378,6 +379,19 @@ pub fn check_import_manifest(text: &str, cluster: &str, registration: &str) -> V
     assert_eq!(agent["roleRef"]["name"], "cluster-admin");
     assert_eq!(
         agent["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "drover-agent", "namespace": "drover-system"}])
+    );
+    // ... and may delete its own namespace, the last step of the cluster's removal.
+    let removal = find("Role", "drover-agent-removal");
+    assert_eq!(removal["metadata"]["namespace"], "drover-system");
+    assert_eq!(
+        removal["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["drover-system"], "verbs": ["delete"]}])
+    );
+    let removal = find("RoleBinding", "drover-agent-removal");
+    assert_eq!(removal["roleRef"]["name"], "drover-agent-removal");
+    assert_eq!(
+        removal["subjects"],
         serde_json::json!([{"kind": "ServiceAccount", "name": "drover-agent", "namespace": "drover-system"}])
     );
     let admins = find("ClusterRoleBinding", "drover-admin");

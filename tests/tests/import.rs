@@ -369,26 +369,14 @@ async fn only_the_leading_cluster_agent_replica_holds_a_hub_session() {
     // Two replicas, as the Deployment runs them. The second has a service account of its own
     // (bound as the first is), so the cluster's audit log tells its requests apart.
     let second_user = "system:serviceaccount:drover-system:drover-agent-b";
-    imported.sim.add_token(
-        "sa-drover-agent-b-token",
-        sim::cluster::Identity {
-            user: second_user.into(),
-            groups: vec![
-                "system:serviceaccounts".into(),
-                "system:authenticated".into(),
-            ],
-            impersonator: true,
-        },
-    );
     let binding = imported.dir.join("agent-b.yaml");
     std::fs::write(
         &binding,
-        format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
-             metadata: {{name: drover-agent-b}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\n\
-             subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: \"{second_user}\"}}]\n"
-        ),
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: drover-agent-b, namespace: drover-system}\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {name: drover-agent-b}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
+         subjects: [{kind: ServiceAccount, name: drover-agent-b, namespace: drover-system}]\n",
     )
     .unwrap();
     kubectl_ok(
@@ -396,12 +384,17 @@ async fn only_the_leading_cluster_agent_replica_holds_a_hub_session() {
         &["apply", "-f", binding.to_str().unwrap()],
     )
     .await;
+    let second_token = kubectl_ok(
+        &imported.sim_admin,
+        &["create", "token", "drover-agent-b", "-n", "drover-system"],
+    )
+    .await;
     let mut first = imported.agent_env("drover-cluster-agent-0").await;
     let mut second = imported.agent_env("drover-cluster-agent-1").await;
     let second_kubeconfig = imported.dir.join("agent-b.kubeconfig");
     std::fs::write(
         &second_kubeconfig,
-        imported.sim.kubeconfig("sa-drover-agent-b-token"),
+        imported.sim.kubeconfig(second_token.trim()),
     )
     .unwrap();
     second.insert("KUBECONFIG".into(), second_kubeconfig.display().to_string());

@@ -429,6 +429,26 @@ async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
         ])
         .await;
     assert_eq!(can.trim(), "yes");
+    // A service account's token (TokenRequest) acts as the account, while it exists.
+    let token = kubectl
+        .ok(&["create", "token", "robot", "-n", "shop"])
+        .await;
+    let robot = Kubectl::new(&dir, &cluster, token.trim());
+    robot.ok(&["get", "pods", "-n", "shop"]).await;
+    let (ok, _, stderr) = robot.run(&["get", "secrets", "-n", "shop"]).await;
+    assert!(
+        !ok && stderr.contains("User \"system:serviceaccount:shop:robot\" cannot list"),
+        "{stderr}"
+    );
+    kubectl
+        .ok(&["delete", "serviceaccount", "robot", "-n", "shop"])
+        .await;
+    let (ok, _, stderr) = robot.run(&["get", "pods", "-n", "shop"]).await;
+    assert!(!ok && stderr.contains("Unauthorized"), "{stderr}");
+    let (ok, _, stderr) = kubectl
+        .run(&["create", "token", "ghost", "-n", "shop"])
+        .await;
+    assert!(!ok && stderr.contains("not found"), "{stderr}");
     let (ok, _, stderr) = kubectl.run(&["create", "namespace", "shop"]).await;
     assert!(
         !ok && stderr.contains("namespaces \"shop\" already exists"),
@@ -571,7 +591,6 @@ async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
         Identity {
             user: "alice".into(),
             groups: vec!["system:authenticated".into()],
-            impersonator: false,
         },
     );
     let admin = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
@@ -610,6 +629,60 @@ async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     let (ok, _, stderr) = alice.run(&["get", "ns", "default", "--as", "bob"]).await;
     assert!(!ok && stderr.contains("cannot impersonate"), "{stderr}");
     alice.ok(&["get", "ns", "default"]).await;
+
+    // Impersonation is RBAC's `impersonate` verb, per user, group and service account named.
+    let role = dir.join("impersonator.yaml");
+    std::fs::write(
+        &role,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: impersonate-bob}\n\
+         rules:\n- {apiGroups: [\"\"], resources: [users], verbs: [impersonate], resourceNames: [bob]}\n",
+    )
+    .unwrap();
+    admin.ok(&["apply", "-f", role.to_str().unwrap()]).await;
+    admin
+        .ok(&[
+            "create",
+            "clusterrolebinding",
+            "alice-impersonates",
+            "--clusterrole=impersonate-bob",
+            "--user=alice",
+        ])
+        .await;
+    let (ok, _, stderr) = alice.run(&["get", "ns", "default", "--as", "bob"]).await;
+    assert!(
+        !ok && stderr.contains("User \"bob\" cannot get resource \"namespaces\""),
+        "alice may be bob now, and bob may not read: {stderr}"
+    );
+    let (ok, _, stderr) = alice.run(&["get", "ns", "--as", "carol"]).await;
+    assert!(
+        !ok && stderr.contains("cannot impersonate resource \"users\""),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = alice
+        .run(&["get", "ns", "default", "--as", "bob", "--as-group", "devs"])
+        .await;
+    assert!(
+        !ok && stderr.contains("cannot impersonate resource \"groups\""),
+        "{stderr}"
+    );
+    std::fs::write(
+        &role,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: impersonate-bob}\n\
+         rules:\n- {apiGroups: [\"\"], resources: [users], verbs: [impersonate], resourceNames: [bob]}\n\
+         - {apiGroups: [\"\"], resources: [groups], verbs: [impersonate], resourceNames: [devs]}\n",
+    )
+    .unwrap();
+    admin.ok(&["apply", "-f", role.to_str().unwrap()]).await;
+    alice
+        .ok(&["get", "ns", "default", "--as", "bob", "--as-group", "devs"])
+        .await;
+    let (ok, _, stderr) = alice
+        .run(&["get", "ns", "--as", "system:serviceaccount:default:robot"])
+        .await;
+    assert!(
+        !ok && stderr.contains("cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"default\""),
+        "{stderr}"
+    );
 
     let audit = cluster.audit();
     let bob = audit
@@ -654,7 +727,6 @@ async fn rbac_is_enforced_per_verb_namespace_and_resource_and_can_i_answers() {
         Identity {
             user: "carol".into(),
             groups: vec!["system:authenticated".into(), "testers".into()],
-            impersonator: false,
         },
     );
     let admin = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);

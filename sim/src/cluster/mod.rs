@@ -42,8 +42,20 @@ pub use discovery::GIT_VERSION;
 pub struct Identity {
     pub user: String,
     pub groups: Vec<String>,
-    /// May send `Impersonate-*` headers.
-    pub impersonator: bool,
+}
+
+impl Identity {
+    /// A service account, with the groups kube-apiserver gives its tokens.
+    pub fn service_account(namespace: &str, name: &str) -> Self {
+        Identity {
+            user: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
 }
 
 /// One request, as the audit log keeps it.
@@ -96,15 +108,49 @@ pub(crate) struct Sim {
     counter: AtomicU64,
     /// Each container's stand-in file tree (namespace, pod, container), made at its first exec.
     containers: Mutex<HashMap<(String, String, String), shell::Files>>,
+    /// Tokens the TokenRequest API issued (`kubectl create token`): each acts as its service
+    /// account (namespace, name) for as long as that exists.
+    service_account_tokens: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl Sim {
     fn identity(&self, token: &str) -> Option<Identity> {
-        self.tokens
+        let known = self
+            .tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(token)
-            .cloned()
+            .cloned();
+        if known.is_some() {
+            return known;
+        }
+        let (namespace, name) = self
+            .service_account_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()?;
+        self.store
+            .get("serviceaccounts", &(namespace.clone(), name.clone()))?;
+        Some(Identity::service_account(&namespace, &name))
+    }
+
+    /// A new token for a service account, or `None` if there is no such account.
+    fn issue_token(&self, namespace: &str, name: &str) -> Option<String> {
+        self.store
+            .get("serviceaccounts", &(namespace.to_owned(), name.to_owned()))?;
+        let mut secret = [0u8; 24];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).ok()?;
+        use base64::Engine as _;
+        let token = format!(
+            "sa.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+        );
+        self.service_account_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.clone(), (namespace.to_owned(), name.to_owned()));
+        Some(token)
     }
 
     fn record(
@@ -386,13 +432,13 @@ impl SimCluster {
             audit: Mutex::new(VecDeque::new()),
             counter: AtomicU64::new(0),
             containers: Mutex::new(HashMap::new()),
+            service_account_tokens: Mutex::new(HashMap::new()),
         });
         sim.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
             ADMIN_TOKEN.to_owned(),
             Identity {
                 user: "kubernetes-admin".into(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
-                impersonator: true,
             },
         );
         seed(&sim, &config);
@@ -424,6 +470,14 @@ impl SimCluster {
 
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// A token for the service account `namespace`/`name`, as the TokenRequest API issues
+    /// it to a pod (`kubectl create token`); an error if the account does not exist.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, String> {
+        self.sim
+            .issue_token(namespace, name)
+            .ok_or_else(|| format!("serviceaccounts \"{name}\" not found in namespace {namespace}"))
     }
 
     /// Adds a bearer token for `identity`.

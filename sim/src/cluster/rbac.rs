@@ -423,7 +423,6 @@ mod tests {
         Identity {
             user: user.into(),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-            impersonator: false,
         }
     }
 

@@ -56,28 +56,87 @@ fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<String>
     else {
         return Ok((caller, None));
     };
-    if !caller.impersonator {
-        let message = format!(
-            "users \"{user}\" is forbidden: User \"{}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope",
-            caller.user
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect()
+    };
+    // As kube-apiserver's impersonation filter: the caller needs RBAC's `impersonate` on each
+    // thing it asserts: the user (or service account), every group, the uid, every extra.
+    let mut asked = Vec::new();
+    let impersonate =
+        |group: &str, resource: &str, sub: Option<&str>, ns: Option<&str>, name: &str| {
+            rbac::Attributes {
+                verb: "impersonate".into(),
+                group: group.into(),
+                resource: resource.into(),
+                subresource: sub.map(str::to_owned),
+                namespace: ns.map(str::to_owned),
+                name: Some(name.to_owned()),
+            }
+        };
+    let service_account = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'));
+    match service_account {
+        Some((ns, name)) => asked.push(impersonate("", "serviceaccounts", None, Some(ns), name)),
+        None => asked.push(impersonate("", "users", None, None, user)),
+    }
+    let groups = values("impersonate-group");
+    for group in &groups {
+        asked.push(impersonate("", "groups", None, None, group));
+    }
+    for uid in values("impersonate-uid") {
+        asked.push(impersonate(
+            "authentication.k8s.io",
+            "uids",
+            None,
+            None,
+            &uid,
+        ));
+    }
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
+            && let Ok(value) = value.to_str()
+        {
+            asked.push(impersonate(
+                "authentication.k8s.io",
+                "userextras",
+                Some(key),
+                None,
+                value,
+            ));
+        }
+    }
+    if let Some(refused) = asked
+        .iter()
+        .find(|a| rbac::allowed(&sim.store, &caller, a).is_none())
+    {
+        let response = status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            refused.forbidden(&caller),
         );
-        let response = status(StatusCode::FORBIDDEN, "Forbidden", message);
         return Err((Some(caller), Box::new(response)));
     }
-    let mut groups: Vec<String> = headers
-        .get_all("impersonate-group")
-        .iter()
-        .filter_map(|v| v.to_str().ok().map(str::to_owned))
-        .collect();
-    groups.push("system:authenticated".into());
-    Ok((
-        Identity {
-            user: user.to_owned(),
-            groups,
-            impersonator: false,
-        },
-        Some(caller.user),
-    ))
+    let identity = match service_account {
+        Some((ns, name)) => {
+            let mut identity = Identity::service_account(ns, name);
+            identity.groups.extend(groups);
+            identity
+        }
+        None => {
+            let mut groups = groups;
+            groups.push("system:authenticated".into());
+            Identity {
+                user: user.to_owned(),
+                groups,
+            }
+        }
+    };
+    Ok((identity, Some(caller.user)))
 }
 
 pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Response {
@@ -240,12 +299,18 @@ fn attributes(target: &Target, method: &Method, uri: &axum::http::Uri) -> rbac::
         ("DELETE", Some(_)) => "delete",
         (other, _) => other,
     };
+    // As kube-apiserver reads `/api/v1/namespaces/NAME`: a namespace's own namespace is its
+    // name, so a RoleBinding in it can grant rights on the namespace object itself.
+    let namespace = match (target.resource.plural, &target.name) {
+        ("namespaces", Some(name)) => Some(name.clone()),
+        _ => target.namespace.clone(),
+    };
     rbac::Attributes {
         verb: verb.to_owned(),
         group: target.resource.group.to_owned(),
         resource: target.resource.plural.to_owned(),
         subresource: target.sub.clone(),
-        namespace: target.namespace.clone(),
+        namespace,
         name: target.name.clone(),
     }
 }
@@ -430,6 +495,37 @@ async fn resource_request(
             if resource.plural == "pods" =>
         {
             super::exec::stream(sim, &target, request)
+        }
+        (&Method::POST, Some(name), Some("token")) if resource.plural == "serviceaccounts" => {
+            let namespace = target.namespace.clone().unwrap_or_default();
+            let Some(token) = sim.issue_token(&namespace, name) else {
+                return store_error(&target, StoreError::NotFound);
+            };
+            let (_, request) = match body_json(request, 1 << 20).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            let seconds = request
+                .pointer("/spec/expirationSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(3600);
+            let expires = time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds);
+            ok_json(
+                StatusCode::CREATED,
+                &json!({
+                    "kind": "TokenRequest",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"audiences": request.pointer("/spec/audiences").cloned().unwrap_or(json!([])), "expirationSeconds": seconds},
+                    "status": {
+                        "token": token,
+                        "expirationTimestamp": expires
+                            .replace_nanosecond(0)
+                            .ok()
+                            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+                    },
+                }),
+            )
         }
         (&Method::GET, Some(_), Some("log")) if resource.plural == "pods" => {
             logs(sim, &target, &params)

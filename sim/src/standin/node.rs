@@ -55,7 +55,6 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
             Identity {
                 user: "system:node".into(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
-                impersonator: false,
             },
         );
         write_private(
@@ -412,7 +411,9 @@ async fn auto_deploy(
                         if let Some(mut old) = agent.take() {
                             let _ = old.kill().await;
                         }
-                        agent = run_cluster_agent(dist, deployment, &objects, &node).await;
+                        agent =
+                            run_cluster_agent(dist, deployment, &objects, &node, (&api, &token))
+                                .await;
                     }
                 }
                 Err(e) => {
@@ -482,6 +483,7 @@ async fn run_cluster_agent(
     deployment: &Value,
     objects: &[Value],
     node: &str,
+    (api, node_token): (&str, &str),
 ) -> Option<tokio::process::Child> {
     let namespace = deployment["metadata"]["namespace"]
         .as_str()
@@ -509,6 +511,34 @@ async fn run_cluster_agent(
     };
     let state = dist.data_dir().join("pods").join(name);
     let _ = std::fs::create_dir_all(&state);
+    // As the kubelet does: the pod gets its service account's token (TokenRequest), so what
+    // the agent may do in the cluster is what the manifest's RBAC grants that account.
+    let account = deployment
+        .pointer("/spec/template/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let request = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token");
+    let issued = match call(api, node_token, "POST", &path, Some(&request)).await {
+        Ok((201, answer)) => answer
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        Ok((code, answer)) => {
+            tracing::warn!(code, message = %answer["message"], "no token for the cluster-agent's service account");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no token for the cluster-agent's service account");
+            None
+        }
+    }?;
+    let mut kubeconfig: Value = std::fs::read_to_string(dist.kubeconfig_path())
+        .ok()
+        .and_then(|text| serde_saphyr::from_str(&text).ok())?;
+    kubeconfig["users"][0]["user"] = serde_json::json!({"token": issued});
+    let pod_kubeconfig = state.join("kubeconfig");
+    write_private(&pod_kubeconfig, &kubeconfig.to_string()).ok()?;
     let exe = std::env::current_exe()
         .ok()?
         .parent()?
@@ -517,7 +547,7 @@ async fn run_cluster_agent(
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", dist.kubeconfig_path())
+        .env("KUBECONFIG", &pod_kubeconfig)
         .env("DROVER_STATE_DIR", &state)
         .env("DROVER_NAMESPACE", namespace)
         .env("DROVER_LOG", "info");

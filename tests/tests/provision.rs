@@ -101,16 +101,18 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         assert!(bin.join(uninstall).exists(), "host {}: {uninstall}", host.i);
     }
 
-    // Two pods on node-2: one the drain before its upgrade must evict, and one a DaemonSet owns,
-    // which a drain leaves alone.
+    // Two pods on node-2: one the drain before its upgrade must evict (once its disruption
+    // budget allows), and one a DaemonSet owns, which a drain leaves alone.
     let pods = dir.join("pods.yaml");
     std::fs::write(
         &pods,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: default}\n\
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: default, labels: {app: web}}\n\
          spec: {nodeName: node-2, containers: [{name: web, image: nginx}]}\n---\n\
          apiVersion: v1\nkind: Pod\nmetadata:\n  name: logs-1\n  namespace: default\n  \
          ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: logs, uid: '1'}]\n\
-         spec: {nodeName: node-2, containers: [{name: logs, image: fluent-bit}]}\n",
+         spec: {nodeName: node-2, containers: [{name: logs, image: fluent-bit}]}\n---\n\
+         apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+         spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n",
     )
     .unwrap();
     kubectl_ok(&kubeconfig_path, &["apply", "-f", pods.to_str().unwrap()]).await;
@@ -131,6 +133,7 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
     let mut order: Vec<usize> = Vec::new();
     let mut most_in_flight = 0;
     let (mut cut, mut restored, mut killed) = (false, false, false);
+    let (mut cordoned_at, mut budget_lifted) = (None::<Instant>, false);
     let mut cut_at = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
@@ -163,6 +166,41 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
             net.link(2, true);
             restored = true;
         }
+        // Node-2's drain evicts through the eviction API: while web-1's budget allows no
+        // disruption the drain waits (the pod stays, the host does not upgrade); lifted, it
+        // goes on.
+        if restored && !budget_lifted {
+            match cordoned_at {
+                None => {
+                    let node = kubectl_ok(
+                        &kubeconfig_path,
+                        &[
+                            "get",
+                            "node",
+                            "node-2",
+                            "-o",
+                            "jsonpath={.spec.unschedulable}",
+                        ],
+                    )
+                    .await;
+                    if node == "true" {
+                        cordoned_at = Some(Instant::now());
+                    }
+                }
+                Some(at) if at.elapsed() > Duration::from_secs(2) => {
+                    let held = kubectl_ok(
+                        &kubeconfig_path,
+                        &["get", "pods", "-n", "default", "-o", "name"],
+                    )
+                    .await;
+                    assert!(held.contains("pod/web-1"), "the budget holds web-1: {held}");
+                    assert_ne!(states[1].0, new, "host 2 waits for its drain: {states:?}");
+                    kubectl_ok(&kubeconfig_path, &["delete", "pdb", "web", "-n", "default"]).await;
+                    budget_lifted = true;
+                }
+                Some(_) => {}
+            }
+        }
         // Host 3's agent dies mid-plan (its stand-in installer is "downloading").
         if !killed && states[2].0 == new && all[&names[2]]["status"]["state"] == "in-progress" {
             hosts[2].kill_agent();
@@ -179,8 +217,8 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        cut && restored && killed,
-        "cut {cut} restored {restored} killed {killed}"
+        cut && restored && killed && budget_lifted,
+        "cut {cut} restored {restored} killed {killed} budget lifted {budget_lifted}"
     );
     assert_eq!(order, [0, 1, 2], "server first, then the workers in turn");
     assert_eq!(most_in_flight, 1, "one host at a time");

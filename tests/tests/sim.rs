@@ -579,6 +579,111 @@ async fn kubectl_execs_copies_and_attaches() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kubectl drain` evicts through `pods/eviction`, and a PodDisruptionBudget holds it back
+/// until it allows the disruption.
+#[tokio::test]
+async fn kubectl_drain_evicts_as_disruption_budgets_allow() {
+    let dir = temp_dir("sim-drain");
+    let shutdown = CancellationToken::new();
+    let cluster = SimCluster::start(
+        SimConfig {
+            nodes: 2,
+            pods: 0,
+            ..SimConfig::default()
+        },
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    let kubectl = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
+    let objects = dir.join("web.yaml");
+    std::fs::write(
+        &objects,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web-a, namespace: default, labels: {app: web}}\n\
+         spec: {nodeName: node-0, containers: [{name: web, image: nginx}]}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: web-b, namespace: default, labels: {app: web}}\n\
+         spec: {nodeName: node-1, containers: [{name: web, image: nginx}]}\n---\n\
+         apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+         spec: {minAvailable: 2, selector: {matchLabels: {app: web}}}\n",
+    )
+    .unwrap();
+    kubectl
+        .ok(&["apply", "-f", objects.to_str().unwrap()])
+        .await;
+    let budget = kubectl.ok(&["get", "pdb", "web", "--no-headers"]).await;
+    assert!(
+        budget.split_whitespace().collect::<Vec<_>>()[..4] == ["web", "2", "N/A", "0"],
+        "{budget}"
+    );
+
+    let drain = [
+        "drain",
+        "node-0",
+        "--ignore-daemonsets",
+        "--force",
+        "--timeout=3s",
+    ];
+    let (ok, _, stderr) = kubectl.run(&drain).await;
+    assert!(
+        !ok && stderr.contains("error when evicting pods/\"web-a\""),
+        "{stderr}"
+    );
+    let pods = kubectl.ok(&["get", "pods", "-o", "name"]).await;
+    assert_eq!(pods, "pod/web-a\npod/web-b\n", "the budget kept web-a");
+    let cordoned = kubectl
+        .ok(&[
+            "get",
+            "node",
+            "node-0",
+            "-o",
+            "jsonpath={.spec.unschedulable}",
+        ])
+        .await;
+    assert_eq!(cordoned, "true");
+
+    kubectl
+        .ok(&[
+            "patch",
+            "pdb",
+            "web",
+            "--type=merge",
+            "-p",
+            "{\"spec\":{\"minAvailable\":1}}",
+        ])
+        .await;
+    let (ok, out, stderr) = kubectl.run(&drain).await;
+    assert!(ok && out.contains("pod/web-a evicted"), "{out} {stderr}");
+    let pods = kubectl.ok(&["get", "pods", "-o", "name"]).await;
+    assert_eq!(pods, "pod/web-b\n");
+    let allowed = kubectl
+        .ok(&[
+            "get",
+            "pdb",
+            "web",
+            "-o",
+            "jsonpath={.status.currentHealthy} {.status.disruptionsAllowed}",
+        ])
+        .await;
+    assert_eq!(allowed, "1 0", "one left, and it must stay");
+    let audit = cluster.audit();
+    assert!(
+        audit.iter().any(|e| e.method == "POST"
+            && e.path.ends_with("/pods/web-a/eviction")
+            && e.code == 429),
+        "refused by the budget first"
+    );
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.method == "DELETE" && e.path.ends_with("/pods/web-a")),
+        "evicted, never deleted"
+    );
+
+    shutdown.cancel();
+    cluster.wait().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn impersonation_is_honoured_only_from_those_allowed_and_recorded() {
     let dir = temp_dir("sim-imp");

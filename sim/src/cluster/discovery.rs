@@ -58,10 +58,15 @@ fn resource_entries(r: &Resource) -> Vec<Value> {
         "shortNames": r.short_names,
     })];
     for sub in r.subresources {
-        let (kind, verbs): (&str, &[&str]) = match *sub {
-            "log" => ("Pod", &["get"]),
-            "scale" => ("Scale", &["get", "patch", "update"]),
-            _ => (r.kind, &["get", "patch", "update"]),
+        // Each as kube-apiserver lists it; kubectl drain looks for pods/eviction of policy/v1.
+        let (kind, verbs, group): (&str, &[&str], Option<&str>) = match *sub {
+            "log" => ("Pod", &["get"], None),
+            "scale" => ("Scale", &["get", "patch", "update"], Some("autoscaling")),
+            "exec" => ("PodExecOptions", &["create", "get"], None),
+            "attach" => ("PodAttachOptions", &["create", "get"], None),
+            "eviction" => ("Eviction", &["create"], Some("policy")),
+            "token" => ("TokenRequest", &["create"], Some("authentication.k8s.io")),
+            _ => (r.kind, &["get", "patch", "update"], None),
         };
         let mut entry = json!({
             "name": format!("{}/{sub}", r.plural),
@@ -70,8 +75,8 @@ fn resource_entries(r: &Resource) -> Vec<Value> {
             "kind": kind,
             "verbs": verbs,
         });
-        if *sub == "scale" {
-            entry["group"] = json!("autoscaling");
+        if let Some(group) = group {
+            entry["group"] = json!(group);
             entry["version"] = json!("v1");
         }
         out.push(entry);

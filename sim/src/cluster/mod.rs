@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tunnel::tls::{self, CertificateAuthority};
 
 mod discovery;
+mod eviction;
 mod exec;
 mod patch;
 mod protobuf;
@@ -310,9 +311,21 @@ impl Sim {
                 });
             }
         }
+        if eviction::affects_budgets(resource) {
+            eviction::refresh(
+                self,
+                object["metadata"]["namespace"].as_str().unwrap_or_default(),
+            );
+        }
     }
 
     fn after_delete(&self, resource: &resources::Resource, object: &Value) {
+        if eviction::affects_budgets(resource) {
+            eviction::refresh(
+                self,
+                object["metadata"]["namespace"].as_str().unwrap_or_default(),
+            );
+        }
         if resource.plural == "pods" {
             let name = |field: &str| {
                 object["metadata"][field]

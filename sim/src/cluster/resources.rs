@@ -78,7 +78,15 @@ pub(crate) const RESOURCES: &[Resource] = &[
         ["status"]
     ),
     resource!("", "nodes", "node", "Node", false, ["no"], ["status"]),
-    resource!("", "pods", "pod", "Pod", true, ["po"], ["status", "log"]),
+    resource!(
+        "",
+        "pods",
+        "pod",
+        "Pod",
+        true,
+        ["po"],
+        ["status", "log", "exec", "attach", "eviction"]
+    ),
     resource!(
         "",
         "services",
@@ -97,7 +105,7 @@ pub(crate) const RESOURCES: &[Resource] = &[
         "ServiceAccount",
         true,
         ["sa"],
-        []
+        ["token"]
     ),
     resource!("", "events", "event", "Event", true, ["ev"], []),
     resource!(
@@ -116,6 +124,15 @@ pub(crate) const RESOURCES: &[Resource] = &[
         "DaemonSet",
         true,
         ["ds"],
+        ["status"]
+    ),
+    resource!(
+        "policy",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        true,
+        ["pdb"],
         ["status"]
     ),
     resource!(

@@ -496,6 +496,23 @@ async fn resource_request(
         {
             super::exec::stream(sim, &target, request)
         }
+        (&Method::POST, Some(name), Some("eviction")) if resource.plural == "pods" => {
+            let (_, eviction) = match body_json(request, 1 << 20).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            };
+            if eviction["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n != name)
+            {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("name in URL does not match name in Eviction object: {name}"),
+                );
+            }
+            super::eviction::evict(sim, &target)
+        }
         (&Method::POST, Some(name), Some("token")) if resource.plural == "serviceaccounts" => {
             let namespace = target.namespace.clone().unwrap_or_default();
             let Some(token) = sim.issue_token(&namespace, name) else {

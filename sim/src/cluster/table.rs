@@ -82,6 +82,11 @@ fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
             ("Message", "string"),
         ],
         "leases" => vec![("Holder", "string")],
+        "poddisruptionbudgets" => vec![
+            ("Min Available", "string"),
+            ("Max Unavailable", "string"),
+            ("Allowed Disruptions", "integer"),
+        ],
         _ => vec![],
     });
     columns.push(("Age", "string"));
@@ -193,6 +198,18 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
             json!(s(o, "/message")),
         ]),
         "leases" => cells.push(json!(s(o, "/spec/holderIdentity"))),
+        "poddisruptionbudgets" => {
+            let bound = |field: &str| match o["spec"].get(field) {
+                Some(Value::Number(n)) => n.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                _ => "N/A".to_owned(),
+            };
+            cells.extend([
+                json!(bound("minAvailable")),
+                json!(bound("maxUnavailable")),
+                json!(o["status"]["disruptionsAllowed"].as_i64().unwrap_or(0)),
+            ]);
+        }
         _ => {}
     }
     cells.push(json!(age(o)));

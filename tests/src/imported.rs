@@ -68,6 +68,71 @@ pub async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// `kubectl port-forward` to `port` of pod `namespace`/`pod` on a local port it picks; each of
+/// `messages` is sent on a connection of its own, and what came back before the far end
+/// closed is returned, one entry a connection. Panics with kubectl's output if it fails.
+pub async fn port_forward(
+    kubeconfig: &Path,
+    namespace: &str,
+    pod: &str,
+    port: u16,
+    messages: &[&str],
+) -> Vec<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut child = tokio::process::Command::new("kubectl")
+        .args([
+            "port-forward",
+            "-n",
+            namespace,
+            &format!("pod/{pod}"),
+            "--address",
+            "127.0.0.1",
+            &format!(":{port}"),
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl (v1.32) must be installed");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("kubectl port-forward says where it listens within 20 s")
+        .unwrap();
+    let Some(local) = first.as_deref().and_then(|l| {
+        l.strip_prefix("Forwarding from ")
+            .and_then(|rest| rest.split(' ').next())
+    }) else {
+        let mut stderr = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .await;
+        panic!("kubectl port-forward: {first:?} {stderr}");
+    };
+    let mut answers = Vec::new();
+    for message in messages {
+        let mut conn = tokio::net::TcpStream::connect(local).await.unwrap();
+        conn.write_all(message.as_bytes()).await.unwrap();
+        conn.shutdown().await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            conn.read_to_string(&mut answer),
+        )
+        .await
+        .expect("the forwarded connection ends after the pod's side closes")
+        .unwrap();
+        answers.push(answer);
+    }
+    child.kill().await.unwrap();
+    answers
+}
+
 #[derive(Debug)]
 pub struct Imported {
     pub dir: PathBuf,

@@ -170,6 +170,9 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
             .any(|e| e.user == "mia" && e.path.ends_with("/pods/pod-0/exec")),
         "the cluster saw the exec as mia"
     );
+    let echoed =
+        tests::imported::port_forward(&member, "load-0", "pod-0", 80, &["via the hub\n"]).await;
+    assert_eq!(echoed, ["via the hub\n"]);
     let logs = kubectl_ok(&member, &["logs", "pod-0", "-n", "load-0", "--tail=3"]).await;
     assert_eq!(logs.lines().count(), 3, "{logs}");
     assert!(
@@ -286,6 +289,15 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         &["exec", "pod-0", "-n", "load-0", "--", "true"][..],
         &["attach", "pod-0", "-n", "load-0"],
         &["cp", "load-0/pod-0:/etc/hostname", "/dev/null"],
+        &[
+            "port-forward",
+            "pod/pod-0",
+            "-n",
+            "load-0",
+            "--address",
+            "127.0.0.1",
+            ":80",
+        ],
     ] {
         let (ok, _, stderr) = kubectl(&reader, denied).await;
         assert!(!ok && stderr.contains("read-only"), "{denied:?}: {stderr}");

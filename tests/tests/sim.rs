@@ -460,9 +460,10 @@ async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// exec, cp and attach over kubectl 1.32's WebSocket protocol, into the stand-in shell.
+/// exec, cp and attach over kubectl 1.32's WebSocket protocol, into the stand-in shell, and
+/// port-forward (SPDY over WebSocket) to the stand-in echo server.
 #[tokio::test]
-async fn kubectl_execs_copies_and_attaches() {
+async fn kubectl_execs_copies_attaches_and_forwards_ports() {
     let dir = temp_dir("sim-exec");
     let shutdown = CancellationToken::new();
     let cluster = SimCluster::start(
@@ -552,6 +553,17 @@ async fn kubectl_execs_copies_and_attaches() {
         .ok(&["exec", "pod-1", "-n", "load-1", "--", "ls", "/tmp"])
         .await;
     assert_eq!(other, "", "each pod has its own files");
+
+    // port-forward reaches the pod's stand-in echo server, a connection at a time.
+    let echoed = tests::imported::port_forward(
+        &kubectl.kubeconfig,
+        "load-0",
+        "pod-0",
+        8080,
+        &["ping\n", "pong\n"],
+    )
+    .await;
+    assert_eq!(echoed, ["ping\n", "pong\n"]);
 
     // attach shows the container's output as it is written.
     let mut attach = tokio::process::Command::new("kubectl")

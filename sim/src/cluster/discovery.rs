@@ -64,6 +64,7 @@ fn resource_entries(r: &Resource) -> Vec<Value> {
             "scale" => ("Scale", &["get", "patch", "update"], Some("autoscaling")),
             "exec" => ("PodExecOptions", &["create", "get"], None),
             "attach" => ("PodAttachOptions", &["create", "get"], None),
+            "portforward" => ("PodPortForwardOptions", &["create", "get"], None),
             "eviction" => ("Eviction", &["create"], Some("policy")),
             "token" => ("TokenRequest", &["create"], Some("authentication.k8s.io")),
             _ => (r.kind, &["get", "patch", "update"], None),

@@ -26,6 +26,7 @@ mod discovery;
 mod eviction;
 mod exec;
 mod patch;
+mod portforward;
 mod protobuf;
 mod rbac;
 mod request;

@@ -85,7 +85,7 @@ pub(crate) const RESOURCES: &[Resource] = &[
         "Pod",
         true,
         ["po"],
-        ["status", "log", "exec", "attach", "eviction"]
+        ["status", "log", "exec", "attach", "portforward", "eviction"]
     ),
     resource!(
         "",

@@ -491,6 +491,11 @@ async fn resource_request(
             Some(object) => ok_json(StatusCode::OK, &object),
             None => store_error(&target, StoreError::NotFound),
         },
+        (&Method::GET | &Method::POST, Some(_), Some("portforward"))
+            if resource.plural == "pods" =>
+        {
+            super::portforward::forward(sim, &target, request)
+        }
         (&Method::GET | &Method::POST, Some(_), Some("exec" | "attach"))
             if resource.plural == "pods" =>
         {

@@ -133,6 +133,53 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
         ],
     )
     .await;
+    for args in [
+        &[
+            "create",
+            "deployment",
+            "shop",
+            "-n",
+            "default",
+            "--image=nginx:1.27",
+        ][..],
+        &[
+            "scale",
+            "deployment",
+            "shop",
+            "-n",
+            "default",
+            "--replicas=3",
+        ],
+        &["label", "deployment", "shop", "-n", "default", "tier=web"],
+        &[
+            "annotate",
+            "deployment",
+            "shop",
+            "-n",
+            "default",
+            "owner=mia",
+        ],
+    ] {
+        kubectl_ok(&member, args).await;
+    }
+    let shop = kubectl_ok(
+        &member,
+        &["describe", "deployment", "shop", "-n", "default"],
+    )
+    .await;
+    for line in [
+        "Replicas:               3 desired",
+        "tier=web",
+        "owner: mia",
+    ] {
+        assert!(shop.contains(line), "{line:?} in {shop}");
+    }
+    assert!(
+        kubectl_ok(&member, &["describe", "namespace", "default"])
+            .await
+            .contains("No resource quota.")
+    );
+    kubectl_ok(&member, &["delete", "deployment", "shop", "-n", "default"]).await;
     let described = kubectl_ok(&member, &["describe", "secret", "typed", "-n", "default"]).await;
     assert!(described.contains("p:  6 bytes"), "{described}");
     // exec, cp and attach stream through the hub and the tunnel as the member.

@@ -417,6 +417,26 @@ async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
     ] {
         assert!(described.contains(line), "{line:?} in:\n{described}");
     }
+    let namespace = kubectl.ok(&["describe", "namespace", "shop"]).await;
+    assert!(
+        namespace.contains("No resource quota.") && namespace.contains("Status:       Active"),
+        "{namespace}"
+    );
+    let account = kubectl
+        .ok(&[
+            "get",
+            "serviceaccount",
+            "default",
+            "-n",
+            "shop",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(
+        account, "serviceaccount/default\n",
+        "every namespace has its default account"
+    );
     let can = kubectl
         .ok(&[
             "auth",

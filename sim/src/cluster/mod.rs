@@ -318,6 +318,18 @@ impl Sim {
                 object["metadata"]["namespace"].as_str().unwrap_or_default(),
             );
         }
+        // As the service account controller does: every namespace has a `default` account.
+        if resource.plural == "namespaces"
+            && let Some(name) = object["metadata"]["name"].as_str()
+            && self
+                .store
+                .get("serviceaccounts", &(name.to_owned(), "default".to_owned()))
+                .is_none()
+        {
+            let _ = self
+                .store
+                .create("serviceaccounts", default_service_account(name));
+        }
     }
 
     fn after_delete(&self, resource: &resources::Resource, object: &Value) {
@@ -341,6 +353,10 @@ impl Sim {
                 .retain(|(ns, p, _), _| *ns != namespace || *p != pod);
         }
     }
+}
+
+fn default_service_account(namespace: &str) -> Value {
+    json!({"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "default", "namespace": namespace}})
 }
 
 /// kube-apiserver's defaults for a pod's spec that kubectl shows (`describe`'s `80/TCP`).
@@ -582,9 +598,14 @@ fn seed(sim: &Sim, config: &SimConfig) {
                 .filter(|_| config.pods > 0)
                 .map(|i| format!("load-{i}")),
         );
+    let namespaces: Vec<String> = namespaces.collect();
     sim.store.seed(
         "namespaces",
-        namespaces.map(|name| json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}, "status": {"phase": "Active"}})),
+        namespaces.iter().map(|name| json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": name}, "status": {"phase": "Active"}})),
+    );
+    sim.store.seed(
+        "serviceaccounts",
+        namespaces.iter().map(|ns| default_service_account(ns)),
     );
     sim.store.seed(
         "nodes",

@@ -232,7 +232,15 @@ fn view_rules() -> Vec<Value> {
                 "events",
                 "namespaces",
                 "namespaces/status",
+                "limitranges",
+                "resourcequotas",
+                "resourcequotas/status",
             ],
+            READ,
+        ),
+        rule(
+            &["policy"],
+            &["poddisruptionbudgets", "poddisruptionbudgets/status"],
             READ,
         ),
         rule(
@@ -273,6 +281,8 @@ fn edit_rules() -> Vec<Value> {
             WRITE,
         ),
         rule(&[""], &["secrets"], READ),
+        rule(&[""], &["pods/eviction"], &["create"]),
+        rule(&["policy"], &["poddisruptionbudgets"], WRITE),
         rule(
             &["apps"],
             &[

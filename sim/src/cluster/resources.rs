@@ -108,6 +108,25 @@ pub(crate) const RESOURCES: &[Resource] = &[
         ["token"]
     ),
     resource!("", "events", "event", "Event", true, ["ev"], []),
+    // Served (empty unless created) because `kubectl describe namespace` lists them.
+    resource!(
+        "",
+        "resourcequotas",
+        "resourcequota",
+        "ResourceQuota",
+        true,
+        ["quota"],
+        ["status"]
+    ),
+    resource!(
+        "",
+        "limitranges",
+        "limitrange",
+        "LimitRange",
+        true,
+        ["limits"],
+        []
+    ),
     resource!(
         "apps",
         "deployments",

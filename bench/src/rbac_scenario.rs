@@ -61,7 +61,7 @@ fn role_of(i: usize, projects: usize) -> (&'static str, Option<String>) {
 }
 
 /// Successful writes the agent has made so far to RBAC objects and secrets: creates, updates,
-/// deletes.
+/// deletes (from the cluster's audit log: what the agent did, not what is there).
 fn agent_writes(sim: &SimCluster) -> [usize; 3] {
     let mut counts = [0; 3];
     for e in sim.audit() {
@@ -80,6 +80,24 @@ fn agent_writes(sim: &SimCluster) -> [usize; 3] {
         }
     }
     counts
+}
+
+/// The objects the agent keeps in the cluster (labelled `drover.io/sync`), listed from the
+/// cluster itself: what is there.
+fn synced_objects(sim: &SimCluster) -> anyhow::Result<usize> {
+    let mut count = 0;
+    for (api_version, kind) in [
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("v1", "Secret"),
+    ] {
+        count += sim
+            .list(api_version, kind, "drover.io/sync")
+            .map_err(anyhow::Error::msg)?
+            .len();
+    }
+    Ok(count)
 }
 
 fn total(counts: [usize; 3]) -> usize {
@@ -217,24 +235,24 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         expected += roles + 1;
     }
 
-    // Converged: the expected objects exist (created less deleted), and no write for 3 s.
-    let objects = |c: [usize; 3]| (c[0] - before[0]).saturating_sub(c[2] - before[2]);
+    // Converged: the cluster holds the expected objects, and no write for 3 s.
     let mut last = agent_writes(&sim);
     let mut last_change = Instant::now();
+    let mut present = synced_objects(&sim)?;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let now = agent_writes(&sim);
         if now != last {
             last = now;
             last_change = Instant::now();
+            present = synced_objects(&sim)?;
         }
-        if objects(now) >= expected && last_change.elapsed() > Duration::from_secs(3) {
+        if present >= expected && last_change.elapsed() > Duration::from_secs(3) {
             break;
         }
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(600),
-            "not converged after 10 minutes: {} of {expected} objects",
-            objects(now)
+            "not converged after 10 minutes: {present} of {expected} objects"
         );
     }
     let converge_s = last_change.duration_since(started).as_secs_f64();
@@ -252,7 +270,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "hub_objects_written": hub_objects,
         "hub_write_s": round(hub_write_s, 2),
         "downstream_objects_expected": expected,
-        "downstream_objects": objects(last),
+        // Listed from the cluster once converged.
+        "downstream_objects": present,
         // Writes while converging: creates, and updates as bindings gained subjects.
         "downstream_writes": total(last) - total(before),
         "converge_s": round(converge_s, 2),

@@ -510,6 +510,27 @@ impl SimCluster {
             .ok_or_else(|| format!("serviceaccounts \"{name}\" not found in namespace {namespace}"))
     }
 
+    /// The objects of a kind (`"rbac.authorization.k8s.io/v1"`, `"RoleBinding"`) in every
+    /// namespace whose labels match `selector` (as `?labelSelector=`), as a list by the
+    /// cluster's admin would return them; for code that embeds a simulated cluster and counts
+    /// what is in it.
+    pub fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        selector: &str,
+    ) -> Result<Vec<Value>, String> {
+        let resource = resources::by_kind(api_version, kind)
+            .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
+        let selector = kubeshape::LabelSelector::parse(selector).map_err(|e| e.to_string())?;
+        let (objects, _) = self.sim.store.list(&resource.key(), None);
+        Ok(objects
+            .iter()
+            .filter(|o| selector.matches(&request::labels_of(o)))
+            .map(|o| (**o).clone())
+            .collect())
+    }
+
     /// Adds a bearer token for `identity`.
     pub fn add_token(&self, token: &str, identity: Identity) {
         self.sim

@@ -395,8 +395,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let data = std::env::temp_dir().join(format!("drover-bench-health-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let prepared = prepare(&data.join("hub")).await?;
-    let cost = beats_cost(&args, &dir.join("drover-hub"), &data.join("hub"), &prepared).await?;
+    // The agents' memory first: the heartbeat part leaves ten thousand sessions to wind down.
     let rss = agents_rss(&dir, &data.join("hub"), &prepared).await?;
+    let cost = beats_cost(&args, &dir.join("drover-hub"), &data.join("hub"), &prepared).await?;
     let _ = std::fs::remove_dir_all(&data);
     Ok(json!({
         "scenario": "health",

@@ -23,7 +23,8 @@ pub fn is_root() -> bool {
 }
 
 /// The hub on the bridge (where the hosts reach it), installing from its own artifacts for
-/// `versions`, with custom cluster `edge` (k3s at the first version, `spec` merged in); the
+/// `versions`, with custom cluster `edge` (K3s, or RKE2 for `+rke2r` versions, at the first
+/// version, `spec` merged in); the
 /// hosts installed with `roles`, registering in that order.
 #[derive(Debug)]
 pub struct Site {
@@ -64,24 +65,46 @@ impl Site {
         .await;
         assert_eq!(code, 201, "{body}");
         // The air-gap artifacts the hub serves: for each version, the distribution's binary
-        // and install script (the stand-ins) and its images (these bytes).
+        // (K3s) or tarball (RKE2), its images (these bytes) and install script (the
+        // stand-ins), under the names each distribution's air-gap install uses.
+        let dist = if versions[0].contains("+rke2") {
+            sim::standin::Distribution::Rke2
+        } else {
+            sim::standin::Distribution::K3s
+        };
         for version in versions {
             let artifacts = dir.join("hub/artifacts").join(version);
             std::fs::create_dir_all(&artifacts).unwrap();
             let sim = binary("drover-sim");
-            std::fs::write(
-                artifacts.join("k3s"),
-                sim::standin::binary_script(sim::standin::Distribution::K3s, &sim, version),
-            )
-            .unwrap();
-            std::fs::write(artifacts.join("k3s-airgap-images-amd64.tar.zst"), b"images").unwrap();
-            std::fs::write(
-                artifacts.join("k3s-install.sh"),
-                format!("#!/bin/sh\nexec {} install k3s\n", sim.display()),
-            )
-            .unwrap();
+            let install = format!(
+                "#!/bin/sh\nexec {} install {}\n",
+                sim.display(),
+                dist.name()
+            );
+            let files: Vec<(&str, Vec<u8>)> = match dist {
+                sim::standin::Distribution::K3s => vec![
+                    (
+                        "k3s",
+                        sim::standin::binary_script(dist, &sim, version).into_bytes(),
+                    ),
+                    ("k3s-airgap-images-amd64.tar.zst", b"images".to_vec()),
+                    ("k3s-install.sh", install.into_bytes()),
+                ],
+                sim::standin::Distribution::Rke2 => vec![
+                    (
+                        "rke2.linux-amd64.tar.gz",
+                        b"the stand-in writes its own binary".to_vec(),
+                    ),
+                    ("rke2-images.linux-amd64.tar.zst", b"images".to_vec()),
+                    ("sha256sum-amd64.txt", b"checksums".to_vec()),
+                    ("rke2-install.sh", install.into_bytes()),
+                ],
+            };
+            for (name, bytes) in files {
+                std::fs::write(artifacts.join(name), bytes).unwrap();
+            }
         }
-        let mut cluster = json!({"distribution": "k3s", "version": versions[0]});
+        let mut cluster = json!({"distribution": dist.name(), "version": versions[0]});
         if let (Value::Object(c), Value::Object(more)) = (&mut cluster, spec) {
             c.extend(more);
         }
@@ -329,9 +352,17 @@ impl Host {
 
     /// The stand-in installer's completed runs: "VERSION server|agent" per line.
     pub fn installs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("var-lib-rancher/k3s/drover-sim-installs"))
-            .map(|s| s.lines().map(str::to_owned).collect())
-            .unwrap_or_default()
+        ["k3s", "rke2"]
+            .iter()
+            .filter_map(|dist| {
+                std::fs::read_to_string(
+                    self.dir
+                        .join(format!("var-lib-rancher/{dist}/drover-sim-installs")),
+                )
+                .ok()
+            })
+            .flat_map(|s| s.lines().map(str::to_owned).collect::<Vec<_>>())
+            .collect()
     }
 }
 
@@ -341,7 +372,11 @@ pub fn plan_state(plan: &Value) -> (String, bool) {
         .as_array()
         .into_iter()
         .flatten()
-        .find_map(|e| e.as_str()?.strip_prefix("INSTALL_K3S_VERSION="))
+        .find_map(|e| {
+            let e = e.as_str()?;
+            e.strip_prefix("INSTALL_K3S_VERSION=")
+                .or_else(|| e.strip_prefix("INSTALL_RKE2_VERSION="))
+        })
         .unwrap_or_default()
         .to_owned();
     let status = &plan["status"];

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sim::standin::Distribution;
 use tests::{
     api, api_text,
     hosts::{Network, Site, cluster, is_root, plan_state, plans, wait_active},
@@ -19,17 +20,31 @@ use tests::{
     temp_dir,
 };
 
+/// K3s and RKE2 the same way, one after the other (they share the hosts' bridge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
     if !is_root() {
         eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
         return;
     }
-    let dir = temp_dir("provision");
+    for dist in [Distribution::K3s, Distribution::Rke2] {
+        eprintln!("provisioning with {}", dist.name());
+        provision_and_roll(dist).await;
+    }
+}
+
+async fn provision_and_roll(dist: Distribution) {
+    // The distribution's releases: v1.33.4+k3s1 or v1.33.4+rke2r1.
+    let release = |patch: u32| match dist {
+        Distribution::K3s => format!("v1.33.{patch}+k3s1"),
+        Distribution::Rke2 => format!("v1.33.{patch}+rke2r1"),
+    };
+    let (first, second, missing) = (release(4), release(5), release(6));
+    let dir = temp_dir(&format!("provision-{}", dist.name()));
     let net = Network::new(3);
     let site = Site::start(
         &dir,
-        &["v1.33.4+k3s1", "v1.33.5+k3s1"],
+        &[&first, &second],
         json!({"upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1", "drain": true}}),
         &["--all-roles", "--worker", "--worker"],
     )
@@ -41,15 +56,11 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
     let c = wait_active(hub, admin, Duration::from_secs(180)).await;
     eprintln!("provisioned 3 hosts in {:?}", started.elapsed());
     assert_eq!(c["status"]["hosts"], json!({"ready": 3, "total": 3}));
-    assert_eq!(c["status"]["kubernetesVersion"], "v1.33.4+k3s1");
+    assert_eq!(c["status"]["kubernetesVersion"], first);
     let all = plans(hub, admin).await;
     assert_eq!(all.len(), 3);
     for (name, plan) in &all {
-        assert_eq!(
-            plan_state(plan),
-            ("v1.33.4+k3s1".to_owned(), true),
-            "{name}"
-        );
+        assert_eq!(plan_state(plan), (first.clone(), true), "{name}");
     }
     let (code, kubeconfig) = api_text(
         hub.addr,
@@ -80,23 +91,20 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         .iter()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
-    assert_eq!(listed, wanted("v1.33.4+k3s1"), "kubectl through the hub");
+    assert_eq!(listed, wanted(&first), "kubectl through the hub");
     // Installed from the hub's artifacts, as an air-gapped host is.
     for host in hosts {
         let bin = host.dir.join("usr-local-bin");
         assert_eq!(
-            std::fs::read_to_string(bin.join("k3s")).unwrap(),
-            sim::standin::binary_script(
-                sim::standin::Distribution::K3s,
-                &tests::binary("drover-sim"),
-                "v1.33.4+k3s1"
-            ),
+            std::fs::read_to_string(bin.join(dist.name())).unwrap(),
+            sim::standin::binary_script(dist, &tests::binary("drover-sim"), &first),
             "the binary from the hub's artifacts"
         );
-        let uninstall = if host.i == 1 {
-            "k3s-uninstall.sh"
-        } else {
-            "k3s-agent-uninstall.sh"
+        // What each distribution's installer leaves to uninstall with.
+        let uninstall = match (dist, host.i) {
+            (Distribution::K3s, 1) => "k3s-uninstall.sh",
+            (Distribution::K3s, _) => "k3s-agent-uninstall.sh",
+            (Distribution::Rke2, _) => "rke2-uninstall.sh",
         };
         assert!(bin.join(uninstall).exists(), "host {}: {uninstall}", host.i);
     }
@@ -125,11 +133,11 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         "PATCH",
         "/v1/clusters/edge",
         Some(admin),
-        Some(json!({"spec": {"version": "v1.33.5+k3s1"}})),
+        Some(json!({"spec": {"version": second}})),
     )
     .await;
     assert_eq!(code, 200, "{body}");
-    let new = "v1.33.5+k3s1";
+    let new = second.as_str();
     let mut order: Vec<usize> = Vec::new();
     let mut most_in_flight = 0;
     let (mut cut, mut restored, mut killed) = (false, false, false);
@@ -256,12 +264,12 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
     // The installer ran exactly once per version on each host, the kill notwithstanding.
     assert_eq!(
         hosts[0].installs(),
-        ["v1.33.4+k3s1 server", "v1.33.5+k3s1 server"]
+        [format!("{first} server"), format!("{second} server")]
     );
     for host in &hosts[1..] {
         assert_eq!(
             host.installs(),
-            ["v1.33.4+k3s1 agent", "v1.33.5+k3s1 agent"],
+            [format!("{first} agent"), format!("{second} agent")],
             "host {}",
             host.i
         );
@@ -288,7 +296,7 @@ async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
         "PATCH",
         "/v1/clusters/edge",
         Some(admin),
-        Some(json!({"spec": {"version": "v1.33.6+k3s1"}})),
+        Some(json!({"spec": {"version": missing}})),
     )
     .await;
     assert_eq!(code, 200, "{body}");

@@ -232,7 +232,7 @@ fn rotate(dist: Distribution) -> Result<String, String> {
     ))
 }
 
-/// `systemctl start|stop|restart|is-active UNIT`, for the stand-in's units only.
+/// `systemctl start|stop|restart|enable|disable|is-active UNIT`, for the stand-in's units only.
 pub fn systemctl(args: &[String]) -> Result<String, String> {
     let words: Vec<&str> = args
         .iter()
@@ -241,7 +241,8 @@ pub fn systemctl(args: &[String]) -> Result<String, String> {
         .collect();
     let [verb, unit] = words.as_slice() else {
         return Err(
-            "stand-in systemctl: usage: systemctl start|stop|restart|is-active UNIT".into(),
+            "stand-in systemctl: usage: systemctl start|stop|restart|enable|disable|is-active UNIT"
+                .into(),
         );
     };
     let unit = unit.trim_end_matches(".service");
@@ -267,6 +268,9 @@ pub fn systemctl(args: &[String]) -> Result<String, String> {
             stop_service(dist);
             start_service(dist).map(|pid| format!("started {unit} (pid {pid})"))
         }
+        // RKE2's install leaves enabling and starting its unit to the operator (the plan
+        // runs `systemctl enable rke2-server`); nothing boots here, so enabling is a no-op.
+        "enable" | "disable" => Ok(String::new()),
         "is-active" if super::service_running(dist) => Ok("active".into()),
         "is-active" => Err("inactive".into()),
         other => Err(format!("stand-in systemctl: {other:?} is not supported")),

@@ -16,6 +16,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
+use sim::standin::Distribution;
 use tests::{
     api, api_text,
     hosts::{Network, Site, cluster, is_root, wait_active},
@@ -61,13 +62,12 @@ fn scheduled(list: &[Value]) -> Vec<String> {
     names
 }
 
-/// The snapshot files on host 1, by name.
-fn files_on(site: &Site, i: usize) -> BTreeSet<String> {
-    std::fs::read_dir(
-        site.hosts[i]
-            .dir
-            .join("var-lib-rancher/k3s/server/db/snapshots"),
-    )
+/// The snapshot files on host `i`, by name.
+fn files_on(site: &Site, dist: Distribution, i: usize) -> BTreeSet<String> {
+    std::fs::read_dir(site.hosts[i].dir.join(format!(
+        "var-lib-rancher/{}/server/db/snapshots",
+        dist.name()
+    )))
     .map(|d| {
         d.filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -76,17 +76,29 @@ fn files_on(site: &Site, i: usize) -> BTreeSet<String> {
     .unwrap_or_default()
 }
 
+/// K3s and RKE2 the same way, one after the other (they share the hosts' bridge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     if !is_root() {
         eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
         return;
     }
-    let dir = temp_dir("day2");
+    for (dist, version) in [
+        (Distribution::K3s, "v1.33.4+k3s1"),
+        (Distribution::Rke2, "v1.33.4+rke2r1"),
+    ] {
+        eprintln!("day-2 operations with {}", dist.name());
+        day2(dist, version).await;
+    }
+}
+
+async fn day2(dist: Distribution, version: &str) {
+    let name = dist.name();
+    let dir = temp_dir(&format!("day2-{name}"));
     let net = Network::new(3);
     let mut site = Site::start(
         &dir,
-        &["v1.33.4+k3s1"],
+        &[version],
         json!({}),
         &["--all-roles", "--etcd --controlplane", "--worker"],
     )
@@ -186,7 +198,9 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     assert_eq!(record["host"], names[0].as_str(), "taken on the init host");
     let file = record["file"].as_str().unwrap();
     assert!(
-        file.starts_with("/var/lib/rancher/k3s/server/db/snapshots/before-change-node-1-"),
+        file.starts_with(&format!(
+            "/var/lib/rancher/{name}/server/db/snapshots/before-change-node-1-"
+        )),
         "{file}"
     );
     // The file is on the host, as the hub says.
@@ -199,7 +213,7 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
         record["size"].as_u64().unwrap(),
         std::fs::metadata(&on_host).unwrap().len()
     );
-    assert_eq!(record["version"], "k3s v1.33.4+k3s1");
+    assert_eq!(record["version"], format!("{name} {version}"));
     // A copy came to the hub through the tunnel, byte for byte.
     assert_eq!(record["hubCopy"], "etcd-snapshots/edge/before-change");
     let copy = dir.join("hub/files/etcd-snapshots/edge/before-change");
@@ -310,9 +324,9 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     // 3. Certificate rotation, host by host: the servers' certificates are new, and the
     // cluster is active again.
     let cert = |i: usize| {
-        site.hosts[i]
-            .dir
-            .join("var-lib-rancher/k3s/server/tls/client-kube-apiserver.crt")
+        site.hosts[i].dir.join(format!(
+            "var-lib-rancher/{name}/server/tls/client-kube-apiserver.crt"
+        ))
     };
     let before = [sha256(&cert(0)), sha256(&cert(1))];
     let r = hub_cli(&cli_config, &["cluster", "rotate-certificates", "edge"], "");
@@ -373,7 +387,7 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     };
     let newest: Vec<String> = seen_scheduled.iter().rev().take(3).rev().cloned().collect();
     assert_eq!(kept, newest, "the newest 3 stay");
-    let files = files_on(&site, 0);
+    let files = files_on(&site, dist, 0);
     let scheduled_files: Vec<&String> = files.iter().filter(|f| f.starts_with("edge-")).collect();
     assert_eq!(scheduled_files.len(), 3, "{files:?}");
     for name in &kept {
@@ -437,12 +451,21 @@ async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
     for host in &site.hosts {
         let bin = host.dir.join("usr-local-bin");
         assert!(
-            !bin.join("k3s-uninstall.sh").exists() && !bin.join("k3s-agent-uninstall.sh").exists(),
+            [
+                "k3s-uninstall.sh",
+                "k3s-agent-uninstall.sh",
+                "rke2-uninstall.sh"
+            ]
+            .iter()
+            .all(|script| !bin.join(script).exists()),
             "host {} uninstalled",
             host.i
         );
         assert!(
-            !host.dir.join("var-lib-rancher/k3s/installed").exists(),
+            !host
+                .dir
+                .join(format!("var-lib-rancher/{name}/installed"))
+                .exists(),
             "host {}",
             host.i
         );

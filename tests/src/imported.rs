@@ -133,6 +133,29 @@ pub async fn port_forward(
     answers
 }
 
+/// The first line `kubectl attach` shows of pod `namespace`/`pod` (within 20 s); kubectl is
+/// then stopped, as a user's Ctrl-C would.
+pub async fn attach_first_line(kubeconfig: &Path, namespace: &str, pod: &str) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let mut attach = tokio::process::Command::new("kubectl")
+        .args(["attach", pod, "-n", namespace])
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl (v1.32) must be installed");
+    let mut lines = tokio::io::BufReader::new(attach.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("kubectl attach shows a line within 20 s")
+        .unwrap()
+        .unwrap_or_default();
+    attach.kill().await.unwrap();
+    first
+}
+
 #[derive(Debug)]
 pub struct Imported {
     pub dir: PathBuf,

@@ -220,6 +220,8 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     let echoed =
         tests::imported::port_forward(&member, "load-0", "pod-0", 80, &["via the hub\n"]).await;
     assert_eq!(echoed, ["via the hub\n"]);
+    let attached = tests::imported::attach_first_line(&member, "load-0", "pod-0").await;
+    assert!(attached.ends_with(" from pod-0/main"), "{attached}");
     let logs = kubectl_ok(&member, &["logs", "pod-0", "-n", "load-0", "--tail=3"]).await;
     assert_eq!(logs.lines().count(), 3, "{logs}");
     assert!(

@@ -586,25 +586,11 @@ async fn kubectl_execs_copies_attaches_and_forwards_ports() {
     assert_eq!(echoed, ["ping\n", "pong\n"]);
 
     // attach shows the container's output as it is written.
-    let mut attach = tokio::process::Command::new("kubectl")
-        .args(["attach", "pod-0", "-n", "load-0"])
-        .env("KUBECONFIG", &kubectl.kubeconfig)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(attach.stdout.take().unwrap()));
-    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let first = tests::imported::attach_first_line(&kubectl.kubeconfig, "load-0", "pod-0").await;
     assert!(
         first.starts_with("log line ") && first.ends_with(" from pod-0/main"),
         "{first}"
     );
-    attach.kill().await.unwrap();
 
     shutdown.cancel();
     cluster.wait().await;

@@ -6,21 +6,12 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use axum::{
-    extract::Request,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
+use axum::{extract::Request, http::StatusCode, response::Response};
 use futures::{SinkExt, StreamExt};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio_tungstenite::{
-    WebSocketStream,
-    tungstenite::{
-        Message,
-        handshake::derive_accept_key,
-        protocol::{CloseFrame, Role, frame::coding::CloseCode},
-    },
+use tokio_tungstenite::tungstenite::{
+    Message,
+    protocol::{CloseFrame, frame::coding::CloseCode},
 };
 
 use super::{
@@ -29,6 +20,7 @@ use super::{
     server::status,
     shell::{self, Context},
     store::StoreError,
+    upgrade::{self, Socket},
     verbs::{LOG_EVERY, container_of, log_line},
 };
 
@@ -59,11 +51,9 @@ struct Session {
     job: Job,
 }
 
-type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
-
 /// Answers an exec or attach request: checks it as kube-apiserver does, then switches to
 /// WebSocket and runs the session on its own task.
-pub(super) fn stream(sim: &Arc<Sim>, target: &Target, mut request: Request) -> Response {
+pub(super) fn stream(sim: &Arc<Sim>, target: &Target, request: Request) -> Response {
     let Some(pod) = sim.store.get("pods", &target.key()) else {
         return super::server::store_error(target, StoreError::NotFound);
     };
@@ -102,29 +92,6 @@ pub(super) fn stream(sim: &Arc<Sim>, target: &Target, mut request: Request) -> R
             "you must specify at least 1 of stdin, stdout, stderr",
         );
     }
-    let headers = request.headers();
-    let key = headers
-        .get("sec-websocket-key")
-        .map(|k| derive_accept_key(k.as_bytes()));
-    let offered = headers
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect::<Vec<_>>();
-    let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p));
-    let websocket = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let (Some(key), Some(protocol), true) = (key, protocol, websocket) else {
-        return status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "the simulated cluster streams exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io); SPDY is not simulated",
-        );
-    };
     let env = environment(&pod, &container, &name);
     let session = Session {
         sim: sim.clone(),
@@ -136,26 +103,12 @@ pub(super) fn stream(sim: &Arc<Sim>, target: &Target, mut request: Request) -> R
         tty: flag("tty"),
         job,
     };
-    let upgrade = hyper::upgrade::on(&mut request);
-    let v5 = protocol == PROTOCOLS[0];
-    tokio::spawn(async move {
-        let Ok(upgraded) = upgrade.await else { return };
-        let socket =
-            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        session.run(socket, v5).await;
-    });
-    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
-    let out = response.headers_mut();
-    out.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    out.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    out.insert(
-        header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static(protocol),
-    );
-    if let Ok(accept) = HeaderValue::from_str(&key) {
-        out.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    }
-    response
+    upgrade::switch(
+        request,
+        &PROTOCOLS,
+        "the simulated cluster streams exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io); SPDY is not simulated",
+        move |socket, protocol| session.run(socket, protocol == PROTOCOLS[0]),
+    )
 }
 
 /// The container's environment as its process sees it: the pod's literal `env` values and

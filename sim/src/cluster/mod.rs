@@ -35,6 +35,7 @@ mod server;
 mod shell;
 mod store;
 mod table;
+mod upgrade;
 mod verbs;
 
 pub use discovery::GIT_VERSION;

@@ -9,69 +9,38 @@ mod spdy;
 
 use std::{collections::HashMap, sync::Arc};
 
-use axum::{
-    extract::Request,
-    http::{HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
+use axum::{extract::Request, response::Response};
 use futures::{SinkExt, StreamExt};
-use hyper_util::rt::TokioIo;
-use tokio_tungstenite::{
-    WebSocketStream,
-    tungstenite::{Message, handshake::derive_accept_key, protocol::Role},
-};
+use tokio_tungstenite::tungstenite::Message;
 
-use super::{Sim, request::Target, server::status, store::StoreError};
+use super::{
+    Sim,
+    request::Target,
+    store::StoreError,
+    upgrade::{self, Socket},
+};
 use spdy::{Frame, Session};
 
 const PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 
 /// Answers a port-forward request: switches to WebSocket and serves the SPDY session on its
 /// own task.
-pub(super) fn forward(sim: &Arc<Sim>, target: &Target, mut request: Request) -> Response {
+pub(super) fn forward(sim: &Arc<Sim>, target: &Target, request: Request) -> Response {
     if sim.store.get("pods", &target.key()).is_none() {
         return super::server::store_error(target, StoreError::NotFound);
     }
-    let headers = request.headers();
-    let key = headers
-        .get("sec-websocket-key")
-        .map(|k| derive_accept_key(k.as_bytes()));
-    let offered = headers
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == PROTOCOL);
-    let (Some(key), true) = (key, offered) else {
-        return status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            format!(
-                "the simulated cluster forwards ports over WebSocket ({PROTOCOL}); plain SPDY is not simulated"
-            ),
-        );
-    };
-    let upgrade = hyper::upgrade::on(&mut request);
-    tokio::spawn(async move {
-        let Ok(upgraded) = upgrade.await else { return };
-        let socket =
-            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        if let Err(e) = serve(socket).await {
-            tracing::debug!(error = %e, "a port-forward session ended");
-        }
-    });
-    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
-    let out = response.headers_mut();
-    out.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    out.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    out.insert(
-        header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static(PROTOCOL),
-    );
-    if let Ok(accept) = HeaderValue::from_str(&key) {
-        out.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
-    }
-    response
+    upgrade::switch(
+        request,
+        &[PROTOCOL],
+        &format!(
+            "the simulated cluster forwards ports over WebSocket ({PROTOCOL}); plain SPDY is not simulated"
+        ),
+        |socket, _| async move {
+            if let Err(e) = serve(socket).await {
+                tracing::debug!(error = %e, "a port-forward session ended");
+            }
+        },
+    )
 }
 
 /// The two streams of one forwarded connection, by the client's `requestID`.
@@ -81,7 +50,7 @@ struct Pair {
     data: Option<u32>,
 }
 
-async fn serve(socket: WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>) -> Result<(), String> {
+async fn serve(socket: Socket) -> Result<(), String> {
     let (mut tx, mut rx) = socket.split();
     let mut session = Session::new();
     let mut input = Vec::new();

@@ -607,6 +607,15 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    // Its page, while it waits for hosts, gives the command that registers one.
+    browser.click("#new-registration").await;
+    browser
+        .until(
+            "the pending cluster's host command",
+            Duration::from_secs(10),
+            "return document.getElementById('registration-command').textContent.includes('system-agent-install.sh');",
+        )
+        .await;
 
     browser.click("#logout").await;
     browser.find("form#login").await;

@@ -573,6 +573,23 @@ async fn kubectl_execs_copies_attaches_and_forwards_ports() {
         .ok(&["exec", "pod-1", "-n", "load-1", "--", "ls", "/tmp"])
         .await;
     assert_eq!(other, "", "each pod has its own files");
+    // A pod made again after its namespace was deleted starts with none of the old files.
+    kubectl.ok(&["delete", "namespace", "load-0"]).await;
+    kubectl.ok(&["create", "namespace", "load-0"]).await;
+    kubectl
+        .ok(&[
+            "run",
+            "pod-0",
+            "-n",
+            "load-0",
+            "--image=nginx",
+            "--overrides={\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"nginx\"}]}}",
+        ])
+        .await;
+    let fresh = kubectl
+        .ok(&["exec", "pod-0", "-n", "load-0", "--", "ls", "/tmp"])
+        .await;
+    assert_eq!(fresh, "", "the old pod's files went with its namespace");
 
     // port-forward reaches the pod's stand-in echo server, a connection at a time.
     let echoed = tests::imported::port_forward(

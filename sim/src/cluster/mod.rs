@@ -340,19 +340,24 @@ impl Sim {
                 object["metadata"]["namespace"].as_str().unwrap_or_default(),
             );
         }
-        if resource.plural == "pods" {
-            let name = |field: &str| {
-                object["metadata"][field]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let (namespace, pod) = (name("namespace"), name("name"));
-            self.containers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|(ns, p, _), _| *ns != namespace || *p != pod);
-        }
+        // A deleted pod's containers (or a deleted namespace's) take their files with them:
+        // a new pod of the same name starts afresh.
+        let name = |field: &str| {
+            object["metadata"][field]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        // (namespace, the pod or every pod in it)
+        let (namespace, pod) = match resource.plural {
+            "pods" => (name("namespace"), Some(name("name"))),
+            "namespaces" => (name("name"), None),
+            _ => return,
+        };
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(ns, p, _), _| *ns != namespace || pod.as_ref().is_some_and(|pod| p != pod));
     }
 }
 

@@ -519,13 +519,14 @@ async fn resource_request(
             super::eviction::evict(sim, &target)
         }
         (&Method::POST, Some(name), Some("token")) if resource.plural == "serviceaccounts" => {
-            let namespace = target.namespace.clone().unwrap_or_default();
-            let Some(token) = sim.issue_token(&namespace, name) else {
-                return store_error(&target, StoreError::NotFound);
-            };
+            // The body first: a refused request issues no token.
             let (_, request) = match body_json(request, 1 << 20).await {
                 Ok(body) => body,
                 Err(response) => return response,
+            };
+            let namespace = target.namespace.clone().unwrap_or_default();
+            let Some(token) = sim.issue_token(&namespace, name) else {
+                return store_error(&target, StoreError::NotFound);
             };
             let seconds = request
                 .pointer("/spec/expirationSeconds")

@@ -30,6 +30,11 @@ impl LabelSelector {
         Self::default()
     }
 
+    /// Whether this selector matches every object (it has no requirement).
+    pub fn is_everything(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
         let fail = |reason: String| SelectorError {
             selector: text.to_owned(),

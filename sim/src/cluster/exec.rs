@@ -28,6 +28,7 @@ const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
 /// v5: `[255, channel]` says the peer has closed that stream (stdin's end).
 const CLOSE: u8 = 255;
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -163,7 +164,7 @@ impl Session {
                         }
                     }
                 }
-                let outcome = self.with_files(|cx| shell::run(argv, &input, cx));
+                let outcome = self.with_files(None, |cx| shell::run(argv, &input, cx));
                 let _ = send(&mut tx, STDOUT, &outcome.stdout).await;
                 let _ = send(&mut tx, STDERR, &outcome.stderr).await;
                 Some((outcome.code, argv.join(" ")))
@@ -181,7 +182,11 @@ impl Session {
         let _ = tx.flush().await;
     }
 
-    fn with_files<T>(&self, act: impl FnOnce(&mut Context<'_>) -> T) -> T {
+    fn with_files<T>(
+        &self,
+        size: Option<(u16, u16)>,
+        act: impl FnOnce(&mut Context<'_>) -> T,
+    ) -> T {
         let mut containers = self
             .sim
             .containers
@@ -197,6 +202,7 @@ impl Session {
         act(&mut Context {
             files,
             env: &self.env,
+            size,
         })
     }
 
@@ -226,9 +232,15 @@ impl Session {
         }
         let mut line = Vec::new();
         let mut code = 0;
+        // What the client last said of its terminal (kubectl sends it first, then on resize).
+        let mut size = None;
         while let Some(Ok(message)) = rx.next().await {
             let bytes = match Input::of(message) {
                 Input::Data(bytes) => bytes,
+                Input::Resize(columns, rows) => {
+                    size = Some((columns, rows));
+                    continue;
+                }
                 Input::Closed | Input::End => break,
                 Input::Other => continue,
             };
@@ -251,7 +263,9 @@ impl Session {
                     continue;
                 }
                 let script = String::from_utf8_lossy(&std::mem::take(&mut line)).into_owned();
-                let outcome = self.with_files(|cx| shell::script_run(&script, &[], cx));
+                let outcome = self.with_files(size.filter(|_| self.tty), |cx| {
+                    shell::script_run(&script, &[], cx)
+                });
                 code = outcome.code;
                 let (out, err) = (
                     newline(outcome.stdout, self.tty),
@@ -310,6 +324,8 @@ enum Input {
     Data(Vec<u8>),
     /// v5: stdin closed.
     Closed,
+    /// The terminal's new size (columns, rows).
+    Resize(u16, u16),
     /// The socket is closing.
     End,
     /// Terminal size, pings, or a channel the session does not read.
@@ -322,6 +338,13 @@ impl Input {
             Message::Binary(bytes) => match bytes.split_first() {
                 Some((&STDIN, rest)) => Input::Data(rest.to_vec()),
                 Some((&CLOSE, [STDIN])) => Input::Closed,
+                Some((&RESIZE, size)) => serde_json::from_slice::<Value>(size)
+                    .ok()
+                    .and_then(|v| {
+                        let side = |k: &str| v[k].as_u64().and_then(|n| u16::try_from(n).ok());
+                        Some(Input::Resize(side("Width")?, side("Height")?))
+                    })
+                    .unwrap_or(Input::Other),
                 _ => Input::Other,
             },
             Message::Close(_) => Input::End,

@@ -25,6 +25,7 @@ use tunnel::tls::{self, CertificateAuthority};
 mod discovery;
 mod eviction;
 mod exec;
+mod paging;
 mod patch;
 mod portforward;
 mod protobuf;
@@ -614,7 +615,36 @@ impl SimCluster {
     }
 }
 
-/// The namespaces every cluster has, the nodes and the load pods.
+/// The CRD that defines a custom resource served here, with its printer columns.
+fn custom_resource_definition(r: &resources::Resource) -> Value {
+    let columns: Vec<Value> = r
+        .printer_columns
+        .iter()
+        .map(|(name, kind, path)| json!({"name": name, "type": kind, "jsonPath": path}))
+        .collect();
+    json!({
+        "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "metadata": {"name": format!("{}.{}", r.plural, r.group)},
+        "spec": {
+            "group": r.group,
+            "names": {"plural": r.plural, "singular": r.singular, "kind": r.kind, "listKind": format!("{}List", r.kind)},
+            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+            "versions": [{
+                "name": r.version, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "additionalPrinterColumns": columns,
+            }],
+        },
+        "status": {
+            "acceptedNames": {"plural": r.plural, "singular": r.singular, "kind": r.kind, "listKind": format!("{}List", r.kind)},
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}],
+            "storedVersions": [r.version],
+        },
+    })
+}
+
+/// The namespaces every cluster has, the nodes, K3s's custom resources and the load pods.
 fn seed(sim: &Sim, config: &SimConfig) {
     rbac::seed_defaults(&sim.store);
     let namespaces = ["default", "kube-system", "kube-public", "kube-node-lease"]
@@ -633,6 +663,28 @@ fn seed(sim: &Sim, config: &SimConfig) {
     sim.store.seed(
         "serviceaccounts",
         namespaces.iter().map(|ns| default_service_account(ns)),
+    );
+    sim.store.seed(
+        "apiextensions.k8s.io/customresourcedefinitions",
+        resources::custom().map(custom_resource_definition),
+    );
+    // What K3s deploys through its own custom resources.
+    sim.store.seed(
+        "helm.cattle.io/helmcharts",
+        ["traefik-crd", "traefik"].map(|chart| json!({
+            "kind": "HelmChart", "apiVersion": "helm.cattle.io/v1",
+            "metadata": {"name": chart, "namespace": "kube-system"},
+            "spec": {"chart": format!("https://%{{KUBERNETES_API}}%/static/charts/{chart}-34.2.1+up34.2.0.tgz"), "targetNamespace": "kube-system", "bootstrap": chart == "traefik-crd"},
+            "status": {"jobName": format!("helm-install-{chart}")},
+        })),
+    );
+    sim.store.seed(
+        "k3s.cattle.io/addons",
+        ["coredns", "local-storage", "metrics-server"].map(|name| json!({
+            "kind": "Addon", "apiVersion": "k3s.cattle.io/v1",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"source": format!("/var/lib/rancher/k3s/server/manifests/{name}.yaml"), "checksum": format!("{:064x}", name.len())},
+        })),
     );
     sim.store.seed(
         "nodes",

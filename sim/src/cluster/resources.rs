@@ -13,6 +13,9 @@ pub(crate) struct Resource {
     pub(crate) short_names: &'static [&'static str],
     /// Subresources, e.g. "status", "scale", "log".
     pub(crate) subresources: &'static [&'static str],
+    /// A custom resource's printer columns (its CRD's `additionalPrinterColumns`: name, type,
+    /// JSON path); empty for built-in kinds, whose columns `table.rs` knows.
+    pub(crate) printer_columns: &'static [(&'static str, &'static str, &'static str)],
 }
 
 impl Resource {
@@ -62,6 +65,7 @@ macro_rules! resource {
             namespaced: $namespaced,
             short_names: &[$($short),*],
             subresources: &[$($sub),*],
+            printer_columns: &[],
         }
     };
 }
@@ -199,7 +203,56 @@ pub(crate) const RESOURCES: &[Resource] = &[
         [],
         []
     ),
+    resource!(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        false,
+        ["crd", "crds"],
+        ["status"]
+    ),
+    // The custom resources K3s installs in every cluster (its helm-controller's HelmChart and
+    // its deploy controller's Addon), served as the CRDs seeded in `seed` define them.
+    Resource {
+        group: "helm.cattle.io",
+        version: "v1",
+        plural: "helmcharts",
+        singular: "helmchart",
+        kind: "HelmChart",
+        namespaced: true,
+        short_names: &[],
+        subresources: &["status"],
+        printer_columns: &[
+            ("Job", "string", ".status.jobName"),
+            ("Chart", "string", ".spec.chart"),
+            ("TargetNamespace", "string", ".spec.targetNamespace"),
+            ("Version", "string", ".spec.version"),
+            ("Repo", "string", ".spec.repo"),
+            ("HelmVersion", "string", ".spec.helmVersion"),
+            ("Bootstrap", "boolean", ".spec.bootstrap"),
+        ],
+    },
+    Resource {
+        group: "k3s.cattle.io",
+        version: "v1",
+        plural: "addons",
+        singular: "addon",
+        kind: "Addon",
+        namespaced: true,
+        short_names: &[],
+        subresources: &[],
+        printer_columns: &[
+            ("Source", "string", ".spec.source"),
+            ("Checksum", "string", ".spec.checksum"),
+        ],
+    },
 ];
+
+/// The resources served as custom resources: those with a CRD.
+pub(crate) fn custom() -> impl Iterator<Item = &'static Resource> {
+    RESOURCES.iter().filter(|r| !r.printer_columns.is_empty())
+}
 
 /// The groups other than core, in discovery order.
 pub(crate) fn groups() -> Vec<&'static str> {

@@ -12,7 +12,7 @@ use kubeshape::LabelSelector;
 use serde_json::{Value, json};
 
 use super::{
-    Identity, Sim, discovery, patch, protobuf, rbac,
+    Identity, Sim, discovery, paging, patch, protobuf, rbac,
     request::{Target, field_matches, labels_of, parse_target, query, wants_table},
     store::StoreError,
     table,
@@ -164,9 +164,18 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok()),
     ) && !is_watch(request.uri());
+    let yaml = !protobuf
+        && !is_watch(request.uri())
+        && request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.trim_start().starts_with("application/yaml"));
     let mut response = route(&sim, &identity, request).await;
     if protobuf {
         response = in_protobuf(response).await;
+    } else if yaml {
+        response = in_yaml(response).await;
     }
     sim.record(
         Some(&identity),
@@ -222,6 +231,37 @@ async fn in_protobuf(response: Response) -> Response {
         ),
         None => Response::from_parts(parts, bytes.into()),
     }
+}
+
+/// Re-encodes a JSON answer as YAML for a client that asks for `application/yaml` first, as
+/// kube-apiserver serves it (the dashboard's YAML view reads objects this way).
+async fn in_yaml(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t == "application/json");
+    if !json || !response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let yaml = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .and_then(|value| serde_saphyr::to_string(&value).ok());
+    let Some(yaml) = yaml else {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the answer could not be written as YAML",
+        );
+    };
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/yaml"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, yaml.into())
 }
 
 async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Response {
@@ -464,24 +504,30 @@ async fn resource_request(
             if watch {
                 return watch_response(sim, &target, selector, fields, &params, table);
             }
+            let page = match paging::Page::of(&params) {
+                Ok(page) => page,
+                Err(response) => return *response,
+            };
             let (items, revision) = sim.store.list(&store_key, target.namespace.as_deref());
+            let unselected = selector.is_everything() && fields.is_empty();
             let items: Vec<Arc<Value>> = items
                 .into_iter()
                 .filter(|o| selector.matches(&labels_of(o)) && field_matches(&fields, o))
                 .collect();
-            if table {
-                return ok_json(
-                    StatusCode::OK,
-                    &table::table(resource, items.iter().map(|o| &**o), revision, true),
-                );
-            }
-            let list = json!({
-                "kind": format!("{}List", resource.kind),
-                "apiVersion": resource.api_version(),
-                "metadata": {"resourceVersion": revision.to_string()},
-                "items": items.iter().map(|o| &**o).collect::<Vec<_>>(),
-            });
-            ok_json(StatusCode::OK, &list)
+            let (items, more) = page.cut(items, revision, !unselected);
+            let revision = more.revision;
+            let mut answer = if table {
+                table::table(resource, items.iter().map(|o| &**o), revision, true)
+            } else {
+                json!({
+                    "kind": format!("{}List", resource.kind),
+                    "apiVersion": resource.api_version(),
+                    "metadata": {"resourceVersion": revision.to_string()},
+                    "items": items.iter().map(|o| &**o).collect::<Vec<_>>(),
+                })
+            };
+            more.describe(&mut answer["metadata"]);
+            ok_json(StatusCode::OK, &answer)
         }
         (&Method::GET, Some(_), None) => match sim.store.get(&store_key, &target.key()) {
             Some(object) if table => ok_json(

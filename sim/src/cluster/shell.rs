@@ -1,7 +1,7 @@
 //! The stand-in shell of a simulated container: what `kubectl exec`, `kubectl cp` and a
 //! browser terminal run. Nothing runs for real in the simulator; each container has a small
 //! file tree and its pod's environment, and these few commands act on them as a busybox
-//! shell would: `echo`, `env`/`printenv`, `hostname`, `pwd`, `cat`, `ls`, `test`, `mkdir`,
+//! shell would: `echo`, `env`/`printenv`, `hostname`, `pwd`, `stty size`, `cat`, `ls`, `test`, `mkdir`,
 //! `true`/`false`, `exit`, `tar` (what `kubectl cp` runs) and `sh -c`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +80,8 @@ impl Files {
 pub(crate) struct Context<'a> {
     pub(crate) files: &'a mut Files,
     pub(crate) env: &'a [(String, String)],
+    /// The terminal's size (columns, rows), when the session has a terminal that told it.
+    pub(crate) size: Option<(u16, u16)>,
 }
 
 /// What a command printed and how it ended.
@@ -172,6 +174,11 @@ pub(crate) fn run(argv: &[String], stdin: &[u8], cx: &mut Context<'_>) -> Outcom
                 .unwrap_or_default(),
         ),
         "pwd" => Outcome::out("/\n"),
+        // What a program sizing its output to the terminal reads: rows, then columns.
+        "stty" if args.first().map(String::as_str) == Some("size") => match cx.size {
+            Some((columns, rows)) => Outcome::out(format!("{rows} {columns}\n")),
+            None => Outcome::fail(1, "stty: standard input: Not a tty"),
+        },
         "true" => Outcome::default(),
         "false" => Outcome {
             code: 1,

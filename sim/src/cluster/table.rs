@@ -47,8 +47,36 @@ fn count(object: &Value, pointer: &str) -> usize {
     }
 }
 
+/// Kinds kube-apiserver prints with their creation time instead of an age.
+fn created_at(resource: &Resource) -> bool {
+    matches!(
+        resource.plural,
+        "roles" | "clusterroles" | "customresourcedefinitions"
+    )
+}
+
+/// A custom resource's cell at a printer column's JSON path (`.spec.chart`), as text.
+fn at_path(o: &Value, path: &str) -> Value {
+    let pointer = path.replace('.', "/");
+    match o.pointer(&pointer) {
+        Some(Value::String(s)) => json!(s),
+        Some(Value::Null) | None => Value::Null,
+        Some(other) => other.clone(),
+    }
+}
+
 fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
     let mut columns = vec![("Name", "string")];
+    columns.extend(
+        resource
+            .printer_columns
+            .iter()
+            .map(|(name, kind, _)| (*name, *kind)),
+    );
+    if created_at(resource) {
+        columns.push(("Created At", "date"));
+        return columns;
+    }
     columns.extend(match resource.plural {
         "pods" => vec![
             ("Ready", "string"),
@@ -82,6 +110,8 @@ fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
             ("Message", "string"),
         ],
         "leases" => vec![("Holder", "string")],
+        "serviceaccounts" => vec![("Secrets", "integer")],
+        "rolebindings" | "clusterrolebindings" => vec![("Role", "string")],
         "poddisruptionbudgets" => vec![
             ("Min Available", "string"),
             ("Max Unavailable", "string"),
@@ -98,6 +128,16 @@ fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
 
 fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
     let mut cells = vec![json!(s(o, "/metadata/name"))];
+    cells.extend(
+        resource
+            .printer_columns
+            .iter()
+            .map(|(_, _, path)| at_path(o, path)),
+    );
+    if created_at(resource) {
+        cells.push(json!(s(o, "/metadata/creationTimestamp")));
+        return cells;
+    }
     match resource.plural {
         "pods" => {
             let statuses = o
@@ -198,6 +238,12 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
             json!(s(o, "/message")),
         ]),
         "leases" => cells.push(json!(s(o, "/spec/holderIdentity"))),
+        "serviceaccounts" => cells.push(json!(count(o, "/secrets"))),
+        "rolebindings" | "clusterrolebindings" => cells.push(json!(format!(
+            "{}/{}",
+            s(o, "/roleRef/kind"),
+            s(o, "/roleRef/name")
+        ))),
         "poddisruptionbudgets" => {
             let bound = |field: &str| match o["spec"].get(field) {
                 Some(Value::Number(n)) => n.to_string(),

@@ -18,6 +18,7 @@ fn commands_answer_as_a_busybox_shell_would() {
     let mut cx = Context {
         files: &mut files,
         env: &env,
+        size: None,
     };
     assert_eq!(
         run(&argv(&["echo", "hi", "there"]), &[], &mut cx).stdout,
@@ -61,6 +62,7 @@ fn a_script_expands_variables_and_stops_at_exit() {
     let mut cx = Context {
         files: &mut files,
         env: &env,
+        size: None,
     };
     let out = run(
         &argv(&[
@@ -85,6 +87,7 @@ fn what_tar_writes_it_reads_back_elsewhere() {
     let mut cx = Context {
         files: &mut files,
         env: &env,
+        size: None,
     };
     let archive = run(&argv(&["tar", "cf", "-", "/etc"]), &[], &mut cx);
     assert_eq!(archive.code, 0);
@@ -111,4 +114,25 @@ fn what_tar_writes_it_reads_back_elsewhere() {
         &mut cx,
     );
     assert_eq!(refused.code, 2);
+}
+
+#[test]
+fn stty_size_reports_the_terminal_the_client_described() {
+    let mut files = Files::new("web-0");
+    let env = env();
+    let mut cx = Context {
+        files: &mut files,
+        env: &env,
+        size: None,
+    };
+    let no_tty = run(&argv(&["stty", "size"]), &[], &mut cx);
+    assert_eq!(
+        (no_tty.code, no_tty.stderr),
+        (1, b"stty: standard input: Not a tty\n".to_vec())
+    );
+    cx.size = Some((132, 40));
+    assert_eq!(
+        run(&argv(&["stty", "size"]), &[], &mut cx).stdout,
+        b"40 132\n"
+    );
 }

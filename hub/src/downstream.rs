@@ -53,6 +53,20 @@ pub async fn call(
     content_type: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<(StatusCode, serde_json::Value), String> {
+    call_as(agents, cluster, None, method, path, content_type, body).await
+}
+
+/// [`call`], as `user` (impersonated, as the proxy sends a user's requests) when given, so
+/// the cluster's RBAC judges the user's own action.
+async fn call_as(
+    agents: &Agents,
+    cluster: &str,
+    user: Option<&Principal>,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(StatusCode, serde_json::Value), String> {
     let (mut sender, path) = match route::agent_session(&agents.registry, cluster) {
         Some(session) => {
             let sender = route::connect(&session, proto::KUBE_API_SERVICE, cluster, None)
@@ -85,7 +99,7 @@ pub async fn call(
         }
     };
     let bytes = body.map(|b| b.to_string()).unwrap_or_default();
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method(method)
         .uri(path)
         .header(http::header::HOST, "kubernetes")
@@ -93,6 +107,9 @@ pub async fn call(
         .header(http::header::ACCEPT, "application/json")
         .body(Body::from(bytes))
         .map_err(|e| e.to_string())?;
+    if let Some(user) = user {
+        impersonate(request.headers_mut(), user).map_err(|e| e.message)?;
+    }
     let response = route::send(&mut sender, request, cluster)
         .await
         .map_err(|r| format!("cluster {cluster:?}: HTTP {}", r.status()))?;
@@ -107,38 +124,79 @@ pub async fn call(
     ))
 }
 
-/// Cordons `node` and evicts its pods (not DaemonSet or mirror pods). One pass: `Ok` once no
-/// such pod is left, else why not yet.
-pub async fn drain(agents: &Agents, cluster: &str, node: &str) -> Result<(), String> {
-    if node.is_empty() {
-        return Err("the host has no node name".into());
+/// Why a drain pass did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum NotDrained {
+    /// Pods are still leaving, or the cluster could not be reached: another pass may finish.
+    #[error("{0}")]
+    Pending(String),
+    /// The cluster refused a step (its RBAC does not let the caller do it, or there is no
+    /// such node): another pass will not help.
+    #[error("{step}: HTTP {code}: {message}")]
+    Refused {
+        code: StatusCode,
+        step: String,
+        message: String,
+    },
+}
+
+impl NotDrained {
+    fn of(code: StatusCode, step: &str, answer: &Value) -> Self {
+        let message = answer["message"].as_str().unwrap_or_default().to_owned();
+        if matches!(
+            code,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND
+        ) {
+            Self::Refused {
+                code,
+                step: step.to_owned(),
+                message,
+            }
+        } else {
+            Self::Pending(format!("{step}: HTTP {code}: {message}"))
+        }
     }
-    let (code, answer) = call(
+}
+
+/// Cordons `node` and evicts its pods (not DaemonSet or mirror pods), as the cluster-agent
+/// (the planner) or as `user` (the dashboard's drain). One pass: `Ok` once no such pod is
+/// left, else why not yet.
+pub async fn drain(
+    agents: &Agents,
+    cluster: &str,
+    node: &str,
+    user: Option<&Principal>,
+) -> Result<(), NotDrained> {
+    if node.is_empty() {
+        return Err(NotDrained::Pending("the host has no node name".into()));
+    }
+    let (code, answer) = call_as(
         agents,
         cluster,
+        user,
         Method::PATCH,
         &format!("/api/v1/nodes/{node}"),
         "application/merge-patch+json",
         Some(&json!({"spec": {"unschedulable": true}})),
     )
-    .await?;
+    .await
+    .map_err(NotDrained::Pending)?;
     if !code.is_success() {
-        return Err(format!("cordoning: HTTP {code}: {}", answer["message"]));
+        return Err(NotDrained::of(code, "cordoning", &answer));
     }
-    let (code, list) = call(
+    let (code, list) = call_as(
         agents,
         cluster,
+        user,
         Method::GET,
         &format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"),
         "application/json",
         None,
     )
-    .await?;
+    .await
+    .map_err(NotDrained::Pending)?;
     if !code.is_success() {
-        return Err(format!(
-            "listing its pods: HTTP {code}: {}",
-            list["message"]
-        ));
+        return Err(NotDrained::of(code, "listing its pods", &list));
     }
     let evictable: Vec<&Value> = list["items"]
         .as_array()
@@ -162,30 +220,44 @@ pub async fn drain(agents: &Agents, cluster: &str, node: &str) -> Result<(), Str
         );
         let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
                               "metadata": {"name": pod_name, "namespace": ns}});
-        let (code, _) = call(
+        let (code, answer) = call_as(
             agents,
             cluster,
+            user,
             Method::POST,
             &format!("/api/v1/namespaces/{ns}/pods/{pod_name}/eviction"),
             "application/json",
             Some(&eviction),
         )
-        .await?;
+        .await
+        .map_err(NotDrained::Pending)?;
+        if matches!(code, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            return Err(NotDrained::of(
+                code,
+                &format!("evicting {ns}/{pod_name}"),
+                &answer,
+            ));
+        }
         // An API server without the eviction subresource: delete instead (a disruption
         // budget's 429 means wait and try again).
         if code == StatusCode::NOT_FOUND || code == StatusCode::METHOD_NOT_ALLOWED {
-            call(
+            call_as(
                 agents,
                 cluster,
+                user,
                 Method::DELETE,
                 &format!("/api/v1/namespaces/{ns}/pods/{pod_name}"),
                 "application/json",
                 None,
             )
-            .await?;
+            .await
+            .map_err(NotDrained::Pending)?;
         }
     }
-    Err(format!("evicting {} pods", evictable.len()))
+    Err(NotDrained::Pending(format!(
+        "evicting {} pods",
+        evictable.len()
+    )))
 }
 
 /// Makes `node` schedulable again (a node that is gone needs nothing).

@@ -434,7 +434,9 @@ impl Planner {
             .agents
             .as_ref()
             .ok_or("this planner cannot reach clusters")?;
-        downstream::drain(agents, cluster, node).await
+        downstream::drain(agents, cluster, node, None)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Makes `node` schedulable again after its upgrade, and forgets that it was drained.

@@ -100,6 +100,10 @@ pub(crate) fn router(parts: Parts) -> Router {
                 any(proxy::relay),
             )
             .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
+            .route(
+                "/v1/clusters/{cluster}/nodes/{node}/drain",
+                axum::routing::post(proxy::drain),
+            )
             // Shared, not cloned per request: the proxy's hot path.
             .with_state(Arc::new(proxy::ProxyState {
                 api,

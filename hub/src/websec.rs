@@ -4,7 +4,8 @@
 //! - Headers: a Content-Security-Policy that allows only the hub's own script and stylesheet
 //!   (no inline script, no framing, no foreign forms), HSTS (the hub only speaks HTTPS),
 //!   `nosniff`, no referrer.
-//! - CSRF: a write (`POST`, `PUT`, `PATCH`, `DELETE`) authenticated by the session cookie alone
+//! - CSRF: a write (`POST`, `PUT`, `PATCH`, `DELETE`, or an upgrade such as the dashboard
+//!   shell's WebSocket) authenticated by the session cookie alone
 //!   must come from the hub's own pages: the browser's `Origin` must be the hub's, or its
 //!   `Sec-Fetch-Site` must say `same-origin`. The cookie is `SameSite=Strict` as well; this holds
 //!   even for a browser that ignores that. Requests with `Authorization: Bearer` (the CLI,
@@ -51,10 +52,12 @@ fn same_origin(request: &Request) -> bool {
 }
 
 pub async fn layer(request: Request, next: Next) -> Response {
+    // An upgrade (the browser's shell: a WebSocket exec) acts on a workload: it is a write,
+    // whatever its method, and a browser sends Origin on every WebSocket handshake.
     let writes = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
-    );
+    ) || request.headers().contains_key(header::UPGRADE);
     if writes
         && has_session_cookie(&request)
         && !request.headers().contains_key(header::AUTHORIZATION)
@@ -166,6 +169,49 @@ mod tests {
             StatusCode::OK
         );
         assert_eq!(send("POST", &[host]).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_cross_site_websocket_with_the_session_cookie_is_refused() {
+        let cookie = ("cookie", "drover_session=drt_x.y");
+        let host = ("host", "hub.example:8443");
+        let upgrade = ("upgrade", "websocket");
+        // Another site's page opening the shell's WebSocket with the user's cookie.
+        assert_eq!(
+            send(
+                "GET",
+                &[cookie, host, upgrade, ("origin", "https://evil.example")]
+            )
+            .await
+            .0,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            send("GET", &[cookie, host, upgrade]).await.0,
+            StatusCode::FORBIDDEN
+        );
+        // The hub's own page.
+        assert_eq!(
+            send(
+                "GET",
+                &[
+                    cookie,
+                    host,
+                    upgrade,
+                    ("origin", "https://hub.example:8443")
+                ]
+            )
+            .await
+            .0,
+            StatusCode::OK
+        );
+        // kubectl exec: a bearer token, no cookie.
+        assert_eq!(
+            send("GET", &[host, upgrade, ("authorization", "Bearer drt_x.y")])
+                .await
+                .0,
+            StatusCode::OK
+        );
     }
 
     #[tokio::test]

@@ -35,10 +35,12 @@ use crate::{
 };
 
 mod cache;
+mod drain;
 mod relay;
 pub(crate) mod route;
 
 pub use cache::cache;
+pub use drain::drain;
 pub use proto::KUBE_API_SERVICE;
 pub use relay::relay;
 pub use route::{Agents, GROUP_PREFIX, Pools, ProxyState, RELAY_PREFIX, agent_session};
@@ -226,6 +228,15 @@ async fn authorize(
     ))
 }
 
+/// Whether the caller may only read on `cluster` (enforced here as well as by the cluster's
+/// RBAC, so it holds on clusters whose RBAC Drover does not manage). A project role on the
+/// cluster may allow writes in the project's namespaces: then the cluster's RBAC alone decides.
+fn read_only(principal: &Principal, cluster: &str) -> bool {
+    !principal.admin
+        && principal.clusters.get(cluster) == Some(&Role::ReadOnly)
+        && !principal.projects.values().any(|(c, _)| c == cluster)
+}
+
 pub async fn handle(
     State(state): State<Arc<ProxyState>>,
     Path((cluster, _)): Path<(String, String)>,
@@ -244,14 +255,7 @@ pub async fn handle(
 
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
-    // `read-only` is enforced here as well as by the cluster's RBAC, so it holds on clusters
-    // whose RBAC Drover does not manage.
-    // A project role on the cluster may allow writes in the project's namespaces: then the
-    // cluster's RBAC alone decides.
-    let read_only = !principal.admin
-        && principal.clusters.get(&cluster) == Some(&Role::ReadOnly)
-        && !principal.projects.values().any(|(c, _)| c == &cluster);
-    if read_only && !reads(&parts.method, &rest, upgrade) {
+    if read_only(&principal, &cluster) && !reads(&parts.method, &rest, upgrade) {
         return kube_status(
             StatusCode::FORBIDDEN,
             "Forbidden",

@@ -270,10 +270,72 @@ impl Browser<'_> {
         std::fs::write(path, png).unwrap();
     }
 
+    /// Makes the window `width` × `height` CSS pixels.
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.command(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
     pub async fn close(self) {
         let full = format!("/session/{}", self.session);
         let _ = self.driver.call("DELETE", &full, None).await;
     }
+}
+
+/// Controls without an accessible name, and text whose contrast with its background is below
+/// WCAG AA (4.5:1), on the page as it stands.
+const CHECK_PAGE: &str = r#"
+const problems = [];
+const named = (el) => {
+  if (el.getAttribute("aria-label") || el.getAttribute("aria-labelledby")) return true;
+  if (el.id && document.querySelector(`label[for="${el.id}"]`)) return true;
+  if (el.closest("label")) return true;
+  return (el.tagName === "BUTTON" || el.tagName === "A") && el.textContent.trim() !== "";
+};
+for (const el of document.querySelectorAll("input, select, textarea, button, a[href]")) {
+  if (el.offsetParent !== null && !named(el)) problems.push(`unlabelled ${el.outerHTML.slice(0, 80)}`);
+}
+const rgb = (text) => (text.match(/[\d.]+/g) || []).map(Number);
+const luminance = ([r, g, b]) => {
+  const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+  return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+};
+const background = (el) => {
+  for (let e = el; e; e = e.parentElement) {
+    const c = rgb(getComputedStyle(e).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+  }
+  return [255, 255, 255];
+};
+for (const el of document.querySelectorAll("body *")) {
+  const own = Array.from(el.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim() !== "");
+  // Hidden text (xterm's character-measuring span) is read by no one.
+  if (!own || el.offsetParent === null || getComputedStyle(el).visibility === "hidden") continue;
+  const fg = luminance(rgb(getComputedStyle(el).color).slice(0, 3));
+  const bg = luminance(background(el));
+  const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+  if (ratio < 4.5) problems.push(`contrast ${ratio.toFixed(2)} for "${el.textContent.trim().slice(0, 40)}"`);
+}
+return problems;
+"#;
+
+/// Fails on accessibility problems of the page as it stands ([`CHECK_PAGE`]), then saves it
+/// as `target/screenshots/<file>.png` for review.
+pub async fn check_and_save_as(browser: &Browser<'_>, file: &str) {
+    let problems = browser.run(CHECK_PAGE, json!([])).await;
+    assert_eq!(
+        problems,
+        json!([]),
+        "accessibility problems on {}",
+        browser.url().await
+    );
+    browser
+        .screenshot(&screenshot_dir().join(format!("{file}.png")))
+        .await;
 }
 
 /// Where screenshots for review go: `target/screenshots/`.

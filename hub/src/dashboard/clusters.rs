@@ -560,6 +560,7 @@ pub(super) async fn one(
     );
     let content = format!(
         r#"<div class="bar"><h1>{title}</h1>
+<a class="button" id="explore" href="/clusters/{title}/explorer">Explore its workloads</a>
 <button type="button" id="kubeconfig" data-cluster="{title}">Download kubeconfig</button></div>
 <table class="list" id="cluster" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-only="{title}" data-poll="15">
 <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Type</th><th scope="col">Kubernetes</th><th scope="col">Nodes ready</th><th scope="col">Use</th><th scope="col">Agents</th><th scope="col">Age</th></tr></thead>

@@ -23,6 +23,7 @@ use crate::{api::state::Api, auth::Principal, health::Health};
 
 mod charts;
 mod clusters;
+mod explorer;
 mod machines;
 mod people;
 
@@ -52,6 +53,36 @@ pub fn router(dash: Dash) -> Router {
         .route("/clusters/{name}/snapshots", get(clusters::snapshots))
         .route("/clusters/{name}/conditions", get(clusters::conditions))
         .route("/clusters/{name}/nodes/{node}", get(machines::node))
+        .route("/clusters/{name}/explorer", get(explorer::kinds))
+        .route("/clusters/{name}/explorer/{resource}", get(explorer::list))
+        .route(
+            "/clusters/{name}/explorer/{resource}/{object}",
+            get(explorer::cluster_object),
+        )
+        .route(
+            "/clusters/{name}/explorer/{resource}/{namespace}/{object}",
+            get(explorer::object),
+        )
+        .route(
+            "/clusters/{name}/explorer/{resource}/{namespace}/{object}/{view}",
+            get(explorer::pod_view),
+        )
+        .route(
+            "/assets/explorer.js",
+            get(|| async { asset("text/javascript", explorer::JS) }),
+        )
+        .route(
+            "/assets/xterm/xterm.js",
+            get(|| async { asset("text/javascript", explorer::XTERM_JS) }),
+        )
+        .route(
+            "/assets/xterm/xterm.css",
+            get(|| async { asset("text/css", explorer::XTERM_CSS) }),
+        )
+        .route(
+            "/assets/xterm/addon-fit.js",
+            get(|| async { asset("text/javascript", explorer::XTERM_FIT_JS) }),
+        )
         .route("/hosts", get(machines::hosts))
         .route("/hosts/{name}", get(machines::host))
         .route("/users", get(people::users))
@@ -175,6 +206,18 @@ fn error_page(principal: &Principal, e: &crate::api::ApiError) -> Response {
 
 /// A whole page: the header with navigation, then `content`.
 fn page(title: &str, principal: Option<&Principal>, name: &str, content: &str) -> Response {
+    page_with(title, principal, name, content, "")
+}
+
+/// [`page`] with more of the hub's own assets in its head (`<script>` and `<link>` tags of
+/// `/assets/…`: the CSP allows nothing else).
+fn page_with(
+    title: &str,
+    principal: Option<&Principal>,
+    name: &str,
+    content: &str,
+    head: &str,
+) -> Response {
     let mut nav = String::new();
     if let Some(p) = principal {
         let mut links = vec![
@@ -214,6 +257,7 @@ fn page(title: &str, principal: Option<&Principal>, name: &str, content: &str) -
 <title>{title} · Drover</title>
 <link rel="stylesheet" href="/assets/app.css">
 <script src="/assets/app.js" defer></script>
+{head}
 </head>
 <body data-page="{name}">
 <header class="top"><a class="brand" href="/clusters">Drover</a>{nav}</header>

@@ -3,6 +3,29 @@
 
 use super::*;
 
+/// The label that puts a namespace in a project (what the cluster-agent's RBAC sync reads).
+const PROJECT_LABEL: &str = "drover.io/project";
+
+/// Whether the query asks only for the namespaces of a project the caller has a role on
+/// (`namespaces?labelSelector=drover.io/project=P`): as in Rancher, a project's members see
+/// which namespaces it has, though the cluster's RBAC gives them no right to list namespaces
+/// (their roles are bound inside those namespaces).
+fn own_projects_namespaces(
+    principal: &Principal,
+    cluster: &str,
+    cached: proto::CachedResource,
+    params: &HashMap<String, String>,
+) -> bool {
+    cached.name == "namespaces"
+        && params.len() == 1
+        && params
+            .get("labelSelector")
+            .and_then(|s| s.strip_prefix(PROJECT_LABEL))
+            .and_then(|s| s.strip_prefix('='))
+            .and_then(|project| principal.projects.get(project))
+            .is_some_and(|(c, _)| c == cluster)
+}
+
 /// `GET /v1/clusters/{cluster}/cache/{resource}?namespace=&labelSelector=`: a list answered
 /// from the cluster-agent's watch-driven cache, without a request to the cluster's API server.
 /// Any role on the cluster may read it.
@@ -27,11 +50,14 @@ pub async fn cache(
     // The cache answers only what the cluster's RBAC lets the caller list, as the proxy would:
     // a namespaced kind in the namespace asked for (every namespace without one), a
     // cluster-scoped kind to those who may list it. Admins are cluster-admin there.
-    let namespace = axum::extract::Query::<HashMap<String, String>>::try_from_uri(request.uri())
-        .ok()
-        .and_then(|q| q.0.get("namespace").cloned())
+    let params = axum::extract::Query::<HashMap<String, String>>::try_from_uri(request.uri())
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let namespace = params
+        .get("namespace")
+        .cloned()
         .filter(|n| !n.is_empty() && cached.namespaced);
-    if !principal.admin {
+    if !principal.admin && !own_projects_namespaces(&principal, &cluster, cached, &params) {
         match crate::downstream::may_list(
             &state,
             &route,
@@ -99,5 +125,53 @@ pub async fn cache(
             response.map(Body::new)
         }
         Err(response) => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn project_members_may_list_only_their_projects_namespaces() {
+        let pat = Principal {
+            user: "pat".into(),
+            groups: Vec::new(),
+            admin: false,
+            clusters: BTreeMap::new(),
+            projects: BTreeMap::from([("shop".into(), ("prod".into(), Role::ProjectMember))]),
+            token: String::new(),
+        };
+        let namespaces = proto::cached_resource("namespaces").unwrap();
+        let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let own = query(&[("labelSelector", "drover.io/project=shop")]);
+        assert!(own_projects_namespaces(&pat, "prod", namespaces, &own));
+        // Another cluster's project of that name, another project, any other selector or
+        // kind: the cluster's RBAC decides as usual.
+        assert!(!own_projects_namespaces(&pat, "dev", namespaces, &own));
+        for other in [
+            query(&[("labelSelector", "drover.io/project=bank")]),
+            query(&[("labelSelector", "drover.io/project=shop,x")]),
+            query(&[("labelSelector", "drover.io/project!=shop")]),
+            query(&[]),
+            query(&[
+                ("labelSelector", "drover.io/project=shop"),
+                ("namespace", "a"),
+            ]),
+        ] {
+            assert!(
+                !own_projects_namespaces(&pat, "prod", namespaces, &other),
+                "{other:?}"
+            );
+        }
+        let pods = proto::cached_resource("pods").unwrap();
+        assert!(!own_projects_namespaces(&pat, "prod", pods, &own));
     }
 }

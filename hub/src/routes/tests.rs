@@ -234,3 +234,35 @@ async fn the_dashboard_downloads_and_metrics_are_served_with_the_security_header
     let (status, _) = get("/no/such/page").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn explorer_pages_send_a_caller_without_a_session_to_log_in() {
+    for path in [
+        "/clusters/prod/explorer",
+        "/clusters/prod/explorer/pods",
+        "/clusters/prod/explorer/deployments.apps/shop/web",
+        "/clusters/prod/explorer/nodes/node-1",
+        "/clusters/prod/explorer/pods/shop/web-0/shell",
+    ] {
+        let (status, body, headers) = call(Method::GET, path).await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{path}: {body}");
+        let next: String = form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        assert_eq!(headers["location"], format!("/login?next={next}"), "{path}");
+    }
+    // A user's drain, like every API, asks who is calling first.
+    let (status, body, _) = call_with(Method::POST, "/v1/clusters/prod/nodes/n1/drain", "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    // The explorer's script and the terminal it draws come from the hub itself, under the
+    // same policy as every page.
+    for (path, kind) in [
+        ("/assets/explorer.js", "text/javascript"),
+        ("/assets/xterm/xterm.js", "text/javascript"),
+        ("/assets/xterm/addon-fit.js", "text/javascript"),
+        ("/assets/xterm/xterm.css", "text/css"),
+    ] {
+        let (status, _, headers) = call(Method::GET, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert_eq!(headers["content-type"], kind, "{path}");
+        assert!(headers.contains_key("content-security-policy"), "{path}");
+    }
+}

@@ -4,7 +4,10 @@
 //! stream's close in v5). What runs is the stand-in shell (`shell.rs`); attach shows the
 //! container's stand-in log as it is written and echoes what it is sent.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, atomic::Ordering},
+};
 
 use axum::{extract::Request, http::StatusCode, response::Response};
 use futures::{SinkExt, StreamExt};
@@ -142,6 +145,12 @@ fn environment(pod: &Value, container: &str, name: &str) -> Vec<(String, String)
 
 impl Session {
     async fn run(self, socket: Socket, v5: bool) {
+        self.sim.streams.fetch_add(1, Ordering::Relaxed);
+        self.session(socket, v5).await;
+        self.sim.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    async fn session(&self, socket: Socket, v5: bool) {
         let (mut tx, mut rx) = socket.split();
         let code = match &self.job {
             Job::Attach => {

@@ -115,6 +115,8 @@ pub(crate) struct Sim {
     /// Tokens the TokenRequest API issued (`kubectl create token`): each acts as its service
     /// account (namespace, name) for as long as that exists.
     service_account_tokens: Mutex<HashMap<String, (String, String)>>,
+    /// exec and attach sessions open now (a test sees a closed browser tab end its shell).
+    streams: std::sync::atomic::AtomicUsize,
 }
 
 impl Sim {
@@ -405,7 +407,10 @@ fn node_status() -> Value {
     })
 }
 
+/// A workload's status as its controller would report it once it has caught up: every
+/// replica ready (a Deployment's fields) or scheduled (a DaemonSet's, which has no replicas).
 fn deployment_status(object: &mut Value) {
+    let daemon_set = object["kind"] == "DaemonSet";
     let replicas = object
         .pointer("/spec/replicas")
         .and_then(Value::as_u64)
@@ -414,16 +419,24 @@ fn deployment_status(object: &mut Value) {
         .pointer("/metadata/generation")
         .cloned()
         .unwrap_or(json!(1));
-    object["status"] = json!({
-        "observedGeneration": generation,
-        "replicas": replicas,
-        "readyReplicas": replicas,
-        "updatedReplicas": replicas,
-        "availableReplicas": replicas,
-        "desiredNumberScheduled": replicas,
-        "currentNumberScheduled": replicas,
-        "numberReady": replicas,
-    });
+    object["status"] = if daemon_set {
+        json!({
+            "observedGeneration": generation,
+            "desiredNumberScheduled": replicas,
+            "currentNumberScheduled": replicas,
+            "updatedNumberScheduled": replicas,
+            "numberReady": replicas,
+            "numberAvailable": replicas,
+        })
+    } else {
+        json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "updatedReplicas": replicas,
+            "availableReplicas": replicas,
+        })
+    };
 }
 
 /// A running simulated cluster.
@@ -469,6 +482,7 @@ impl SimCluster {
             audit: Mutex::new(VecDeque::new()),
             counter: AtomicU64::new(0),
             containers: Mutex::new(HashMap::new()),
+            streams: std::sync::atomic::AtomicUsize::new(0),
             service_account_tokens: Mutex::new(HashMap::new()),
         });
         sim.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -607,6 +621,11 @@ impl SimCluster {
     /// Loads what [`SimCluster::export_state`] returned (call before serving anyone).
     pub fn import_state(&self, state: &Value) {
         self.sim.store.import(state);
+    }
+
+    /// How many exec and attach sessions are open now.
+    pub fn open_exec_sessions(&self) -> usize {
+        self.sim.streams.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until the server has stopped (after its shutdown token was cancelled).

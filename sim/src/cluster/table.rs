@@ -181,10 +181,11 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
             } else {
                 roles.join(",")
             };
-            cells.extend([
-                json!(if ready { "Ready" } else { "NotReady" }),
-                json!(roles),
-            ]);
+            let mut status = if ready { "Ready" } else { "NotReady" }.to_owned();
+            if o.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                status.push_str(",SchedulingDisabled");
+            }
+            cells.extend([json!(status), json!(roles)]);
         }
         "deployments" => cells.extend([
             json!(format!(

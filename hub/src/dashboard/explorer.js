@@ -1,0 +1,941 @@
+// The cluster explorer's script. Every request goes through the hub's authentication proxy
+// (/k8s/clusters/NAME/...) with the browser's session, so it acts as the signed-in user and
+// the cluster's RBAC decides; controls are shown only when a SelfSubjectAccessReview says the
+// user may use them. Text from the cluster is only ever set as text (never as HTML).
+"use strict";
+
+const explorer = document.getElementById("explorer");
+const cluster = explorer ? explorer.dataset.cluster : "";
+const kubeBase = `/k8s/clusters/${encodeURIComponent(cluster)}`;
+const TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io, application/json";
+const PAGE_SIZE = 100;
+
+// ---------- talking to the cluster ----------
+
+async function kube(path, { method = "GET", body, accept = "application/json", contentType } = {}) {
+  const headers = { Accept: accept };
+  if (body !== undefined) headers["Content-Type"] = contentType || "application/json";
+  const response = await fetch(kubeBase + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    cache: "no-store",
+  });
+  const text = await response.text();
+  let data = null;
+  try {
+    data = JSON.parse(text);
+  } catch (_) {
+    data = null;
+  }
+  return { ok: response.ok, status: response.status, data, text };
+}
+
+// What to tell the user about a failed request: the cluster's (or hub's) own message.
+function why(result) {
+  const message = result.data && result.data.message;
+  if (result.status === 409 && message) return `Conflict: ${message}`;
+  return message || `The cluster answered ${result.status}.`;
+}
+
+function say(id, text) {
+  const el = document.getElementById(id);
+  if (!el) return;
+  el.textContent = text;
+  // An error is shown where the eye is: scrolled into view if it is not.
+  if (text && el.getAttribute("role") === "alert") el.scrollIntoView({ block: "nearest" });
+}
+
+function element(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "dataset") Object.assign(el.dataset, v);
+    else if (k in el) el[k] = v;
+    else el.setAttribute(k, v);
+  }
+  el.append(...children);
+  return el;
+}
+
+// ---------- discovery ----------
+
+// Every resource the cluster serves (not subresources), each with its group, version and
+// verbs; the preferred version of each group. Kept for the session's tab.
+async function discover() {
+  const key = `drover-discovery:${cluster}`;
+  const kept = sessionStorage.getItem(key);
+  if (kept) return JSON.parse(kept);
+  const found = [];
+  const add = (group, version, list) => {
+    for (const r of list.resources || []) {
+      if (r.name.includes("/")) continue;
+      found.push({ group, version, name: r.name, kind: r.kind, namespaced: r.namespaced, verbs: r.verbs || [] });
+    }
+  };
+  const core = await kube("/api/v1");
+  if (!core.ok) throw new Error(why(core));
+  add("", "v1", core.data);
+  const groups = await kube("/apis");
+  if (!groups.ok) throw new Error(why(groups));
+  const lists = await Promise.all(
+    (groups.data.groups || []).map(async (g) => {
+      const v = g.preferredVersion.version;
+      const list = await kube(`/apis/${g.name}/${v}`);
+      return [g.name, v, list];
+    }),
+  );
+  for (const [group, version, list] of lists) if (list.ok) add(group, version, list.data);
+  sessionStorage.setItem(key, JSON.stringify(found));
+  return found;
+}
+
+// `pods` or `deployments.apps`: how the explorer names a resource in its paths.
+function resourceId(r) {
+  return r.group ? `${r.name}.${r.group}` : r.name;
+}
+
+async function resolve(id) {
+  const all = await discover();
+  const found = all.find((r) => resourceId(r) === id);
+  if (!found) throw new Error(`The cluster does not serve ${id}.`);
+  return found;
+}
+
+// The API path of a resource's collection (in `namespace` when given), or of one object.
+function apiPath(r, namespace, name) {
+  let path = r.group ? `/apis/${r.group}/${r.version}` : `/api/${r.version}`;
+  if (r.namespaced && namespace) path += `/namespaces/${encodeURIComponent(namespace)}`;
+  path += `/${r.name}`;
+  if (name) path += `/${encodeURIComponent(name)}`;
+  return path;
+}
+
+function pagePath(r, namespace, name) {
+  let path = `/clusters/${encodeURIComponent(cluster)}/explorer/${encodeURIComponent(resourceId(r))}`;
+  if (r.namespaced && namespace) path += `/${encodeURIComponent(namespace)}`;
+  return `${path}/${encodeURIComponent(name)}`;
+}
+
+// Which group of the kinds page a resource belongs to, as Rancher's explorer groups them;
+// a group no Kubernetes release serves is custom.
+const CATEGORIES = [
+  ["Workloads", ["pods", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs"]],
+  ["Service discovery", ["services", "endpoints", "endpointslices", "ingresses", "ingressclasses", "networkpolicies"]],
+  ["Storage", ["persistentvolumes", "persistentvolumeclaims", "storageclasses", "volumeattachments", "csidrivers", "csinodes"]],
+  ["Config", ["configmaps", "secrets", "resourcequotas", "limitranges", "horizontalpodautoscalers", "poddisruptionbudgets"]],
+  ["RBAC", ["serviceaccounts", "roles", "rolebindings", "clusterroles", "clusterrolebindings"]],
+  ["Cluster", ["namespaces", "nodes", "events", "leases", "customresourcedefinitions", "apiservices", "priorityclasses", "runtimeclasses"]],
+];
+const BUILT_IN_GROUPS = new Set(["", "apps", "batch", "policy", "autoscaling"]);
+
+function category(r) {
+  if (!BUILT_IN_GROUPS.has(r.group) && !r.group.endsWith(".k8s.io")) return "Custom";
+  const hit = CATEGORIES.find(([, names]) => names.includes(r.name));
+  return hit ? hit[0] : "Cluster";
+}
+
+// ---------- access ----------
+
+const reviews = new Map();
+
+// Whether the user may `verb` the resource (in `namespace`; a subresource such as `exec`).
+async function can(verb, r, namespace, subresource, name) {
+  const attributes = { verb, group: r.group, resource: r.name, namespace: namespace || "" };
+  if (subresource) attributes.subresource = subresource;
+  if (name) attributes.name = name;
+  const key = JSON.stringify(attributes);
+  if (!reviews.has(key)) {
+    reviews.set(
+      key,
+      kube("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        method: "POST",
+        body: { apiVersion: "authorization.k8s.io/v1", kind: "SelfSubjectAccessReview", spec: { resourceAttributes: attributes } },
+      }).then((result) => result.ok && result.data.status && result.data.status.allowed === true),
+    );
+  }
+  return reviews.get(key);
+}
+
+// ---------- the kinds page ----------
+
+async function showKinds(holder) {
+  let all;
+  try {
+    all = await discover();
+  } catch (e) {
+    say("explorer-error", e.message);
+    return;
+  }
+  const listable = all.filter((r) => r.verbs.includes("list"));
+  const order = [...CATEGORIES.map(([name]) => name), "Custom"];
+  for (const name of order) {
+    const members = listable.filter((r) => category(r) === name).sort((a, b) => a.kind.localeCompare(b.kind));
+    if (members.length === 0) continue;
+    const id = `kinds-${name.toLowerCase().replace(/\W+/g, "-")}`;
+    const list = element("ul", { className: "kinds" });
+    for (const r of members) {
+      const count = element("span", { className: "count", dataset: { resource: resourceId(r) } }, "…");
+      const link = element("a", { href: `/clusters/${encodeURIComponent(cluster)}/explorer/${encodeURIComponent(resourceId(r))}` }, r.kind);
+      const group = element("span", { className: "group" }, r.group || "core");
+      list.append(element("li", { dataset: { resource: resourceId(r) } }, link, " ", group, " ", count));
+    }
+    holder.append(element("section", { id, "aria-label": name }, element("h2", {}, name), list));
+  }
+  say("kinds-status", `${listable.length} kinds. Counts are of what you may list.`);
+  // A count is one small list each (limit=1): the API server says how many remain.
+  const queue = listable.slice();
+  const worker = async () => {
+    while (queue.length > 0) {
+      const r = queue.shift();
+      const cell = holder.querySelector(`span.count[data-resource="${CSS.escape(resourceId(r))}"]`);
+      const result = await kube(`${apiPath(r)}?limit=1`);
+      if (!result.ok) {
+        cell.textContent = result.status === 403 ? "not allowed" : "–";
+        continue;
+      }
+      const items = (result.data.items || []).length;
+      const remaining = result.data.metadata && result.data.metadata.remainingItemCount;
+      const more = result.data.metadata && result.data.metadata.continue;
+      cell.textContent = remaining !== undefined ? String(items + remaining) : more ? `${items}+` : String(items);
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+}
+
+// ---------- the list page ----------
+
+// A project's namespaces (those labelled drover.io/project=NAME), from the cluster-agent's
+// cache through the hub, which shows a project's members their own project's namespaces even
+// where the cluster's RBAC does not let them list namespaces.
+async function projectNamespaces(project) {
+  const selector = encodeURIComponent(`drover.io/project=${project}`);
+  const response = await fetch(`/v1/clusters/${encodeURIComponent(cluster)}/cache/namespaces?labelSelector=${selector}`, { cache: "no-store" });
+  const data = await response.json().catch(() => null);
+  if (!response.ok) throw new Error((data && data.message) || `The hub answered ${response.status}.`);
+  return (data.items || []).map((n) => n.metadata.name).sort();
+}
+
+// Namespaces the user may pick, and the projects of this cluster.
+async function fillNamespaces(select, chosen) {
+  const option = (value, label) => select.append(element("option", { value }, label));
+  const namespaces = await kube("/api/v1/namespaces");
+  if (namespaces.ok) {
+    const projects = new Set();
+    for (const ns of namespaces.data.items || []) {
+      option(ns.metadata.name, ns.metadata.name);
+      const project = (ns.metadata.labels || {})["drover.io/project"];
+      if (project) projects.add(project);
+    }
+    for (const project of [...projects].sort()) option(`project:${project}`, `Project ${project}`);
+  } else {
+    // No right to list namespaces: the user's projects on this cluster, and theirs.
+    const projects = await fetch("/v1/projects", { cache: "no-store" }).then((r) => (r.ok ? r.json() : { items: [] }));
+    for (const p of projects.items || []) {
+      if (p.spec.cluster !== cluster) continue;
+      option(`project:${p.metadata.name}`, `Project ${p.metadata.name}`);
+      for (const ns of await projectNamespaces(p.metadata.name).catch(() => [])) option(ns, ns);
+    }
+  }
+  if (chosen && !Array.from(select.options).some((o) => o.value === chosen)) {
+    option(chosen, chosen.startsWith("project:") ? `Project ${chosen.slice(8)}` : chosen);
+  }
+  select.value = chosen || "";
+}
+
+// The namespaces a filter value stands for: one, a project's, or all (null).
+async function namespacesOf(value) {
+  if (!value) return null;
+  if (!value.startsWith("project:")) return [value];
+  return projectNamespaces(value.slice(8));
+}
+
+async function showList(holder) {
+  const id = holder.dataset.resource;
+  let r;
+  try {
+    r = await resolve(id);
+  } catch (e) {
+    say("list-error", e.message);
+    return;
+  }
+  document.getElementById("list-title").textContent = `${r.kind} (${resourceId(r)})`;
+  const params = new URLSearchParams(window.location.search);
+  const form = document.getElementById("list-filters");
+  const select = document.getElementById("namespace");
+  form.labelSelector.value = params.get("labelSelector") || "";
+  form.name.value = params.get("name") || "";
+  if (r.name === "events") {
+    document.getElementById("object-field").hidden = false;
+    form.object.value = params.get("object") || "";
+  }
+  if (r.namespaced) await fillNamespaces(select, params.get("namespace") || "");
+  else document.getElementById("namespace-field").hidden = true;
+
+  const table = document.getElementById("objects");
+  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [] };
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    if (r.namespaced && select.value) next.set("namespace", select.value);
+    if (form.labelSelector.value.trim()) next.set("labelSelector", form.labelSelector.value.trim());
+    if (form.name.value.trim()) next.set("name", form.name.value.trim());
+    if (r.name === "events" && form.object.value.trim()) next.set("object", form.object.value.trim());
+    const query = next.toString();
+    window.history.replaceState(null, "", query ? `?${query}` : window.location.pathname);
+    start();
+  });
+
+  // One page: from `cursor` ({source, token, skip}) on, PAGE_SIZE rows that match the name
+  // filter, reading chunks until the page is full or the list ends. Returns the rows and the
+  // cursor of the next page (null at the end). A page that fills in the middle of a chunk
+  // resumes by reading that chunk again (same token) and skipping what it took.
+  const readPage = async (cursor) => {
+    const nameFilter = form.name.value.trim().toLowerCase();
+    const rows = [];
+    let { source, token } = cursor;
+    let skip = cursor.skip || 0;
+    let total = null;
+    while (source < state.sources.length && rows.length < PAGE_SIZE) {
+      const query = new URLSearchParams(state.sources[source].query);
+      // With a name filter, read bigger chunks: most of each is thrown away.
+      query.set("limit", String(nameFilter ? 500 : PAGE_SIZE - rows.length));
+      if (token) query.set("continue", token);
+      const result = await kube(`${state.sources[source].path}?${query}`, { accept: TABLE });
+      if (!result.ok) throw new Error(why(result));
+      const data = result.data;
+      const chunk = data.rows || [];
+      const meta = data.metadata || {};
+      if (data.columnDefinitions && data.columnDefinitions.length > 0) state.columns = data.columnDefinitions;
+      if (state.revision === null) state.revision = meta.resourceVersion;
+      if (state.sources.length === 1 && !nameFilter && !token && meta.remainingItemCount !== undefined) {
+        total = chunk.length + meta.remainingItemCount;
+      }
+      let i = skip;
+      skip = 0;
+      for (; i < chunk.length && rows.length < PAGE_SIZE; i += 1) {
+        if (!nameFilter || chunk[i].object.metadata.name.toLowerCase().includes(nameFilter)) rows.push(chunk[i]);
+      }
+      if (i < chunk.length) return { rows, next: { source, token, skip: i }, total };
+      if (meta.continue) {
+        token = meta.continue;
+      } else {
+        source += 1;
+        token = null;
+      }
+    }
+    const next = source < state.sources.length ? { source, token } : null;
+    return { rows, next, total };
+  };
+
+  const render = () => {
+    const head = table.tHead;
+    head.replaceChildren();
+    const tr = element("tr");
+    const showNamespace = r.namespaced && (state.sources.length !== 1 || !select.value);
+    const columns = state.columns.filter((c) => c.priority === 0 || c.priority === undefined);
+    const sortable = (label, index) => {
+      const button = element("button", { type: "button", className: "sort", dataset: { sort: String(index) } }, label);
+      button.addEventListener("click", () => sortBy(index));
+      return element("th", { scope: "col" }, button);
+    };
+    if (showNamespace) tr.append(sortable("Namespace", -1));
+    columns.forEach((c, i) => tr.append(sortable(c.name, i)));
+    head.append(tr);
+    const body = table.tBodies[0];
+    body.replaceChildren();
+    for (const row of state.rows) body.append(rowElement(row, columns, showNamespace));
+    if (state.sortColumn !== undefined) applySortState();
+  };
+
+  const rowElement = (row, columns, showNamespace) => {
+    const meta = row.object.metadata;
+    const tr = element("tr", { dataset: { name: meta.name, namespace: meta.namespace || "", uid: meta.uid || "" } });
+    if (showNamespace) tr.append(element("td", { dataset: { label: "Namespace" } }, meta.namespace || ""));
+    columns.forEach((c, i) => {
+      const index = state.columns.indexOf(c);
+      let value = row.cells[index];
+      if (value === null || value === undefined) value = "";
+      const text = typeof value === "object" ? JSON.stringify(value) : String(value);
+      const cell = element("td", { dataset: { label: c.name } });
+      if (i === 0) cell.append(element("a", { href: pagePath(r, meta.namespace, meta.name) }, text));
+      else cell.append(text);
+      tr.append(cell);
+    });
+    return tr;
+  };
+
+  // Sorting orders the rows of the page shown (the API server lists in namespace and name
+  // order, which is the order pages follow each other).
+  const sortBy = (index) => {
+    const same = state.sortColumn === index;
+    state.sortDirection = same && state.sortDirection === "ascending" ? "descending" : "ascending";
+    state.sortColumn = index;
+    applySortState();
+  };
+  const applySortState = () => {
+    const body = table.tBodies[0];
+    const th = Array.from(table.tHead.rows[0].cells);
+    const position = th.findIndex((cell) => cell.querySelector(`button[data-sort="${state.sortColumn}"]`));
+    if (position < 0) return;
+    th.forEach((cell) => cell.removeAttribute("aria-sort"));
+    th[position].setAttribute("aria-sort", state.sortDirection);
+    const sign = state.sortDirection === "descending" ? -1 : 1;
+    const key = (tr) => tr.cells[position].textContent.trim();
+    const rows = Array.from(body.rows);
+    rows.sort((a, b) => sign * key(a).localeCompare(key(b), undefined, { numeric: true }));
+    for (const tr of rows) body.append(tr);
+  };
+
+  const showPage = async (index) => {
+    const started = performance.now();
+    say("list-error", "");
+    say("list-status", "Loading…");
+    let read;
+    try {
+      read = await readPage(state.pages[index]);
+    } catch (e) {
+      say("list-status", "");
+      say("list-error", e.message);
+      return;
+    }
+    state.page = index;
+    state.rows = read.rows;
+    if (read.next) state.pages[index + 1] = read.next;
+    else state.pages.length = index + 1;
+    if (read.total !== null) state.total = read.total;
+    render();
+    const first = index * PAGE_SIZE + 1;
+    const last = index * PAGE_SIZE + read.rows.length;
+    const of = state.total !== undefined ? ` of ${state.total}` : read.next ? "" : ` of ${last}`;
+    say("page-info", read.rows.length === 0 ? "No objects" : `${first}–${last}${of}`);
+    document.getElementById("prev").disabled = index === 0;
+    document.getElementById("next").disabled = !read.next;
+    say("list-status", `Page ${index + 1} shown in ${Math.round(performance.now() - started)} ms; following changes.`);
+    // Which query this page answers (the page's own state, for tests and bookmarks alike).
+    holder.dataset.shown = window.location.search;
+  };
+
+  document.getElementById("prev").addEventListener("click", () => showPage(Math.max(0, state.page - 1)));
+  document.getElementById("next").addEventListener("click", () => showPage(state.page + 1));
+
+  // Live: a watch of the same list (as a Table) from the first page's resourceVersion. A
+  // change to a row shown is drawn in place; an object added or removed redraws the page.
+  const follow = () => {
+    if (state.watch) state.watch.abort();
+    const controller = new AbortController();
+    state.watch = controller;
+    let redraw = null;
+    const reload = () => {
+      if (redraw === null) redraw = setTimeout(() => { redraw = null; showPage(state.page); }, 300);
+    };
+    const one = async (source) => {
+      const query = new URLSearchParams(source.query);
+      query.set("watch", "1");
+      if (state.revision) query.set("resourceVersion", state.revision);
+      query.set("allowWatchBookmarks", "true");
+      let response;
+      try {
+        response = await fetch(`${kubeBase}${source.path}?${query}`, { headers: { Accept: TABLE }, signal: controller.signal, cache: "no-store" });
+      } catch (_) {
+        return;
+      }
+      if (!response.ok || !response.body) return;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        let chunk;
+        try {
+          chunk = await reader.read();
+        } catch (_) {
+          return;
+        }
+        if (chunk.done) break;
+        buffer += chunk.value;
+        let newline;
+        while ((newline = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, newline);
+          buffer = buffer.slice(newline + 1);
+          if (!line.trim()) continue;
+          const event = JSON.parse(line);
+          if (event.type === "BOOKMARK") continue;
+          if (event.type === "ERROR") {
+            // Fell behind: list again from now.
+            state.revision = null;
+            reload();
+            return;
+          }
+          const table = event.object;
+          if (table.columnDefinitions && table.columnDefinitions.length > 0) state.columns = table.columnDefinitions;
+          for (const row of table.rows || []) {
+            const meta = row.object.metadata;
+            if (meta.resourceVersion) state.revision = meta.resourceVersion;
+            const shown = state.rows.findIndex((x) => x.object.metadata.uid === meta.uid);
+            if (event.type === "MODIFIED" && shown >= 0) {
+              state.rows[shown] = row;
+              render();
+            } else if (event.type !== "MODIFIED" || shown >= 0) {
+              reload();
+            }
+          }
+        }
+      }
+      // The server ended the watch (its timeout): go on from where it stopped.
+      if (!controller.signal.aborted) setTimeout(() => one(source), 1000);
+    };
+    for (const source of state.sources) one(source);
+  };
+
+  const start = async () => {
+    const query = new URLSearchParams();
+    const selector = form.labelSelector.value.trim();
+    if (selector) query.set("labelSelector", selector);
+    if (r.name === "events" && form.object.value.trim()) {
+      query.set("fieldSelector", `involvedObject.name=${form.object.value.trim()}`);
+    }
+    let namespaces = null;
+    try {
+      namespaces = r.namespaced ? await namespacesOf(select.value) : null;
+    } catch (e) {
+      say("list-error", e.message);
+      return;
+    }
+    state.sources = (namespaces || [null]).map((ns) => ({ path: apiPath(r, ns), query: query.toString() }));
+    state.pages = [{ source: 0, token: null }];
+    state.total = undefined;
+    state.revision = null;
+    state.sortColumn = undefined;
+    await showPage(0);
+    follow();
+  };
+  await start();
+
+  // Create from YAML, for those who may create this kind (in the namespace chosen, if any).
+  const namespace = r.namespaced && select.value && !select.value.startsWith("project:") ? select.value : "";
+  if (r.verbs.includes("create") && (await can("create", r, namespace))) {
+    const open = document.getElementById("create-open");
+    open.hidden = false;
+    const area = document.getElementById("create-yaml");
+    area.value = `apiVersion: ${r.group ? `${r.group}/${r.version}` : r.version}\nkind: ${r.kind}\nmetadata:\n  name: \n${r.namespaced ? `  namespace: ${namespace || "default"}\n` : ""}`;
+    open.addEventListener("click", () => {
+      document.getElementById("create").hidden = false;
+      area.focus();
+    });
+    document.getElementById("create-submit").addEventListener("click", async () => {
+      // The collection's namespace is the one the YAML names (the API server checks that the
+      // two agree); without one, the namespace chosen, else `default`.
+      const named = area.value.match(/^metadata:[^\n]*\n(?:[ \t]+[^\n]*\n)*?[ \t]+namespace:[ \t]*["']?([a-z0-9-]+)/m);
+      const ns = r.namespaced ? (named ? named[1] : namespace || "default") : null;
+      const result = await kube(apiPath(r, ns), { method: "POST", body: area.value, contentType: "application/yaml" });
+      if (!result.ok) {
+        say("create-error", why(result));
+        return;
+      }
+      const meta = result.data.metadata;
+      window.location.assign(pagePath(r, meta.namespace, meta.name));
+    });
+  }
+  holder.dataset.ready = "true";
+}
+
+// ---------- one object ----------
+
+function fact(list, term, ...value) {
+  list.append(element("dt", {}, term), element("dd", {}, ...value));
+}
+
+function age(text) {
+  const then = Date.parse(text);
+  if (Number.isNaN(then)) return text || "";
+  const s = Math.max(0, Math.round((Date.now() - then) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+async function showObject(holder) {
+  const { namespace, name } = holder.dataset;
+  let r;
+  try {
+    r = await resolve(holder.dataset.resource);
+  } catch (e) {
+    say("object-error", e.message);
+    return;
+  }
+  const path = apiPath(r, namespace, name);
+  const load = await kube(path);
+  if (!load.ok) {
+    say("object-error", why(load));
+    return;
+  }
+  const object = load.data;
+  const meta = object.metadata;
+  const facts = document.getElementById("facts");
+  fact(facts, "Kind", `${object.kind} (${object.apiVersion})`);
+  if (meta.namespace) fact(facts, "Namespace", meta.namespace);
+  fact(facts, "Created", `${meta.creationTimestamp || ""} (${age(meta.creationTimestamp)} ago)`);
+  const labels = Object.entries(meta.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+  fact(facts, "Labels", labels || "none");
+  const status = object.status || {};
+  if (status.phase) fact(facts, "Phase", status.phase);
+  if (object.spec && object.spec.replicas !== undefined) {
+    fact(facts, "Replicas", `${status.readyReplicas || 0} ready of ${object.spec.replicas} wanted`);
+  }
+  if (object.spec && object.spec.nodeName) fact(facts, "Node", object.spec.nodeName);
+  if (object.kind === "Node") fact(facts, "Schedulable", object.spec && object.spec.unschedulable ? "no (cordoned)" : "yes");
+  const conditions = document.getElementById("conditions").tBodies[0];
+  for (const c of status.conditions || []) {
+    conditions.append(element("tr", {}, element("td", {}, c.type || ""), element("td", {}, c.status || ""), element("td", {}, c.reason || ""), element("td", {}, c.message || "")));
+  }
+  const owners = document.getElementById("owners");
+  for (const o of meta.ownerReferences || []) {
+    owners.append(element("li", {}, `${o.kind} ${o.name}`));
+  }
+  if (owners.children.length === 0) owners.append(element("li", {}, "nothing"));
+  await showOwned(r, object);
+  await showObjectEvents(object);
+  await showYaml(r, path, namespace, name);
+  await showActions(r, object, path);
+}
+
+// What the object owns: the pods of a workload (by its selector, as the workload finds them).
+async function showOwned(r, object) {
+  const owned = document.getElementById("owned");
+  const selector = object.spec && object.spec.selector && (object.spec.selector.matchLabels || (r.name === "services" ? object.spec.selector : null));
+  if (selector && Object.keys(selector).length > 0 && object.metadata.namespace) {
+    const labels = Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(",");
+    const pods = await kube(`/api/v1/namespaces/${encodeURIComponent(object.metadata.namespace)}/pods?labelSelector=${encodeURIComponent(labels)}&limit=50`);
+    if (pods.ok) {
+      const podResource = { group: "", version: "v1", name: "pods", namespaced: true };
+      for (const p of pods.data.items || []) {
+        owned.append(element("li", {}, element("a", { href: pagePath(podResource, p.metadata.namespace, p.metadata.name) }, `Pod ${p.metadata.name}`), ` ${(p.status && p.status.phase) || ""}`));
+      }
+    }
+  }
+  if (owned.children.length === 0) owned.append(element("li", {}, "nothing"));
+}
+
+async function showObjectEvents(object) {
+  const meta = object.metadata;
+  const fields = [`involvedObject.name=${meta.name}`];
+  if (meta.namespace) fields.push(`involvedObject.namespace=${meta.namespace}`);
+  const path = meta.namespace ? `/api/v1/namespaces/${encodeURIComponent(meta.namespace)}/events` : "/api/v1/events";
+  const events = await kube(`${path}?fieldSelector=${encodeURIComponent(fields.join(","))}`);
+  const body = document.getElementById("object-events").tBodies[0];
+  if (!events.ok) {
+    body.append(element("tr", {}, element("td", { colSpan: 4 }, why(events))));
+    return;
+  }
+  const items = (events.data.items || []).filter((e) => e.involvedObject.kind === object.kind);
+  for (const e of items) {
+    body.append(element("tr", {}, element("td", {}, e.type || ""), element("td", {}, e.reason || ""), element("td", {}, e.message || ""), element("td", {}, e.lastTimestamp || e.eventTime || "")));
+  }
+  if (items.length === 0) body.append(element("tr", {}, element("td", { colSpan: 4 }, "No events about it.")));
+}
+
+// The YAML, as the API server writes it; those who may update the object edit it in place.
+// Saving sends it whole (a replace): if the object changed since it was read, the API server
+// refuses with a conflict on its resourceVersion, and nothing is overwritten.
+async function showYaml(r, path, namespace, name) {
+  const area = document.getElementById("yaml");
+  const read = async () => {
+    const result = await kube(path, { accept: "application/yaml" });
+    if (!result.ok) {
+      say("yaml-error", why(result));
+      return;
+    }
+    area.value = result.text;
+  };
+  await read();
+  if (!r.verbs.includes("update") || !(await can("update", r, namespace, undefined, name))) return;
+  const [edit, save, cancel] = ["edit", "save", "cancel"].map((id) => document.getElementById(id));
+  edit.hidden = false;
+  const editing = (on) => {
+    area.readOnly = !on;
+    edit.hidden = on;
+    save.hidden = !on;
+    cancel.hidden = !on;
+  };
+  edit.addEventListener("click", () => {
+    editing(true);
+    say("yaml-status", "Editing: Save replaces the object with this YAML.");
+    area.focus();
+  });
+  cancel.addEventListener("click", async () => {
+    editing(false);
+    say("yaml-error", "");
+    say("yaml-status", "");
+    await read();
+  });
+  save.addEventListener("click", async () => {
+    say("yaml-error", "");
+    const result = await kube(path, { method: "PUT", body: area.value, contentType: "application/yaml" });
+    if (!result.ok) {
+      say("yaml-error", result.status === 409
+        ? `Not saved: the object was changed by someone else since you opened it (${why(result)}). Cancel to see the current version, then edit again.`
+        : `Not saved: ${why(result)}`);
+      return;
+    }
+    editing(false);
+    say("yaml-status", `Saved (resourceVersion ${result.data.metadata.resourceVersion}).`);
+    await read();
+  });
+}
+
+function actionButton(label, id, act) {
+  const button = element("button", { type: "button", id }, label);
+  button.addEventListener("click", async () => {
+    say("object-error", "");
+    button.disabled = true;
+    try {
+      await act(button);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  document.getElementById("actions").append(button);
+  return button;
+}
+
+async function showActions(r, object, path) {
+  const meta = object.metadata;
+  const ns = meta.namespace;
+  const done = (text) => say("action-status", text);
+  const failed = (result) => {
+    say("object-error", why(result));
+    return false;
+  };
+  const patch = (target, body) => kube(target, { method: "PATCH", body, contentType: "application/merge-patch+json" });
+  if (r.name === "pods") {
+    const podPage = pagePath(r, ns, meta.name);
+    if (await can("get", r, ns, "log", meta.name)) {
+      document.getElementById("actions").append(element("a", { className: "button", href: `${podPage}/logs`, id: "logs-link" }, "Logs"));
+    }
+    if (await can("create", r, ns, "exec", meta.name)) {
+      document.getElementById("actions").append(element("a", { className: "button", href: `${podPage}/shell`, id: "shell-link" }, "Shell"));
+    }
+  }
+  if (["deployments", "statefulsets", "replicasets"].includes(r.name) && (await can("patch", r, ns, "scale", meta.name))) {
+    const input = element("input", { type: "number", min: "0", id: "replicas", value: String(object.spec.replicas ?? 1), "aria-label": "Replicas" });
+    document.getElementById("actions").append(input);
+    actionButton("Scale", "scale", async () => {
+      const replicas = Number(input.value);
+      const result = await patch(`${path}/scale`, { spec: { replicas } });
+      if (!result.ok) return failed(result);
+      done(`Scaled to ${replicas} replicas.`);
+      return true;
+    });
+  }
+  if (["deployments", "statefulsets", "daemonsets"].includes(r.name) && (await can("patch", r, ns, undefined, meta.name))) {
+    actionButton("Restart", "restart", async () => {
+      // What `kubectl rollout restart` changes: a template annotation, so every pod is replaced.
+      const at = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+      const result = await patch(path, { spec: { template: { metadata: { annotations: { "kubectl.kubernetes.io/restartedAt": at } } } } });
+      if (!result.ok) return failed(result);
+      done(`Restart requested at ${at}.`);
+      return true;
+    });
+  }
+  if (r.name === "nodes" && (await can("patch", r, "", undefined, meta.name))) {
+    const cordoned = object.spec && object.spec.unschedulable === true;
+    const cordon = actionButton(cordoned ? "Uncordon" : "Cordon", "cordon", async (button) => {
+      const now = button.textContent === "Cordon";
+      const result = await patch(path, { spec: { unschedulable: now ? true : null } });
+      if (!result.ok) return failed(result);
+      button.textContent = now ? "Uncordon" : "Cordon";
+      done(now ? `${meta.name} is cordoned: no new pods are scheduled on it.` : `${meta.name} is schedulable again.`);
+      return true;
+    });
+    actionButton("Drain", "drain", async () => {
+      if (!window.confirm(`Drain node ${meta.name}? It is cordoned and its pods (but DaemonSet and mirror pods) are evicted.`)) return;
+      done(`Draining ${meta.name}…`);
+      const response = await fetch(`/v1/clusters/${encodeURIComponent(cluster)}/nodes/${encodeURIComponent(meta.name)}/drain`, { method: "POST" });
+      const data = await response.json().catch(() => null);
+      if (!response.ok) {
+        say("object-error", (data && data.message) || `The hub answered ${response.status}.`);
+        done("");
+        return;
+      }
+      cordon.textContent = "Uncordon";
+      done(data.message);
+    });
+  }
+  if (r.verbs.includes("delete") && (await can("delete", r, ns, undefined, meta.name))) {
+    actionButton("Delete", "delete", async () => {
+      const what = `${object.kind} ${ns ? `${ns}/` : ""}${meta.name}`;
+      if (!window.confirm(`Delete ${what}? This cannot be undone.`)) return;
+      const result = await kube(path, { method: "DELETE" });
+      if (!result.ok) return failed(result);
+      const list = `/clusters/${encodeURIComponent(cluster)}/explorer/${encodeURIComponent(resourceId(r))}`;
+      window.location.assign(ns ? `${list}?namespace=${encodeURIComponent(ns)}` : list);
+      return true;
+    });
+  }
+  // Every control the user may use is shown (for tests and screen readers alike: the page
+  // has settled).
+  document.getElementById("actions").dataset.ready = "true";
+}
+
+// ---------- a pod's logs ----------
+
+async function containersOf(holder, select) {
+  const pod = await kube(`/api/v1/namespaces/${encodeURIComponent(holder.dataset.namespace)}/pods/${encodeURIComponent(holder.dataset.name)}`);
+  if (!pod.ok) throw new Error(why(pod));
+  for (const c of pod.data.spec.containers || []) select.append(element("option", { value: c.name }, c.name));
+  const asked = new URLSearchParams(window.location.search).get("container");
+  if (asked) select.value = asked;
+  return pod.data;
+}
+
+async function showLogs(holder) {
+  const select = document.getElementById("container");
+  try {
+    await containersOf(holder, select);
+  } catch (e) {
+    say("log-error", e.message);
+    return;
+  }
+  const form = document.getElementById("log-options");
+  const out = document.getElementById("log");
+  let controller = null;
+  const stream = async () => {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const mine = controller;
+    out.textContent = "";
+    say("log-error", "");
+    const query = new URLSearchParams({ container: select.value });
+    const tail = document.getElementById("tail").value;
+    if (tail) query.set("tailLines", tail);
+    const follow = document.getElementById("follow").checked;
+    if (follow) query.set("follow", "true");
+    if (document.getElementById("previous").checked) query.set("previous", "true");
+    if (document.getElementById("timestamps").checked) query.set("timestamps", "true");
+    const path = `/api/v1/namespaces/${encodeURIComponent(holder.dataset.namespace)}/pods/${encodeURIComponent(holder.dataset.name)}/log?${query}`;
+    say("log-status", follow ? "Following the log…" : "Reading the log…");
+    let response;
+    try {
+      response = await fetch(kubeBase + path, { signal: mine.signal, cache: "no-store" });
+    } catch (_) {
+      return;
+    }
+    if (!response.ok) {
+      const data = await response.json().catch(() => null);
+      say("log-status", "");
+      say("log-error", (data && data.message) || `The cluster answered ${response.status}.`);
+      return;
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (_) {
+        if (mine.signal.aborted) return;
+        break;
+      }
+      if (chunk.done) break;
+      const atBottom = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+      out.append(chunk.value);
+      if (atBottom) out.scrollTop = out.scrollHeight;
+    }
+    if (!mine.signal.aborted) {
+      say("log-status", follow ? "The log ended: the container stopped or the connection closed." : "End of the log.");
+      out.dataset.ended = "true";
+    }
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    stream();
+  });
+  document.getElementById("download").addEventListener("click", () => {
+    const blob = new Blob([out.textContent], { type: "text/plain" });
+    const link = element("a", { href: URL.createObjectURL(blob), download: `${holder.dataset.name}-${select.value}.log`, id: "log-download" }, "log");
+    link.hidden = true;
+    document.body.append(link);
+    link.click();
+  });
+  stream();
+}
+
+// ---------- a shell ----------
+
+// kubectl's exec protocol over WebSocket: each message is one channel's bytes after a channel
+// byte (0 stdin, 1 stdout, 2 stderr, 3 the closing status, 4 the terminal's size).
+async function showShell(holder) {
+  const select = document.getElementById("container");
+  try {
+    await containersOf(holder, select);
+  } catch (e) {
+    say("shell-error", e.message);
+    return;
+  }
+  const terminal = new Terminal({ cursorBlink: true, fontFamily: "monospace", fontSize: 14, theme: { background: "#101722", foreground: "#e8edf4" } });
+  const fit = new FitAddon.FitAddon();
+  terminal.loadAddon(fit);
+  terminal.open(document.getElementById("terminal"));
+  fit.fit();
+  const encoder = new TextEncoder();
+  let socket = null;
+  const send = (channel, bytes) => {
+    if (!socket || socket.readyState !== WebSocket.OPEN) return;
+    const message = new Uint8Array(bytes.length + 1);
+    message[0] = channel;
+    message.set(bytes, 1);
+    socket.send(message);
+  };
+  const sendSize = () => send(4, encoder.encode(JSON.stringify({ Width: terminal.cols, Height: terminal.rows })));
+  terminal.onData((data) => send(0, encoder.encode(data)));
+  terminal.onResize(sendSize);
+  window.addEventListener("resize", () => fit.fit());
+  const connect = () => {
+    if (socket) socket.close();
+    const query = new URLSearchParams({ container: select.value, stdin: "true", stdout: "true", tty: "true" });
+    for (const word of document.getElementById("command").value.trim().split(/\s+/)) if (word) query.append("command", word);
+    const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+    const url = `${scheme}://${window.location.host}${kubeBase}/api/v1/namespaces/${encodeURIComponent(holder.dataset.namespace)}/pods/${encodeURIComponent(holder.dataset.name)}/exec?${query}`;
+    say("shell-error", "");
+    say("shell-status", "Connecting…");
+    const mine = new WebSocket(url, ["v5.channel.k8s.io", "v4.channel.k8s.io"]);
+    socket = mine;
+    mine.binaryType = "arraybuffer";
+    const decoder = new TextDecoder();
+    let opened = false;
+    mine.addEventListener("open", () => {
+      opened = true;
+      holder.dataset.connected = "true";
+      say("shell-status", `Connected to ${select.value} (${mine.protocol}).`);
+      sendSize();
+      terminal.focus();
+    });
+    mine.addEventListener("message", (message) => {
+      const bytes = new Uint8Array(message.data);
+      if (bytes.length === 0) return;
+      const body = bytes.subarray(1);
+      if (bytes[0] === 1 || bytes[0] === 2) terminal.write(body);
+      else if (bytes[0] === 3) {
+        const status = JSON.parse(decoder.decode(body));
+        say("shell-status", status.status === "Success" ? "The shell exited." : `The shell ended: ${status.message || status.reason}.`);
+      }
+    });
+    mine.addEventListener("close", () => {
+      holder.dataset.connected = "false";
+      if (!opened) say("shell-error", "Could not open the shell: the cluster refused the exec, or you may not run commands in this pod.");
+      else if (!document.getElementById("shell-status").textContent.includes("exited")) say("shell-status", "The session ended.");
+    });
+  };
+  document.getElementById("shell-options").addEventListener("submit", (event) => {
+    event.preventDefault();
+    connect();
+  });
+  connect();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const views = { kinds: showKinds, list: showList, object: showObject, logs: showLogs, shell: showShell };
+  for (const holder of document.querySelectorAll("[data-view]")) {
+    const show = views[holder.dataset.view];
+    if (show) show(holder);
+  }
+});

@@ -1,0 +1,871 @@
+//! The cluster explorer in a real headless Chromium, against a hub with an imported cluster
+//! of 30,000 pods: the kinds the cluster serves (its CRDs too), lists a page at a time with
+//! filters and live updates, one object's YAML edited (and a conflicting edit refused), a
+//! delete, a pod's logs followed, a shell, cordon and drain; a read-only user sees no write
+//! control and a hand-made write from their session is refused; a project member sees their
+//! project's namespaces. Every page is checked for accessibility and saved as a screenshot.
+//!
+//! The downstream cluster is `sim`'s simulated API server (a stand-in: no real kube-apiserver
+//! can be had here); the hub, the cluster-agent, kubectl and the browser are the real ones.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{path::Path, time::Duration};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    api,
+    browser::{Browser, Driver, check_and_save_as},
+    imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed, user_kubeconfig},
+    login,
+};
+
+const PODS: usize = 30_000;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// What the test adds to the simulated cluster: a project's namespace with a deployment, its
+/// pod, a configmap and an event about the pod; a spare node with two pods to drain.
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: shop
+  labels:
+    drover.io/project: shop
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: shop
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: registry.example/web:1
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-0
+  namespace: shop
+  labels:
+    app: web
+spec:
+  containers:
+  - name: web
+    image: registry.example/web:1
+  - name: sidecar
+    image: registry.example/proxy:1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: shop
+data:
+  mode: fast
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: spare
+  labels:
+    kubernetes.io/hostname: spare
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: spare-a
+  namespace: shop
+spec:
+  nodeName: spare
+  containers:
+  - name: main
+    image: registry.example/app:1
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: spare-b
+  namespace: shop
+spec:
+  nodeName: spare
+  containers:
+  - name: main
+    image: registry.example/app:1
+"#;
+
+fn event(name: &str, reason: &str, message: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Event
+metadata:
+  name: {name}
+  namespace: shop
+involvedObject:
+  kind: Pod
+  name: web-0
+  namespace: shop
+reason: {reason}
+message: {message}
+type: Normal
+"#
+    )
+}
+
+async fn apply(kubeconfig: &Path, dir: &Path, name: &str, yaml: &str) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).unwrap();
+    kubectl_ok(kubeconfig, &["apply", "-f", file.to_str().unwrap()]).await;
+}
+
+async fn log_in(browser: &Browser<'_>, base: &str, user: &str, password: &str, next: &str) {
+    browser.goto(&format!("{base}/login?next={next}")).await;
+    browser.type_into("#username", user).await;
+    browser.type_into("#password", password).await;
+    browser.click("form#login button[type=submit]").await;
+}
+
+/// The text of every row's first cell (the object's name) on the list page.
+async fn names(browser: &Browser<'_>) -> Vec<String> {
+    let names = browser
+        .run(
+            "return Array.from(document.querySelectorAll('#objects tbody tr')).map((r) => r.dataset.name);",
+            json!([]),
+        )
+        .await;
+    serde_json::from_value(names).unwrap()
+}
+
+/// Waits up to [`WAIT`] for `script` (a function body) to return true on the page.
+async fn until(browser: &Browser<'_>, what: &str, script: &str) {
+    browser.until(what, WAIT, script).await;
+}
+
+/// Waits until the list page has drawn a page (or said why not); `data-shown` on the list is
+/// the query whose page is drawn.
+async fn listed(browser: &Browser<'_>) {
+    until(&browser, "the list", "const l = document.getElementById('list'), e = document.getElementById('list-error'); return (l !== null && l.dataset.shown !== undefined) || (e !== null && e.textContent !== '');").await;
+}
+
+/// Waits until the list page has decided which controls to show.
+async fn controls_decided(browser: &Browser<'_>) {
+    until(&browser, "the list's controls", "const l = document.getElementById('list'); return l !== null && l.dataset.ready === 'true';").await;
+}
+
+/// Waits until the object page has read the object and decided which controls to show.
+async fn settled(browser: &Browser<'_>) {
+    until(&browser, "the object page", "const a = document.getElementById('actions'), e = document.getElementById('object-error'); return (a !== null && a.dataset.ready === 'true') || (e !== null && e.textContent !== '');").await;
+    assert_eq!(browser.text("#object-error").await, "");
+}
+
+/// What a `fetch` from the page (the user's session, the hub's own origin) answers.
+async fn fetch_from_page(browser: &Browser<'_>, method: &str, path: &str, body: &str) -> Value {
+    browser
+        .run(
+            "window.fetched = null; fetch(arguments[1], {method: arguments[0], headers: {'Content-Type': 'application/json'}, body: arguments[2] || undefined}).then(async (r) => { window.fetched = {status: r.status, body: await r.text()}; }); return true;",
+            json!([method, path, body]),
+        )
+        .await;
+    browser
+        .until("the page's fetch", WAIT, "return window.fetched !== null;")
+        .await;
+    browser.run("return window.fetched;", json!([])).await
+}
+
+/// What the terminal on the shell page shows, line by line.
+async fn terminal_lines(browser: &Browser<'_>) -> Vec<String> {
+    let lines = browser
+        .run(
+            "return Array.from(document.querySelectorAll('#terminal .xterm-rows > div')).map((d) => d.textContent.replace(/\\u00a0/g, ' ').trimEnd());",
+            json!([]),
+        )
+        .await;
+    serde_json::from_value(lines).unwrap()
+}
+
+/// Types `text` into the terminal (xterm reads keys from its helper textarea).
+async fn type_in_terminal(browser: &Browser<'_>, text: &str) {
+    browser.type_into("#terminal textarea", text).await;
+}
+
+async fn until_terminal_shows(browser: &Browser<'_>, what: &str, line: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let lines = terminal_lines(browser).await;
+        if lines.iter().any(|l| l == line) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: no line {line:?} in {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
+    let imported = Imported::start(
+        "explorer",
+        SimConfig {
+            nodes: 3,
+            pods: PODS,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let (hub, admin, dir) = (&imported.hub, imported.admin.clone(), imported.dir.clone());
+    let base = hub.url();
+    let config =
+        cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-0").await)
+            .unwrap();
+    tokio::spawn(cluster_agent::run(config, imported.shutdown.child_token()));
+    let kube = imported.sim_admin.clone();
+    apply(&kube, &dir, "objects", OBJECTS).await;
+    apply(
+        &kube,
+        &dir,
+        "event-1",
+        &event("web-0.1", "Pulled", "pulled the image"),
+    )
+    .await;
+
+    // People: an admin (the bootstrap one), a read-only user of the cluster, and a member of
+    // the project `shop`.
+    let viewer = user_kubeconfig(hub, &admin, &dir, "viewer", Some("read-only")).await;
+    let (status, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/projects",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": {"cluster": "prod"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/users",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "pat"}, "spec": {"password": "a long enough password"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/rolebindings",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop-pat"}, "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let pat_token = login(hub.addr, "pat", "a long enough password").await;
+    let pat = issued_kubeconfig(hub, &pat_token, &dir, "pat", None).await;
+    // The cluster-agent has written the hub's roles into the cluster's RBAC.
+    until_allowed(&viewer, &["list", "pods", "--all-namespaces"]).await;
+    until_allowed(&pat, &["create", "configmaps", "-n", "shop"]).await;
+
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("explorer-admin", 1280, 900).await;
+    let password = hub.admin_password.clone().unwrap();
+    log_in(&browser, &base, "admin", &password, "/clusters/prod").await;
+    browser.click("#explore").await;
+
+    // The kinds the cluster serves, grouped, with counts; K3s's CRDs among the custom kinds.
+    until(&browser, "the pods' count", "const c = document.querySelector('span.count[data-resource=\"pods\"]'); return c !== null && /^\\d+$/.test(c.textContent);").await;
+    let section = |name: &str| {
+        format!(
+            "return Array.from(document.querySelectorAll('section[aria-label=\"{name}\"] li')).map((li) => li.dataset.resource);"
+        )
+    };
+    let workloads = browser.run(&section("Workloads"), json!([])).await;
+    assert!(
+        workloads.as_array().unwrap().contains(&json!("pods"))
+            && workloads
+                .as_array()
+                .unwrap()
+                .contains(&json!("deployments.apps")),
+        "{workloads}"
+    );
+    let custom = browser.run(&section("Custom"), json!([])).await;
+    assert!(
+        custom
+            .as_array()
+            .unwrap()
+            .contains(&json!("helmcharts.helm.cattle.io")),
+        "{custom}"
+    );
+    // 30,000 load pods, web-0, spare-a and spare-b.
+    let pod_count = browser.text("span.count[data-resource='pods']").await;
+    assert_eq!(pod_count, (PODS + 3).to_string());
+    check_and_save_as(&browser, "explorer-kinds").await;
+
+    // Pods across namespaces, a page at a time: the first page, then the next.
+    let opened = std::time::Instant::now();
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/pods"))
+        .await;
+    listed(&browser).await;
+    eprintln!(
+        "the pods list (first page of {} pods) drawn {:?} after navigating to it",
+        PODS + 3,
+        opened.elapsed()
+    );
+    let first = names(&browser).await;
+    assert_eq!(first.len(), 100);
+    assert_eq!(
+        browser.text("#page-info").await,
+        format!("1–100 of {}", PODS + 3)
+    );
+    let headings = browser.text("#objects thead").await;
+    for column in ["Namespace", "Name", "Ready", "Status", "Restarts", "Age"] {
+        assert!(headings.contains(column), "{headings}");
+    }
+    check_and_save_as(&browser, "explorer-pods").await;
+    browser.click("#next").await;
+    until(
+        &browser,
+        "the second page",
+        "return document.getElementById('page-info').textContent.startsWith('101–200');",
+    )
+    .await;
+    let second = names(&browser).await;
+    assert_eq!(second.len(), 100);
+    assert!(second.iter().all(|n| !first.contains(n)), "{second:?}");
+    browser.click("#prev").await;
+    until(
+        &browser,
+        "back to the first page",
+        "return document.getElementById('page-info').textContent.startsWith('1–100');",
+    )
+    .await;
+    assert_eq!(names(&browser).await, first);
+
+    // Filtered by label (server-side) and by name.
+    browser.type_into("#selector", "app=app-7").await;
+    browser.click("#list-filters button[type=submit]").await;
+    until(&browser, "the label filter", "return new URLSearchParams(document.getElementById('list').dataset.shown).get('labelSelector') === 'app=app-7';").await;
+    let labelled = names(&browser).await;
+    // The load pods' label is app-(i % 100): pod-7, pod-107, …
+    assert!(
+        labelled
+            .iter()
+            .all(|n| n.strip_prefix("pod-").unwrap().parse::<usize>().unwrap() % 100 == 7),
+        "{labelled:?}"
+    );
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/pods?name=pod-2999"))
+        .await;
+    until(
+        &browser,
+        "the name filter",
+        "return document.querySelectorAll('#objects tbody tr').length === 11;",
+    )
+    .await;
+    let mut matching = names(&browser).await;
+    matching.sort();
+    let mut expected: Vec<String> = std::iter::once("pod-2999".to_owned())
+        .chain((29_990..30_000).map(|i| format!("pod-{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(matching, expected);
+
+    // The deployments of `shop`: a change made elsewhere shows in the list without a reload.
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/deployments.apps?namespace=shop"
+        ))
+        .await;
+    listed(&browser).await;
+    assert_eq!(names(&browser).await, ["web"]);
+    browser.run("window.notReloaded = true;", json!([])).await;
+    kubectl_ok(
+        &kube,
+        &["scale", "deployment", "web", "-n", "shop", "--replicas=4"],
+    )
+    .await;
+    until(&browser, "the scaled deployment, live", "const row = document.querySelector('#objects tr[data-name=\"web\"]'); return window.notReloaded === true && row !== null && row.textContent.includes('/4');").await;
+    check_and_save_as(&browser, "explorer-deployments").await;
+
+    // The deployment's page: its summary and YAML; edit the YAML (replicas) and save.
+    browser.click("#objects a[href$='/shop/web']").await;
+    settled(&browser).await;
+    let facts = browser.text("#facts").await;
+    assert!(
+        facts.contains("Deployment (apps/v1)") && facts.contains("of 4 wanted"),
+        "{facts}"
+    );
+    assert!(browser.text("#owned").await.contains("Pod web-0"));
+    browser.click("#edit").await;
+    browser
+        .run(
+            "const a = document.getElementById('yaml'); a.value = a.value.replace(/replicas: 4/, 'replicas: 2'); return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#save").await;
+    until(
+        &browser,
+        "the saved YAML",
+        "return document.getElementById('yaml-status').textContent.startsWith('Saved');",
+    )
+    .await;
+    let replicas = kubectl_ok(
+        &kube,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "2");
+    check_and_save_as(&browser, "explorer-deployment").await;
+
+    // A conflicting edit: someone changes the object after the page read it; saving is
+    // refused with a clear message, and their change stands.
+    browser.click("#edit").await;
+    kubectl_ok(
+        &kube,
+        &["scale", "deployment", "web", "-n", "shop", "--replicas=5"],
+    )
+    .await;
+    browser
+        .run(
+            "const a = document.getElementById('yaml'); a.value = a.value.replace(/replicas: 2/, 'replicas: 9'); return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#save").await;
+    until(&browser, "the conflict", "return document.getElementById('yaml-error').textContent.includes('changed by someone else');").await;
+    let error = browser.text("#yaml-error").await;
+    assert!(error.contains("Conflict"), "{error}");
+    let replicas = kubectl_ok(
+        &kube,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "5", "the conflicting edit overwrote nothing");
+    check_and_save_as(&browser, "explorer-conflict").await;
+
+    // Scale and restart from the page.
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/deployments.apps/shop/web"
+        ))
+        .await;
+    settled(&browser).await;
+    browser
+        .run(
+            "document.getElementById('replicas').value = '3'; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#scale").await;
+    until(
+        &browser,
+        "scaled",
+        "return document.getElementById('action-status').textContent.includes('Scaled to 3');",
+    )
+    .await;
+    browser.click("#restart").await;
+    until(&browser, "restarted", "return document.getElementById('action-status').textContent.includes('Restart requested');").await;
+    let deployment: Value = serde_json::from_str(
+        &kubectl_ok(
+            &kube,
+            &["get", "deployment", "web", "-n", "shop", "-o", "json"],
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+            .is_string(),
+        "{deployment}"
+    );
+
+    // Delete a configmap: the confirm names it; kubectl no longer finds it.
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/configmaps/shop/settings"
+        ))
+        .await;
+    settled(&browser).await;
+    browser
+        .run(
+            "window.confirm = (m) => { sessionStorage.setItem('confirmed', m); return true; }; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#delete").await;
+    until(
+        &browser,
+        "back on the configmaps list",
+        "return location.pathname.endsWith('/explorer/configmaps');",
+    )
+    .await;
+    let (found, _, stderr) = kubectl(&kube, &["get", "configmap", "settings", "-n", "shop"]).await;
+    assert!(!found && stderr.contains("NotFound"), "{stderr}");
+    assert_eq!(
+        browser
+            .run("return sessionStorage.getItem('confirmed');", json!([]))
+            .await,
+        "Delete ConfigMap shop/settings? This cannot be undone."
+    );
+    // Whoever may create configmaps is offered to (a reader, below, is not).
+    controls_decided(&browser).await;
+    assert!(browser.exists("#create-open:not([hidden])").await);
+
+    // A pod's logs, followed: new lines arrive.
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/pods/shop/web-0"))
+        .await;
+    settled(&browser).await;
+    browser.click("#logs-link").await;
+    until(
+        &browser,
+        "log lines",
+        "return document.getElementById('log').textContent.includes('from web-0/web');",
+    )
+    .await;
+    let lines = |text: &Value| text.as_str().unwrap().lines().count();
+    let before = lines(
+        &browser
+            .run(
+                "return document.getElementById('log').textContent;",
+                json!([]),
+            )
+            .await,
+    );
+    until(
+        &browser,
+        "more log lines, live",
+        &format!(
+            "return document.getElementById('log').textContent.split('\\n').length > {} + 3;",
+            before + 1
+        ),
+    )
+    .await;
+    check_and_save_as(&browser, "explorer-logs").await;
+    // Another container, the last lines only, with timestamps, not followed: it ends, and
+    // says so.
+    browser
+        .run(
+            "document.getElementById('container').value = 'sidecar'; document.getElementById('follow').checked = false; document.getElementById('timestamps').checked = true; document.getElementById('tail').value = '5'; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#log-options button[type=submit]").await;
+    until(
+        &browser,
+        "the end of the log",
+        "return document.getElementById('log-status').textContent === 'End of the log.';",
+    )
+    .await;
+    let log = browser
+        .run(
+            "return document.getElementById('log').textContent;",
+            json!([]),
+        )
+        .await;
+    let log = log.as_str().unwrap();
+    assert_eq!(log.lines().count(), 5, "{log}");
+    assert!(
+        log.lines()
+            .all(|l| l.contains("Z log line") && l.ends_with("from web-0/sidecar")),
+        "{log}"
+    );
+    // `previous` of a container that never restarted: the cluster's own answer.
+    browser
+        .run(
+            "document.getElementById('previous').checked = true; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#log-options button[type=submit]").await;
+    until(&browser, "the previous container's answer", "return document.getElementById('log-error').textContent.includes('previous terminated container');").await;
+
+    // A shell in the pod: a real terminal over a WebSocket through the hub.
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/pods/shop/web-0/shell"
+        ))
+        .await;
+    until(
+        &browser,
+        "the shell",
+        "return document.getElementById('shell').dataset.connected === 'true';",
+    )
+    .await;
+    until_terminal_shows(&browser, "the prompt", "/ #").await;
+    type_in_terminal(&browser, "echo hello-from-the-explorer\n").await;
+    until_terminal_shows(&browser, "echo's output", "hello-from-the-explorer").await;
+    type_in_terminal(&browser, "stty size\n").await;
+    let before_resize = {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let lines = terminal_lines(&browser).await;
+            if let Some(answer) = lines.iter().find(|l| {
+                l.split(' ').count() == 2 && l.split(' ').all(|w| w.parse::<u16>().is_ok())
+            }) {
+                break answer.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no stty size answer in {lines:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    check_and_save_as(&browser, "explorer-shell").await;
+    // A narrower window: the terminal fits itself and tells the container its new size.
+    browser.resize(900, 900).await;
+    type_in_terminal(&browser, "clear\nstty size\n").await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let lines = terminal_lines(&browser).await;
+        let answers: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.split(' ').count() == 2 && l.split(' ').all(|w| w.parse::<u16>().is_ok()))
+            .collect();
+        if answers.iter().any(|a| **a != before_resize) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the terminal's size did not change from {before_resize}: {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    browser.resize(1280, 900).await;
+    // Leaving the page ends the stream.
+    assert_eq!(imported.sim.open_exec_sessions(), 1);
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer"))
+        .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while imported.sim.open_exec_sessions() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shell outlived its page"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Cordon a node: kubectl sees it unschedulable. Drain the spare node: its pods go.
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/nodes/node-1"))
+        .await;
+    settled(&browser).await;
+    browser.click("#cordon").await;
+    until(
+        &browser,
+        "cordoned",
+        "return document.getElementById('action-status').textContent.includes('is cordoned');",
+    )
+    .await;
+    let nodes = kubectl_ok(&kube, &["get", "node", "node-1"]).await;
+    assert!(nodes.contains("SchedulingDisabled"), "{nodes}");
+    check_and_save_as(&browser, "explorer-node").await;
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/nodes/spare"))
+        .await;
+    settled(&browser).await;
+    browser
+        .run(
+            "window.confirm = (m) => { sessionStorage.setItem('confirmed', m); return true; }; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#drain").await;
+    until(
+        &browser,
+        "drained",
+        "return document.getElementById('action-status').textContent.includes('drained');",
+    )
+    .await;
+    assert_eq!(
+        browser
+            .run("return sessionStorage.getItem('confirmed');", json!([]))
+            .await,
+        "Drain node spare? It is cordoned and its pods (but DaemonSet and mirror pods) are evicted."
+    );
+    let left = kubectl_ok(
+        &kube,
+        &[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "spec.nodeName=spare",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(left.trim(), "", "pods left on the drained node");
+
+    // The cluster's events, filtered by namespace and object, live.
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/events?namespace=shop&object=web-0"
+        ))
+        .await;
+    listed(&browser).await;
+    assert_eq!(names(&browser).await, ["web-0.1"]);
+    browser.run("window.notReloaded = true;", json!([])).await;
+    apply(
+        &kube,
+        &dir,
+        "event-2",
+        &event("web-0.2", "Started", "started the container"),
+    )
+    .await;
+    until(&browser, "the new event, live", "return window.notReloaded === true && document.querySelector('#objects tr[data-name=\"web-0.2\"]') !== null;").await;
+    check_and_save_as(&browser, "explorer-events").await;
+
+    // A read-only user: no write control anywhere, and writes from their session refused.
+    let reader = driver.browser("explorer-viewer", 1280, 900).await;
+    log_in(
+        &reader,
+        &base,
+        "viewer",
+        "a long enough password",
+        "/clusters/prod/explorer/deployments.apps/shop/web",
+    )
+    .await;
+    settled(&reader).await;
+    assert!(
+        reader
+            .run(
+                "return document.getElementById('yaml').value.includes('name: web');",
+                json!([])
+            )
+            .await
+            == true,
+        "a reader sees the YAML"
+    );
+    for control in [
+        "#edit:not([hidden])",
+        "#save:not([hidden])",
+        "#delete",
+        "#scale",
+        "#restart",
+    ] {
+        assert!(
+            !reader.exists(control).await,
+            "{control} shown to a read-only user"
+        );
+    }
+    check_and_save_as(&reader, "explorer-read-only").await;
+    reader
+        .goto(&format!("{base}/clusters/prod/explorer/pods/shop/web-0"))
+        .await;
+    settled(&reader).await;
+    assert!(reader.exists("#logs-link").await);
+    assert!(
+        !reader.exists("#shell-link").await,
+        "exec offered to a read-only user"
+    );
+    assert!(!reader.exists("#delete").await);
+    reader
+        .goto(&format!("{base}/clusters/prod/explorer/nodes/node-2"))
+        .await;
+    settled(&reader).await;
+    assert!(!reader.exists("#cordon").await && !reader.exists("#drain").await);
+    reader
+        .goto(&format!("{base}/clusters/prod/explorer/configmaps"))
+        .await;
+    controls_decided(&reader).await;
+    assert!(reader.exists("#create-open[hidden]").await);
+    // Hand-made writes with the reader's session: the hub refuses them.
+    let delete = fetch_from_page(
+        &reader,
+        "DELETE",
+        "/k8s/clusters/prod/api/v1/namespaces/shop/pods/web-0",
+        "",
+    )
+    .await;
+    assert_eq!(delete["status"], 403, "{delete}");
+    assert!(
+        delete["body"].as_str().unwrap().contains("read-only"),
+        "{delete}"
+    );
+    let drain = fetch_from_page(&reader, "POST", "/v1/clusters/prod/nodes/node-2/drain", "").await;
+    assert_eq!(drain["status"], 403, "{drain}");
+    let (exists, _, _) = kubectl(&kube, &["get", "pod", "web-0", "-n", "shop"]).await;
+    assert!(exists, "the reader's delete removed the pod");
+    reader.close().await;
+
+    // A project member: the namespace filter offers their project; its list shows its
+    // namespace's objects. A write outside the project reaches the cluster, whose RBAC refuses.
+    let member = driver.browser("explorer-member", 1280, 900).await;
+    log_in(
+        &member,
+        &base,
+        "pat",
+        "a long enough password",
+        "/clusters/prod/explorer/pods?namespace=project%3Ashop",
+    )
+    .await;
+    listed(&member).await;
+    let options = member
+        .run(
+            "return Array.from(document.querySelectorAll('#namespace option')).map((o) => o.value);",
+            json!([]),
+        )
+        .await;
+    assert!(
+        options.as_array().unwrap().contains(&json!("project:shop"))
+            && options.as_array().unwrap().contains(&json!("shop")),
+        "{options}"
+    );
+    let mut shown = names(&member).await;
+    shown.sort();
+    assert_eq!(shown, ["web-0"], "spare-a and spare-b were drained");
+    check_and_save_as(&member, "explorer-project-member").await;
+    let outside = fetch_from_page(
+        &member,
+        "POST",
+        "/k8s/clusters/prod/api/v1/namespaces/load-1/configmaps",
+        r#"{"metadata": {"name": "not-mine"}}"#,
+    )
+    .await;
+    assert_eq!(outside["status"], 403, "{outside}");
+    let inside = fetch_from_page(
+        &member,
+        "POST",
+        "/k8s/clusters/prod/api/v1/namespaces/shop/configmaps",
+        r#"{"metadata": {"name": "mine"}}"#,
+    )
+    .await;
+    assert_eq!(inside["status"], 201, "{inside}");
+    member.close().await;
+    browser.close().await;
+    imported.shutdown.cancel();
+}

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod explorer_scenario;
 mod fleet_scenario;
 mod health_scenario;
 mod hub_scenario;
@@ -47,6 +48,10 @@ enum Scenario {
     /// into the cluster's RBAC by the real cluster-agent: objects, time to converge, and the
     /// writes made afterwards while nothing changes.
     Rbac(rbac_scenario::Args),
+    /// The cluster explorer in headless Chromium against kubectl, with 30,000 pods: the pods
+    /// list's first page (and the hub's CPU per view), a followed log's delay, a shell's round
+    /// trip.
+    Explorer(explorer_scenario::Args),
 }
 
 #[global_allocator]
@@ -75,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Health(args) => runtime.block_on(health_scenario::run(args))?,
         Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
         Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,
+        Scenario::Explorer(args) => runtime.block_on(explorer_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

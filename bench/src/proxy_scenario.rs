@@ -202,7 +202,7 @@ fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// CPU time used so far by the threads whose name starts with `bench-<part>`, or by the rest
 /// (the client) when `part` is `None`.
-fn part_cpu(part: Option<&str>) -> Duration {
+pub(crate) fn part_cpu(part: Option<&str>) -> Duration {
     let mut ticks = 0u64;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
@@ -238,17 +238,19 @@ fn part_cpu(part: Option<&str>) -> Duration {
 }
 
 /// The simulated cluster, a hub with it imported, and a connected cluster-agent.
-struct Setup {
-    direct: Target,
+pub(crate) struct Setup {
+    pub(crate) direct: Target,
     /// Two bare TLS relays, where the hub and the agent are (see `relay`).
     floor: Target,
     /// The hub's proxy with a kubeconfig token the hub issued to its admin.
-    hub: Target,
+    pub(crate) hub: Target,
     /// The hub's API with the admin's API token.
     hub_api: Target,
-    data_dir: PathBuf,
-    shutdown: CancellationToken,
-    runtimes: Vec<tokio::runtime::Runtime>,
+    /// The admin's password (the dashboard's login).
+    pub(crate) admin_password: String,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) runtimes: Vec<tokio::runtime::Runtime>,
 }
 
 /// A hub on 127.0.0.1 (port 0) keeping its state in `data_dir`.
@@ -344,7 +346,7 @@ pub(crate) async fn admin_with_cluster(
     Ok((api, registration))
 }
 
-async fn setup(pods: usize) -> anyhow::Result<Setup> {
+pub(crate) async fn setup(pods: usize) -> anyhow::Result<Setup> {
     let shutdown = CancellationToken::new();
     let runtimes = PARTS
         .iter()
@@ -377,6 +379,10 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
             shutdown.clone(),
         ))
         .await??;
+    let admin_password = hub
+        .bootstrap_password()
+        .context("a new hub has a bootstrap password")?
+        .to_owned();
     let (hub_api, registration) = admin_with_cluster(
         &hub,
         json!({"metadata": {"name": "prod"}, "spec": {"type": "imported"}}),
@@ -437,6 +443,7 @@ async fn setup(pods: usize) -> anyhow::Result<Setup> {
         floor,
         hub: hub_proxy,
         hub_api,
+        admin_password,
         data_dir,
         shutdown,
         runtimes,

@@ -155,17 +155,17 @@ async fn until(browser: &Browser<'_>, what: &str, script: &str) {
 /// Waits until the list page has drawn a page (or said why not); `data-shown` on the list is
 /// the query whose page is drawn.
 async fn listed(browser: &Browser<'_>) {
-    until(&browser, "the list", "const l = document.getElementById('list'), e = document.getElementById('list-error'); return (l !== null && l.dataset.shown !== undefined) || (e !== null && e.textContent !== '');").await;
+    until(browser, "the list", "const l = document.getElementById('list'), e = document.getElementById('list-error'); return (l !== null && l.dataset.shown !== undefined) || (e !== null && e.textContent !== '');").await;
 }
 
 /// Waits until the list page has decided which controls to show.
 async fn controls_decided(browser: &Browser<'_>) {
-    until(&browser, "the list's controls", "const l = document.getElementById('list'); return l !== null && l.dataset.ready === 'true';").await;
+    until(browser, "the list's controls", "const l = document.getElementById('list'); return l !== null && l.dataset.ready === 'true';").await;
 }
 
 /// Waits until the object page has read the object and decided which controls to show.
 async fn settled(browser: &Browser<'_>) {
-    until(&browser, "the object page", "const a = document.getElementById('actions'), e = document.getElementById('object-error'); return (a !== null && a.dataset.ready === 'true') || (e !== null && e.textContent !== '');").await;
+    until(browser, "the object page", "const a = document.getElementById('actions'), e = document.getElementById('object-error'); return (a !== null && a.dataset.ready === 'true') || (e !== null && e.textContent !== '');").await;
     assert_eq!(browser.text("#object-error").await, "");
 }
 
@@ -244,33 +244,23 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     // People: an admin (the bootstrap one), a read-only user of the cluster, and a member of
     // the project `shop`.
     let viewer = user_kubeconfig(hub, &admin, &dir, "viewer", Some("read-only")).await;
-    let (status, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/projects",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "shop"}, "spec": {"cluster": "prod"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/users",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "pat"}, "spec": {"password": "a long enough password"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/rolebindings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "shop-pat"}, "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    for (path, object) in [
+        (
+            "/v1/projects",
+            json!({"metadata": {"name": "shop"}, "spec": {"cluster": "prod"}}),
+        ),
+        (
+            "/v1/users",
+            json!({"metadata": {"name": "pat"}, "spec": {"password": "a long enough password"}}),
+        ),
+        (
+            "/v1/rolebindings",
+            json!({"metadata": {"name": "shop-pat"}, "spec": {"user": "pat", "role": "project-member", "cluster": "prod", "project": "shop"}}),
+        ),
+    ] {
+        let (status, body) = api(hub.addr, "POST", path, Some(&admin), Some(object)).await;
+        assert_eq!(status, 201, "{path}: {body}");
+    }
     let pat_token = login(hub.addr, "pat", "a long enough password").await;
     let pat = issued_kubeconfig(hub, &pat_token, &dir, "pat", None).await;
     // The cluster-agent has written the hub's roles into the cluster's RBAC.
@@ -539,7 +529,45 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     );
     // Whoever may create configmaps is offered to (a reader, below, is not).
     controls_decided(&browser).await;
-    assert!(browser.exists("#create-open:not([hidden])").await);
+    // Create from YAML: a body that is not an object is refused with the cluster's reason;
+    // a good one is created where its YAML says, and its page opens.
+    browser.click("#create-open").await;
+    let set_yaml = "document.getElementById('create-yaml').value = arguments[0]; return true;";
+    browser.run(set_yaml, json!(["just: [a broken"])).await;
+    browser.click("#create-submit").await;
+    until(
+        &browser,
+        "the refused create",
+        "return document.getElementById('create-error').textContent !== '';",
+    )
+    .await;
+    browser
+        .run(
+            set_yaml,
+            json!(["apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: created\n  namespace: shop\ndata:\n  made: here\n"]),
+        )
+        .await;
+    browser.click("#create-submit").await;
+    until(
+        &browser,
+        "the new object's page",
+        "return location.pathname.endsWith('/explorer/configmaps/shop/created');",
+    )
+    .await;
+    let made = kubectl_ok(
+        &kube,
+        &[
+            "get",
+            "configmap",
+            "created",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.made}",
+        ],
+    )
+    .await;
+    assert_eq!(made, "here");
 
     // A pod's logs, followed: new lines arrive.
     browser
@@ -572,6 +600,13 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     )
     .await;
     check_and_save_as(&browser, "explorer-logs").await;
+    browser.click("#download").await;
+    until(
+        &browser,
+        "the log's download",
+        "const a = document.getElementById('log-download'); return a !== null && a.href.startsWith('blob:') && a.download === 'web-0-web.log';",
+    )
+    .await;
     // Another container, the last lines only, with timestamps, not followed: it ends, and
     // says so.
     browser

@@ -63,25 +63,23 @@ impl Page {
         Ok(Page { limit, start })
     }
 
-    /// The page of `items` (in key order) this request asks for. `filtered`: a selector
-    /// chose the items, so how many remain is not told (as kube-apiserver does not).
+    /// The key the list goes on after (a continue token's), if any.
+    pub(super) fn after(&self) -> Option<(String, String)> {
+        self.start
+            .as_ref()
+            .map(|(_, ns, name)| (ns.clone(), name.clone()))
+    }
+
+    /// The page of `items` (in key order, after [`Page::after`]) this request asks for.
+    /// `filtered`: a selector chose the items, so how many remain is not told (as
+    /// kube-apiserver does not).
     pub(super) fn cut(
         self,
-        items: Vec<Arc<Value>>,
+        mut items: Vec<Arc<Value>>,
         revision: u64,
         filtered: bool,
     ) -> (Vec<Arc<Value>>, More) {
         let revision = self.start.as_ref().map_or(revision, |(rv, _, _)| *rv);
-        let mut items: Vec<Arc<Value>> = match &self.start {
-            Some((_, ns, name)) => items
-                .into_iter()
-                .filter(|o| {
-                    let (n, m) = key_of(o);
-                    (n.as_str(), m.as_str()) > (ns.as_str(), name.as_str())
-                })
-                .collect(),
-            None => items,
-        };
         let Some(limit) = self.limit.filter(|l| *l < items.len()) else {
             let more = More {
                 revision,
@@ -130,6 +128,15 @@ mod tests {
             .collect()
     }
 
+    /// What the store hands a page: the objects after the token's key.
+    fn after(page: &Page, all: &[(&str, &str)]) -> Vec<Arc<Value>> {
+        let start = page.after();
+        pods(all)
+            .into_iter()
+            .filter(|o| start.as_ref().is_none_or(|s| key_of(o) > *s))
+            .collect()
+    }
+
     fn names(items: &[Arc<Value>]) -> Vec<String> {
         items
             .iter()
@@ -147,17 +154,23 @@ mod tests {
             ("c", "p0"),
         ];
         let mut params = BTreeMap::from([("limit".to_owned(), "2".to_owned())]);
-        let (first, more) = Page::of(&params).unwrap().cut(pods(&all), 40, false);
+        let page = Page::of(&params).unwrap();
+        let items = after(&page, &all);
+        let (first, more) = page.cut(items, 40, false);
         assert_eq!(names(&first), ["p1", "p2"]);
         assert_eq!(more.remaining, Some(3));
         let token = more.token.clone().unwrap();
         params.insert("continue".into(), token);
         // Later pages keep the first page's resourceVersion.
-        let (second, more) = Page::of(&params).unwrap().cut(pods(&all), 45, false);
+        let page = Page::of(&params).unwrap();
+        let items = after(&page, &all);
+        let (second, more) = page.cut(items, 45, false);
         assert_eq!(names(&second), ["p1", "p3"]);
         assert_eq!((more.revision, more.remaining), (40, Some(1)));
         params.insert("continue".into(), more.token.unwrap());
-        let (third, more) = Page::of(&params).unwrap().cut(pods(&all), 46, false);
+        let page = Page::of(&params).unwrap();
+        let items = after(&page, &all);
+        let (third, more) = page.cut(items, 46, false);
         assert_eq!(names(&third), ["p0"]);
         assert!(more.token.is_none() && more.remaining.is_none());
         let mut metadata = json!({});

@@ -508,12 +508,20 @@ async fn resource_request(
                 Ok(page) => page,
                 Err(response) => return *response,
             };
-            let (items, revision) = sim.store.list(&store_key, target.namespace.as_deref());
+            let (items, revision) = sim.store.list_after(
+                &store_key,
+                target.namespace.as_deref(),
+                page.after().as_ref(),
+            );
             let unselected = selector.is_everything() && fields.is_empty();
-            let items: Vec<Arc<Value>> = items
-                .into_iter()
-                .filter(|o| selector.matches(&labels_of(o)) && field_matches(&fields, o))
-                .collect();
+            let items: Vec<Arc<Value>> = if unselected {
+                items
+            } else {
+                items
+                    .into_iter()
+                    .filter(|o| selector.matches(&labels_of(o)) && field_matches(&fields, o))
+                    .collect()
+            };
             let (items, more) = page.cut(items, revision, !unselected);
             let revision = more.revision;
             let mut answer = if table {

@@ -124,7 +124,36 @@ impl Store {
 
     /// Objects of `resource` (in `namespace` if given), and the revision they are current at.
     pub(crate) fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+        self.list_after(resource, namespace, None)
+    }
+
+    /// [`Store::list`] of the objects after `after` in key order (a chunked list's next
+    /// chunk), found by the map's order rather than by reading every object's key.
+    pub(crate) fn list_after(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        after: Option<&Key>,
+    ) -> (Vec<Arc<Value>>, u64) {
         let inner = self.lock();
+        if let Some(after) = after {
+            // A key before the namespace asked for starts at the namespace.
+            let from = match namespace {
+                Some(ns) if after.0.as_str() < ns => {
+                    std::ops::Bound::Included((ns.to_owned(), String::new()))
+                }
+                _ => std::ops::Bound::Excluded(after.clone()),
+            };
+            let items = match inner.objects.get(resource) {
+                None => Vec::new(),
+                Some(map) => map
+                    .range((from, std::ops::Bound::Unbounded))
+                    .take_while(|((n, _), _)| namespace.is_none_or(|ns| n == ns))
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+            };
+            return (items, inner.revision);
+        }
         let items = match inner.objects.get(resource) {
             None => Vec::new(),
             Some(map) => match namespace {

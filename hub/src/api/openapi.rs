@@ -285,8 +285,20 @@ pub fn document() -> Value {
             "operationId": "listCached",
             "summary": "A list from the cluster-agent's watch-driven cache (for example namespaces, nodes, pods), as the caller may see it",
             "parameters": [name_param("cluster"), name_param("resource"),
-                {"name": "namespace", "in": "query", "schema": {"type": "string"}}],
+                {"name": "namespace", "in": "query", "schema": {"type": "string"}},
+                {"name": "labelSelector", "in": "query", "schema": {"type": "string"},
+                 "description": "`drover.io/project=P` on namespaces is answered to P's members, who may not list namespaces"}],
             "responses": responses(("200", ok("A Kubernetes list", any_object.clone())), &[401, 403, 404, 503]),
+        }}),
+    );
+    paths.insert(
+        "/v1/clusters/{cluster}/nodes/{node}/drain".into(),
+        json!({"post": {
+            "operationId": "drainNode",
+            "summary": "Cordons the node and evicts its pods (not DaemonSet or mirror pods) as the caller, pass after pass, until it is empty, the cluster refuses a step, or timeoutSeconds (default 60, at most 600) pass",
+            "parameters": [name_param("cluster"), name_param("node"),
+                {"name": "timeoutSeconds", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 600}}],
+            "responses": responses(("200", ok("A Kubernetes Status: drained", any_object.clone())), &[401, 403, 404, 503, 504]),
         }}),
     );
     let proxied = json!({

@@ -329,6 +329,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     }
     let hub_cpu_ms =
         ms(part_cpu(Some("hub")).saturating_sub(cpu_before)) / args.views.max(1) as f64;
+    // A sort of the whole list by name (every chunk read, ordered in the page), twice.
+    let mut sorts = Vec::new();
+    for _ in 0..2 {
+        browser.goto(&list).await;
+        wait_for(&browser, drawn).await?;
+        browser.click("button.sort[data-sort='0']").await;
+        wait_for(
+            &browser,
+            "return document.getElementById('list-status').textContent.includes(' rows sorted by ');",
+        )
+        .await?;
+        let status = browser.text("#list-status").await;
+        sorts.extend(
+            status
+                .split(" in ")
+                .nth(1)
+                .and_then(|rest| rest.split(" ms").next())
+                .and_then(|n| n.parse::<f64>().ok()),
+        );
+    }
     tracing::info!("page views measured; kubectl lists");
     // kubectl's default chunks (500), and the whole list in one request.
     let mut kubectl_lists = serde_json::Map::new();
@@ -395,6 +415,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             "rows_drawn": spread(rows),
             "views": args.views,
             "hub_cpu_ms_per_view": round(hub_cpu_ms, 2),
+            "sort_all_by_name": spread(sorts),
         },
         "kubectl_get_pods_all_namespaces_ms": {
             "what": "kubectl get pods -A --no-headers, with kubectl's default --chunk-size=500 and with 0 (one request): to its first row and to its end, 2 runs each; kubectl prints after the last chunk, and its client keeps to 5 requests/s after a burst of 10",

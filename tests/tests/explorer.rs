@@ -372,6 +372,43 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     expected.sort();
     assert_eq!(matching, expected);
 
+    // Sorting orders the whole list, across namespaces and pages: by name with numbers in
+    // order (pod-1 lives in load-1, pod-0 in load-0), then the other way (web-0 is in `shop`,
+    // the last namespace the API server lists).
+    browser
+        .goto(&format!("{base}/clusters/prod/explorer/pods"))
+        .await;
+    listed(&browser).await;
+    browser.click("button.sort[data-sort='0']").await;
+    until(
+        &browser,
+        "sorted by name",
+        "return document.getElementById('list-status').textContent.includes('sorted by Name (ascending)');",
+    )
+    .await;
+    assert_eq!(names(&browser).await[..3], ["pod-0", "pod-1", "pod-2"]);
+    assert_eq!(
+        browser.text("#page-info").await,
+        format!("1–100 of {}", PODS + 3)
+    );
+    browser.click("button.sort[data-sort='0']").await;
+    until(
+        &browser,
+        "sorted by name, descending",
+        "return document.getElementById('list-status').textContent.includes('sorted by Name (descending)');",
+    )
+    .await;
+    assert_eq!(names(&browser).await[..3], ["web-0", "spare-b", "spare-a"]);
+    browser.click("#next").await;
+    until(
+        &browser,
+        "the sorted list's second page",
+        "return document.getElementById('page-info').textContent.startsWith('101–200');",
+    )
+    .await;
+    // The first page held web-0, spare-b, spare-a and pod-29999 down to pod-29903.
+    assert_eq!(names(&browser).await[0], "pod-29902");
+
     // The deployments of `shop`: a change made elsewhere shows in the list without a reload.
     browser
         .goto(&format!(

@@ -336,11 +336,11 @@ async function showList(holder) {
     const columns = state.columns.filter((c) => c.priority === 0 || c.priority === undefined);
     const sortable = (label, index) => {
       const button = element("button", { type: "button", className: "sort", dataset: { sort: String(index) } }, label);
-      button.addEventListener("click", () => sortBy(index));
+      button.addEventListener("click", () => sortBy(label, index));
       return element("th", { scope: "col" }, button);
     };
     if (showNamespace) tr.append(sortable("Namespace", -1));
-    columns.forEach((c, i) => tr.append(sortable(c.name, i)));
+    for (const c of columns) tr.append(sortable(c.name, state.columns.indexOf(c)));
     head.append(tr);
     const body = table.tBodies[0];
     body.replaceChildren();
@@ -365,26 +365,73 @@ async function showList(holder) {
     return tr;
   };
 
-  // Sorting orders the rows of the page shown (the API server lists in namespace and name
-  // order, which is the order pages follow each other).
-  const sortBy = (index) => {
+  // Sorting orders the whole list, not the page shown: the API server lists in namespace and
+  // name order only, so the rows of every page are read (chunks of 500, as kubectl reads
+  // them), ordered here, and pages become slices of that order until the filters change.
+  const readAll = async () => {
+    const nameFilter = form.name.value.trim().toLowerCase();
+    const rows = [];
+    for (const source of state.sources) {
+      let token = null;
+      do {
+        const query = new URLSearchParams(source.query);
+        query.set("limit", "500");
+        if (token) query.set("continue", token);
+        const result = await kube(`${source.path}?${query}`, { accept: TABLE });
+        if (!result.ok) throw new Error(why(result));
+        if (result.data.columnDefinitions && result.data.columnDefinitions.length > 0) state.columns = result.data.columnDefinitions;
+        for (const row of result.data.rows || []) {
+          if (!nameFilter || row.object.metadata.name.toLowerCase().includes(nameFilter)) rows.push(row);
+        }
+        token = result.data.metadata && result.data.metadata.continue;
+      } while (token);
+    }
+    return rows;
+  };
+  // What a column sorts by: the namespace (-1), an age by its creation time (youngest first),
+  // numbers as numbers, the rest as text with numbers in it ordered by value.
+  const sortKey = (row, index) => {
+    if (index === -1) return row.object.metadata.namespace || "";
+    const column = state.columns[index];
+    if (column && column.name === "Age") return -Date.parse(row.object.metadata.creationTimestamp || 0);
+    const value = row.cells[index];
+    return value === null || value === undefined ? "" : value;
+  };
+  const compare = (a, b) => (typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b), undefined, { numeric: true }));
+  // Reads and orders every row by the column chosen (state.sortColumn, state.sortDirection).
+  const sortRows = async (label) => {
+    const index = state.sortColumn;
+    const started = performance.now();
+    say("list-status", `Sorting every row by ${label}…`);
+    let rows;
+    try {
+      rows = await readAll();
+    } catch (e) {
+      say("list-error", e.message);
+      return;
+    }
+    const sign = state.sortDirection === "descending" ? -1 : 1;
+    const meta = (row) => row.object.metadata;
+    rows.sort((a, b) => sign * compare(sortKey(a, index), sortKey(b, index))
+      || compare(meta(a).namespace || "", meta(b).namespace || "") || compare(meta(a).name, meta(b).name));
+    state.sorted = rows;
+    state.total = rows.length;
+    await showPage(Math.min(state.page, Math.max(0, Math.ceil(rows.length / PAGE_SIZE) - 1)));
+    say("list-status", `${rows.length} rows sorted by ${label} (${state.sortDirection}) in ${Math.round(performance.now() - started)} ms; following changes.`);
+  };
+  const sortBy = async (label, index) => {
     const same = state.sortColumn === index;
     state.sortDirection = same && state.sortDirection === "ascending" ? "descending" : "ascending";
     state.sortColumn = index;
-    applySortState();
+    state.sortLabel = label;
+    state.page = 0;
+    await sortRows(label);
   };
   const applySortState = () => {
-    const body = table.tBodies[0];
     const th = Array.from(table.tHead.rows[0].cells);
-    const position = th.findIndex((cell) => cell.querySelector(`button[data-sort="${state.sortColumn}"]`));
-    if (position < 0) return;
     th.forEach((cell) => cell.removeAttribute("aria-sort"));
-    th[position].setAttribute("aria-sort", state.sortDirection);
-    const sign = state.sortDirection === "descending" ? -1 : 1;
-    const key = (tr) => tr.cells[position].textContent.trim();
-    const rows = Array.from(body.rows);
-    rows.sort((a, b) => sign * key(a).localeCompare(key(b), undefined, { numeric: true }));
-    for (const tr of rows) body.append(tr);
+    const at = th.find((cell) => cell.querySelector(`button[data-sort="${state.sortColumn}"]`));
+    if (at) at.setAttribute("aria-sort", state.sortDirection);
   };
 
   const showPage = async (index) => {
@@ -392,12 +439,18 @@ async function showList(holder) {
     say("list-error", "");
     say("list-status", "Loading…");
     let read;
-    try {
-      read = await readPage(state.pages[index]);
-    } catch (e) {
-      say("list-status", "");
-      say("list-error", e.message);
-      return;
+    if (state.sorted) {
+      const rows = state.sorted.slice(index * PAGE_SIZE, (index + 1) * PAGE_SIZE);
+      const next = (index + 1) * PAGE_SIZE < state.sorted.length ? {} : null;
+      read = { rows, next, total: state.sorted.length };
+    } else {
+      try {
+        read = await readPage(state.pages[index]);
+      } catch (e) {
+        say("list-status", "");
+        say("list-error", e.message);
+        return;
+      }
     }
     state.page = index;
     state.rows = read.rows;
@@ -429,7 +482,16 @@ async function showList(holder) {
     state.watch = controller;
     let redraw = null;
     const reload = () => {
-      if (redraw === null) redraw = setTimeout(() => { redraw = null; showPage(state.page); }, 300);
+      if (redraw !== null) return;
+      redraw = setTimeout(() => {
+        redraw = null;
+        if (state.sorted) {
+          // Objects came or went: read and order the whole list again.
+          sortRows(state.sortLabel);
+        } else {
+          showPage(state.page);
+        }
+      }, state.sorted ? 1000 : 300);
     };
     const one = async (source) => {
       const query = new URLSearchParams(source.query);
@@ -475,6 +537,10 @@ async function showList(holder) {
             const shown = state.rows.findIndex((x) => x.object.metadata.uid === meta.uid);
             if (event.type === "MODIFIED" && shown >= 0) {
               state.rows[shown] = row;
+              if (state.sorted) {
+                const at = state.sorted.findIndex((x) => x.object.metadata.uid === meta.uid);
+                if (at >= 0) state.sorted[at] = row;
+              }
               render();
             } else if (event.type !== "MODIFIED" || shown >= 0) {
               reload();
@@ -507,6 +573,7 @@ async function showList(holder) {
     state.total = undefined;
     state.revision = null;
     state.sortColumn = undefined;
+    state.sorted = null;
     await showPage(0);
     follow();
   };

@@ -1,8 +1,9 @@
-//! The hub's own calls into a cluster (not a user's, which the proxy carries): cordoning and
-//! draining a node before its host upgrades, making it schedulable again, deleting the node of a
-//! removed host, cleaning up what the import manifest created in a cluster being removed, and
-//! asking the cluster, as a user, whether they may list a kind (before the proxy answers from
-//! the cluster-agent's cache).
+//! The hub's own calls into a cluster (not a user's requests, which the proxy carries):
+//! cordoning and draining a node before its host upgrades, making it schedulable again,
+//! deleting the node of a removed host, cleaning up what the import manifest created in a
+//! cluster being removed, and asking the cluster, as a user, whether they may list a kind
+//! (before the proxy answers from the cluster-agent's cache). The same drain also serves the
+//! dashboard's drain button, as the user who pressed it (impersonated, as the proxy would).
 //! Each goes to the cluster's API server as its cluster-agent, through the agent's session on
 //! this replica or the replica it is connected to (the proxy's routes). Each is one pass that
 //! says why it is not done yet, so a slow cluster never holds up the planner's other work.

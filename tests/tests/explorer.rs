@@ -820,6 +820,17 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     .await;
     until(&browser, "the new event, live", "return window.notReloaded === true && document.querySelector('#objects tr[data-name=\"web-0.2\"]') !== null;").await;
     check_and_save_as(&browser, "explorer-events").await;
+    // The session ends (logged out elsewhere): the next request sends the page to log in,
+    // to come back to this list with its filters.
+    let logout = fetch_from_page(&browser, "POST", "/v1/logout", "").await;
+    assert!(logout["status"].as_u64().unwrap() < 300, "{logout}");
+    browser.click("#list-filters button[type=submit]").await;
+    until(
+        &browser,
+        "the login page",
+        "return location.pathname === '/login' && new URLSearchParams(location.search).get('next') === '/clusters/prod/explorer/events?namespace=shop&object=web-0';",
+    )
+    .await;
 
     // A read-only user: no write control anywhere, and writes from their session refused.
     let reader = driver.browser("explorer-viewer", 1280, 900).await;

@@ -21,6 +21,10 @@ async function kube(path, { method = "GET", body, accept = "application/json", c
     body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
     cache: "no-store",
   });
+  // The session ended (logged out, or its time is up): log in again, then come back here.
+  if (response.status === 401) {
+    window.location.assign(`/login?next=${encodeURIComponent(window.location.pathname + window.location.search)}`);
+  }
   const text = await response.text();
   let data = null;
   try {

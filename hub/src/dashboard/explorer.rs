@@ -10,7 +10,7 @@
 
 use axum::{
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, StatusCode, Uri},
     response::Response,
 };
 
@@ -35,6 +35,13 @@ fn well_formed(segment: &str) -> bool {
         && segment
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'@'))
+}
+
+/// Where a caller without a session comes back to after logging in: this page with its query
+/// (the list's filters live there).
+fn here(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_owned(), ToString::to_string)
 }
 
 /// The caller, if they may see `cluster`, and the page for it; else the page that says why.
@@ -90,14 +97,14 @@ fn not_found(what: &str) -> Response {
 pub(super) async fn kinds(
     State(dash): State<Dash>,
     headers: HeaderMap,
+    uri: Uri,
     Path(name): Path<String>,
 ) -> Response {
-    let here = format!("/clusters/{name}/explorer");
     explorer_page(
         &dash,
         &headers,
         &name,
-        &here,
+        &here(&uri),
         &format!("{name}: explorer"),
         |cluster| {
             format!(
@@ -118,17 +125,17 @@ pub(super) async fn kinds(
 pub(super) async fn list(
     State(dash): State<Dash>,
     headers: HeaderMap,
+    uri: Uri,
     Path((name, resource)): Path<(String, String)>,
 ) -> Response {
     if !well_formed(&resource) {
         return not_found(&format!("{resource:?} is not a resource name"));
     }
-    let here = format!("/clusters/{name}/explorer/{resource}");
     explorer_page(
         &dash,
         &headers,
         &name,
-        &here,
+        &here(&uri),
         &format!("{resource} · {name}"),
         |_| {
             format!(

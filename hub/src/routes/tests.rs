@@ -240,6 +240,8 @@ async fn explorer_pages_send_a_caller_without_a_session_to_log_in() {
     for path in [
         "/clusters/prod/explorer",
         "/clusters/prod/explorer/pods",
+        // A list's filters are in its query: the way back keeps them.
+        "/clusters/prod/explorer/pods?namespace=shop&labelSelector=app%3Dweb",
         "/clusters/prod/explorer/deployments.apps/shop/web",
         "/clusters/prod/explorer/nodes/node-1",
         "/clusters/prod/explorer/pods/shop/web-0/shell",

@@ -613,18 +613,9 @@ async function showList(holder) {
 
 // ---------- one object ----------
 
+// `age` ("3m", "5h") is app.js's, which every page loads first.
 function fact(list, term, ...value) {
   list.append(element("dt", {}, term), element("dd", {}, ...value));
-}
-
-function age(text) {
-  const then = Date.parse(text);
-  if (Number.isNaN(then)) return text || "";
-  const s = Math.max(0, Math.round((Date.now() - then) / 1000));
-  if (s < 120) return `${s}s`;
-  if (s < 7200) return `${Math.floor(s / 60)}m`;
-  if (s < 172800) return `${Math.floor(s / 3600)}h`;
-  return `${Math.floor(s / 86400)}d`;
 }
 
 async function showObject(holder) {

@@ -169,6 +169,34 @@ async fn settled(browser: &Browser<'_>) {
     assert_eq!(browser.text("#object-error").await, "");
 }
 
+/// The replicas deployment `shop/web` asks for, as kubectl reads them.
+async fn web_replicas(kube: &Path) -> String {
+    kubectl_ok(
+        kube,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await
+}
+
+/// Says yes to the page's next confirms, keeping each question in `sessionStorage` (it
+/// outlives the navigation a confirmed delete makes).
+async fn accept_confirms(browser: &Browser<'_>) {
+    browser
+        .run(
+            "window.confirm = (m) => { sessionStorage.setItem('confirmed', m); return true; }; return true;",
+            json!([]),
+        )
+        .await;
+}
+
 /// What a `fetch` from the page (the user's session, the hub's own origin) answers.
 async fn fetch_from_page(browser: &Browser<'_>, method: &str, path: &str, body: &str) -> Value {
     browser
@@ -449,19 +477,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         "return document.getElementById('yaml-status').textContent.startsWith('Saved');",
     )
     .await;
-    let replicas = kubectl_ok(
-        &kube,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-    )
-    .await;
+    let replicas = web_replicas(&kube).await;
     assert_eq!(replicas, "2");
     check_and_save_as(&browser, "explorer-deployment").await;
 
@@ -483,19 +499,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     until(&browser, "the conflict", "return document.getElementById('yaml-error').textContent.includes('changed by someone else');").await;
     let error = browser.text("#yaml-error").await;
     assert!(error.contains("Conflict"), "{error}");
-    let replicas = kubectl_ok(
-        &kube,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-    )
-    .await;
+    let replicas = web_replicas(&kube).await;
     assert_eq!(replicas, "5", "the conflicting edit overwrote nothing");
     check_and_save_as(&browser, "explorer-conflict").await;
 
@@ -543,12 +547,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         ))
         .await;
     settled(&browser).await;
-    browser
-        .run(
-            "window.confirm = (m) => { sessionStorage.setItem('confirmed', m); return true; }; return true;",
-            json!([]),
-        )
-        .await;
+    accept_confirms(&browser).await;
     browser.click("#delete").await;
     until(
         &browser,
@@ -768,12 +767,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         .goto(&format!("{base}/clusters/prod/explorer/nodes/spare"))
         .await;
     settled(&browser).await;
-    browser
-        .run(
-            "window.confirm = (m) => { sessionStorage.setItem('confirmed', m); return true; }; return true;",
-            json!([]),
-        )
-        .await;
+    accept_confirms(&browser).await;
     browser.click("#drain").await;
     until(
         &browser,

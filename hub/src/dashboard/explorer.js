@@ -290,20 +290,21 @@ async function showList(holder) {
     start();
   });
 
-  // One page: from `cursor` ({source, token, skip}) on, PAGE_SIZE rows that match the name
-  // filter, reading chunks until the page is full or the list ends. Returns the rows and the
-  // cursor of the next page (null at the end). A page that fills in the middle of a chunk
-  // resumes by reading that chunk again (same token) and skipping what it took.
-  const readPage = async (cursor) => {
+  // One page: from `cursor` ({source, token, skip}) on, `size` rows that match the name
+  // filter, reading chunks (at most 500 rows each, kubectl's size) until the page is full or
+  // the list ends. Returns the rows and the cursor of the next page (null at the end). A page
+  // that fills in the middle of a chunk resumes by reading that chunk again (same token) and
+  // skipping what it took.
+  const readPage = async (cursor, size = PAGE_SIZE) => {
     const nameFilter = form.name.value.trim().toLowerCase();
     const rows = [];
     let { source, token } = cursor;
     let skip = cursor.skip || 0;
     let total = null;
-    while (source < state.sources.length && rows.length < PAGE_SIZE) {
+    while (source < state.sources.length && rows.length < size) {
       const query = new URLSearchParams(state.sources[source].query);
-      // With a name filter, read bigger chunks: most of each is thrown away.
-      query.set("limit", String(nameFilter ? 500 : PAGE_SIZE - rows.length));
+      // With a name filter, read whole chunks: most of each is thrown away.
+      query.set("limit", String(nameFilter ? 500 : Math.min(500, size - rows.length)));
       if (token) query.set("continue", token);
       const result = await kube(`${state.sources[source].path}?${query}`, { accept: TABLE });
       if (!result.ok) throw new Error(why(result));
@@ -317,7 +318,7 @@ async function showList(holder) {
       }
       let i = skip;
       skip = 0;
-      for (; i < chunk.length && rows.length < PAGE_SIZE; i += 1) {
+      for (; i < chunk.length && rows.length < size; i += 1) {
         if (!nameFilter || chunk[i].object.metadata.name.toLowerCase().includes(nameFilter)) rows.push(chunk[i]);
       }
       if (i < chunk.length) return { rows, next: { source, token, skip: i }, total };
@@ -370,28 +371,9 @@ async function showList(holder) {
   };
 
   // Sorting orders the whole list, not the page shown: the API server lists in namespace and
-  // name order only, so the rows of every page are read (chunks of 500, as kubectl reads
-  // them), ordered here, and pages become slices of that order until the filters change.
-  const readAll = async () => {
-    const nameFilter = form.name.value.trim().toLowerCase();
-    const rows = [];
-    for (const source of state.sources) {
-      let token = null;
-      do {
-        const query = new URLSearchParams(source.query);
-        query.set("limit", "500");
-        if (token) query.set("continue", token);
-        const result = await kube(`${source.path}?${query}`, { accept: TABLE });
-        if (!result.ok) throw new Error(why(result));
-        if (result.data.columnDefinitions && result.data.columnDefinitions.length > 0) state.columns = result.data.columnDefinitions;
-        for (const row of result.data.rows || []) {
-          if (!nameFilter || row.object.metadata.name.toLowerCase().includes(nameFilter)) rows.push(row);
-        }
-        token = result.data.metadata && result.data.metadata.continue;
-      } while (token);
-    }
-    return rows;
-  };
+  // name order only, so every row is read (one page of no size limit), ordered here, and pages
+  // become slices of that order until the filters change.
+  const readAll = async () => (await readPage({ source: 0, token: null }, Infinity)).rows;
   // What a column sorts by: the namespace (-1), an age by its creation time (youngest first),
   // numbers as numbers, the rest as text with numbers in it ordered by value.
   const sortKey = (row, index) => {

@@ -82,20 +82,21 @@ async fn call_with(
     path: &str,
     body: &str,
 ) -> (StatusCode, String, http::HeaderMap) {
+    send(
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// The router's answer to `request`: status, body and headers.
+async fn send(request: Request<Body>) -> (StatusCode, String, http::HeaderMap) {
     let app = app();
-    let response = app
-        .router
-        .clone()
-        .oneshot(
-            Request::builder()
-                .method(method)
-                .uri(path)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body.to_owned()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response = app.router.clone().oneshot(request).await.unwrap();
     let (status, headers) = (response.status(), response.headers().clone());
     let body = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
@@ -273,30 +274,19 @@ async fn explorer_pages_send_a_caller_without_a_session_to_log_in() {
 async fn another_sites_page_cannot_open_a_shell_with_the_session_cookie() {
     // What a foreign page's `new WebSocket("wss://hub/k8s/…/exec")` sends: the user's cookie,
     // the foreign Origin. Refused before anyone is looked up.
-    let app = app();
-    let response = app
-        .router
-        .clone()
-        .oneshot(
-            Request::builder()
-                .uri("/k8s/clusters/prod/api/v1/namespaces/shop/pods/web-0/exec?command=sh&stdin=true&stdout=true&tty=true")
-                .header(header::HOST, "hub.example:8443")
-                .header(header::COOKIE, format!("{}=drt_x.y", crate::auth::SESSION_COOKIE))
-                .header(header::ORIGIN, "https://evil.example")
-                .header(header::UPGRADE, "websocket")
-                .header(header::CONNECTION, "Upgrade")
-                .header("sec-websocket-protocol", "v5.channel.k8s.io")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::FORBIDDEN);
-    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&body).contains("hub's own pages"),
-        "{body:?}"
-    );
+    let (status, body, _) = send(
+        Request::builder()
+            .uri("/k8s/clusters/prod/api/v1/namespaces/shop/pods/web-0/exec?command=sh&stdin=true&stdout=true&tty=true")
+            .header(header::HOST, "hub.example:8443")
+            .header(header::COOKIE, format!("{}=drt_x.y", crate::auth::SESSION_COOKIE))
+            .header(header::ORIGIN, "https://evil.example")
+            .header(header::UPGRADE, "websocket")
+            .header(header::CONNECTION, "Upgrade")
+            .header("sec-websocket-protocol", "v5.channel.k8s.io")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("hub's own pages"), "{body}");
 }

@@ -73,6 +73,8 @@ pub struct AuditEntry {
     pub impersonated_by: Option<String>,
     pub method: String,
     pub path: String,
+    /// The query string (`watch=1&...`), empty if none.
+    pub query: String,
     pub code: u16,
 }
 
@@ -164,7 +166,7 @@ impl Sim {
         who: Option<&Identity>,
         impersonated_by: Option<String>,
         method: &Method,
-        path: &str,
+        uri: &axum::http::Uri,
         code: u16,
     ) {
         let mut audit = self.audit.lock().unwrap_or_else(|p| p.into_inner());
@@ -176,7 +178,8 @@ impl Sim {
             groups: who.map(|w| w.groups.clone()).unwrap_or_default(),
             impersonated_by,
             method: method.to_string(),
-            path: path.to_owned(),
+            path: uri.path().to_owned(),
+            query: uri.query().unwrap_or_default().to_owned(),
             code,
         });
     }

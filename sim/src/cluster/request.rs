@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::{
     resources::{self, Resource},
     store::Key,
+    table::Include,
 };
 
 /// Where a resource request points.
@@ -171,11 +172,19 @@ pub(super) fn labels_of(object: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-pub(super) fn wants_table(headers: &HeaderMap) -> bool {
-    headers
+/// Whether the client asks for a Table (server-side printing), and what its rows carry.
+pub(super) fn wants_table(
+    headers: &HeaderMap,
+    params: &BTreeMap<String, String>,
+) -> Result<Option<Include>, String> {
+    let table = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=Table"))
+        .is_some_and(|a| a.contains("as=Table"));
+    if !table {
+        return Ok(None);
+    }
+    Include::of(params.get("includeObject").map(String::as_str)).map(Some)
 }
 
 #[cfg(test)]

@@ -140,9 +140,9 @@ fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<String>
 }
 
 pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Response {
-    let path = request.uri().path().to_owned();
+    let uri = request.uri().clone();
     let method = request.method().clone();
-    if matches!(path.as_str(), "/healthz" | "/livez" | "/readyz") {
+    if matches!(uri.path(), "/healthz" | "/livez" | "/readyz") {
         return "ok".into_response();
     }
     let (identity, impersonator) = match effective(&sim, request.headers()) {
@@ -152,7 +152,7 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
                 caller.as_ref(),
                 None,
                 &method,
-                &path,
+                &uri,
                 response.status().as_u16(),
             );
             return *response;
@@ -181,7 +181,7 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
         Some(&identity),
         impersonator,
         &method,
-        &path,
+        &uri,
         response.status().as_u16(),
     );
     response
@@ -488,7 +488,10 @@ async fn resource_request(
     let _ = identity;
     let method = request.method().clone();
     let params = query(request.uri());
-    let table = wants_table(request.headers());
+    let table = match wants_table(request.headers(), &params) {
+        Ok(table) => table,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
     let resource = target.resource;
     let store_key = resource.key();
     match (&method, &target.name, target.sub.as_deref()) {
@@ -524,8 +527,14 @@ async fn resource_request(
             };
             let (items, more) = page.cut(items, revision, !unselected);
             let revision = more.revision;
-            let mut answer = if table {
-                table::table(resource, items.iter().map(|o| &**o), revision, true)
+            let mut answer = if let Some(include) = table {
+                table::table(
+                    resource,
+                    items.iter().map(|o| &**o),
+                    revision,
+                    true,
+                    include,
+                )
             } else {
                 json!({
                     "kind": format!("{}List", resource.kind),
@@ -538,9 +547,9 @@ async fn resource_request(
             ok_json(StatusCode::OK, &answer)
         }
         (&Method::GET, Some(_), None) => match sim.store.get(&store_key, &target.key()) {
-            Some(object) if table => ok_json(
+            Some(object) if let Some(include) = table => ok_json(
                 StatusCode::OK,
-                &table::table(resource, [&*object], sim.store.revision(), true),
+                &table::table(resource, [&*object], sim.store.revision(), true, include),
             ),
             Some(object) => ok_json(StatusCode::OK, &object),
             None => store_error(&target, StoreError::NotFound),

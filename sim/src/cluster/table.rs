@@ -17,15 +17,7 @@ fn age(object: &Value) -> String {
     else {
         return "<unknown>".into();
     };
-    let secs = (time::OffsetDateTime::now_utc() - created)
-        .whole_seconds()
-        .max(0);
-    match secs {
-        s if s < 120 => format!("{s}s"),
-        s if s < 7200 => format!("{}m", s / 60),
-        s if s < 172_800 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
+    kubeshape::duration::human((time::OffsetDateTime::now_utc() - created).whole_seconds())
 }
 
 fn s<'a>(object: &'a Value, pointer: &str) -> &'a str {
@@ -266,12 +258,38 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
     cells
 }
 
+/// What each row of a Table carries of its object (`includeObject=`), as the API server
+/// allows: nothing, its metadata (the default, what kubectl asks for) or the whole object (what
+/// a cache that keeps rows beside objects asks for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Include {
+    None,
+    #[default]
+    Metadata,
+    Object,
+}
+
+impl Include {
+    /// The `includeObject` parameter, or what is wrong with it.
+    pub(crate) fn of(value: Option<&str>) -> Result<Self, String> {
+        match value {
+            None | Some("" | "Metadata") => Ok(Self::Metadata),
+            Some("None") => Ok(Self::None),
+            Some("Object") => Ok(Self::Object),
+            Some(other) => Err(format!(
+                "includeObject {other:?} is not one of None, Metadata, Object"
+            )),
+        }
+    }
+}
+
 /// A Table of `objects`; `with_columns` false for watch events after the first.
 pub(crate) fn table<'a>(
     resource: &Resource,
     objects: impl IntoIterator<Item = &'a Value>,
     revision: u64,
     with_columns: bool,
+    include: Include,
 ) -> Value {
     let definitions: Vec<Value> = if with_columns {
         columns(resource)
@@ -286,11 +304,18 @@ pub(crate) fn table<'a>(
     let rows: Vec<Value> = objects
         .into_iter()
         .map(|o| {
-            let mut partial = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
-            if let Value::Object(m) = &mut partial["metadata"] {
-                m.remove("managedFields");
-            }
-            json!({"cells": cells(resource, o), "object": partial})
+            let object = match include {
+                Include::None => Value::Null,
+                Include::Object => o.clone(),
+                Include::Metadata => {
+                    let mut partial = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"].clone()});
+                    if let Value::Object(m) = &mut partial["metadata"] {
+                        m.remove("managedFields");
+                    }
+                    partial
+                }
+            };
+            json!({"cells": cells(resource, o), "object": object})
         })
         .collect();
     json!({
@@ -300,4 +325,28 @@ pub(crate) fn table<'a>(
         "columnDefinitions": definitions,
         "rows": rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_carry_as_much_of_their_object_as_asked() {
+        let pods = super::super::resources::find("", "v1", "pods").unwrap();
+        let pod = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "web", "namespace": "shop", "managedFields": [{}]},
+            "spec": {"nodeName": "n1"}});
+        let row = |include| table(pods, [&pod], 7, true, include)["rows"][0]["object"].clone();
+        assert_eq!(row(Include::Object), pod);
+        let partial = row(Include::Metadata);
+        assert_eq!(partial["kind"], "PartialObjectMetadata");
+        assert_eq!(partial["metadata"]["name"], "web");
+        assert!(partial["metadata"].get("managedFields").is_none());
+        assert!(partial.get("spec").is_none());
+        assert_eq!(row(Include::None), Value::Null);
+        assert_eq!(Include::of(None), Ok(Include::Metadata));
+        let refused = Include::of(Some("Everything")).unwrap_err();
+        assert!(refused.contains("None, Metadata, Object"), "{refused}");
+    }
 }

@@ -278,7 +278,7 @@ pub(super) fn watch_response(
     selector: LabelSelector,
     fields: String,
     params: &BTreeMap<String, String>,
-    table: bool,
+    table: Option<table::Include>,
 ) -> Response {
     let resource = target.resource;
     let from = params
@@ -327,13 +327,13 @@ pub(super) fn watch_response(
         .map_or(Duration::from_secs(1800), Duration::from_secs);
     let deadline = tokio::time::Instant::now() + timeout;
     let encode = move |kind: &str, object: &Value, columns: bool| -> Bytes {
-        let object = if table {
+        let object = if let Some(include) = table {
             let revision = object
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            table::table(resource, [object], revision, columns)
+            table::table(resource, [object], revision, columns, include)
         } else {
             object.clone()
         };

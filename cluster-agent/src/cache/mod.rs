@@ -1,250 +1,224 @@
 //! Watch-driven caches of the cluster's nodes, namespaces, pods, deployments, services and
-//! events (kube-runtime reflectors), and the `cluster-cache` service that answers the hub's
-//! list queries from them, so that listing a big cluster costs the API server nothing.
+//! events, and the `cluster-cache` service that answers the hub's queries from them (lists, or
+//! the API server's own Table columns, filtered, sorted and paged), so that browsing a big
+//! cluster costs its API server nothing.
 
-use std::{
-    borrow::Cow, convert::Infallible, fmt::Debug, marker::PhantomData, sync::Arc, time::Duration,
-};
+mod cells;
+mod page;
+mod reflect;
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::{
-    apps::v1::Deployment,
-    core::v1::{Event, Namespace, Node, Pod, Service},
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    runtime::{WatchStreamExt, reflector, reflector::Store, watcher},
-};
-use kubeshape::LabelSelector;
-use serde::{Deserialize, Deserializer};
+use kube::Client;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tunnel::TunnelStream;
 
-/// How long a query waits for a cache's first full list before answering 503.
+pub use page::{Query, Sort};
+use reflect::{Kind, Reflected};
+
+/// How long a query waits for a cache's first full list, or for the revision it asks for,
+/// before answering 503 / 504 (the API server's watch cache waits 3 s for a revision).
 const SYNC_WAIT: Duration = Duration::from_secs(5);
+const REVISION_WAIT: Duration = Duration::from_secs(3);
 
-/// One reflector per resource; cheap to clone (the stores are shared).
-#[derive(Clone)]
+/// Where the API server serves each cached kind (`proto::CACHED_RESOURCES` names them).
+static KINDS: [Kind; 6] = [
+    kind(0, "/api/v1/nodes", "Node", "v1"),
+    kind(1, "/api/v1/namespaces", "Namespace", "v1"),
+    kind(2, "/api/v1/pods", "Pod", "v1"),
+    kind(3, "/apis/apps/v1/deployments", "Deployment", "apps/v1"),
+    kind(4, "/api/v1/services", "Service", "v1"),
+    kind(5, "/api/v1/events", "Event", "v1"),
+];
+
+const fn kind(
+    index: usize,
+    path: &'static str,
+    kind: &'static str,
+    api_version: &'static str,
+) -> Kind {
+    Kind {
+        resource: proto::CACHED_RESOURCES[index],
+        path,
+        kind,
+        api_version,
+    }
+}
+
+/// One cache per cached kind; cheap to clone (the caches are shared).
+#[derive(Clone, Debug)]
 pub struct Caches {
-    nodes: Store<Cached<Node>>,
-    namespaces: Store<Cached<Namespace>>,
-    pods: Store<Cached<Pod>>,
-    deployments: Store<Cached<Deployment>>,
-    services: Store<Cached<Service>>,
-    events: Store<Cached<Event>>,
-}
-
-/// One cached object: its metadata, for filtering and sorting, and its JSON as the API server
-/// sent it. Keeping the text rather than the typed object (`K` only names the resource) costs
-/// a tenth of the memory (30,000 typed pods held over 300 MiB) and lets a list be written by
-/// concatenation.
-pub struct Cached<K> {
-    meta: ObjectMeta,
-    json: Box<str>,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K> Clone for Cached<K> {
-    fn clone(&self) -> Self {
-        Self {
-            meta: self.meta.clone(),
-            json: self.json.clone(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K> Debug for Cached<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cached")
-            .field("namespace", &self.meta.namespace)
-            .field("name", &self.meta.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'de, K: Resource<DynamicType = ()>> Deserialize<'de> for Cached<K> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // Through a `Value`, not a `RawValue`: watch events arrive inside a tagged enum, which
-        // may hand the object over already parsed.
-        let mut value = serde_json::Value::deserialize(deserializer)?;
-        // Items of a list come without their kind, objects of a watch event with it: every
-        // cached object carries it, as `kubectl get -o json` shows them.
-        if let Some(object) = value.as_object_mut() {
-            object.insert("kind".into(), K::kind(&()).into_owned().into());
-            object.insert("apiVersion".into(), K::api_version(&()).into_owned().into());
-        }
-        let meta: ObjectMeta = match value.get("metadata") {
-            Some(meta) => ObjectMeta::deserialize(meta).map_err(serde::de::Error::custom)?,
-            None => ObjectMeta::default(),
-        };
-        let json = serde_json::to_string(&value).map_err(serde::de::Error::custom)?;
-        Ok(Self {
-            meta,
-            json: json.into_boxed_str(),
-            kind: PhantomData,
-        })
-    }
-}
-
-impl<K: Resource<DynamicType = ()>> Resource for Cached<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    fn kind((): &()) -> Cow<'_, str> {
-        K::kind(&())
-    }
-
-    fn group((): &()) -> Cow<'_, str> {
-        K::group(&())
-    }
-
-    fn version((): &()) -> Cow<'_, str> {
-        K::version(&())
-    }
-
-    fn plural((): &()) -> Cow<'_, str> {
-        K::plural(&())
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
-
-impl Debug for Caches {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Caches")
-            .field("pods", &self.pods.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Starts a reflector for `K`, running until `stop`; its errors are retried with backoff.
-fn reflect<K>(client: &Client, stop: &CancellationToken) -> Store<Cached<K>>
-where
-    K: Resource<DynamicType = ()> + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let api = Api::<Cached<K>>::all(client.clone());
-    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    let stop = stop.clone();
-    tokio::spawn(async move {
-        let drive = stream.for_each(|event| {
-            if let Err(e) = event {
-                tracing::warn!(resource = %K::plural(&()), error = %e, "cache watch failed; retrying");
-            }
-            std::future::ready(())
-        });
-        tokio::select! {
-            () = stop.cancelled() => {}
-            () = drive => {}
-        }
-    });
-    reader
+    kinds: Arc<[Arc<Reflected>]>,
 }
 
 impl Caches {
-    /// Starts watching; the caches fill in the background and stop with `stop`.
+    /// Starts listing and watching; the caches fill in the background and stop with `stop`.
     pub fn start(client: &Client, stop: &CancellationToken) -> Self {
-        Self {
-            nodes: reflect(client, stop),
-            namespaces: reflect(client, stop),
-            pods: reflect(client, stop),
-            deployments: reflect(client, stop),
-            services: reflect(client, stop),
-            events: reflect(client, stop),
-        }
-    }
-
-    /// Answers one query: a Kubernetes List (`PodList`, …) of the matching objects, sorted by
-    /// namespace and name.
-    pub async fn list(&self, resource: &str, query: &Query) -> Result<Vec<u8>, CacheError> {
-        match resource {
-            "nodes" => list(&self.nodes, false, query).await,
-            "namespaces" => list(&self.namespaces, false, query).await,
-            "pods" => list(&self.pods, true, query).await,
-            "deployments" => list(&self.deployments, true, query).await,
-            "services" => list(&self.services, true, query).await,
-            "events" => list(&self.events, true, query).await,
-            other => Err(CacheError::NotFound(format!(
-                "{other:?} is not cached; the cached resources are {}",
-                proto::CACHED_RESOURCES.map(|r| r.name).join(", ")
-            ))),
-        }
-    }
-}
-
-impl Caches {
-    /// Every node, as JSON, once the cache has its first full list.
-    pub(crate) async fn nodes(&self) -> Result<Vec<serde_json::Value>, CacheError> {
-        ready(&self.nodes).await?;
-        Ok(self
-            .nodes
-            .state()
+        let kinds: Arc<[Arc<Reflected>]> = KINDS
             .iter()
-            .filter_map(|n| serde_json::from_str(&n.json).ok())
-            .collect())
+            .map(|kind| Arc::new(Reflected::new(kind)))
+            .collect();
+        for reflected in kinds.iter() {
+            tokio::spawn(reflect::run(
+                client.clone(),
+                Arc::clone(reflected),
+                stop.clone(),
+            ));
+        }
+        Self { kinds }
+    }
+
+    fn find(&self, resource: &str) -> Result<&Reflected, CacheError> {
+        self.kinds
+            .iter()
+            .find(|r| r.kind.resource.name == resource)
+            .map(|r| &**r)
+            .ok_or_else(|| {
+                CacheError::NotFound(format!(
+                    "{resource:?} is not cached; the cached resources are {}",
+                    proto::CACHED_RESOURCES.map(|r| r.name).join(", ")
+                ))
+            })
+    }
+
+    /// Answers one query: a Kubernetes List (`PodList`, …), or with `table` the API server's
+    /// Table of the same objects (its columns, each row with the object's metadata).
+    pub async fn list(
+        &self,
+        resource: &str,
+        query: &Query,
+        table: bool,
+    ) -> Result<Vec<u8>, CacheError> {
+        let reflected = self.find(resource)?;
+        ready(reflected, query.fresh_as).await?;
+        let kind = reflected.kind;
+        let (page, columns, names, revision) = reflected.read(|snapshot| {
+            let names: Vec<String> = snapshot
+                .columns
+                .iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect();
+            page::select(&snapshot.objects, &names, kind.resource.namespaced, query).map(|page| {
+                (
+                    page,
+                    Arc::clone(&snapshot.columns),
+                    names.clone(),
+                    snapshot.revision.clone(),
+                )
+            })
+        })?;
+        let mut meta = serde_json::json!({"resourceVersion": revision});
+        if let Some(next) = &page.next {
+            meta["continue"] = next.clone().into();
+            meta["remainingItemCount"] = page.remaining.into();
+        }
+        if table {
+            encode_table(&page, &columns, &names, &meta)
+        } else {
+            encode_list(kind, &page, &meta)
+        }
+    }
+
+    /// Every node, as JSON, once the cache has its first full list.
+    pub(crate) async fn nodes(&self) -> Result<Vec<Value>, CacheError> {
+        let reflected = self.find("nodes")?;
+        ready(reflected, None).await?;
+        Ok(reflected.read(|s| {
+            s.objects
+                .values()
+                .filter_map(|n| serde_json::from_str(&n.json).ok())
+                .collect()
+        }))
     }
 }
 
-/// Waits (a while) for a cache's first full list.
-async fn ready<K>(store: &Store<Cached<K>>) -> Result<(), CacheError>
-where
-    K: Resource<DynamicType = ()> + 'static,
-{
-    if tokio::time::timeout(SYNC_WAIT, store.wait_until_ready())
-        .await
-        .map_or(true, |r| r.is_err())
-    {
+/// Waits (a while) for a cache's first full list and for the revision asked for.
+async fn ready(reflected: &Reflected, revision: Option<u64>) -> Result<(), CacheError> {
+    let plural = reflected.kind.resource.name;
+    if !reflected.wait_for(None, SYNC_WAIT).await {
         return Err(CacheError::NotReady(format!(
-            "the cache of {} has not finished its first list yet; try again shortly",
-            K::plural(&())
+            "the cache of {plural} has not finished its first list yet; try again shortly"
+        )));
+    }
+    if revision.is_some() && !reflected.wait_for(revision, REVISION_WAIT).await {
+        return Err(CacheError::Behind(format!(
+            "the cache of {plural} has not yet seen resourceVersion {} (it is at {}); try again \
+             shortly",
+            revision.unwrap_or_default(),
+            reflected.read(|s| s.revision.clone())
         )));
     }
     Ok(())
 }
 
-/// What a list query asks for.
-#[derive(Debug, Default)]
-pub struct Query {
-    pub namespace: Option<String>,
-    pub selector: Option<LabelSelector>,
+/// A List of the page's objects, written by concatenating their JSON.
+fn encode_list(kind: &Kind, page: &page::Page, meta: &Value) -> Result<Vec<u8>, CacheError> {
+    let size = page
+        .items
+        .iter()
+        .map(|(_, e)| e.json.len() + 1)
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(128 + size);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &format!("{}List", kind.kind)).map_err(internal)?;
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, kind.api_version).map_err(internal)?;
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, meta).map_err(internal)?;
+    out.extend_from_slice(b",\"items\":[");
+    for (i, (_, entry)) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(entry.json.as_bytes());
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
 }
 
-impl Query {
-    /// Parses `namespace=` and `labelSelector=`; anything else is refused, so a misspelt
-    /// parameter is not silently ignored.
-    pub fn parse(query: &str) -> Result<Self, CacheError> {
-        let mut parsed = Self::default();
-        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-            match key.as_ref() {
-                "namespace" if !value.is_empty() => parsed.namespace = Some(value.into_owned()),
-                "namespace" => {}
-                "labelSelector" => {
-                    parsed.selector = Some(LabelSelector::parse(&value).map_err(|e| {
-                        CacheError::BadRequest(format!("labelSelector {value:?}: {e}"))
-                    })?);
-                }
-                other => {
-                    return Err(CacheError::BadRequest(format!(
-                        "unknown query parameter {other:?}; use namespace= and labelSelector="
-                    )));
-                }
+/// A Table as the API server answers `Accept: application/json;as=Table`: its columns, and a
+/// row per object with the object's metadata (`includeObject=Metadata`, the default).
+fn encode_table(
+    page: &page::Page,
+    columns: &[Value],
+    names: &[String],
+    meta: &Value,
+) -> Result<Vec<u8>, CacheError> {
+    let now = time::OffsetDateTime::now_utc();
+    let rows: Vec<Value> = page
+        .items
+        .iter()
+        .map(|(_, entry)| {
+            let object = serde_json::from_str::<Value>(&entry.json).unwrap_or_default();
+            let cells = cells::refresh(names, &entry.cells, &object, now);
+            let mut metadata = object.get("metadata").cloned().unwrap_or_default();
+            if let Value::Object(m) = &mut metadata {
+                m.remove("managedFields");
             }
-        }
-        Ok(parsed)
-    }
+            serde_json::json!({
+                "cells": cells,
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": metadata,
+                },
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": columns,
+        "rows": rows,
+    }))
+    .map_err(internal)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -255,6 +229,8 @@ pub enum CacheError {
     BadRequest(String),
     #[error("{0}")]
     NotReady(String),
+    #[error("{0}")]
+    Behind(String),
 }
 
 impl CacheError {
@@ -263,55 +239,10 @@ impl CacheError {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "NotFound"),
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
             Self::NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
+            // The API server's answer to a list at a revision its watch cache has not reached.
+            Self::Behind(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
         }
     }
-}
-
-async fn list<K>(
-    store: &Store<Cached<K>>,
-    namespaced: bool,
-    query: &Query,
-) -> Result<Vec<u8>, CacheError>
-where
-    K: Resource<DynamicType = ()> + 'static,
-{
-    let plural = K::plural(&());
-    if query.namespace.is_some() && !namespaced {
-        return Err(CacheError::BadRequest(format!(
-            "{plural} are cluster-scoped; leave out namespace="
-        )));
-    }
-    ready(store).await?;
-    let mut items: Vec<Arc<Cached<K>>> = store.state_filter(|o| {
-        query
-            .namespace
-            .as_ref()
-            .is_none_or(|ns| o.meta().namespace.as_ref() == Some(ns))
-            && query
-                .selector
-                .as_ref()
-                .is_none_or(|s| s.matches(o.labels()))
-    });
-    items.sort_by(|a, b| {
-        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
-            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
-    });
-    let kind = format!("{}List", K::kind(&()));
-    let api_version = K::api_version(&());
-    let mut out = Vec::with_capacity(64 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
-    out.extend_from_slice(b"{\"kind\":");
-    serde_json::to_writer(&mut out, &kind).map_err(internal)?;
-    out.extend_from_slice(b",\"apiVersion\":");
-    serde_json::to_writer(&mut out, &api_version).map_err(internal)?;
-    out.extend_from_slice(b",\"metadata\":{},\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(item.json.as_bytes());
-    }
-    out.extend_from_slice(b"]}");
-    Ok(out)
 }
 
 fn internal(e: serde_json::Error) -> CacheError {
@@ -340,8 +271,14 @@ async fn answer(
             "the cache answers GET only".to_owned(),
         ))
     } else {
+        // Tables when asked for them, as the API server answers.
+        let table = request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("as=Table"));
         match Query::parse(request.uri().query().unwrap_or_default()) {
-            Ok(query) => caches.list(&resource, &query).await,
+            Ok(query) => caches.list(&resource, &query, table).await,
             Err(e) => Err(e),
         }
     };
@@ -367,29 +304,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_object_keeps_its_json_and_names_its_kind() {
-        let item = r#"{"metadata":{"name":"web-1","namespace":"shop","labels":{"app":"web"},"resourceVersion":"7"},"spec":{"nodeName":"n1","unknownField":[1,2]}}"#;
-        let cached: Cached<Pod> = serde_json::from_str(item).unwrap();
-        assert_eq!(cached.meta.name.as_deref(), Some("web-1"));
-        assert_eq!(cached.labels().get("app").map(String::as_str), Some("web"));
-        let back: serde_json::Value = serde_json::from_str(&cached.json).unwrap();
-        assert_eq!(back["kind"], "Pod");
-        assert_eq!(back["apiVersion"], "v1");
-        // Fields the typed Pod does not know survive: the cache returns what the server sent.
-        assert_eq!(back["spec"]["unknownField"], serde_json::json!([1, 2]));
-        assert_eq!(back["metadata"]["resourceVersion"], "7");
-    }
-
-    #[test]
-    fn queries_say_what_is_wrong_with_them() {
-        let q = Query::parse("namespace=load-1&labelSelector=app%3Dweb%2Ctier%21%3Ddb").unwrap();
-        assert_eq!(q.namespace.as_deref(), Some("load-1"));
-        assert!(q.selector.is_some());
-        let e = Query::parse("labelSelectr=app").unwrap_err().to_string();
-        assert!(e.contains("labelSelectr"), "{e}");
-        let e = Query::parse("labelSelector=a%3D%3D%3Db")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("labelSelector"), "{e}");
+    fn every_cached_kind_has_its_place_on_the_api_server() {
+        // The table above and `proto::CACHED_RESOURCES` (what the hub offers) agree.
+        for (kind, resource) in KINDS.iter().zip(proto::CACHED_RESOURCES) {
+            assert_eq!(kind.resource.name, resource.name);
+            let group = if resource.group.is_empty() {
+                "/api/v1/".to_owned()
+            } else {
+                format!("/apis/{}/v1/", resource.group)
+            };
+            assert_eq!(kind.path, format!("{group}{}", resource.name));
+        }
     }
 }

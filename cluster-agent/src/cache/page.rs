@@ -1,0 +1,626 @@
+//! Which cached objects a query answers, in what order and from where: filtering, sorting by
+//! any column of the API server's Table, and pages with continue tokens. Pure functions over a
+//! snapshot, so every rule is tested without a cluster.
+
+use std::{cmp::Ordering, collections::BTreeMap, sync::Arc};
+
+use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+use kubeshape::LabelSelector;
+use serde_json::Value;
+
+use super::CacheError;
+
+/// A cached object's place: namespace ("" when cluster-scoped) and name.
+pub(crate) type Key = (String, String);
+
+/// One cached object: what filters and sorts need, the API server's Table cells for it, and
+/// its JSON as the server sent it (a list is written by concatenation; keeping text rather than
+/// typed objects costs a tenth of the memory).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) labels: BTreeMap<String, String>,
+    /// `metadata.creationTimestamp` (RFC 3339, so text order is time order).
+    pub(crate) created: String,
+    pub(crate) cells: Vec<Value>,
+    pub(crate) json: Box<str>,
+}
+
+/// What a query asks for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Query {
+    /// Any of these namespaces; every namespace when empty.
+    pub namespaces: Vec<String>,
+    pub selector: Option<LabelSelector>,
+    /// Names containing this text, ignoring case.
+    pub name: Option<String>,
+    pub sort: Option<Sort>,
+    /// At most this many objects (all when `None`).
+    pub limit: Option<usize>,
+    /// Where the previous page ended.
+    pub after: Option<String>,
+    /// Answer only once the cache has seen this revision (`resourceVersion=`).
+    pub fresh_as: Option<u64>,
+}
+
+/// An order other than namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sort {
+    /// A column of the Table (by name), or `Namespace`.
+    pub column: String,
+    pub descending: bool,
+}
+
+impl Sort {
+    fn parse(text: &str) -> Self {
+        match text.strip_prefix('-') {
+            Some(column) => Self {
+                column: column.to_owned(),
+                descending: true,
+            },
+            None => Self {
+                column: text.to_owned(),
+                descending: false,
+            },
+        }
+    }
+
+    fn text(&self) -> String {
+        format!("{}{}", if self.descending { "-" } else { "" }, self.column)
+    }
+}
+
+impl Query {
+    /// Parses the query string; an unknown parameter is refused, so a misspelt one is not
+    /// silently ignored.
+    pub fn parse(query: &str) -> Result<Self, CacheError> {
+        let bad = CacheError::BadRequest;
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            match key.as_ref() {
+                "namespace" => parsed.namespaces.extend(
+                    value
+                        .split(',')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned),
+                ),
+                "labelSelector" => {
+                    parsed.selector = Some(
+                        LabelSelector::parse(&value)
+                            .map_err(|e| bad(format!("labelSelector {value:?}: {e}")))?,
+                    );
+                }
+                "name" if !value.is_empty() => parsed.name = Some(value.to_lowercase()),
+                "name" => {}
+                "sort" if !value.is_empty() => parsed.sort = Some(Sort::parse(&value)),
+                "sort" => {}
+                "limit" => {
+                    let limit: usize = value.parse().map_err(|_| {
+                        bad(format!("limit {value:?} is not a whole number of objects"))
+                    })?;
+                    parsed.limit = (limit > 0).then_some(limit);
+                }
+                "continue" if !value.is_empty() => parsed.after = Some(value.into_owned()),
+                "continue" => {}
+                "resourceVersion" if !value.is_empty() && value != "0" => {
+                    parsed.fresh_as = Some(value.parse().map_err(|_| {
+                        bad(format!(
+                            "resourceVersion {value:?} is not one this cache gave"
+                        ))
+                    })?);
+                }
+                "resourceVersion" => {}
+                other => {
+                    return Err(bad(format!(
+                        "unknown query parameter {other:?}; use namespace=, labelSelector=, \
+                         name=, sort=, limit=, continue= and resourceVersion="
+                    )));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// The objects of one page, and what follows it.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub(crate) items: Vec<(Key, Arc<Entry>)>,
+    /// The token of the next page, if any.
+    pub(crate) next: Option<String>,
+    /// How many matching objects follow this page.
+    pub(crate) remaining: usize,
+}
+
+/// A value a column sorts by: numbers as numbers, the rest as text.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum SortValue {
+    Number(f64),
+    Text(String),
+}
+
+impl SortValue {
+    fn of(cell: Option<&Value>) -> Self {
+        match cell {
+            Some(Value::Number(n)) => Self::Number(n.as_f64().unwrap_or_default()),
+            Some(Value::String(s)) => Self::Text(s.clone()),
+            None | Some(Value::Null) => Self::Text(String::new()),
+            Some(other) => Self::Text(other.to_string()),
+        }
+    }
+
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Self::Number(a), Self::Number(b)) => a.total_cmp(b),
+            (a, b) => natural(&a.text(), &b.text()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Number(n) => n.to_string(),
+            Self::Text(s) => s.clone(),
+        }
+    }
+}
+
+/// What a continue token holds: the order it belongs to and the last object given.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Token {
+    sort: String,
+    value: Option<SortValue>,
+    namespace: String,
+    name: String,
+}
+
+/// What an object sorts by under `sort`, given the Table's column names.
+fn sort_value(sort: &Sort, columns: &[String], key: &Key, entry: &Entry) -> SortValue {
+    match sort.column.as_str() {
+        "Namespace" => SortValue::Text(key.0.clone()),
+        // Ages sort by creation time: the youngest (smallest age) first.
+        "Age" => SortValue::Text(entry.created.clone()),
+        column => SortValue::of(
+            columns
+                .iter()
+                .position(|c| c == column)
+                .and_then(|i| entry.cells.get(i)),
+        ),
+    }
+}
+
+/// The page `query` asks for, from every cached object in namespace and name order.
+pub(crate) fn select(
+    objects: &BTreeMap<Key, Arc<Entry>>,
+    columns: &[String],
+    namespaced: bool,
+    query: &Query,
+) -> Result<Page, CacheError> {
+    if let Some(sort) = &query.sort {
+        let known =
+            ["Namespace", "Age"].contains(&sort.column.as_str()) || columns.contains(&sort.column);
+        if !known {
+            return Err(CacheError::BadRequest(format!(
+                "cannot sort by {:?}: the columns are {}",
+                sort.column,
+                columns.join(", ")
+            )));
+        }
+    }
+    if !query.namespaces.is_empty() && !namespaced {
+        return Err(CacheError::BadRequest(
+            "this kind is cluster-scoped; leave out namespace=".to_owned(),
+        ));
+    }
+    let token = match &query.after {
+        Some(text) => {
+            let token = decode(text)?;
+            let sort = query.sort.as_ref().map(Sort::text).unwrap_or_default();
+            if token.sort != sort {
+                return Err(CacheError::BadRequest(format!(
+                    "the continue token is for sort={:?}, not sort={sort:?}; start again without it",
+                    token.sort
+                )));
+            }
+            Some(token)
+        }
+        None => None,
+    };
+    let wanted = |(key, entry): &(&Key, &Arc<Entry>)| {
+        (query.namespaces.is_empty() || query.namespaces.contains(&key.0))
+            && query
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.matches(&entry.labels))
+            && query
+                .name
+                .as_ref()
+                .is_none_or(|n| key.1.to_lowercase().contains(n))
+    };
+    let mut matching: Vec<(Key, Arc<Entry>, Option<SortValue>)> = match (&query.sort, &token) {
+        // In the map's own order a page starts right after the last key given.
+        (None, Some(t)) => objects
+            .range((
+                std::ops::Bound::Excluded((t.namespace.clone(), t.name.clone())),
+                std::ops::Bound::Unbounded,
+            ))
+            .filter(|pair| wanted(pair))
+            .map(|(k, e)| (k.clone(), Arc::clone(e), None))
+            .collect(),
+        _ => objects
+            .iter()
+            .filter(|pair| wanted(pair))
+            .map(|(k, e)| {
+                let value = query.sort.as_ref().map(|s| sort_value(s, columns, k, e));
+                (k.clone(), Arc::clone(e), value)
+            })
+            .collect(),
+    };
+    if let Some(sort) = &query.sort {
+        let order = |a: (&Option<SortValue>, &Key), b: (&Option<SortValue>, &Key)| {
+            let by_value = match (a.0, b.0) {
+                (Some(x), Some(y)) => x.cmp(y),
+                _ => Ordering::Equal,
+            };
+            let by_value = match sort.column.as_str() {
+                // Youngest first is newest creation time first.
+                "Age" => by_value.reverse(),
+                _ => by_value,
+            };
+            let by_value = if sort.descending {
+                by_value.reverse()
+            } else {
+                by_value
+            };
+            by_value.then_with(|| a.1.cmp(b.1))
+        };
+        matching.sort_by(|a, b| order((&a.2, &a.0), (&b.2, &b.0)));
+        if let Some(t) = &token {
+            let last = (t.namespace.clone(), t.name.clone());
+            let start = matching
+                .partition_point(|m| order((&m.2, &m.0), (&t.value, &last)) != Ordering::Greater);
+            matching.drain(..start);
+        }
+    }
+    let take = query.limit.unwrap_or(usize::MAX).min(matching.len());
+    let remaining = matching.len() - take;
+    matching.truncate(take);
+    let next = match matching.last() {
+        Some((key, _, value)) if remaining > 0 => Some(encode(&Token {
+            sort: query.sort.as_ref().map(Sort::text).unwrap_or_default(),
+            value: value.clone(),
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+        })),
+        _ => None,
+    };
+    Ok(Page {
+        items: matching.into_iter().map(|(k, e, _)| (k, e)).collect(),
+        next,
+        remaining,
+    })
+}
+
+fn encode(token: &Token) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(token).unwrap_or_default())
+}
+
+fn decode(text: &str) -> Result<Token, CacheError> {
+    URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .ok_or_else(|| {
+            CacheError::BadRequest(
+                "the continue token is not one this cache gave; start again without it".to_owned(),
+            )
+        })
+}
+
+/// Text order with runs of digits compared by value ("pod-2" before "pod-10"), as people
+/// expect of names and of cells such as "2 (5m ago)".
+pub(crate) fn natural(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let run = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
+                let (ra, rb) = (run(a), run(b));
+                let digits_a = strip_zeros(&a[..ra]);
+                let digits_b = strip_zeros(&b[..rb]);
+                let by_value = digits_a
+                    .len()
+                    .cmp(&digits_b.len())
+                    .then_with(|| digits_a.cmp(digits_b));
+                if by_value != Ordering::Equal {
+                    return by_value;
+                }
+                a = &a[ra..];
+                b = &b[rb..];
+            }
+            (Some(x), Some(y)) => {
+                let by_char = x.cmp(y);
+                if by_char != Ordering::Equal {
+                    return by_char;
+                }
+                a = &a[1..];
+                b = &b[1..];
+            }
+        }
+    }
+}
+
+fn strip_zeros(digits: &[u8]) -> &[u8] {
+    let zeros = digits.iter().take_while(|d| **d == b'0').count();
+    &digits[zeros..]
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(labels: &[(&str, &str)], created: &str, cells: Value) -> Arc<Entry> {
+        Arc::new(Entry {
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            created: created.to_owned(),
+            cells: cells.as_array().cloned().unwrap_or_default(),
+            json: "{}".into(),
+        })
+    }
+
+    /// Pods as `kubectl get pods -A` would show them: Name, Ready, Status, Restarts, Age.
+    fn pods() -> (BTreeMap<Key, Arc<Entry>>, Vec<String>) {
+        let columns = ["Name", "Ready", "Status", "Restarts", "Age"]
+            .map(str::to_owned)
+            .to_vec();
+        let rows = [
+            (
+                "shop",
+                "web-10",
+                "app=web",
+                "2026-01-01T00:00:03Z",
+                "Running",
+                0,
+            ),
+            (
+                "shop",
+                "web-2",
+                "app=web",
+                "2026-01-01T00:00:01Z",
+                "Pending",
+                12,
+            ),
+            (
+                "shop",
+                "db-0",
+                "app=db",
+                "2026-01-01T00:00:05Z",
+                "Running",
+                3,
+            ),
+            (
+                "bank",
+                "web-1",
+                "app=web",
+                "2026-01-01T00:00:02Z",
+                "Failed",
+                3,
+            ),
+            (
+                "bank",
+                "API-0",
+                "app=api",
+                "2026-01-01T00:00:04Z",
+                "Running",
+                1,
+            ),
+        ];
+        let objects = rows
+            .into_iter()
+            .map(|(ns, name, label, created, status, restarts)| {
+                let (k, v) = label.split_once('=').unwrap();
+                (
+                    (ns.to_owned(), name.to_owned()),
+                    entry(
+                        &[(k, v)],
+                        created,
+                        json!([name, "1/1", status, restarts, "5m"]),
+                    ),
+                )
+            })
+            .collect();
+        (objects, columns)
+    }
+
+    fn names(page: &Page) -> Vec<String> {
+        page.items
+            .iter()
+            .map(|(k, _)| format!("{}/{}", k.0, k.1))
+            .collect()
+    }
+
+    fn ask(query: &str) -> Result<Page, CacheError> {
+        let (objects, columns) = pods();
+        select(&objects, &columns, true, &Query::parse(query)?)
+    }
+
+    #[test]
+    fn without_a_sort_objects_come_in_namespace_and_name_order() {
+        let page = ask("").unwrap();
+        assert_eq!(
+            names(&page),
+            [
+                "bank/API-0",
+                "bank/web-1",
+                "shop/db-0",
+                "shop/web-10",
+                "shop/web-2"
+            ]
+        );
+        assert_eq!((page.remaining, page.next), (0, None));
+    }
+
+    #[test]
+    fn filters_combine_namespaces_labels_and_name_text() {
+        assert_eq!(
+            names(&ask("namespace=shop&labelSelector=app%3Dweb").unwrap()),
+            ["shop/web-10", "shop/web-2"]
+        );
+        assert_eq!(
+            names(&ask("namespace=bank,shop&name=API").unwrap()),
+            ["bank/API-0"]
+        );
+        assert_eq!(
+            names(&ask("namespace=bank&namespace=shop&name=web-1").unwrap()),
+            ["bank/web-1", "shop/web-10"]
+        );
+        assert!(names(&ask("namespace=none").unwrap()).is_empty());
+    }
+
+    #[test]
+    fn pages_follow_each_other_in_any_order_until_the_list_ends() {
+        let (objects, columns) = pods();
+        for (sort, all) in [
+            (
+                "",
+                vec![
+                    "bank/API-0",
+                    "bank/web-1",
+                    "shop/db-0",
+                    "shop/web-10",
+                    "shop/web-2",
+                ],
+            ),
+            // Numbers by value, ties by namespace and name.
+            (
+                "Restarts",
+                vec![
+                    "shop/web-10",
+                    "bank/API-0",
+                    "bank/web-1",
+                    "shop/db-0",
+                    "shop/web-2",
+                ],
+            ),
+            (
+                "-Restarts",
+                vec![
+                    "shop/web-2",
+                    "bank/web-1",
+                    "shop/db-0",
+                    "bank/API-0",
+                    "shop/web-10",
+                ],
+            ),
+            // Text with numbers in it by the numbers' value.
+            (
+                "Name",
+                vec![
+                    "bank/API-0",
+                    "shop/db-0",
+                    "bank/web-1",
+                    "shop/web-2",
+                    "shop/web-10",
+                ],
+            ),
+            // The youngest first.
+            (
+                "Age",
+                vec![
+                    "shop/db-0",
+                    "bank/API-0",
+                    "shop/web-10",
+                    "bank/web-1",
+                    "shop/web-2",
+                ],
+            ),
+            (
+                "-Namespace",
+                vec![
+                    "shop/db-0",
+                    "shop/web-10",
+                    "shop/web-2",
+                    "bank/API-0",
+                    "bank/web-1",
+                ],
+            ),
+        ] {
+            let mut seen = Vec::new();
+            let mut query = Query::parse(&format!("limit=2&sort={sort}")).unwrap();
+            let mut remaining = Vec::new();
+            loop {
+                let page = select(&objects, &columns, true, &query).unwrap();
+                seen.extend(names(&page));
+                remaining.push(page.remaining);
+                match page.next {
+                    Some(token) => query.after = Some(token),
+                    None => break,
+                }
+            }
+            assert_eq!(seen, all, "sort={sort}");
+            assert_eq!(remaining, [3, 1, 0], "sort={sort}");
+        }
+    }
+
+    #[test]
+    fn a_page_resumes_after_its_last_object_though_objects_came_and_went() {
+        let (mut objects, columns) = pods();
+        let first = select(&objects, &columns, true, &Query::parse("limit=2").unwrap()).unwrap();
+        assert_eq!(names(&first), ["bank/API-0", "bank/web-1"]);
+        // The last object given is deleted and one sorting before it is added.
+        objects.remove(&("bank".to_owned(), "web-1".to_owned()));
+        objects.insert(
+            ("bank".to_owned(), "a".to_owned()),
+            entry(&[], "", json!([])),
+        );
+        let mut query = Query::parse("limit=2").unwrap();
+        query.after = first.next;
+        let second = select(&objects, &columns, true, &query).unwrap();
+        assert_eq!(names(&second), ["shop/db-0", "shop/web-10"]);
+    }
+
+    #[test]
+    fn bad_queries_say_what_to_fix() {
+        let message = |query: &str| ask(query).unwrap_err().to_string();
+        assert!(message("labelSelectr=app").contains("labelSelectr"));
+        assert!(message("labelSelector=a%3D%3D%3Db").contains("labelSelector"));
+        assert!(message("limit=ten").contains("limit"));
+        let unknown = message("sort=Colour");
+        assert!(
+            unknown.contains("Colour") && unknown.contains("Restarts"),
+            "{unknown}"
+        );
+        assert!(message("continue=not-a-token").contains("continue token"));
+        // A token from one order does not page another.
+        let token = ask("limit=1&sort=Restarts").unwrap().next.unwrap();
+        let mixed = message(&format!("limit=1&sort=Name&continue={token}"));
+        assert!(mixed.contains("sort=\"Restarts\""), "{mixed}");
+        let (objects, columns) = pods();
+        let scoped = select(
+            &objects,
+            &columns,
+            false,
+            &Query::parse("namespace=shop").unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(scoped.contains("cluster-scoped"), "{scoped}");
+    }
+
+    #[test]
+    fn natural_order_compares_digit_runs_by_value() {
+        let mut names = ["pod-10", "pod-2", "pod-1", "pod-02x", "pod-", "pod-1a"];
+        names.sort_by(|a, b| natural(a, b));
+        assert_eq!(
+            names,
+            ["pod-", "pod-1", "pod-1a", "pod-2", "pod-02x", "pod-10"]
+        );
+    }
+}

@@ -437,6 +437,34 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     // The first page held web-0, spare-b, spare-a and pod-29999 down to pod-29903.
     assert_eq!(names(&browser).await[0], "pod-29902");
 
+    // Pods are a kind the cluster-agent caches: the count, the pages, the filters and the
+    // sorts above were answered from its cache. The cluster's API server was asked to watch
+    // pods for the user (live rows) but never to list them.
+    let source = browser
+        .run(
+            "return document.getElementById('list').dataset.source;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(source, "cache");
+    let pod_lists: Vec<String> = imported
+        .sim
+        .audit()
+        .into_iter()
+        .filter(|e| {
+            e.impersonated_by.is_some()
+                && e.method == "GET"
+                && (e.path == "/api/v1/pods"
+                    || (e.path.starts_with("/api/v1/namespaces/") && e.path.ends_with("/pods")))
+                && !e
+                    .query
+                    .split('&')
+                    .any(|p| p == "watch=1" || p == "watch=true")
+        })
+        .map(|e| format!("{} {}?{} as {}", e.method, e.path, e.query, e.user))
+        .collect();
+    assert!(pod_lists.is_empty(), "{pod_lists:?}");
+
     // The deployments of `shop`: a change made elsewhere shows in the list without a reload.
     browser
         .goto(&format!(

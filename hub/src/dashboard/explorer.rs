@@ -45,6 +45,19 @@ fn here(uri: &Uri) -> String {
 }
 
 /// The caller, if they may see `cluster`, and the page for it; else the page that says why.
+/// The kinds the cluster-agent caches, as the explorer names them (`pods`, `deployments.apps`).
+fn cached_kinds() -> String {
+    proto::CACHED_RESOURCES
+        .map(|r| {
+            if r.group.is_empty() {
+                r.name.to_owned()
+            } else {
+                format!("{}.{}", r.name, r.group)
+            }
+        })
+        .join(" ")
+}
+
 async fn explorer_page(
     dash: &Dash,
     headers: &HeaderMap,
@@ -64,9 +77,10 @@ async fn explorer_page(
     );
     let body = format!(
         r#"{crumbs}
-<div id="explorer" data-cluster="{cluster}">
+<div id="explorer" data-cluster="{cluster}" data-cached="{}">
 {}
 </div>"#,
+        cached_kinds(),
         content(&cluster)
     );
     page_with(

@@ -26,9 +26,30 @@ fn own_projects_namespaces(
             .is_some_and(|(c, _)| c == cluster)
 }
 
-/// `GET /v1/clusters/{cluster}/cache/{resource}?namespace=&labelSelector=`: a list answered
-/// from the cluster-agent's watch-driven cache, without a request to the cluster's API server.
-/// Any role on the cluster may read it.
+/// The namespaces a cache query asks for (`namespace=a,b` or `namespace=a&namespace=b`); none
+/// for a cluster-scoped kind, where the cluster-agent refuses the parameter.
+fn namespaces_asked(query: &str, cached: proto::CachedResource) -> Vec<String> {
+    if !cached.namespaced {
+        return Vec::new();
+    }
+    let mut namespaces: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "namespace")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    namespaces
+}
+
+/// `GET /v1/clusters/{cluster}/cache/{resource}?namespace=&labelSelector=&name=&sort=&limit=&continue=`:
+/// a list (or, asked with the API server's Table `Accept`, its Table) answered from the
+/// cluster-agent's watch-driven cache, without a request to the cluster's API server. Any role
+/// on the cluster may ask; the cluster's RBAC decides what it sees.
 pub async fn cache(
     State(state): State<Arc<ProxyState>>,
     Path((cluster, resource)): Path<(String, String)>,
@@ -48,45 +69,45 @@ pub async fn cache(
         );
     };
     // The cache answers only what the cluster's RBAC lets the caller list, as the proxy would:
-    // a namespaced kind in the namespace asked for (every namespace without one), a
+    // a namespaced kind in each namespace asked for (every namespace without one), a
     // cluster-scoped kind to those who may list it. Admins are cluster-admin there.
     let params = axum::extract::Query::<HashMap<String, String>>::try_from_uri(request.uri())
         .map(|q| q.0)
         .unwrap_or_default();
-    let namespace = params
-        .get("namespace")
-        .cloned()
-        .filter(|n| !n.is_empty() && cached.namespaced);
+    let namespaces = namespaces_asked(request.uri().query().unwrap_or_default(), cached);
     if !principal.admin && !own_projects_namespaces(&principal, &cluster, cached, &params) {
-        match crate::downstream::may_list(
-            &state,
-            &route,
-            &principal,
-            &cluster,
-            cached,
-            namespace.as_deref(),
-        )
-        .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                let scope = match &namespace {
-                    Some(n) => format!("in namespace {n:?}"),
-                    None if cached.namespaced => {
-                        "in every namespace (ask for one you may read with ?namespace=)".to_owned()
-                    }
-                    None => "(a cluster-wide kind)".to_owned(),
-                };
-                return kube_status(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    format!(
-                        "user {:?} may not list {} {scope} on cluster {cluster:?}",
-                        principal.user, cached.name
-                    ),
-                );
+        let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+            vec![None]
+        } else {
+            namespaces.iter().map(|n| Some(n.as_str())).collect()
+        };
+        for namespace in scopes {
+            match crate::downstream::may_list(
+                &state, &route, &principal, &cluster, cached, namespace,
+            )
+            .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    let scope = match namespace {
+                        Some(n) => format!("in namespace {n:?}"),
+                        None if cached.namespaced => {
+                            "in every namespace (ask for those you may read with ?namespace=)"
+                                .to_owned()
+                        }
+                        None => "(a cluster-wide kind)".to_owned(),
+                    };
+                    return kube_status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        format!(
+                            "user {:?} may not list {} {scope} on cluster {cluster:?}",
+                            principal.user, cached.name
+                        ),
+                    );
+                }
+                Err(response) => return response,
             }
-            Err(response) => return response,
         }
     }
     let query = request
@@ -107,10 +128,12 @@ pub async fn cache(
         Ok(connected) => connected,
         Err(response) => return response,
     };
-    let Ok(outbound) = http::Request::get(path)
-        .header(header::HOST, "cluster-cache")
-        .body(Body::empty())
-    else {
+    // The cache answers Tables as the API server does, when asked with the same header.
+    let mut outbound = http::Request::get(path).header(header::HOST, "cluster-cache");
+    if let Some(accept) = request.headers().get(header::ACCEPT) {
+        outbound = outbound.header(header::ACCEPT, accept);
+    }
+    let Ok(outbound) = outbound.body(Body::empty()) else {
         return kube_status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
@@ -173,5 +196,20 @@ mod tests {
         }
         let pods = proto::cached_resource("pods").unwrap();
         assert!(!own_projects_namespaces(&pat, "prod", pods, &own));
+    }
+
+    #[test]
+    fn every_namespace_asked_for_is_checked() {
+        let pods = proto::cached_resource("pods").unwrap();
+        assert_eq!(
+            namespaces_asked(
+                "namespace=b,a&labelSelector=x&namespace=c&namespace=a",
+                pods
+            ),
+            ["a", "b", "c"]
+        );
+        assert!(namespaces_asked("namespace=", pods).is_empty());
+        let nodes = proto::cached_resource("nodes").unwrap();
+        assert!(namespaces_asked("namespace=a", nodes).is_empty());
     }
 }

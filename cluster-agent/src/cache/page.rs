@@ -2,7 +2,7 @@
 //! any column of the API server's Table, and pages with continue tokens. Pure functions over a
 //! snapshot, so every rule is tested without a cluster.
 
-use std::{cmp::Ordering, collections::BTreeMap, sync::Arc};
+use std::{borrow::Cow, cmp::Ordering, collections::BTreeMap, ops::Bound, sync::Arc};
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use kubeshape::LabelSelector;
@@ -131,35 +131,43 @@ pub(crate) struct Page {
     pub(crate) remaining: usize,
 }
 
-/// A value a column sorts by: numbers as numbers, the rest as text.
+/// A value a column sorts by: numbers as numbers, the rest as text (borrowed from the cache
+/// while sorting, owned in a token).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
-enum SortValue {
+enum SortValue<'a> {
     Number(f64),
-    Text(String),
+    Text(Cow<'a, str>),
 }
 
-impl SortValue {
-    fn of(cell: Option<&Value>) -> Self {
+impl<'a> SortValue<'a> {
+    fn of(cell: Option<&'a Value>) -> Self {
         match cell {
             Some(Value::Number(n)) => Self::Number(n.as_f64().unwrap_or_default()),
-            Some(Value::String(s)) => Self::Text(s.clone()),
-            None | Some(Value::Null) => Self::Text(String::new()),
-            Some(other) => Self::Text(other.to_string()),
+            Some(Value::String(s)) => Self::Text(Cow::Borrowed(s)),
+            None | Some(Value::Null) => Self::Text(Cow::Borrowed("")),
+            Some(other) => Self::Text(Cow::Owned(other.to_string())),
         }
     }
 
-    fn cmp(&self, other: &Self) -> Ordering {
+    fn cmp(&self, other: &SortValue<'_>) -> Ordering {
         match (self, other) {
-            (Self::Number(a), Self::Number(b)) => a.total_cmp(b),
+            (Self::Number(a), SortValue::Number(b)) => a.total_cmp(b),
             (a, b) => natural(&a.text(), &b.text()),
         }
     }
 
-    fn text(&self) -> String {
+    fn text(&self) -> Cow<'_, str> {
         match self {
-            Self::Number(n) => n.to_string(),
-            Self::Text(s) => s.clone(),
+            Self::Number(n) => Cow::Owned(n.to_string()),
+            Self::Text(s) => Cow::Borrowed(s),
+        }
+    }
+
+    fn owned(&self) -> SortValue<'static> {
+        match self {
+            Self::Number(n) => SortValue::Number(*n),
+            Self::Text(s) => SortValue::Text(Cow::Owned(s.clone().into_owned())),
         }
     }
 }
@@ -168,17 +176,22 @@ impl SortValue {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Token {
     sort: String,
-    value: Option<SortValue>,
+    value: Option<SortValue<'static>>,
     namespace: String,
     name: String,
 }
 
 /// What an object sorts by under `sort`, given the Table's column names.
-fn sort_value(sort: &Sort, columns: &[String], key: &Key, entry: &Entry) -> SortValue {
+fn sort_value<'a>(
+    sort: &Sort,
+    columns: &[String],
+    key: &'a Key,
+    entry: &'a Entry,
+) -> SortValue<'a> {
     match sort.column.as_str() {
-        "Namespace" => SortValue::Text(key.0.clone()),
-        // Ages sort by creation time: the youngest (smallest age) first.
-        "Age" => SortValue::Text(entry.created.clone()),
+        "Namespace" => SortValue::Text(Cow::Borrowed(&key.0)),
+        // Ages sort by creation time (reversed below: the youngest, smallest age, first).
+        "Age" => SortValue::Text(Cow::Borrowed(&entry.created)),
         column => SortValue::of(
             columns
                 .iter()
@@ -186,6 +199,30 @@ fn sort_value(sort: &Sort, columns: &[String], key: &Key, entry: &Entry) -> Sort
                 .and_then(|i| entry.cells.get(i)),
         ),
     }
+}
+
+/// The objects in `namespaces` (every one when empty) after `after`, in key order: a range of
+/// the map per namespace, so one namespace of a big cluster is read without the others.
+fn candidates<'a>(
+    objects: &'a BTreeMap<Key, Arc<Entry>>,
+    namespaces: &'a [String],
+    after: Option<Key>,
+) -> Box<dyn Iterator<Item = (&'a Key, &'a Arc<Entry>)> + 'a> {
+    let from = move |start: Key| match &after {
+        Some(after) if *after >= start => Bound::Excluded(after.clone()),
+        _ => Bound::Included(start),
+    };
+    if namespaces.is_empty() {
+        return Box::new(objects.range((from((String::new(), String::new())), Bound::Unbounded)));
+    }
+    let mut sorted: Vec<&String> = namespaces.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    Box::new(sorted.into_iter().flat_map(move |ns| {
+        objects
+            .range((from((ns.clone(), String::new())), Bound::Unbounded))
+            .take_while(move |(k, _)| k.0 == *ns)
+    }))
 }
 
 /// The page `query` asks for, from every cached object in namespace and name order.
@@ -211,13 +248,13 @@ pub(crate) fn select(
             "this kind is cluster-scoped; leave out namespace=".to_owned(),
         ));
     }
+    let sort_text = query.sort.as_ref().map(Sort::text).unwrap_or_default();
     let token = match &query.after {
         Some(text) => {
             let token = decode(text)?;
-            let sort = query.sort.as_ref().map(Sort::text).unwrap_or_default();
-            if token.sort != sort {
+            if token.sort != sort_text {
                 return Err(CacheError::BadRequest(format!(
-                    "the continue token is for sort={:?}, not sort={sort:?}; start again without it",
+                    "the continue token is for sort={:?}, not sort={sort_text:?}; start again without it",
                     token.sort
                 )));
             }
@@ -226,75 +263,91 @@ pub(crate) fn select(
         None => None,
     };
     let wanted = |(key, entry): &(&Key, &Arc<Entry>)| {
-        (query.namespaces.is_empty() || query.namespaces.contains(&key.0))
-            && query
-                .selector
-                .as_ref()
-                .is_none_or(|s| s.matches(&entry.labels))
+        query
+            .selector
+            .as_ref()
+            .is_none_or(|s| s.matches(&entry.labels))
             && query
                 .name
                 .as_ref()
                 .is_none_or(|n| key.1.to_lowercase().contains(n))
     };
-    let mut matching: Vec<(Key, Arc<Entry>, Option<SortValue>)> = match (&query.sort, &token) {
-        // In the map's own order a page starts right after the last key given.
-        (None, Some(t)) => objects
-            .range((
-                std::ops::Bound::Excluded((t.namespace.clone(), t.name.clone())),
-                std::ops::Bound::Unbounded,
-            ))
-            .filter(|pair| wanted(pair))
-            .map(|(k, e)| (k.clone(), Arc::clone(e), None))
-            .collect(),
-        _ => objects
-            .iter()
-            .filter(|pair| wanted(pair))
-            .map(|(k, e)| {
-                let value = query.sort.as_ref().map(|s| sort_value(s, columns, k, e));
-                (k.clone(), Arc::clone(e), value)
-            })
-            .collect(),
-    };
-    if let Some(sort) = &query.sort {
-        let order = |a: (&Option<SortValue>, &Key), b: (&Option<SortValue>, &Key)| {
-            let by_value = match (a.0, b.0) {
-                (Some(x), Some(y)) => x.cmp(y),
-                _ => Ordering::Equal,
-            };
-            let by_value = match sort.column.as_str() {
-                // Youngest first is newest creation time first.
-                "Age" => by_value.reverse(),
-                _ => by_value,
-            };
-            let by_value = if sort.descending {
-                by_value.reverse()
-            } else {
-                by_value
-            };
-            by_value.then_with(|| a.1.cmp(b.1))
+    let limit = query.limit.unwrap_or(usize::MAX);
+    let Some(sort) = &query.sort else {
+        // In the map's own order a page starts right after the last key given, and what
+        // follows the page is only counted.
+        let after = token.map(|t| (t.namespace, t.name));
+        let mut matching = candidates(objects, &query.namespaces, after).filter(wanted);
+        let items: Vec<(Key, Arc<Entry>)> = matching
+            .by_ref()
+            .take(limit)
+            .map(|(k, e)| (k.clone(), Arc::clone(e)))
+            .collect();
+        let remaining = matching.count();
+        let next = match items.last() {
+            Some((key, _)) if remaining > 0 => Some(encode(&Token {
+                sort: sort_text,
+                value: None,
+                namespace: key.0.clone(),
+                name: key.1.clone(),
+            })),
+            _ => None,
         };
-        matching.sort_by(|a, b| order((&a.2, &a.0), (&b.2, &b.0)));
-        if let Some(t) = &token {
+        return Ok(Page {
+            items,
+            next,
+            remaining,
+        });
+    };
+    let mut matching: Vec<(&Key, &Arc<Entry>, SortValue<'_>)> =
+        candidates(objects, &query.namespaces, None)
+            .filter(wanted)
+            .map(|(k, e)| (k, e, sort_value(sort, columns, k, e)))
+            .collect();
+    let order = |a: (&SortValue<'_>, &Key), b: (&SortValue<'_>, &Key)| {
+        let by_value = a.0.cmp(b.0);
+        // Youngest first is newest creation time first.
+        let by_value = if sort.column == "Age" {
+            by_value.reverse()
+        } else {
+            by_value
+        };
+        let by_value = if sort.descending {
+            by_value.reverse()
+        } else {
+            by_value
+        };
+        by_value.then_with(|| a.1.cmp(b.1))
+    };
+    matching.sort_by(|a, b| order((&a.2, a.0), (&b.2, b.0)));
+    let start = match &token {
+        Some(t) => {
             let last = (t.namespace.clone(), t.name.clone());
-            let start = matching
-                .partition_point(|m| order((&m.2, &m.0), (&t.value, &last)) != Ordering::Greater);
-            matching.drain(..start);
+            let value = t
+                .value
+                .clone()
+                .unwrap_or(SortValue::Text(Cow::Borrowed("")));
+            matching.partition_point(|m| order((&m.2, m.0), (&value, &last)) != Ordering::Greater)
         }
-    }
-    let take = query.limit.unwrap_or(usize::MAX).min(matching.len());
-    let remaining = matching.len() - take;
-    matching.truncate(take);
-    let next = match matching.last() {
+        None => 0,
+    };
+    let page = &matching[start..];
+    let take = limit.min(page.len());
+    let remaining = page.len() - take;
+    let next = match page[..take].last() {
         Some((key, _, value)) if remaining > 0 => Some(encode(&Token {
-            sort: query.sort.as_ref().map(Sort::text).unwrap_or_default(),
-            value: value.clone(),
+            sort: sort_text,
+            value: Some(value.owned()),
             namespace: key.0.clone(),
             name: key.1.clone(),
         })),
         _ => None,
     };
     Ok(Page {
-        items: matching.into_iter().map(|(k, e, _)| (k, e)).collect(),
+        items: page[..take]
+            .iter()
+            .map(|(k, e, _)| ((*k).clone(), Arc::clone(e)))
+            .collect(),
         next,
         remaining,
     })
@@ -584,6 +637,23 @@ mod tests {
         query.after = first.next;
         let second = select(&objects, &columns, true, &query).unwrap();
         assert_eq!(names(&second), ["shop/db-0", "shop/web-10"]);
+    }
+
+    #[test]
+    fn pages_of_chosen_namespaces_follow_each_other_across_them() {
+        let (objects, columns) = pods();
+        let mut query =
+            Query::parse("namespace=shop,bank&labelSelector=app%3Dweb&limit=1").unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let page = select(&objects, &columns, true, &query).unwrap();
+            seen.extend(names(&page));
+            match page.next {
+                Some(token) => query.after = Some(token),
+                None => break,
+            }
+        }
+        assert_eq!(seen, ["bank/web-1", "shop/web-10", "shop/web-2"]);
     }
 
     #[test]

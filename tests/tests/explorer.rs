@@ -953,6 +953,23 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     let mut shown = names(&member).await;
     shown.sort();
     assert_eq!(shown, ["web-0"], "spare-a and spare-b were drained");
+    // From the cache, which answers each namespace asked for only if the cluster lets the
+    // member list pods there.
+    let source = member
+        .run(
+            "return document.getElementById('list').dataset.source;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(source, "cache");
+    let beyond = fetch_from_page(
+        &member,
+        "GET",
+        "/v1/clusters/prod/cache/pods?namespace=shop,load-1",
+        "",
+    )
+    .await;
+    assert_eq!(beyond["status"], 403, "{beyond}");
     check_and_save_as(&member, "explorer-project-member").await;
     let outside = fetch_from_page(
         &member,

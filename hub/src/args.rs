@@ -226,8 +226,12 @@ enum TokenCommand {
         #[arg(long)]
         expires_at: Option<String>,
     },
-    /// List your tokens
-    List,
+    /// List your tokens (an admin: everyone's, or one user's with --user)
+    List {
+        /// Only this user's tokens (admins)
+        #[arg(long)]
+        user: Option<String>,
+    },
     /// Revoke a token by name
     Revoke { name: String },
 }
@@ -438,7 +442,7 @@ where
                     description,
                     expires_at,
                 },
-                TokenCommand::List => Request::TokenList,
+                TokenCommand::List { user } => Request::TokenList { user },
                 TokenCommand::Revoke { name } => Request::TokenRevoke { name },
             };
             Ok(client(request, args.opts, env))

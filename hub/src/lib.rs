@@ -224,7 +224,11 @@ impl Hub {
                     ..planner.clone()
                 };
                 async move {
-                    tokio::join!(planner.run(stop.clone()), refs::run_collector(store, stop));
+                    tokio::join!(
+                        planner.run(stop.clone()),
+                        refs::run_collector(store.clone(), stop.clone()),
+                        auth::lifetimes::run_sweeper(store, stop),
+                    );
                 }
             },
             shutdown.clone(),

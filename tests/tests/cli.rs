@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::Value;
-use tests::{HubProcess, hub_cli as cli, hub_command, logs_in, printed_password, temp_dir};
+use tests::{HubProcess, api, hub_cli as cli, hub_command, logs_in, printed_password, temp_dir};
 
 #[tokio::test]
 async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_command_line() {
@@ -53,6 +53,31 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("Logged in"), "{}", r.stdout);
+    // Logging in again from this CLI replaces its token: the first no longer works.
+    let first = saved_token(&config);
+    let r = cli(
+        &config,
+        &["login", "--server", &url, "--password-stdin"],
+        &format!("{password}\n"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let second = saved_token(&config);
+    assert_ne!(first, second);
+    let (status, _) = api(hub.addr, "GET", "/v1/me", Some(&first), None).await;
+    assert_eq!(status, 401, "the replaced token still works");
+    let (status, _) = api(hub.addr, "GET", "/v1/me", Some(&second), None).await;
+    assert_eq!(status, 200);
+    let r = cli(&config, &["token", "list", "--user", "admin"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout
+            .lines()
+            .filter(|l| l.contains("drover-hub CLI"))
+            .count(),
+        1,
+        "{}",
+        r.stdout
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

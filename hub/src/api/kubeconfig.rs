@@ -12,12 +12,10 @@ use serde_json::json;
 
 use super::{Api, ApiError};
 use crate::{
-    auth::secret,
+    auth::{lifetimes, secret},
     model::Kind,
     store::{Object, Op},
 };
-
-const KUBECONFIG_TOKEN_DAYS: i64 = 90;
 
 pub(super) async fn create(
     State(api): State<Api>,
@@ -27,21 +25,22 @@ pub(super) async fn create(
     let principal = api.principal(&headers).await?;
     super::readable(&api, &principal, Kind::Cluster, &name).await?;
     let token = secret::new_token(secret::TokenKind::Token);
-    let expires = (time::OffsetDateTime::now_utc() + time::Duration::days(KUBECONFIG_TOKEN_DAYS))
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
-    let mut ops = vec![Op::Create(Object::new(
+    let lifetimes = lifetimes::read(api.store.as_ref()).await?;
+    let mut object = Object::new(
         Kind::Token.name(),
         &token.name,
         json!({
             "user": principal.user,
             "description": format!("kubeconfig for cluster {name}"),
-            "expiresAt": expires,
+            "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
             "secretHash": token.hash,
         }),
-    ))];
+    );
+    object
+        .metadata
+        .labels
+        .insert(lifetimes::USER_LABEL.to_owned(), principal.user.clone());
+    let mut ops = vec![Op::Create(object)];
     crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
     api.store.transact(ops).await?;
     let ca = base64::engine::general_purpose::STANDARD.encode(api.ca_pem.as_bytes());

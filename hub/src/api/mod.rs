@@ -147,12 +147,16 @@ pub struct LoginRequest {
     // Debug is written by hand below: the password never reaches a log.
     pub username: String,
     pub password: String,
-    /// `true` (default) for a dashboard session (cookie, 16 h); `false` for an API token
-    /// (30 days) for scripts and the CLI.
+    /// `true` (default) for a dashboard session (cookie; setting `session-ttl`, 16 h unless
+    /// set); `false` for an API token for scripts and the CLI (`api-token-max-ttl`, 30 days).
     #[serde(default = "yes")]
     pub session: Option<bool>,
     #[serde(default)]
     pub description: Option<String>,
+    /// The client logging in (the CLI sends an id of its own): the user's earlier API token
+    /// from the same client is revoked by this login.
+    #[serde(default)]
+    pub client: Option<String>,
 }
 
 impl std::fmt::Debug for LoginRequest {
@@ -160,6 +164,7 @@ impl std::fmt::Debug for LoginRequest {
         f.debug_struct("LoginRequest")
             .field("username", &self.username)
             .field("session", &self.session)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }
@@ -167,9 +172,6 @@ impl std::fmt::Debug for LoginRequest {
 fn yes() -> Option<bool> {
     Some(true)
 }
-
-const SESSION_HOURS: i64 = 16;
-const API_TOKEN_DAYS: i64 = 30;
 
 async fn login(
     State(api): State<Api>,
@@ -223,16 +225,24 @@ async fn login(
     }
     api.limiter.succeeded(&request.username);
     let session = request.session.unwrap_or(true);
+    let lifetimes = auth::lifetimes::read(api.store.as_ref()).await?;
     let lifetime = if session {
-        time::Duration::hours(SESSION_HOURS)
+        lifetimes.session
     } else {
-        time::Duration::days(API_TOKEN_DAYS)
+        lifetimes.api_max
     };
-    let expires_at = (time::OffsetDateTime::now_utc() + lifetime)
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
+    let expires_at = auth::lifetimes::expiry(lifetime);
+    let client = request
+        .client
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !session)
+        .map(str::to_owned);
+    if client.as_ref().is_some_and(|c| c.len() > 128) {
+        return Err(ApiError::bad_request(
+            "client: at most 128 characters (the CLI sends an id of its own)",
+        ));
+    }
     let token = secret::new_token(secret::TokenKind::Token);
     let description = request.description.unwrap_or_else(|| {
         if session {
@@ -242,7 +252,7 @@ async fn login(
         }
         .to_owned()
     });
-    let object = Object::new(
+    let mut object = Object::new(
         Kind::Token.name(),
         &token.name,
         json!({
@@ -250,10 +260,37 @@ async fn login(
             "description": description,
             "session": session,
             "expiresAt": expires_at,
+            "client": client.clone().unwrap_or_default(),
             "secretHash": token.hash,
         }),
     );
+    object.metadata.labels.insert(
+        auth::lifetimes::USER_LABEL.to_owned(),
+        request.username.clone(),
+    );
     let mut ops = vec![crate::store::Op::Create(object)];
+    // A new login from the same client replaces that client's earlier token, in the same
+    // write: a user who logs in again does not leave the old token valid.
+    if let Some(client) = &client {
+        let selector = crate::store::LabelSelector::parse(&format!(
+            "{}={}",
+            auth::lifetimes::USER_LABEL,
+            request.username
+        ))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let (tokens, _) = api.store.list(Kind::Token.name(), &selector).await?;
+        for old in tokens {
+            let same_user = old.spec.get("user").and_then(Value::as_str) == Some(&request.username);
+            let same_client = old.spec.get("client").and_then(Value::as_str) == Some(client);
+            if same_user && same_client {
+                ops.push(crate::store::Op::Delete {
+                    kind: Kind::Token.name().to_owned(),
+                    name: old.metadata.name,
+                    resource_version: old.metadata.resource_version.parse().ok(),
+                });
+            }
+        }
+    }
     crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
     api.store.transact(ops).await?;
     let mut response = Json(json!({

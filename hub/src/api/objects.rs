@@ -80,7 +80,11 @@ pub(super) async fn get_one(
 pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, Value), ApiError> {
     kind_matches(value, kind)?;
     validate_name(kind, name).map_err(ApiError::invalid)?;
-    Ok((metadata_from(value, name)?, spec_from(value)?))
+    let spec = spec_from(value)?;
+    if kind == Kind::Setting {
+        crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+    }
+    Ok((metadata_from(value, name)?, spec))
 }
 
 /// The metadata a caller may set: the name, labels, annotations and the resourceVersion read.
@@ -360,10 +364,26 @@ pub(super) async fn create(
             .ok_or_else(|| ApiError::invalid("metadata.name: every object needs a name"))?
             .to_owned(),
     };
-    let (metadata, mut spec) = check_body(kind, &value, &name)?;
+    let (mut metadata, mut spec) = check_body(kind, &value, &name)?;
     hub_owned_unchanged(&value, None)?;
     if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
         set(&mut spec, "user", Value::String(principal.user.clone()));
+    }
+    if kind == Kind::Token
+        && let Some(user) = spec.get("user").and_then(Value::as_str).map(str::to_owned)
+    {
+        // A user's API token lives no longer than the longest lifetime set, and is labelled
+        // with its user, for admins to list and revoke one user's tokens.
+        let lifetimes = crate::auth::lifetimes::read(api.store.as_ref()).await?;
+        let expires = crate::auth::lifetimes::api_token_expiry(
+            spec.get("expiresAt").and_then(Value::as_str),
+            lifetimes.api_max,
+        )
+        .map_err(ApiError::invalid)?;
+        set(&mut spec, "expiresAt", Value::String(expires));
+        metadata
+            .labels
+            .insert(crate::auth::lifetimes::USER_LABEL.to_owned(), user);
     }
     // The caller's rights first, on the spec as given (its shape checked, nothing looked up):
     // a caller who may not create it learns nothing about which objects exist.

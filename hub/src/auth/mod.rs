@@ -19,6 +19,7 @@ use crate::{
 };
 
 pub mod known;
+pub mod lifetimes;
 pub mod secret;
 pub mod streams;
 

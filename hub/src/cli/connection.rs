@@ -48,8 +48,16 @@ pub(super) async fn login(
         server: server.clone(),
         token: String::new(),
         ca_pem: ca_pem.clone(),
+        client: String::new(),
     })?;
-    let body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI"});
+    // The id of this CLI (its saved configuration): kept across logins, so the hub revokes the
+    // token a new login replaces.
+    let client_id = super::load(config)
+        .ok()
+        .map(|s| s.client)
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| format!("cli-{}", crate::auth::secret::random_password()));
+    let body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI", "client": client_id});
     let (status, bytes) = client.send("POST", "/v1/login", None, Some(&body)).await?;
     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     if status == 401 {
@@ -68,6 +76,7 @@ pub(super) async fn login(
         server,
         token: text(&value["token"]),
         ca_pem,
+        client: client_id,
     };
     if let Some(dir) = config.parent() {
         std::fs::create_dir_all(dir)

@@ -21,6 +21,9 @@ pub struct Saved {
     pub token: String,
     /// The hub's CA, as fetched and checked at login.
     pub ca_pem: String,
+    /// This CLI's own id, sent at login: logging in again revokes the token it replaces.
+    #[serde(default)]
+    pub client: String,
 }
 
 impl std::fmt::Debug for Saved {
@@ -111,7 +114,10 @@ pub enum Request {
         description: String,
         expires_at: Option<String>,
     },
-    TokenList,
+    TokenList {
+        /// Only this user's (admins).
+        user: Option<String>,
+    },
     TokenRevoke {
         name: String,
     },
@@ -313,7 +319,16 @@ pub async fn run(
             "/v1/tokens".to_owned(),
             Some(json!({"spec": {"description": description, "expiresAt": expires_at}})),
         ),
-        Request::TokenList => ("GET", "/v1/tokens".to_owned(), None),
+        Request::TokenList { user: None } => ("GET", "/v1/tokens".to_owned(), None),
+        Request::TokenList { user: Some(user) } => (
+            "GET",
+            format!(
+                "/v1/tokens?labelSelector={}%3D{}",
+                crate::auth::lifetimes::USER_LABEL,
+                form_urlencoded::byte_serialize(user.as_bytes()).collect::<String>()
+            ),
+            None,
+        ),
         Request::TokenRevoke { name } => ("DELETE", format!("/v1/tokens/{name}"), None),
         Request::ProjectCreate {
             name,

@@ -20,7 +20,7 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                     ]
                 }),
             ),
-            Request::TokenList => table(
+            Request::TokenList { .. } => table(
                 &["NAME", "USER", "DESCRIPTION", "EXPIRES", "KIND"],
                 value["items"].as_array().into_iter().flatten().map(|t| {
                     let kind = if t["spec"]["agent"].is_object() {

@@ -57,6 +57,10 @@ pub struct TokenSpec {
     /// RFC 3339; none means it does not expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// The client a login came from (the CLI's own id): a new login of the same user from the
+    /// same client replaces this token rather than leaving both valid.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub client: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(skip)]
     pub secret_hash: String,

@@ -118,7 +118,16 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
         .iter()
         .map(|(h, s)| (*h, s, step_of(&h.metadata.name, s, view.init)))
         .collect();
-    ordered.sort_by_key(|(_, _, step)| *step);
+    // Within a step, in the order of the nodes' names (as `kubectl get nodes` lists them), not
+    // of the hosts' objects, whose names come from random host ids: the order an operator
+    // sees is the order the hosts roll in.
+    ordered.sort_by(|(a, a_spec, a_step), (b, b_spec, b_step)| {
+        (a_step, &a_spec.node_name, &a.metadata.name).cmp(&(
+            b_step,
+            &b_spec.node_name,
+            &b.metadata.name,
+        ))
+    });
     out.total = ordered.len();
     let mut ready_through: HashMap<Step, bool> = HashMap::new();
     for (host, spec, step) in &ordered {

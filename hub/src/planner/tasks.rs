@@ -68,14 +68,16 @@ impl Cluster<'_> {
     /// creation order.
     pub(super) fn ordered(&self) -> Vec<&(&Object, HostSpec)> {
         let mut hosts: Vec<&(&Object, HostSpec)> = self.hosts.iter().collect();
-        hosts.sort_by_key(|(_, s)| {
-            if s.roles.etcd {
+        // Then by node name, as rollouts order hosts (host objects are named after random ids).
+        hosts.sort_by_key(|(h, s)| {
+            let rank = if s.roles.etcd {
                 0
             } else if s.roles.control_plane {
                 1
             } else {
                 2
-            }
+            };
+            (rank, s.node_name.clone(), h.metadata.name.clone())
         });
         hosts
     }

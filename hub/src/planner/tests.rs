@@ -60,7 +60,12 @@ impl Fixture {
     }
 
     async fn host(&self, name: &str, etcd: bool, worker: bool, address: &str) {
-        let spec = json!({"cluster": "edge", "nodeName": name, "address": address,
+        self.host_on_node(name, name, etcd, worker, address).await;
+    }
+
+    /// A host whose node is named `node` (hosts are named after random ids, nodes are not).
+    async fn host_on_node(&self, name: &str, node: &str, etcd: bool, worker: bool, address: &str) {
+        let spec = json!({"cluster": "edge", "nodeName": node, "address": address,
                           "roles": {"etcd": etcd, "controlPlane": etcd, "worker": worker}});
         self.store()
             .create(Object::new("Host", name, spec))
@@ -197,6 +202,38 @@ async fn hosts_are_planned_in_order_and_workers_join_the_init_host() {
         "{status:?}"
     );
     assert_eq!(status.extra["hosts"], json!({"ready": 3, "total": 3}));
+}
+
+#[tokio::test]
+async fn workers_roll_in_the_order_of_their_node_names_not_their_host_ids() {
+    let f = fixture();
+    f.cluster("v1", json!({})).await;
+    f.host_on_node("h-5e1", "node-1", true, true, "10.0.0.1")
+        .await;
+    f.host_on_node("h-f00", "node-2", false, true, "10.0.0.2")
+        .await;
+    f.host_on_node("h-0ab", "node-3", false, true, "10.0.0.3")
+        .await;
+    f.planner.reconcile_all().await;
+    f.applied("h-5e1", "token").await;
+    f.planner.reconcile_all().await;
+    f.applied("h-f00", "").await;
+    f.applied("h-0ab", "").await;
+    f.planner.reconcile_all().await;
+    f.cluster("v2", json!({"workerConcurrency": "1"})).await;
+    f.planner.reconcile_all().await;
+    f.applied("h-5e1", "token").await;
+    f.planner.reconcile_all().await;
+    assert_eq!(
+        f.version_of("h-f00").await.as_deref(),
+        Some("v2"),
+        "node-2 first"
+    );
+    assert_eq!(
+        f.version_of("h-0ab").await.as_deref(),
+        Some("v1"),
+        "node-3 waits"
+    );
 }
 
 #[tokio::test]

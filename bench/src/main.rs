@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod audit_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
 mod health_scenario;
@@ -52,6 +53,9 @@ enum Scenario {
     /// list's first page (and the hub's CPU per view), a followed log's delay, a shell's round
     /// trip.
     Explorer(explorer_scenario::Args),
+    /// The audit log's cost to the proxy: 64 clients through the hub with the log on and off,
+    /// alternating hubs in one run.
+    Audit(audit_scenario::Args),
 }
 
 #[global_allocator]
@@ -81,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
         Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,
         Scenario::Explorer(args) => runtime.block_on(explorer_scenario::run(args))?,
+        Scenario::Audit(args) => runtime.block_on(audit_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

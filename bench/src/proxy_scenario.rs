@@ -203,6 +203,16 @@ fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 /// CPU time used so far by the threads whose name starts with `bench-<part>`, or by the rest
 /// (the client) when `part` is `None`.
 pub(crate) fn part_cpu(part: Option<&str>) -> Duration {
+    threads_cpu(|name| match part {
+        Some(part) => name.starts_with(&format!("bench-{part}")),
+        None => !PARTS
+            .iter()
+            .any(|p| name.starts_with(&format!("bench-{p}"))),
+    })
+}
+
+/// CPU time used so far by this process's threads whose name `mine` accepts.
+pub(crate) fn threads_cpu(mine: impl Fn(&str) -> bool) -> Duration {
     let mut ticks = 0u64;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
@@ -215,13 +225,7 @@ pub(crate) fn part_cpu(part: Option<&str>) -> Duration {
             continue;
         };
         let name = head.split_once('(').map_or("", |(_, n)| n);
-        let mine = match part {
-            Some(part) => name.starts_with(&format!("bench-{part}")),
-            None => !PARTS
-                .iter()
-                .any(|p| name.starts_with(&format!("bench-{p}"))),
-        };
-        if !mine {
+        if !mine(name) {
             continue;
         }
         let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -255,6 +259,15 @@ pub(crate) struct Setup {
 
 /// A hub on 127.0.0.1 (port 0) keeping its state in `data_dir`.
 pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
+    hub_config_with(data_dir, true)
+}
+
+/// As [`hub_config`], with the audit log on or off.
+pub(crate) fn hub_config_with(data_dir: &std::path::Path, audit: bool) -> hub::Config {
+    let mut audit_config = hub::audit::AuditConfig::in_data_dir(data_dir);
+    if !audit {
+        audit_config.path = None;
+    }
     hub::Config {
         data_dir: data_dir.to_owned(),
         listen: ([127, 0, 0, 1], 0).into(),
@@ -268,6 +281,7 @@ pub(crate) fn hub_config(data_dir: &std::path::Path) -> hub::Config {
         max_silent_per_address: tunnel::listener::DEFAULT_SILENT_PER_ADDRESS,
         max_streams_per_user: hub::config::DEFAULT_MAX_STREAMS_PER_USER,
         replica_url: None,
+        audit: audit_config,
     }
 }
 
@@ -347,6 +361,11 @@ pub(crate) async fn admin_with_cluster(
 }
 
 pub(crate) async fn setup(pods: usize) -> anyhow::Result<Setup> {
+    setup_with(pods, true).await
+}
+
+/// As [`setup`], with the hub's audit log on or off.
+pub(crate) async fn setup_with(pods: usize, audit: bool) -> anyhow::Result<Setup> {
     let shutdown = CancellationToken::new();
     let runtimes = PARTS
         .iter()
@@ -375,7 +394,7 @@ pub(crate) async fn setup(pods: usize) -> anyhow::Result<Setup> {
     let _ = std::fs::remove_dir_all(&data_dir);
     let hub = hub_rt
         .spawn(hub::Hub::start(
-            hub_config(&data_dir.join("hub")),
+            hub_config_with(&data_dir.join("hub"), audit),
             shutdown.clone(),
         ))
         .await??;
@@ -450,9 +469,9 @@ pub(crate) async fn setup(pods: usize) -> anyhow::Result<Setup> {
     })
 }
 
-const POD: &str = "/api/v1/namespaces/load-0/pods/pod-0";
+pub(crate) const POD: &str = "/api/v1/namespaces/load-0/pods/pod-0";
 
-fn proxied(path: &str) -> String {
+pub(crate) fn proxied(path: &str) -> String {
     format!("/k8s/clusters/prod{path}")
 }
 
@@ -473,7 +492,7 @@ async fn latencies(target: &Target, path: &str, n: usize) -> anyhow::Result<Vec<
 
 /// CPU time per request, µs, of each part.
 #[derive(Debug, Default, Clone, Copy)]
-struct Cpu {
+pub(crate) struct Cpu {
     client: f64,
     api_server: f64,
     hub: f64,
@@ -511,7 +530,7 @@ impl Cpu {
         self.agent += other.agent / 2.0;
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({
             "client": round1(self.client),
             "api_server": round1(self.api_server),
@@ -524,7 +543,7 @@ impl Cpu {
 
 /// Requests per second that `clients` connections complete together in `seconds`, and the
 /// CPU time each part spent per request.
-async fn throughput(
+pub(crate) async fn throughput(
     target: &Target,
     path: &str,
     clients: usize,

@@ -37,6 +37,8 @@ pub struct Config {
     /// The URL other hub replicas reach this one at (etcd store only). `None`:
     /// `https://ADDRESS:PORT` with the listen address (this machine's name if that is 0.0.0.0).
     pub replica_url: Option<String>,
+    /// The audit log's file, size and rotation.
+    pub audit: crate::audit::AuditConfig,
 }
 
 /// Where the hub's objects live (`--store`).

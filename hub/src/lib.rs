@@ -16,6 +16,7 @@ pub mod access;
 pub mod agents;
 pub mod api;
 pub mod args;
+pub mod audit;
 pub mod auth;
 pub mod backup;
 pub mod bootstrap;
@@ -60,6 +61,12 @@ pub enum StartError {
     Store(#[from] store::StoreError),
     #[error(transparent)]
     DataDir(#[from] backup::BackupError),
+    #[error("cannot open the audit log {path}: {source} (give --audit-log another file, or off)")]
+    Audit {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What to do about a listen address that cannot be had.
@@ -94,6 +101,8 @@ pub struct Hub {
     task: JoinHandle<()>,
     /// Controllers, watchers and the leader's work.
     tasks: JoinSet<()>,
+    /// The audit log's writer, flushed before the hub stops.
+    audit: Arc<audit::Audit>,
 }
 
 impl Hub {
@@ -233,6 +242,16 @@ impl Hub {
             },
             shutdown.clone(),
         ));
+        let audit = audit::Audit::start(&config.audit).map_err(|source| StartError::Audit {
+            path: config
+                .audit
+                .path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+        })?;
+        let audit = Arc::new(audit);
         let api = api::Api {
             store: store.clone(),
             limiter: Arc::default(),
@@ -241,6 +260,8 @@ impl Hub {
             ca_checksum: pki.ca_checksum.clone(),
             ca_pem: pki.ca_pem.clone(),
             streams: auth::streams::Streams::new(config.max_streams_per_user),
+            audit: audit.clone(),
+            audit_keep: config.audit.keep,
         };
         let app = routes::router(routes::Parts {
             api,
@@ -279,6 +300,7 @@ impl Hub {
             bootstrap_password,
             task,
             tasks,
+            audit,
         })
     }
 
@@ -337,6 +359,8 @@ impl Hub {
     /// [`STOP_DEADLINE`] is aborted, saying which it was not.
     pub async fn wait(mut self) {
         let _ = self.task.await;
+        // The last requests' records reach the file before the process ends.
+        self.audit.flushed().await;
         let joined = tokio::time::timeout(STOP_DEADLINE, async {
             while self.tasks.join_next().await.is_some() {}
         })

@@ -106,15 +106,20 @@ pub(crate) fn router(parts: Parts) -> Router {
             )
             // Shared, not cloned per request: the proxy's hot path.
             .with_state(Arc::new(proxy::ProxyState {
-                api,
+                api: api.clone(),
                 registry: registry.clone(),
                 pools: proxy::Pools::default(),
                 replicas: replicas.clone(),
                 peers,
             })),
     );
-    app.layer(axum::middleware::from_fn(websec::layer))
-        .layer(axum::middleware::from_fn(metrics::count_requests))
+    // The audit layer inside the others: it records what the handlers answered.
+    app.layer(axum::middleware::from_fn_with_state(
+        api.audit.clone(),
+        crate::audit::layer,
+    ))
+    .layer(axum::middleware::from_fn(websec::layer))
+    .layer(axum::middleware::from_fn(metrics::count_requests))
 }
 
 /// What request handlers share.

@@ -39,6 +39,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/login", post(login))
         .route("/v1/logout", post(logout))
         .route("/v1/me", get(me))
+        .route("/v1/audit", get(audit_log))
         .route("/v1/openapi.json", get(openapi_document))
         .route("/v1/clusters/{name}/kubeconfig", post(kubeconfig::create))
         .route(
@@ -64,8 +65,66 @@ impl Api {
                  or use the dashboard's session",
             ));
         };
-        Ok(self.known.principal(self.store.as_ref(), value).await?)
+        let principal = self.known.principal(self.store.as_ref(), value).await?;
+        crate::audit::note_caller(&principal.user, &principal.groups);
+        Ok(principal)
     }
+}
+
+/// `GET /v1/audit?user=&cluster=&since=&limit=`: the audit log's records, oldest first (the
+/// newest `limit`, 1,000 by default), for admins.
+async fn audit_log(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    query: Result<
+        axum::extract::Query<crate::audit::AuditQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    if !principal.admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "user {:?} may not read the audit log: that is for admins",
+                principal.user
+            ),
+        ));
+    }
+    let axum::extract::Query(query) = query.map_err(|e| {
+        ApiError::bad_request(format!(
+            "{e}; ask with user=, cluster=, since= (RFC 3339) and limit="
+        ))
+    })?;
+    let Some(path) = api.audit.path().map(std::path::Path::to_owned) else {
+        return Err(ApiError::not_found(
+            "this hub keeps no audit log (it was started with --audit-log off)",
+        ));
+    };
+    let keep = api.audit_keep;
+    // Everything answered before this request is in the file before it is read.
+    api.audit.flushed().await;
+    let records = tokio::task::spawn_blocking(move || crate::audit::read(&path, keep, &query))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                e.to_string(),
+            )
+        })?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => ApiError::bad_request(e.to_string()),
+            _ => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("cannot read the audit log: {e}"),
+            ),
+        })?;
+    Ok(Json(
+        json!({"kind": "AuditRecordList", "apiVersion": API_VERSION, "items": records}),
+    ))
 }
 
 /// The kind a path segment names, or 404 listing the kinds there are.
@@ -184,6 +243,7 @@ async fn login(
         ))
     })?;
     let addr: Option<IpAddr> = remote.map(|r| r.0.0.ip());
+    crate::audit::note_login(&request.username);
     if let Err(wait) = api.limiter.check(&request.username, addr) {
         let mut err = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,

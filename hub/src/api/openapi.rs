@@ -212,6 +212,35 @@ pub fn document() -> Value {
         }))), &[401])}}),
     );
     paths.insert(
+        "/v1/audit".into(),
+        json!({"get": {
+            "operationId": "auditLog",
+            "summary": "The audit log's records, oldest first (admins only)",
+            "parameters": [
+                {"name": "user", "in": "query", "schema": {"type": "string"}},
+                {"name": "cluster", "in": "query", "schema": {"type": "string"}},
+                {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "RFC 3339: records at or after it"},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}, "description": "the newest this many (1,000 by default)"},
+            ],
+            "responses": responses(("200", ok("The records", json!({
+                "type": "object",
+                "required": ["items"],
+                "properties": {"items": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["time", "requestId", "user", "source", "verb", "method", "path", "code"],
+                    "properties": {
+                        "time": {"type": "string"}, "requestId": {"type": "string"},
+                        "user": {"type": "string"}, "groups": {"type": "array", "items": {"type": "string"}},
+                        "provider": {"type": "string"}, "source": {"type": "string"},
+                        "verb": {"type": "string"}, "method": {"type": "string"}, "path": {"type": "string"},
+                        "cluster": {"type": "string"}, "resource": {"type": "string"}, "name": {"type": "string"},
+                        "code": {"type": "integer"},
+                    },
+                }}},
+            }))), &[400, 401, 403, 404]),
+        }}),
+    );
+    paths.insert(
         "/v3/register".into(),
         json!({"post": {
             "operationId": "registerAgent",

@@ -22,4 +22,8 @@ pub struct Api {
     pub ca_pem: Arc<str>,
     /// Watches and streams each user holds open (the API's and the proxy's).
     pub streams: Arc<Streams>,
+    /// The audit log (its writer, and where `/v1/audit` reads it).
+    pub audit: Arc<crate::audit::Audit>,
+    /// Rotated audit files kept.
+    pub audit_keep: usize,
 }

@@ -57,6 +57,17 @@ pub(super) struct ServeArgs {
     /// [env: DROVER_REPLICA_URL] [default: https://LISTEN_ADDRESS:PORT]
     #[arg(long)]
     replica_url: Option<String>,
+    /// The audit log's file, or `off` [env: DROVER_AUDIT_LOG]
+    /// [default: DATA_DIR/audit/audit.log]
+    #[arg(long)]
+    audit_log: Option<String>,
+    /// The audit log's size, in MiB, at which it is rotated [env: DROVER_AUDIT_LOG_MAX_SIZE]
+    /// [default: 100]
+    #[arg(long)]
+    audit_log_max_size: Option<String>,
+    /// Rotated audit log files kept [env: DROVER_AUDIT_LOG_KEEP] [default: 5]
+    #[arg(long)]
+    audit_log_keep: Option<String>,
 }
 
 pub(super) fn config(
@@ -162,7 +173,43 @@ pub(super) fn config(
         "DROVER_MAX_STREAMS_PER_USER",
         DEFAULT_MAX_STREAMS_PER_USER,
     )?;
+    let mut audit = crate::audit::AuditConfig::in_data_dir(&data_dir);
+    match args
+        .audit_log
+        .or_else(|| {
+            env.get("DROVER_AUDIT_LOG")
+                .filter(|v| !v.is_empty())
+                .cloned()
+        })
+        .as_deref()
+    {
+        Some("off") => audit.path = None,
+        Some(file) => audit.path = Some(PathBuf::from(file)),
+        None => {}
+    }
+    let max_mib = count(
+        args.audit_log_max_size,
+        "--audit-log-max-size",
+        "DROVER_AUDIT_LOG_MAX_SIZE",
+        100,
+    )?;
+    if max_mib == 0 {
+        return Err(ConfigError::Invalid {
+            flag: "--audit-log-max-size",
+            var: "DROVER_AUDIT_LOG_MAX_SIZE",
+            value: "0".into(),
+            reason: "give the size in MiB at which the log is rotated (1 or more)".into(),
+        });
+    }
+    audit.max_bytes = max_mib as u64 * 1024 * 1024;
+    audit.keep = count(
+        args.audit_log_keep,
+        "--audit-log-keep",
+        "DROVER_AUDIT_LOG_KEEP",
+        5,
+    )?;
     Ok(Config {
+        audit,
         data_dir,
         listen,
         server_url,

@@ -53,6 +53,8 @@ fn app_with(store: Option<Arc<dyn store::Store>>) -> App {
         ca_checksum: "ab".repeat(32),
         ca_pem: ca_pem.clone(),
         streams: crate::auth::streams::Streams::new(0),
+        audit: Arc::new(crate::audit::Audit::off()),
+        audit_keep: 0,
     };
     let router = router(Parts {
         api,

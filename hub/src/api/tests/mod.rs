@@ -64,6 +64,8 @@ async fn setup() -> TestApi {
         ca_checksum: "c".repeat(64),
         ca_pem: "-----BEGIN CERTIFICATE-----\n".into(),
         streams: crate::auth::streams::Streams::new(3),
+        audit: Arc::new(crate::audit::Audit::off()),
+        audit_keep: 0,
     };
     let router = router(api.clone());
     let mut t = TestApi {

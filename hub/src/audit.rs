@@ -1,0 +1,619 @@
+//! The audit log: who did what, when, from where, and what came of it. Every API write, login
+//! (refused ones too), token creation and revocation and every request through the
+//! authentication proxy is one JSON line in `<data dir>/audit/audit.log`, rotated by size.
+//! Records carry no request body, query string or header: nothing secret reaches the log.
+
+use std::{
+    cell::RefCell,
+    io::Write,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use axum::{
+    extract::{Request, State},
+    http::{HeaderValue, Method},
+    middleware::Next,
+    response::Response,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+/// Where the log goes and how much of it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// The file (`None`: no audit log).
+    pub path: Option<PathBuf>,
+    /// The size at which the file is rotated.
+    pub max_bytes: u64,
+    /// Rotated files kept (`audit.log.1` the newest).
+    pub keep: usize,
+}
+
+impl AuditConfig {
+    /// The default: `<data dir>/audit/audit.log`, 100 MiB a file, 5 kept.
+    pub fn in_data_dir(data_dir: &Path) -> Self {
+        Self {
+            path: Some(data_dir.join("audit").join("audit.log")),
+            max_bytes: 100 * 1024 * 1024,
+            keep: 5,
+        }
+    }
+}
+
+/// One audited request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// RFC 3339, with milliseconds.
+    pub time: String,
+    /// Also sent back as the answer's `Audit-Id` header.
+    pub request_id: String,
+    /// The user (for a login, the name that tried); empty if unknown.
+    pub user: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// Where the user comes from: `local` for the hub's own users.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider: String,
+    pub source: String,
+    /// `create`, `update`, `patch`, `delete`, `login`, `logout`, or for proxied requests the
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, …).
+    pub verb: String,
+    pub method: String,
+    /// The path, without its query.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
+    /// The kind (API plural) and name the path points at, if it does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    pub code: u16,
+}
+
+/// Who made a request, as authentication found out while answering it.
+#[derive(Debug, Clone, Default)]
+struct Who {
+    user: String,
+    groups: Vec<String>,
+}
+
+tokio::task_local! {
+    static WHO: RefCell<Who>;
+}
+
+/// Notes the caller of the request being answered (authentication calls it).
+pub fn note_caller(user: &str, groups: &[String]) {
+    let _ = WHO.try_with(|who| {
+        *who.borrow_mut() = Who {
+            user: user.to_owned(),
+            groups: groups.to_vec(),
+        };
+    });
+}
+
+/// Notes the user a login tried, whether or not it succeeded.
+pub fn note_login(user: &str) {
+    note_caller(user, &[]);
+}
+
+/// Whether a request is audited: writes to the API, logins and logouts, and everything
+/// through the proxy. Reads of the hub's own objects, the dashboard's pages, the agents'
+/// endpoints (their paths carry tokens) and health checks are not.
+fn audited(method: &Method, path: &str) -> bool {
+    if path.starts_with("/k8s/clusters/") {
+        return true;
+    }
+    path.starts_with("/v1/") && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// What a path says: the verb, cluster, resource and name.
+fn describe(method: &Method, path: &str, query: &str) -> (String, String, String, String) {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let ["k8s", "clusters", cluster, rest @ ..] = segments.as_slice() {
+        let (resource, name) = kube_resource(rest);
+        let watch = query
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        let verb = match *method {
+            Method::GET if watch => "watch",
+            Method::GET if name.is_empty() => "list",
+            Method::GET | Method::HEAD => "get",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "other",
+        };
+        return (verb.into(), (*cluster).to_owned(), resource, name);
+    }
+    let verb = match (method, segments.as_slice()) {
+        (_, ["v1", "login"]) => "login",
+        (_, ["v1", "logout"]) => "logout",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, _) => "delete",
+        _ => "other",
+    };
+    let (cluster, resource, name) = match segments.as_slice() {
+        ["v1", "clusters", cluster, action, ..] => (
+            (*cluster).to_owned(),
+            "clusters".to_owned(),
+            format!("{cluster}/{action}"),
+        ),
+        ["v1", "clusters", name] => (
+            (*name).to_owned(),
+            "clusters".to_owned(),
+            (*name).to_owned(),
+        ),
+        ["v1", plural, name, ..] => (String::new(), (*plural).to_owned(), (*name).to_owned()),
+        ["v1", plural] => (String::new(), (*plural).to_owned(), String::new()),
+        _ => Default::default(),
+    };
+    (verb.into(), cluster, resource, name)
+}
+
+/// The resource and object name of a Kubernetes API path (`api/v1/namespaces/x/pods/y`).
+fn kube_resource(rest: &[&str]) -> (String, String) {
+    let after_version = match rest {
+        ["api", _, tail @ ..] => tail,
+        ["apis", _, _, tail @ ..] => tail,
+        _ => return (String::new(), String::new()),
+    };
+    let tail = match after_version {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    match tail {
+        [resource] => ((*resource).to_owned(), String::new()),
+        [resource, name, sub @ ..] => {
+            let resource = match sub.first() {
+                Some(sub) => format!("{resource}/{sub}"),
+                None => (*resource).to_owned(),
+            };
+            (resource, (*name).to_owned())
+        }
+        _ => (String::new(), String::new()),
+    }
+}
+
+/// The log's writer: records go to a task that appends them, so no request waits on the disk.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    tx: Option<mpsc::Sender<Message>>,
+    path: Option<PathBuf>,
+}
+
+/// What the writer is sent.
+#[derive(Debug)]
+enum Message {
+    Record(Box<Record>),
+    /// Answered once everything sent before it is in the file: a reader then sees it all.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Audit {
+    /// No audit log.
+    pub fn off() -> Self {
+        Self {
+            tx: None,
+            path: None,
+        }
+    }
+
+    /// Opens (creates) the log and starts its writer.
+    pub fn start(config: &AuditConfig) -> std::io::Result<Self> {
+        let Some(path) = config.path.clone() else {
+            return Ok(Self::off());
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+            crate::fsutil::owner_only_dir(dir)?;
+        }
+        let mut file = Appender::open(&path, config.max_bytes, config.keep)?;
+        let (tx, mut rx) = mpsc::channel::<Message>(4096);
+        std::thread::Builder::new()
+            .name("audit-log".into())
+            .spawn(move || {
+                while let Some(first) = rx.blocking_recv() {
+                    // Whatever has queued meanwhile goes in one write.
+                    let mut batch = Vec::new();
+                    let mut waiting = Vec::new();
+                    let mut next = Some(first);
+                    while let Some(message) = next.take().or_else(|| rx.try_recv().ok()) {
+                        match message {
+                            Message::Record(record) => batch.push(*record),
+                            Message::Flush(done) => waiting.push(done),
+                        }
+                    }
+                    if !batch.is_empty()
+                        && let Err(e) = file.append(&batch)
+                    {
+                        tracing::error!(error = %e, records = batch.len(), "cannot write the audit log");
+                    }
+                    for done in waiting {
+                        let _ = done.send(());
+                    }
+                }
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            path: Some(path),
+        })
+    }
+
+    /// The log file, if there is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    async fn record(&self, record: Record) {
+        if let Some(tx) = &self.tx {
+            // Waits only if the writer is 4,096 records behind.
+            let _ = tx.send(Message::Record(Box::new(record))).await;
+        }
+    }
+
+    /// Returns once every record sent so far is in the file.
+    pub async fn flushed(&self) {
+        if let Some(tx) = &self.tx {
+            let (done, wait) = tokio::sync::oneshot::channel();
+            if tx.send(Message::Flush(done)).await.is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }
+}
+
+/// Appends JSON lines to a file, rotating it past a size.
+struct Appender {
+    path: PathBuf,
+    file: std::fs::File,
+    size: u64,
+    max_bytes: u64,
+    keep: usize,
+}
+
+impl Appender {
+    fn open(path: &Path, max_bytes: u64, keep: usize) -> std::io::Result<Self> {
+        let file = open_owner_only(path)?;
+        let size = file.metadata()?.len();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            size,
+            max_bytes,
+            keep,
+        })
+    }
+
+    fn append(&mut self, records: &[Record]) -> std::io::Result<()> {
+        let mut text = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut text, record)?;
+            text.push(b'\n');
+        }
+        if self.size > 0 && self.size + text.len() as u64 > self.max_bytes {
+            self.rotate()?;
+        }
+        self.file.write_all(&text)?;
+        self.file.flush()?;
+        self.size += text.len() as u64;
+        Ok(())
+    }
+
+    /// `audit.log` becomes `audit.log.1`, `.1` becomes `.2`, …; the oldest beyond `keep` goes.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let numbered = |n: usize| PathBuf::from(format!("{}.{n}", self.path.display()));
+        if self.keep == 0 {
+            std::fs::remove_file(&self.path)?;
+        } else {
+            let _ = std::fs::remove_file(numbered(self.keep));
+            for n in (1..self.keep).rev() {
+                let _ = std::fs::rename(numbered(n), numbered(n + 1));
+            }
+            std::fs::rename(&self.path, numbered(1))?;
+        }
+        self.file = open_owner_only(&self.path)?;
+        self.size = 0;
+        Ok(())
+    }
+}
+
+fn open_owner_only(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// The files of the log, oldest first.
+pub fn files(path: &Path, keep: usize) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = (1..=keep.max(1))
+        .rev()
+        .map(|n| PathBuf::from(format!("{}.{n}", path.display())))
+        .filter(|p| p.exists())
+        .collect();
+    if path.exists() {
+        files.push(path.to_owned());
+    }
+    files
+}
+
+/// The middleware that records audited requests once their answer is known.
+pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next) -> Response {
+    if audit.tx.is_none() || !audited(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let source = request
+        .extensions()
+        .get::<tunnel::listener::RemoteAddr>()
+        .map(|r| r.0.to_string())
+        .or_else(|| {
+            request
+                .extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.to_string())
+        })
+        .unwrap_or_default();
+    let request_id = crate::auth::secret::random_password();
+    let time = now();
+    let (mut response, who) = WHO
+        .scope(RefCell::new(Who::default()), async move {
+            let response = next.run(request).await;
+            (response, WHO.with(|w| w.borrow().clone()))
+        })
+        .await;
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("audit-id", value);
+    }
+    let (verb, cluster, resource, name) = describe(&method, &path, &query);
+    audit
+        .record(Record {
+            time,
+            request_id,
+            provider: if who.user.is_empty() {
+                String::new()
+            } else {
+                "local".into()
+            },
+            user: who.user,
+            groups: who.groups,
+            source,
+            verb,
+            method: method.to_string(),
+            path,
+            cluster,
+            resource,
+            name,
+            code: response.status().as_u16(),
+        })
+        .await;
+    response
+}
+
+fn now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let millis = now
+        .replace_nanosecond(now.millisecond() as u32 * 1_000_000)
+        .unwrap_or(now);
+    millis
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// What `/v1/audit` is asked for.
+#[derive(Debug, Default, Deserialize)]
+pub struct AuditQuery {
+    pub user: Option<String>,
+    pub cluster: Option<String>,
+    /// RFC 3339: records at or after it.
+    pub since: Option<String>,
+    /// At most this many (the newest), 1,000 by default.
+    pub limit: Option<usize>,
+}
+
+/// The records `query` asks for, oldest first, from the log's files.
+pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec<Record>> {
+    let since = query
+        .since
+        .as_deref()
+        .map(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339))
+        .transpose()
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "since: an RFC 3339 time, as 2026-11-26T12:00:00Z",
+            )
+        })?;
+    let limit = query.limit.unwrap_or(1000).clamp(1, 100_000);
+    let mut out = std::collections::VecDeque::new();
+    for file in files(path, keep) {
+        let text = std::fs::read_to_string(&file)?;
+        for line in text.lines() {
+            let Ok(record) = serde_json::from_str::<Record>(line) else {
+                continue;
+            };
+            let wanted = query.user.as_ref().is_none_or(|u| *u == record.user)
+                && query.cluster.as_ref().is_none_or(|c| *c == record.cluster)
+                && since.is_none_or(|s| {
+                    time::OffsetDateTime::parse(
+                        &record.time,
+                        &time::format_description::well_known::Rfc3339,
+                    )
+                    .is_ok_and(|t| t >= s)
+                });
+            if wanted {
+                out.push_back(record);
+                if out.len() > limit {
+                    out.pop_front();
+                }
+            }
+        }
+    }
+    Ok(out.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_say_what_was_done_to_what() {
+        let d = |m: Method, p: &str, q: &str| describe(&m, p, q);
+        assert_eq!(
+            d(
+                Method::GET,
+                "/k8s/clusters/prod/api/v1/namespaces/shop/pods",
+                ""
+            ),
+            ("list".into(), "prod".into(), "pods".into(), String::new())
+        );
+        assert_eq!(
+            d(
+                Method::GET,
+                "/k8s/clusters/prod/api/v1/pods",
+                "watch=1&resourceVersion=5"
+            )
+            .0,
+            "watch"
+        );
+        assert_eq!(
+            d(
+                Method::POST,
+                "/k8s/clusters/prod/api/v1/namespaces/shop/pods/web-0/exec",
+                "command=sh"
+            ),
+            (
+                "create".into(),
+                "prod".into(),
+                "pods/exec".into(),
+                "web-0".into()
+            )
+        );
+        assert_eq!(
+            d(
+                Method::DELETE,
+                "/k8s/clusters/prod/apis/apps/v1/namespaces/shop/deployments/web",
+                ""
+            ),
+            (
+                "delete".into(),
+                "prod".into(),
+                "deployments".into(),
+                "web".into()
+            )
+        );
+        assert_eq!(
+            d(Method::GET, "/k8s/clusters/prod/api/v1/nodes/n1", ""),
+            ("get".into(), "prod".into(), "nodes".into(), "n1".into())
+        );
+        assert_eq!(
+            d(Method::POST, "/v1/login", ""),
+            ("login".into(), String::new(), "login".into(), String::new())
+        );
+        assert_eq!(
+            d(Method::DELETE, "/v1/tokens/drt_tabc", ""),
+            (
+                "delete".into(),
+                String::new(),
+                "tokens".into(),
+                "drt_tabc".into()
+            )
+        );
+        assert_eq!(
+            d(Method::POST, "/v1/clusters/prod/kubeconfig", ""),
+            (
+                "create".into(),
+                "prod".into(),
+                "clusters".into(),
+                "prod/kubeconfig".into()
+            )
+        );
+        assert!(audited(&Method::GET, "/k8s/clusters/prod/api/v1/pods"));
+        assert!(audited(&Method::POST, "/v1/users"));
+        assert!(!audited(&Method::GET, "/v1/users"));
+        assert!(!audited(&Method::GET, "/v3/import/drr_secret.yaml"));
+        assert!(!audited(&Method::POST, "/v3/register"));
+    }
+
+    fn record(user: &str, cluster: &str, time: &str) -> Record {
+        Record {
+            time: time.into(),
+            request_id: "r".into(),
+            user: user.into(),
+            groups: Vec::new(),
+            provider: "local".into(),
+            source: "127.0.0.1:1".into(),
+            verb: "get".into(),
+            method: "GET".into(),
+            path: "/k8s/clusters/x".into(),
+            cluster: cluster.into(),
+            resource: String::new(),
+            name: String::new(),
+            code: 200,
+        }
+    }
+
+    #[test]
+    fn the_log_rotates_by_size_and_is_read_back_in_order_across_its_files() {
+        let dir = std::env::temp_dir().join(format!("drover-audit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.log");
+        let one = serde_json::to_vec(&record("ann", "prod", "2026-11-26T10:00:00.000Z"))
+            .unwrap()
+            .len() as u64
+            + 1;
+        // Room for two records a file, two rotated files kept.
+        let mut log = Appender::open(&path, one * 2, 2).unwrap();
+        for i in 0..7 {
+            let user = if i % 2 == 0 { "ann" } else { "bob" };
+            log.append(&[record(user, "prod", &format!("2026-11-26T10:00:0{i}.000Z"))])
+                .unwrap();
+        }
+        assert_eq!(files(&path, 2).len(), 3);
+        assert!(!PathBuf::from(format!("{}.3", path.display())).exists());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // Seven written: 0-1, 2-3 and 4-5 filled a file each, 6 started the fourth; with two
+        // rotated files kept, 0-1 are gone. Read oldest first.
+        let all = read(&path, 2, &AuditQuery::default()).unwrap();
+        let times: Vec<&str> = all.iter().map(|r| &r.time[17..19]).collect();
+        assert_eq!(times, ["02", "03", "04", "05", "06"]);
+        let bobs = read(
+            &path,
+            2,
+            &AuditQuery {
+                user: Some("bob".into()),
+                since: Some("2026-11-26T10:00:04Z".into()),
+                ..AuditQuery::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(bobs.len(), 1);
+        assert_eq!(bobs[0].time, "2026-11-26T10:00:05.000Z");
+        let bad = read(
+            &path,
+            2,
+            &AuditQuery {
+                since: Some("yesterday".into()),
+                ..AuditQuery::default()
+            },
+        );
+        assert!(bad.is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

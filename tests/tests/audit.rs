@@ -1,0 +1,218 @@
+//! The audit log, end to end: logins (refused ones too), API writes, token changes and
+//! requests through the proxy (kubectl, as a user) are recorded with who, what, where and the
+//! answer; admins read them back by user, cluster and time; the log survives a restart and
+//! holds no password or token.
+
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    HubProcess, api,
+    imported::{Imported, issued_kubeconfig, kubectl_ok, until_allowed},
+    leaked_secrets, login,
+};
+
+/// The records the admin reads with `query`.
+async fn records(hub: &HubProcess, admin: &str, query: &str) -> Vec<Value> {
+    let (status, list) = api(
+        hub.addr,
+        "GET",
+        &format!("/v1/audit{query}"),
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    list["items"].as_array().unwrap().clone()
+}
+
+fn has(records: &[Value], verb: &str, path_end: &str, code: u16) -> bool {
+    records.iter().any(|r| {
+        r["verb"] == verb && r["path"].as_str().unwrap().ends_with(path_end) && r["code"] == code
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
+    let imported = Imported::start(
+        "audit",
+        SimConfig {
+            nodes: 1,
+            pods: 10,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let (hub, admin, dir) = (&imported.hub, imported.admin.clone(), imported.dir.clone());
+    let config =
+        cluster_agent::Config::from_env(&imported.agent_env("drover-cluster-agent-0").await)
+            .unwrap();
+    tokio::spawn(cluster_agent::run(config, imported.shutdown.child_token()));
+
+    // A user, a refused login, a login, a kubeconfig, kubectl through the hub.
+    let password = "pat's long enough password";
+    let wrong = "not pat's password at all";
+    for (path, body) in [
+        (
+            "/v1/users",
+            json!({"metadata": {"name": "pat"}, "spec": {"password": password}}),
+        ),
+        (
+            "/v1/rolebindings",
+            json!({"metadata": {"name": "pat-member"}, "spec": {"user": "pat", "role": "cluster-member", "cluster": "prod"}}),
+        ),
+    ] {
+        let (status, answer) = api(hub.addr, "POST", path, Some(&admin), Some(body)).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/login",
+        None,
+        Some(json!({"username": "pat", "password": wrong})),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let pat = login(hub.addr, "pat", password).await;
+    let kubeconfig = issued_kubeconfig(hub, &pat, &dir, "pat", None).await;
+    let kube_token = tests::imported::kubeconfig_token(&kubeconfig);
+    until_allowed(&kubeconfig, &["create", "configmaps", "-n", "load-0"]).await;
+    kubectl_ok(&kubeconfig, &["get", "pods", "-n", "load-0"]).await;
+    kubectl_ok(
+        &kubeconfig,
+        &[
+            "create",
+            "configmap",
+            "audited",
+            "-n",
+            "load-0",
+            "--from-literal=k=v",
+        ],
+    )
+    .await;
+    // An API token made and revoked.
+    let (status, made) = api(
+        hub.addr,
+        "POST",
+        "/v1/tokens",
+        Some(&pat),
+        Some(json!({"spec": {"description": "ci"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    let ci_token = made["token"].as_str().unwrap().to_owned();
+    let ci_name = made["metadata"]["name"].as_str().unwrap().to_owned();
+    let (status, _) = api(
+        hub.addr,
+        "DELETE",
+        &format!("/v1/tokens/{ci_name}"),
+        Some(&pat),
+        None,
+    )
+    .await;
+    assert!((200..300).contains(&status));
+
+    // What the admin reads back about pat.
+    let mine = records(hub, &admin, "?user=pat").await;
+    assert!(has(&mine, "login", "/v1/login", 401), "{mine:#?}");
+    assert!(has(&mine, "login", "/v1/login", 200), "{mine:#?}");
+    assert!(has(&mine, "create", "/v1/clusters/prod/kubeconfig", 201));
+    assert!(
+        has(&mine, "list", "/namespaces/load-0/pods", 200),
+        "{mine:#?}"
+    );
+    assert!(
+        has(&mine, "create", "/namespaces/load-0/configmaps", 201),
+        "{mine:#?}"
+    );
+    assert!(has(&mine, "create", "/v1/tokens", 201));
+    let revoked = format!("/v1/tokens/{ci_name}");
+    assert!(has(&mine, "delete", &revoked, 200) || has(&mine, "delete", &revoked, 204));
+    let created = mine
+        .iter()
+        .find(|r| r["verb"] == "create" && r["resource"] == "configmaps")
+        .unwrap();
+    assert_eq!(created["cluster"], "prod");
+    assert_eq!(created["provider"], "local");
+    assert!(
+        created["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{created}"
+    );
+    assert!(!created["requestId"].as_str().unwrap().is_empty());
+    assert!(mine.iter().all(|r| r["user"] == "pat"));
+    // The admin's writes are the admin's; by cluster and time too.
+    let admins = records(hub, &admin, "?user=admin").await;
+    assert!(has(&admins, "create", "/v1/users", 201));
+    let since = mine.iter().find(|r| r["verb"] == "list").unwrap()["time"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let prod = records(hub, &admin, &format!("?cluster=prod&since={since}")).await;
+    assert!(has(&prod, "create", "/namespaces/load-0/configmaps", 201));
+    assert!(
+        prod.iter()
+            .all(|r| r["cluster"] == "prod" && r["time"].as_str().unwrap() >= since.as_str()),
+        "{prod:#?}"
+    );
+    assert!(!has(&prod, "login", "/v1/login", 200));
+    // Only admins read it; a bad time is named.
+    let (status, _) = api(hub.addr, "GET", "/v1/audit", Some(&pat), None).await;
+    assert_eq!(status, 403);
+    let (status, answer) = api(
+        hub.addr,
+        "GET",
+        "/v1/audit?since=yesterday",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+
+    // No password or token in the log.
+    let data_dir = dir.join("hub");
+    let log_dir = data_dir.join("audit");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&log_dir).unwrap() {
+        text.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    let admin_password = hub.admin_password.clone().unwrap();
+    let leaked = leaked_secrets(
+        &text,
+        &[
+            password,
+            wrong,
+            &pat,
+            &kube_token,
+            &ci_token,
+            &admin,
+            &admin_password,
+        ],
+    );
+    assert!(leaked.is_empty(), "the audit log holds {leaked:?}");
+
+    // After a restart the records are still there, and new ones follow them.
+    let before = mine.len();
+    imported.shutdown.cancel();
+    let Imported { hub, .. } = imported;
+    assert!(hub.terminate().await);
+    let hub = HubProcess::start(&data_dir).await;
+    login(hub.addr, "pat", password).await;
+    let admin = login(hub.addr, "admin", &admin_password).await;
+    let again = records(&hub, &admin, "?user=pat").await;
+    assert_eq!(
+        again[..before],
+        mine[..],
+        "the records from before the restart"
+    );
+    assert_eq!(
+        again.len(),
+        before + 1,
+        "and the new login: {:#?}",
+        &again[before..]
+    );
+}

@@ -478,6 +478,7 @@ async function showList(holder) {
           // proxy instead, from the first page.
           state.cache = null;
           state.sortParam = null;
+          state.sortColumn = undefined;
           state.pages = [{ source: 0, token: null }];
           return showPage(0);
         }

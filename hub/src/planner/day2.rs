@@ -37,7 +37,13 @@ impl Planner {
         if settled {
             self.schedule(c).await?;
         }
-        let busy = self.rotate(c, settled).await? || self.snapshots(c, settled).await?;
+        // One operation at a time in the task slot: a snapshot under way finishes (its result
+        // read) before a rotation may start, as a rotation under way does before a snapshot.
+        let busy = if snapshots::under_way(c) {
+            self.snapshots(c, settled).await? || self.rotate(c, false).await?
+        } else {
+            self.rotate(c, settled).await? || self.snapshots(c, settled).await?
+        };
         if !busy {
             self.clear_tasks(c).await?;
         }

@@ -113,6 +113,21 @@ pub(super) enum Step {
     },
 }
 
+/// Whether a snapshot is being taken (claimed, not yet saved or failed) or its file deleted:
+/// its task holds the init host's task slot until the planner has read the result, so no
+/// other operation may start meanwhile (it would overwrite the task, which would then be
+/// written and run again: the save twice).
+pub(super) fn under_way(c: &Cluster<'_>) -> bool {
+    c.snapshots.iter().any(|s| {
+        let claimed = s.metadata.finalizers.iter().any(|f| f == FINALIZER);
+        let settled = Status::of(s)
+            .conditions
+            .iter()
+            .any(|c| c.kind == "Saved" && c.status != "Unknown");
+        claimed && (s.metadata.deletion_timestamp.is_some() || !settled)
+    })
+}
+
 /// One pass: a snapshot being deleted first, then retention, then a snapshot to take (one
 /// being taken goes on; a new one starts only if `may_start`). `hub_files`: the hub keeps
 /// copies of snapshots (the snapshot may ask for one).

@@ -787,6 +787,37 @@ async fn scheduled_snapshots_are_taken_once_per_due_time_and_old_ones_go() {
 }
 
 #[tokio::test]
+async fn a_rotation_asked_for_while_a_snapshot_is_taken_waits_and_the_save_runs_once() {
+    let f = provisioned().await;
+    let pending = Object::new("EtcdSnapshot", "s1", json!({"cluster": "edge"}));
+    f.store().create(pending).await.unwrap();
+    for _ in 0..3 {
+        f.planner.reconcile_all().await;
+    }
+    let save = f.task("h-a").await.expect("the snapshot's task");
+    assert_eq!(save.instructions[0].args, ["s1"]);
+    // The host has run it; before the planner reads the result, a rotation is asked for.
+    f.task_done("h-a", Ok("")).await;
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    c.spec["rotateCertificates"] = json!({"generation": 1});
+    f.store().update(c).await.unwrap();
+    f.planner.reconcile_all().await;
+    let s1 = f.store().get("EtcdSnapshot", "s1").await.unwrap();
+    assert_ne!(
+        Status::of(&s1).condition("Saved").map(|c| c.status.clone()),
+        Some("Unknown".into()),
+        "the snapshot's result is read first"
+    );
+    // Then the rotation, in the slot the snapshot left; the save is never written again.
+    for _ in 0..3 {
+        f.planner.reconcile_all().await;
+        assert_ne!(f.task("h-a").await.as_ref(), Some(&save));
+    }
+    let task = f.task("h-a").await.expect("the rotation's task");
+    assert_eq!(task.instructions[1].args, ["certificate", "rotate"]);
+}
+
+#[tokio::test]
 async fn an_operation_under_way_goes_on_while_the_hosts_restart() {
     let f = provisioned().await;
     let mut c = f.store().get("Cluster", "edge").await.unwrap();

@@ -80,7 +80,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum CliCommand {
     /// Run the hub (HTTPS: the API, the agents' tunnel endpoint and the hub's CA).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Set a new random password for the `admin` user and print it (works while the hub runs).
     ResetAdminPassword(DataDirArgs),
     /// Write a backup of the hub's store and CA to one file (works while the hub runs).
@@ -321,7 +321,7 @@ where
 {
     let cli = Cli::try_parse_from(args)?;
     match cli.command {
-        CliCommand::Serve(args) => serve::config(args, env).map(Command::Serve),
+        CliCommand::Serve(args) => serve::config(*args, env).map(Command::Serve),
         CliCommand::ResetAdminPassword(args) => Ok(Command::ResetAdminPassword {
             data_dir: data_dir(args.data_dir, env),
             store: serve::store_location(args.store, env)?,

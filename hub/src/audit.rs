@@ -1,7 +1,8 @@
 //! The audit log: who did what, when, from where, and what came of it. Every API write, login
 //! (refused ones too), token creation and revocation and every request through the
 //! authentication proxy is one JSON line in `<data dir>/audit/audit.log`, rotated by size.
-//! Records carry no request body, query string or header: nothing secret reaches the log.
+//! Records carry no query string or header, and a request's body only at level `request`, with
+//! every password, token, key and Secret value replaced by `<redacted>`.
 
 use std::{
     cell::RefCell,
@@ -29,7 +30,25 @@ pub struct AuditConfig {
     pub max_bytes: u64,
     /// Rotated files kept (`audit.log.1` the newest).
     pub keep: usize,
+    /// How much of a request is recorded.
+    pub level: Level,
 }
+
+/// How much of a request a record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Level {
+    /// Who, what, where and the answer's code.
+    #[default]
+    Metadata,
+    /// Also a write's JSON body (up to 256 KiB), redacted.
+    Request,
+}
+
+/// The largest body recorded; a bigger one (or one of unknown length) is noted, not kept.
+const BODY_LIMIT: u64 = 256 * 1024;
+
+/// What stands in for a secret value.
+const REDACTED: &str = "<redacted>";
 
 impl AuditConfig {
     /// The default: `<data dir>/audit/audit.log`, 100 MiB a file, 5 kept.
@@ -38,6 +57,7 @@ impl AuditConfig {
             path: Some(data_dir.join("audit").join("audit.log")),
             max_bytes: 100 * 1024 * 1024,
             keep: 5,
+            level: Level::Metadata,
         }
     }
 }
@@ -72,6 +92,64 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub code: u16,
+    /// The request's body, redacted (level `request`, JSON writes), or why it is not here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_object: Option<serde_json::Value>,
+}
+
+/// Whether a JSON key names something secret.
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "token",
+        "privatekey",
+        "credential",
+        "passphrase",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
+}
+
+/// `value` with every secret replaced: fields whose names say secret, and the values of a
+/// Secret's (or a project secret's) `data` and `stringData`.
+pub fn redact(mut value: serde_json::Value) -> serde_json::Value {
+    fn walk(value: &mut serde_json::Value, secret_data: bool) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let holds_data = secret_data
+                    || map
+                        .get("kind")
+                        .and_then(serde_json::Value::as_str)
+                        .is_some_and(|k| k == "Secret" || k == "ProjectSecret");
+                for (key, field) in map.iter_mut() {
+                    if secret_key(key) && !field.is_object() {
+                        *field = REDACTED.into();
+                    } else if holds_data && (key == "data" || key == "stringData") {
+                        if let serde_json::Value::Object(entries) = field {
+                            for entry in entries.values_mut() {
+                                *entry = REDACTED.into();
+                            }
+                        } else {
+                            *field = REDACTED.into();
+                        }
+                    } else {
+                        // A project secret's data sits in its spec.
+                        walk(field, holds_data && key == "spec");
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    walk(item, secret_data);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(&mut value, false);
+    value
 }
 
 /// Who made a request, as authentication found out while answering it.
@@ -186,6 +264,7 @@ fn kube_resource(rest: &[&str]) -> (String, String) {
 pub struct Audit {
     tx: Option<mpsc::Sender<Message>>,
     path: Option<PathBuf>,
+    level: Level,
 }
 
 /// What the writer is sent.
@@ -202,6 +281,7 @@ impl Audit {
         Self {
             tx: None,
             path: None,
+            level: Level::Metadata,
         }
     }
 
@@ -243,6 +323,7 @@ impl Audit {
         Ok(Self {
             tx: Some(tx),
             path: Some(path),
+            level: config.level,
         })
     }
 
@@ -366,6 +447,13 @@ pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next
         .unwrap_or_default();
     let request_id = crate::auth::secret::random_password();
     let time = now();
+    let (request, request_object) = if audit.level == Level::Request
+        && matches!(method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        body_of(request).await
+    } else {
+        (request, None)
+    };
     let (mut response, who) = WHO
         .scope(RefCell::new(Who::default()), async move {
             let response = next.run(request).await;
@@ -395,9 +483,65 @@ pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next
             resource,
             name,
             code: response.status().as_u16(),
+            request_object,
         })
         .await;
     response
+}
+
+/// The request again (its body read, if it was), and what the record keeps of the body.
+async fn body_of(request: Request) -> (Request, Option<serde_json::Value>) {
+    // (Read before any await: a borrowed request is not `Send`, its body not being `Sync`.)
+    let (kind, length) = {
+        let header = |name| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        (
+            header(axum::http::header::CONTENT_TYPE).unwrap_or_default(),
+            header(axum::http::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok()),
+        )
+    };
+    let json = kind.starts_with("application/json")
+        || kind.starts_with("application/merge-patch+json")
+        || kind.starts_with("application/strategic-merge-patch+json")
+        || kind.starts_with("application/json-patch+json")
+        || kind.starts_with("application/apply-patch+json");
+    match length {
+        Some(0) | None if kind.is_empty() => (request, None),
+        Some(n) if n <= BODY_LIMIT && json => {
+            let (parts, body) = request.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, BODY_LIMIT as usize).await else {
+                // The client stopped sending: the handler sees the same.
+                return (
+                    Request::from_parts(parts, axum::body::Body::empty()),
+                    Some("<not recorded: the body could not be read>".into()),
+                );
+            };
+            let kept = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .map(redact)
+                .unwrap_or_else(|_| "<not recorded: not JSON>".into());
+            (
+                Request::from_parts(parts, axum::body::Body::from(bytes)),
+                Some(kept),
+            )
+        }
+        _ => {
+            let why = format!(
+                "<not recorded: {} of {}>",
+                length.map_or_else(|| "a streamed body".to_owned(), |n| format!("{n} bytes")),
+                if kind.is_empty() {
+                    "no stated type"
+                } else {
+                    kind.as_str()
+                }
+            );
+            (request, Some(why.into()))
+        }
+    }
 }
 
 fn now() -> String {
@@ -560,7 +704,39 @@ mod tests {
             resource: String::new(),
             name: String::new(),
             code: 200,
+            request_object: None,
         }
+    }
+
+    #[test]
+    fn secrets_in_bodies_are_redacted_and_the_rest_kept() {
+        let body = serde_json::json!({
+            "username": "pat", "password": "hunter2-hunter2",
+            "spec": {"password": "p", "groups": ["ops"], "bindPassword": "b", "tokenTTL": 5,
+                     "nested": [{"clientSecret": "c", "name": "x"}]},
+        });
+        let kept = redact(body);
+        assert_eq!(kept["password"], REDACTED);
+        assert_eq!(kept["username"], "pat");
+        assert_eq!(kept["spec"]["password"], REDACTED);
+        assert_eq!(kept["spec"]["bindPassword"], REDACTED);
+        assert_eq!(kept["spec"]["groups"], serde_json::json!(["ops"]));
+        assert_eq!(kept["spec"]["nested"][0]["clientSecret"], REDACTED);
+        assert_eq!(kept["spec"]["nested"][0]["name"], "x");
+        let secret = redact(
+            serde_json::json!({"kind": "Secret", "metadata": {"name": "s"},
+            "data": {"pw": "aHVudGVy"}, "stringData": {"pw": "hunter"}}),
+        );
+        assert_eq!(secret["data"]["pw"], REDACTED);
+        assert_eq!(secret["stringData"]["pw"], REDACTED);
+        assert_eq!(secret["metadata"]["name"], "s");
+        let project = redact(serde_json::json!({"kind": "ProjectSecret",
+            "spec": {"cluster": "prod", "data": {"k": "dg=="}}}));
+        assert_eq!(project["spec"]["data"]["k"], REDACTED);
+        assert_eq!(project["spec"]["cluster"], "prod");
+        // A ConfigMap's data is not secret.
+        let config = redact(serde_json::json!({"kind": "ConfigMap", "data": {"k": "v"}}));
+        assert_eq!(config["data"]["k"], "v");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The audit log, end to end: logins (refused ones too), API writes, token changes and
 //! requests through the proxy (kubectl, as a user) are recorded with who, what, where and the
-//! answer; admins read them back by user, cluster and time; the log survives a restart and
-//! holds no password or token.
+//! answer (and, at level `request`, the bodies of writes with their secrets redacted); admins
+//! read them back by user, cluster and time; the log survives a restart and holds no password,
+//! token or Secret value.
 
 #![allow(clippy::unwrap_used)]
 
@@ -35,13 +36,15 @@ fn has(records: &[Value], verb: &str, path_end: &str, code: u16) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
-    let imported = Imported::start(
+    // At level `request`: writes' JSON bodies are kept, secrets redacted.
+    let imported = Imported::start_with(
         "audit",
         SimConfig {
             nodes: 1,
             pods: 10,
             ..SimConfig::default()
         },
+        &["--listen", "127.0.0.1:0", "--audit-level", "request"],
     )
     .await;
     let (hub, admin, dir) = (&imported.hub, imported.admin.clone(), imported.dir.clone());
@@ -114,6 +117,21 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     .await;
     assert!((200..300).contains(&status));
 
+    // A Secret written as JSON through the proxy: its values never reach the log.
+    let (status, answer) = api(
+        hub.addr,
+        "POST",
+        "/k8s/clusters/prod/api/v1/namespaces/load-0/secrets",
+        Some(&pat),
+        Some(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+                    "stringData": {"password": "the database's own password"},
+                    "data": {"key": "dGhlIGRhdGFiYXNlJ3Mga2V5"}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+
     // What the admin reads back about pat.
     let mine = records(hub, &admin, "?user=pat").await;
     assert!(has(&mine, "login", "/v1/login", 401), "{mine:#?}");
@@ -145,6 +163,20 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     );
     assert!(!created["requestId"].as_str().unwrap().is_empty());
     assert!(mine.iter().all(|r| r["user"] == "pat"));
+    // Bodies: the login's password and the Secret's values redacted, the rest kept.
+    let secret = mine
+        .iter()
+        .find(|r| r["verb"] == "create" && r["resource"] == "secrets")
+        .unwrap();
+    assert_eq!(secret["requestObject"]["metadata"]["name"], "db");
+    assert_eq!(
+        secret["requestObject"]["stringData"]["password"],
+        "<redacted>"
+    );
+    assert_eq!(secret["requestObject"]["data"]["key"], "<redacted>");
+    let login_record = mine.iter().find(|r| r["verb"] == "login").unwrap();
+    assert_eq!(login_record["requestObject"]["username"], "pat");
+    assert_eq!(login_record["requestObject"]["password"], "<redacted>");
     // The admin's writes are the admin's; by cluster and time too.
     let admins = records(hub, &admin, "?user=admin").await;
     assert!(has(&admins, "create", "/v1/users", 201));
@@ -191,6 +223,8 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
             &ci_token,
             &admin,
             &admin_password,
+            "the database's own password",
+            "dGhlIGRhdGFiYXNlJ3Mga2V5",
         ],
     );
     assert!(leaked.is_empty(), "the audit log holds {leaked:?}");

@@ -68,6 +68,11 @@ pub(super) struct ServeArgs {
     /// Rotated audit log files kept [env: DROVER_AUDIT_LOG_KEEP] [default: 5]
     #[arg(long)]
     audit_log_keep: Option<String>,
+    /// How much of a request the audit log keeps: `metadata` (who, what, where, the code) or
+    /// `request` (also a write's JSON body, secrets redacted) [env: DROVER_AUDIT_LEVEL]
+    /// [default: metadata]
+    #[arg(long)]
+    audit_level: Option<String>,
 }
 
 pub(super) fn config(
@@ -208,6 +213,18 @@ pub(super) fn config(
         "DROVER_AUDIT_LOG_KEEP",
         5,
     )?;
+    audit.level = match pick(args.audit_level, "DROVER_AUDIT_LEVEL", "metadata").as_str() {
+        "metadata" => crate::audit::Level::Metadata,
+        "request" => crate::audit::Level::Request,
+        other => {
+            return Err(ConfigError::Invalid {
+                flag: "--audit-level",
+                var: "DROVER_AUDIT_LEVEL",
+                value: other.to_owned(),
+                reason: "give metadata or request".into(),
+            });
+        }
+    };
     Ok(Config {
         audit,
         data_dir,

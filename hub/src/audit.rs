@@ -173,10 +173,18 @@ pub fn note_caller(user: &str, groups: &[String]) {
     });
 }
 
-/// Notes the user a login tried, whether or not it succeeded.
+/// Notes the user a login tried, whether or not it succeeded; a name no user can have is
+/// recorded as such, not as typed (people type passwords into the name field).
 pub fn note_login(user: &str) {
-    note_caller(user, &[]);
+    if crate::model::validate_name(crate::model::Kind::User, user).is_ok() {
+        note_caller(user, &[]);
+    } else {
+        note_caller(NOT_A_USER_NAME, &[]);
+    }
 }
+
+/// What a login with a name no user can have is recorded as.
+const NOT_A_USER_NAME: &str = "<not a user name>";
 
 /// Whether a request is audited: writes to the API, logins and logouts, and everything
 /// through the proxy. Reads of the hub's own objects, the dashboard's pages, the agents'
@@ -464,6 +472,14 @@ pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next
         response.headers_mut().insert("audit-id", value);
     }
     let (verb, cluster, resource, name) = describe(&method, &path, &query);
+    // A login's body names the user as typed: keep only what the login noted.
+    let mut request_object = request_object;
+    if verb == "login"
+        && let Some(serde_json::Value::Object(body)) = &mut request_object
+        && body.contains_key("username")
+    {
+        body.insert("username".into(), who.user.clone().into());
+    }
     audit
         .record(Record {
             time,

@@ -78,6 +78,17 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     )
     .await;
     assert_eq!(status, 401);
+    // A password typed into the name field is not recorded as the name.
+    let typed = "Hunter2!NotAName";
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/login",
+        None,
+        Some(json!({"username": typed, "password": "whatever it is"})),
+    )
+    .await;
+    assert_eq!(status, 401);
     let pat = login(hub.addr, "pat", password).await;
     let kubeconfig = issued_kubeconfig(hub, &pat, &dir, "pat", None).await;
     let kube_token = tests::imported::kubeconfig_token(&kubeconfig);
@@ -177,6 +188,8 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     let login_record = mine.iter().find(|r| r["verb"] == "login").unwrap();
     assert_eq!(login_record["requestObject"]["username"], "pat");
     assert_eq!(login_record["requestObject"]["password"], "<redacted>");
+    let nameless = records(hub, &admin, "?user=%3Cnot%20a%20user%20name%3E").await;
+    assert!(has(&nameless, "login", "/v1/login", 401), "{nameless:#?}");
     // The admin's writes are the admin's; by cluster and time too.
     let admins = records(hub, &admin, "?user=admin").await;
     assert!(has(&admins, "create", "/v1/users", 201));
@@ -225,6 +238,7 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
             &admin_password,
             "the database's own password",
             "dGhlIGRhdGFiYXNlJ3Mga2V5",
+            typed,
         ],
     );
     assert!(leaked.is_empty(), "the audit log holds {leaked:?}");

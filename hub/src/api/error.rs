@@ -51,6 +51,10 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
     }
 
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "NotFound", message)
     }

@@ -107,20 +107,10 @@ async fn audit_log(
     api.audit.flushed().await;
     let records = tokio::task::spawn_blocking(move || crate::audit::read(&path, keep, &query))
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                e.to_string(),
-            )
-        })?
+        .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidInput => ApiError::bad_request(e.to_string()),
-            _ => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                format!("cannot read the audit log: {e}"),
-            ),
+            _ => ApiError::internal(format!("cannot read the audit log: {e}")),
         })?;
     Ok(Json(
         json!({"kind": "AuditRecordList", "apiVersion": API_VERSION, "items": records}),

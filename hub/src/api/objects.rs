@@ -186,13 +186,7 @@ fn set(spec: &mut Value, field: &str, value: Value) {
 async fn hash_password(password: String) -> Result<String, ApiError> {
     tokio::task::spawn_blocking(move || secret::hash_password(&password))
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                e.to_string(),
-            )
-        })
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// Kind-specific rules for a new or replaced spec: references must exist, passwords are hashed,

@@ -560,13 +560,15 @@ async fn body_of(request: Request) -> (Request, Option<serde_json::Value>) {
     }
 }
 
+/// The time in one width (microseconds, as Kubernetes' audit writes it), so
+/// records' times sort as text too: RFC 3339 with trailing zeros trimmed does
+/// not (`…49.1Z` sorts after `…49.15Z`).
 fn now() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let millis = now
-        .replace_nanosecond(now.millisecond() as u32 * 1_000_000)
-        .unwrap_or(now);
-    millis
-        .format(&time::format_description::well_known::Rfc3339)
+    const MICRO: &[time::format_description::BorrowedFormatItem<'_>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
+    );
+    time::OffsetDateTime::now_utc()
+        .format(MICRO)
         .unwrap_or_default()
 }
 
@@ -625,6 +627,13 @@ pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_one_width_so_they_sort_as_text() {
+        let t = now();
+        assert_eq!(t.len(), "2026-11-26T14:38:49.100000Z".len(), "{t}");
+        time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339).unwrap();
+    }
 
     #[test]
     fn paths_say_what_was_done_to_what() {

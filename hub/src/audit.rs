@@ -157,6 +157,7 @@ pub fn redact(mut value: serde_json::Value) -> serde_json::Value {
 struct Who {
     user: String,
     groups: Vec<String>,
+    provider: String,
 }
 
 tokio::task_local! {
@@ -164,23 +165,33 @@ tokio::task_local! {
 }
 
 /// Notes the caller of the request being answered (authentication calls it).
-pub fn note_caller(user: &str, groups: &[String]) {
+pub fn note_caller(user: &str, groups: &[String], provider: &str) {
     let _ = WHO.try_with(|who| {
         *who.borrow_mut() = Who {
             user: user.to_owned(),
             groups: groups.to_vec(),
+            provider: provider.to_owned(),
         };
     });
 }
 
 /// Notes the user a login tried, whether or not it succeeded; a name no user can have is
-/// recorded as such, not as typed (people type passwords into the name field).
-pub fn note_login(user: &str) {
-    if crate::model::validate_name(crate::model::Kind::User, user).is_ok() {
-        note_caller(user, &[]);
+/// recorded as such, not as typed (people type passwords into the name field). A directory's
+/// login names (`Bob.Builder`, `CORP\bob`, `bob@corp.example`) are not the hub's user names:
+/// one that looks like a password (spaces, control characters, longer than a name) is not kept.
+pub fn note_login(user: &str, provider: &str) {
+    let plausible = if provider == crate::auth::providers::LOCAL {
+        crate::model::validate_name(crate::model::Kind::User, user).is_ok()
     } else {
-        note_caller(NOT_A_USER_NAME, &[]);
-    }
+        !user.is_empty()
+            && user.len() <= 128
+            && !user.chars().any(|c| c.is_whitespace() || c.is_control())
+    };
+    note_caller(
+        if plausible { user } else { NOT_A_USER_NAME },
+        &[],
+        provider,
+    );
 }
 
 /// What a login with a name no user can have is recorded as.
@@ -484,11 +495,7 @@ pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next
         .record(Record {
             time,
             request_id,
-            provider: if who.user.is_empty() {
-                String::new()
-            } else {
-                "local".into()
-            },
+            provider: who.provider,
             user: who.user,
             groups: who.groups,
             source,

@@ -236,7 +236,8 @@ impl Hub {
                     tokio::join!(
                         planner.run(stop.clone()),
                         refs::run_collector(store.clone(), stop.clone()),
-                        auth::lifetimes::run_sweeper(store, stop),
+                        auth::lifetimes::run_sweeper(store.clone(), stop.clone()),
+                        auth::providers::run_refresher(store, stop),
                     );
                 }
             },

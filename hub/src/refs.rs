@@ -75,7 +75,7 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
             add("spec.cluster", Kind::Cluster, text("/cluster"));
             add("spec.host", Kind::Host, text("/host"));
         }
-        Kind::Cluster | Kind::User | Kind::Setting => {}
+        Kind::Cluster | Kind::User | Kind::Setting | Kind::AuthProvider => {}
     }
     named
 }

@@ -2,32 +2,31 @@
 //! kind, login and logout. Every request is authenticated and authorised before it touches the
 //! store, and secrets never leave it (only hashes are stored; values are shown once).
 
-use std::net::IpAddr;
-
 use axum::{
     Json, Router,
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
-    response::{IntoResponse, Response},
     routing::{get, post},
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    auth::{self, Principal, Verb, authorize, secret},
+    auth::{self, Principal, Verb, authorize},
     model::{Kind, Status, derive_state},
     store::{LabelSelector, Object},
 };
 
 pub mod error;
 mod kubeconfig;
+mod login;
 mod objects;
 pub mod openapi;
 pub mod state;
 mod watch;
 
 pub use error::ApiError;
+pub use login::{LoginRequest, ProviderTest};
 pub use objects::check_body;
 pub use state::Api;
 
@@ -36,8 +35,10 @@ pub const API_VERSION: &str = "drover.io/v1";
 
 pub fn router(api: Api) -> Router {
     Router::new()
-        .route("/v1/login", post(login))
-        .route("/v1/logout", post(logout))
+        .route("/v1/login", post(login::login))
+        .route("/v1/login/providers", get(login::login_providers))
+        .route("/v1/logout", post(login::logout))
+        .route("/v1/authproviders/{name}/test", post(login::test_provider))
         .route("/v1/me", get(me))
         .route("/v1/audit", get(audit_log))
         .route("/v1/openapi.json", get(openapi_document))
@@ -66,7 +67,7 @@ impl Api {
             ));
         };
         let principal = self.known.principal(self.store.as_ref(), value).await?;
-        crate::audit::note_caller(&principal.user, &principal.groups);
+        crate::audit::note_caller(&principal.user, &principal.groups, &principal.provider);
         Ok(principal)
     }
 }
@@ -188,200 +189,6 @@ pub fn allow(
     object: &Object,
 ) -> Result<(), ApiError> {
     Ok(authorize(principal, verb, kind, object)?)
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LoginRequest {
-    // Debug is written by hand below: the password never reaches a log.
-    pub username: String,
-    pub password: String,
-    /// `true` (default) for a dashboard session (cookie; setting `session-ttl`, 16 h unless
-    /// set); `false` for an API token for scripts and the CLI (`api-token-max-ttl`, 30 days).
-    #[serde(default = "yes")]
-    pub session: Option<bool>,
-    #[serde(default)]
-    pub description: Option<String>,
-    /// The client logging in (the CLI sends an id of its own): the user's earlier API token
-    /// from the same client is revoked by this login.
-    #[serde(default)]
-    pub client: Option<String>,
-}
-
-impl std::fmt::Debug for LoginRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoginRequest")
-            .field("username", &self.username)
-            .field("session", &self.session)
-            .field("client", &self.client)
-            .finish_non_exhaustive()
-    }
-}
-
-fn yes() -> Option<bool> {
-    Some(true)
-}
-
-async fn login(
-    State(api): State<Api>,
-    remote: Option<axum::Extension<tunnel::listener::RemoteAddr>>,
-    body: Result<Json<LoginRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Json(request) = body.map_err(|e| {
-        ApiError::bad_request(format!(
-            "login body: {e}; send {{\"username\", \"password\"}}"
-        ))
-    })?;
-    let addr: Option<IpAddr> = remote.map(|r| r.0.0.ip());
-    crate::audit::note_login(&request.username);
-    if let Err(wait) = api.limiter.check(&request.username, addr) {
-        let mut err = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TooManyRequests",
-            format!(
-                "too many failed logins; try again in {} s",
-                wait.as_secs() + 1
-            ),
-        );
-        err.retry_after = Some(wait.as_secs() + 1);
-        return Err(err);
-    }
-    let refused = || ApiError::unauthorized("wrong username or password");
-    let user = match api.store.get(Kind::User.name(), &request.username).await {
-        Ok(user) => Some(user),
-        Err(crate::store::StoreError::NotFound { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
-    let hash = user
-        .as_ref()
-        .and_then(|u| u.spec.get("passwordHash"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        // Hash something anyway, so a missing user takes as long as a wrong password.
-        .unwrap_or_else(|| "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA".into());
-    let password = request.password.clone();
-    let ok = tokio::task::spawn_blocking(move || secret::verify_password(&password, &hash))
-        .await
-        .unwrap_or(false);
-    let disabled = user
-        .as_ref()
-        .and_then(|u| u.spec.get("disabled"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if !ok || user.is_none() || disabled {
-        api.limiter.failed(&request.username, addr);
-        tracing::info!(user = %request.username, addr = ?addr, "failed login");
-        return Err(refused());
-    }
-    api.limiter.succeeded(&request.username);
-    let session = request.session.unwrap_or(true);
-    let lifetimes = auth::lifetimes::read(api.store.as_ref()).await?;
-    let lifetime = if session {
-        lifetimes.session
-    } else {
-        lifetimes.api_max
-    };
-    let expires_at = auth::lifetimes::expiry(lifetime);
-    let client = request
-        .client
-        .as_deref()
-        .map(str::trim)
-        .filter(|c| !c.is_empty() && !session)
-        .map(str::to_owned);
-    if client.as_ref().is_some_and(|c| c.len() > 128) {
-        return Err(ApiError::bad_request(
-            "client: at most 128 characters (the CLI sends an id of its own)",
-        ));
-    }
-    let token = secret::new_token(secret::TokenKind::Token);
-    let description = request.description.unwrap_or_else(|| {
-        if session {
-            "dashboard session"
-        } else {
-            "API token from login"
-        }
-        .to_owned()
-    });
-    let mut object = Object::new(
-        Kind::Token.name(),
-        &token.name,
-        json!({
-            "user": request.username,
-            "description": description,
-            "session": session,
-            "expiresAt": expires_at,
-            "client": client.clone().unwrap_or_default(),
-            "secretHash": token.hash,
-        }),
-    );
-    object.metadata.labels.insert(
-        auth::lifetimes::USER_LABEL.to_owned(),
-        request.username.clone(),
-    );
-    let mut ops = vec![crate::store::Op::Create(object)];
-    // A new login from the same client replaces that client's earlier token, in the same
-    // write: a user who logs in again does not leave the old token valid.
-    if let Some(client) = &client {
-        let selector = crate::store::LabelSelector::parse(&format!(
-            "{}={}",
-            auth::lifetimes::USER_LABEL,
-            request.username
-        ))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let (tokens, _) = api.store.list(Kind::Token.name(), &selector).await?;
-        for old in tokens {
-            let same_user = old.spec.get("user").and_then(Value::as_str) == Some(&request.username);
-            let same_client = old.spec.get("client").and_then(Value::as_str) == Some(client);
-            if same_user && same_client {
-                ops.push(crate::store::Op::Delete {
-                    kind: Kind::Token.name().to_owned(),
-                    name: old.metadata.name,
-                    resource_version: old.metadata.resource_version.parse().ok(),
-                });
-            }
-        }
-    }
-    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
-    api.store.transact(ops).await?;
-    let mut response = Json(json!({
-        "token": token.value,
-        "expiresAt": expires_at,
-        "user": request.username,
-    }))
-    .into_response();
-    if session {
-        let cookie = format!(
-            "{}={}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
-            auth::SESSION_COOKIE,
-            token.value,
-            lifetime.whole_seconds()
-        );
-        if let Ok(value) = cookie.parse() {
-            response
-                .headers_mut()
-                .insert(axum::http::header::SET_COOKIE, value);
-        }
-    }
-    Ok(response)
-}
-
-/// Ends the caller's session (or revokes the API token used for this request).
-async fn logout(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let principal = api.principal(&headers).await?;
-    api.store
-        .delete(Kind::Token.name(), &principal.token, None)
-        .await?;
-    let clear = format!(
-        "{}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
-        auth::SESSION_COOKIE
-    );
-    let mut response = StatusCode::NO_CONTENT.into_response();
-    if let Ok(value) = clear.parse() {
-        response
-            .headers_mut()
-            .insert(axum::http::header::SET_COOKIE, value);
-    }
-    Ok(response)
 }
 
 async fn openapi_document() -> Json<Value> {

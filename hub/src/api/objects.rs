@@ -81,8 +81,22 @@ pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, 
     kind_matches(value, kind)?;
     validate_name(kind, name).map_err(ApiError::invalid)?;
     let spec = spec_from(value)?;
-    if kind == Kind::Setting {
-        crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+    match kind {
+        Kind::Setting => {
+            crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            if name == crate::auth::providers::REFRESH_SETTING {
+                let value = spec.get("value").and_then(Value::as_str).unwrap_or("");
+                crate::auth::providers::parse_interval(value).map_err(|e| {
+                    ApiError::invalid(format!(
+                        "spec.value: {e} (setting {name}: how often directory users' groups are read again)"
+                    ))
+                })?;
+            }
+        }
+        Kind::AuthProvider => {
+            crate::auth::providers::validate_name(name).map_err(ApiError::invalid)?;
+        }
+        _ => {}
     }
     Ok((metadata_from(value, name)?, spec))
 }
@@ -142,6 +156,16 @@ fn hub_owned_unchanged(value: &Value, current: Option<&ObjectMeta>) -> Result<()
     Ok(())
 }
 
+/// Spec fields only the hub writes: secret hashes, and a directory user's identity and groups
+/// (an admin who could set them could make anyone anyone).
+const HUB_WRITES: [&str; 5] = [
+    "secretHash",
+    "passwordHash",
+    "principal",
+    "providerGroups",
+    "groupsRefreshedAt",
+];
+
 /// The spec as given, minus anything only the hub may write.
 fn spec_from(value: &Value) -> Result<Value, ApiError> {
     let mut spec = value
@@ -149,8 +173,9 @@ fn spec_from(value: &Value) -> Result<Value, ApiError> {
         .cloned()
         .ok_or_else(|| ApiError::invalid("spec: every object needs a spec (`{}` for defaults)"))?;
     if let Value::Object(map) = &mut spec {
-        map.remove("secretHash");
-        map.remove("passwordHash");
+        for field in HUB_WRITES {
+            map.remove(field);
+        }
     }
     Ok(spec)
 }
@@ -201,9 +226,20 @@ async fn checked_spec(
     let mut spec = kind.validate_spec(&spec).map_err(ApiError::invalid)?;
     // What only the hub writes survives an update untouched.
     if let (Some(current), Value::Object(map)) = (current, &mut spec) {
-        for field in ["secretHash", "passwordHash"] {
+        for field in HUB_WRITES {
             if let Some(v) = current.spec.get(field) {
                 map.insert(field.to_owned(), v.clone());
+            }
+        }
+    }
+    // A secret the caller cannot read back is kept when an update leaves it out.
+    if let Some(current) = current {
+        for pointer in crate::model::SECRET_FIELDS {
+            let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
+            if let (Some(kept), Some(Value::Object(map))) =
+                (current.spec.pointer(pointer), spec.pointer_mut(parent))
+            {
+                map.entry(field).or_insert_with(|| kept.clone());
             }
         }
     }

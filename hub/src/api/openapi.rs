@@ -5,7 +5,7 @@
 use schemars::{SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use super::{LoginRequest, error::StatusBody};
+use super::{LoginRequest, ProviderTest, error::StatusBody};
 use crate::{
     model::{Kind, State, Status},
     store::ObjectMeta,
@@ -61,6 +61,7 @@ pub fn document() -> Value {
     generator.subschema_for::<State>();
     generator.subschema_for::<StatusBody>();
     generator.subschema_for::<LoginRequest>();
+    generator.subschema_for::<ProviderTest>();
     generator.subschema_for::<proto::register::RegisterRequest>();
     let mut paths = Map::new();
     for kind in Kind::ALL {
@@ -197,6 +198,41 @@ pub fn document() -> Value {
                 "required": ["token", "expiresAt", "user"],
                 "properties": {"token": {"type": "string"}, "expiresAt": {"type": "string"}, "user": {"type": "string"}},
             }))), &[400, 401, 429]),
+        }}),
+    );
+    paths.insert(
+        "/v1/login/providers".into(),
+        json!({"get": {
+            "operationId": "loginProviders",
+            "summary": "What the login page offers: the hub's own users and each enabled auth provider",
+            "security": [],
+            "responses": responses(("200", ok("The providers", json!({
+                "type": "object",
+                "required": ["items"],
+                "properties": {"items": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["name", "type", "displayName"],
+                    "properties": {"name": {"type": "string"}, "type": {"type": "string"}, "displayName": {"type": "string"}},
+                }}},
+            }))), &[]),
+        }}),
+    );
+    paths.insert(
+        "/v1/authproviders/{name}/test".into(),
+        json!({"post": {
+            "operationId": "testAuthProvider",
+            "summary": "Checks a provider's settings step by step (connect, bind, user, groups) and says which failed (admins only)",
+            "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "requestBody": {"required": false, "content": {"application/json": {"schema": reference("ProviderTest")}}},
+            "responses": responses(("200", ok("What was found, or the step that failed", json!({
+                "type": "object",
+                "required": ["ok", "message"],
+                "properties": {
+                    "ok": {"type": "boolean"}, "step": {"type": "string"}, "message": {"type": "string"},
+                    "user": {"type": "object"}, "groups": {"type": "array", "items": {"type": "string"}},
+                    "allowed": {"type": "boolean"},
+                },
+            }))), &[400, 401, 403, 404, 422]),
         }}),
     );
     paths.insert(

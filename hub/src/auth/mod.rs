@@ -20,6 +20,7 @@ use crate::{
 
 pub mod known;
 pub mod lifetimes;
+pub mod providers;
 pub mod secret;
 pub mod streams;
 
@@ -39,6 +40,8 @@ pub struct Principal {
     pub projects: BTreeMap<String, (String, Role)>,
     /// The Token object that authenticated this request.
     pub token: String,
+    /// Where the user signs in: `local` (the hub's own users) or an AuthProvider's name.
+    pub provider: String,
 }
 
 /// What a request does.
@@ -136,7 +139,14 @@ pub(crate) async fn principal_until(
     if !liveness.live(&token).await.map_err(store_error)? {
         return Err(bad());
     }
-    let user_spec: UserSpec = serde_json::from_value(user_object.spec).map_err(|_| bad())?;
+    let mut user_spec: UserSpec = serde_json::from_value(user_object.spec).map_err(|_| bad())?;
+    // A directory user's groups, as last read from the directory, count as theirs.
+    let provider = user_spec
+        .principal
+        .as_ref()
+        .map_or_else(|| providers::LOCAL.to_owned(), |p| p.provider.clone());
+    let provider_groups = std::mem::take(&mut user_spec.provider_groups);
+    user_spec.groups.extend(provider_groups);
     if user_spec.disabled {
         return Err(AuthError::Unauthenticated(format!(
             "user {user:?} is disabled"
@@ -173,6 +183,7 @@ pub(crate) async fn principal_until(
             clusters,
             projects,
             token: token.metadata.name,
+            provider,
         },
         expires,
     ))
@@ -271,7 +282,7 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
             .get("agent")
             .and_then(|a| a.get("cluster"))
             .and_then(Value::as_str),
-        Kind::User | Kind::Setting => None,
+        Kind::User | Kind::Setting | Kind::AuthProvider => None,
     }
 }
 
@@ -344,6 +355,8 @@ pub fn authorize(
             }
         }
         Kind::Setting => verb.reads(),
+        // A directory's settings and service account are admins' alone.
+        Kind::AuthProvider => false,
     };
     if allowed {
         Ok(())

@@ -18,6 +18,7 @@ fn principal(admin: bool, roles: &[(&str, Role)]) -> Principal {
             .collect::<BTreeMap<_, _>>(),
         projects: BTreeMap::new(),
         token: "t".into(),
+        provider: "local".into(),
     }
 }
 

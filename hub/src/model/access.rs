@@ -26,6 +26,19 @@ pub struct UserSpec {
     /// (as Kubernetes RBAC groups) in every cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// The provider identity of a user who signs in with a directory (only the hub sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub principal: Option<super::PrincipalRef>,
+    /// The directory's groups of such a user, prefixed with the provider's name
+    /// (`corp:ops`), as of `groupsRefreshedAt`: refreshed at each login and on a schedule, and
+    /// only by the hub.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(skip)]
+    pub provider_groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub groups_refreshed_at: Option<String>,
 }
 
 /// Which agent a credential belongs to.

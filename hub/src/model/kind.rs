@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, HostSpec, PlanSpec,
+    AuthProviderSpec, ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, HostSpec, PlanSpec,
     ProjectSecretSpec, ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec,
     TokenSpec, UserSpec, concurrency, parse_plan,
 };
@@ -30,10 +30,11 @@ pub enum Kind {
     Project,
     ProjectSecret,
     EtcdSnapshot,
+    AuthProvider,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -45,6 +46,7 @@ impl Kind {
         Kind::Project,
         Kind::ProjectSecret,
         Kind::EtcdSnapshot,
+        Kind::AuthProvider,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +62,7 @@ impl Kind {
             Kind::Project => "Project",
             Kind::ProjectSecret => "ProjectSecret",
             Kind::EtcdSnapshot => "EtcdSnapshot",
+            Kind::AuthProvider => "AuthProvider",
         }
     }
 
@@ -77,6 +80,7 @@ impl Kind {
             Kind::Project => "projects",
             Kind::ProjectSecret => "projectsecrets",
             Kind::EtcdSnapshot => "etcdsnapshots",
+            Kind::AuthProvider => "authproviders",
         }
     }
 
@@ -102,6 +106,7 @@ impl Kind {
             Kind::Project => generator.subschema_for::<ProjectSpec>(),
             Kind::ProjectSecret => generator.subschema_for::<ProjectSecretSpec>(),
             Kind::EtcdSnapshot => generator.subschema_for::<EtcdSnapshotSpec>(),
+            Kind::AuthProvider => generator.subschema_for::<AuthProviderSpec>(),
         }
     }
 
@@ -228,6 +233,9 @@ impl Kind {
                         "a role binding names exactly one of spec.user or spec.group".into(),
                     );
                 }
+                if let Some(group) = &s.group {
+                    group_name(group)?;
+                }
                 match (s.role, &s.cluster, &s.project) {
                     (Role::Admin, None, None) => Ok(()),
                     (Role::Admin, _, _) => Err(
@@ -269,6 +277,7 @@ impl Kind {
             Kind::EtcdSnapshot => {
                 check::<EtcdSnapshotSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
             }
+            Kind::AuthProvider => check::<AuthProviderSpec>(spec, crate::auth::providers::validate),
             Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
                 non_empty("spec.cluster", &s.cluster)?;
                 non_empty("spec.project", &s.project)?;
@@ -295,7 +304,7 @@ impl Kind {
         }
     }
 
-    /// Removes what the API never returns (secret hashes, passwords).
+    /// Removes what the API never returns (secret hashes, passwords, a provider's secret).
     pub fn redact(self, object: &mut Object) {
         redact_spec(&mut object.spec);
     }
@@ -308,13 +317,25 @@ impl Kind {
     }
 }
 
+/// The write-only fields of every kind: top-level ones, and an auth provider's secrets
+/// ([`SECRET_FIELDS`]).
 fn redact_spec(spec: &mut Value) {
-    if let Value::Object(spec) = spec {
+    if let Value::Object(map) = spec {
         for field in ["secretHash", "passwordHash", "password"] {
-            spec.remove(field);
+            map.remove(field);
+        }
+    }
+    for pointer in SECRET_FIELDS {
+        let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
+        if let Some(Value::Object(map)) = spec.pointer_mut(parent) {
+            map.remove(field);
         }
     }
 }
+
+/// Secrets written into an object's spec that the API never returns, and that an update
+/// which leaves them out keeps (JSON pointers into the spec).
+pub const SECRET_FIELDS: [&str; 1] = ["/ldap/bindPassword"];
 
 /// A distribution's name, the build suffix of its release names, and an example release.
 fn release_naming(dist: Distribution) -> (&'static str, &'static str, &'static str) {
@@ -339,6 +360,29 @@ fn release_of(dist: Distribution, version: &str) -> bool {
         && !pre.is_empty()
         && pre.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.')
         && build.strip_prefix(suffix).is_some_and(number)
+}
+
+/// A group a role binding may name: one of the hub's own (`ops`) or a directory's, prefixed
+/// with its provider (`corp:ops`). Never Kubernetes' own (`system:authenticated` would grant
+/// the role to everyone in the cluster) nor the hub's (`drover:admin`).
+fn group_name(group: &str) -> Result<(), String> {
+    let ok = match group.split_once(':') {
+        None => validate_name(Kind::User, group).is_ok(),
+        Some((provider, name)) => {
+            !crate::auth::providers::RESERVED.contains(&provider)
+                && validate_name(Kind::AuthProvider, provider).is_ok()
+                && !name.trim().is_empty()
+                && name.len() <= 256
+                && !name.chars().any(char::is_control)
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "spec.group: {group:?} is not a group; name one of the hub's (lowercase letters, digits and '-') or a directory's as provider:name (corp:ops); Kubernetes' system: and the hub's drover: groups cannot be bound"
+        ))
+    }
 }
 
 fn non_empty(field: &str, value: &str) -> Result<(), String> {

@@ -6,12 +6,14 @@ mod access;
 mod cluster;
 mod host;
 mod kind;
+mod providers;
 mod status;
 
 pub use access::*;
 pub use cluster::*;
 pub use host::*;
 pub use kind::*;
+pub use providers::*;
 pub use status::*;
 
 #[cfg(test)]

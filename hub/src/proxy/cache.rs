@@ -166,6 +166,7 @@ mod tests {
             clusters: BTreeMap::new(),
             projects: BTreeMap::from([("shop".into(), ("prod".into(), Role::ProjectMember))]),
             token: String::new(),
+            provider: "local".into(),
         };
         let namespaces = proto::cached_resource("namespaces").unwrap();
         let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {

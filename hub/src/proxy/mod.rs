@@ -416,6 +416,7 @@ mod tests {
             clusters: Default::default(),
             projects: Default::default(),
             token: "t-1".into(),
+            provider: "local".into(),
         }
     }
 

@@ -616,6 +616,9 @@ fn example(kind: Kind) -> Value {
             json!({"cluster": "c1", "project": "projects-1", "data": {"password": "czNjcmV0"}})
         }
         Kind::EtcdSnapshot => json!({"cluster": "c1"}),
+        Kind::AuthProvider => json!({"type": "ldap", "ldap": {
+            "url": "ldaps://ldap.example.org", "bindDn": "cn=reader,dc=example,dc=org",
+            "bindPassword": "reader's secret", "userSearchBase": "ou=people,dc=example,dc=org"}}),
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),

@@ -1,0 +1,548 @@
+//! Auth providers: users of a company directory sign in with it, become hub Users linked to
+//! their directory identity at their first login, and carry the directory's groups (prefixed
+//! with the provider's name, `corp:ops`) into role bindings and, impersonated, into every
+//! cluster. The groups are read again at each login and on a schedule (setting
+//! `auth-refresh-interval`), so a user taken out of a group loses what it gave within that
+//! period.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    model::{AuthProviderSpec, Kind, PrincipalRef, ProviderType, UserSpec},
+    store::{LabelSelector, Object, Store, StoreError},
+};
+
+pub mod ldap;
+
+/// The provider name of the hub's own users (a login without a provider).
+pub const LOCAL: &str = "local";
+
+/// The label linking a User to its directory identity: a hash of the provider and the id
+/// (label values cannot hold a DN).
+pub const PRINCIPAL_LABEL: &str = "drover.io/principal";
+
+/// The setting saying how often directory users' groups are read again, and its default.
+pub const REFRESH_SETTING: &str = "auth-refresh-interval";
+const REFRESH_DEFAULT: &str = "1h";
+
+/// A user as a directory knows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// What the link is made by: the LDAP DN.
+    pub id: String,
+    pub login: String,
+    pub display_name: String,
+    /// The directory's group names (unprefixed).
+    pub groups: Vec<String>,
+}
+
+/// What went wrong talking to a directory, in the words the test-connection action shows.
+/// Logins report the user's own failures as one "wrong username or password".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    #[error("{0}")]
+    Connect(String),
+    #[error("bind refused: {0}")]
+    ServiceBind(String),
+    #[error("user not found: {0}")]
+    UserNotFound(String),
+    #[error("wrong password")]
+    WrongPassword,
+    #[error("the account {0:?} is disabled in the directory")]
+    Disabled(String),
+    #[error("{0}")]
+    Search(String),
+}
+
+impl DirectoryError {
+    /// The step of a login that failed.
+    pub fn step(&self) -> &'static str {
+        match self {
+            DirectoryError::Connect(_) => "connect",
+            DirectoryError::ServiceBind(_) => "bind",
+            DirectoryError::UserNotFound(_)
+            | DirectoryError::WrongPassword
+            | DirectoryError::Disabled(_) => "user",
+            DirectoryError::Search(_) => "groups",
+        }
+    }
+
+    /// Whether the directory could not be used at all (rather than refusing this user).
+    pub fn unavailable(&self) -> bool {
+        matches!(
+            self,
+            DirectoryError::Connect(_) | DirectoryError::ServiceBind(_) | DirectoryError::Search(_)
+        )
+    }
+}
+
+/// Provider names that cannot be used: `local` is the hub's own users; a provider's groups
+/// are `<name>:<group>` in every cluster, and `system:` groups are Kubernetes' own,
+/// `drover:` ones the hub's (`drover:admin`).
+pub const RESERVED: [&str; 3] = [LOCAL, "system", "drover"];
+
+/// Checks an AuthProvider's name against [`RESERVED`].
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if RESERVED.contains(&name) {
+        return Err(format!(
+            "metadata.name: {name:?} is reserved (local: the hub's own users; system: and drover: groups are Kubernetes' and the hub's); choose another"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an AuthProvider's spec; the message names the field to fix.
+pub fn validate(spec: &AuthProviderSpec) -> Result<(), String> {
+    let Some(ldap) = &spec.ldap else {
+        return Err(format!(
+            "spec.ldap: a provider of type {} needs its directory's settings (url, bindDn, bindPassword, userSearchBase)",
+            spec.provider_type.label()
+        ));
+    };
+    let (scheme, rest) = ldap.url.split_once("://").unwrap_or(("", ""));
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || !matches!(scheme, "ldap" | "ldaps") {
+        return Err(format!(
+            "spec.ldap.url: {:?} is not an LDAP URL; write ldaps://host[:636] or ldap://host[:389]",
+            ldap.url
+        ));
+    }
+    match (scheme, ldap.start_tls, ldap.allow_insecure) {
+        ("ldaps", true, _) => {
+            return Err(
+                "spec.ldap.startTls: an ldaps:// URL is TLS already; StartTLS is for ldap:// URLs"
+                    .into(),
+            );
+        }
+        ("ldap", false, false) => {
+            return Err(
+                "spec.ldap.url: ldap:// without StartTLS sends passwords in the clear; use ldaps://, set startTls, or set allowInsecure if you mean it"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    if !ldap.ca_certs.trim().is_empty() {
+        tunnel::tls::roots_from_pem(ldap.ca_certs.as_bytes())
+            .map_err(|e| format!("spec.ldap.caCerts: {e}"))?;
+    }
+    for (field, value) in [
+        ("bindDn", &ldap.bind_dn),
+        ("userSearchBase", &ldap.user_search_base),
+    ] {
+        if value.trim().is_empty() {
+            return Err(format!("spec.ldap.{field} must not be empty"));
+        }
+    }
+    for (field, value) in [
+        ("userFilter", &ldap.user_filter),
+        ("groupFilter", &ldap.group_filter),
+    ] {
+        let filter = value.starts_with('(') && value.ends_with(')');
+        if !value.is_empty() && !filter {
+            return Err(format!(
+                "spec.ldap.{field}: {value:?} is not an LDAP filter; write it in parentheses, as (objectClass=inetOrgPerson)"
+            ));
+        }
+    }
+    if !(1..=300).contains(&ldap.timeout_seconds) {
+        return Err("spec.ldap.timeoutSeconds: from 1 to 300".into());
+    }
+    if !(1..=10_000).contains(&ldap.page_size) {
+        return Err("spec.ldap.pageSize: from 1 to 10000".into());
+    }
+    Ok(())
+}
+
+/// The directory an AuthProvider's spec describes.
+pub fn directory(spec: &AuthProviderSpec) -> Option<ldap::Directory> {
+    match spec.provider_type {
+        ProviderType::Ldap | ProviderType::ActiveDirectory => spec
+            .ldap
+            .as_ref()
+            .map(|l| ldap::Directory::new(spec.provider_type, l)),
+    }
+}
+
+/// Whether `identity` may sign in with a provider whose `allowed` is as given.
+pub fn allowed(spec: &AuthProviderSpec, identity: &Identity) -> bool {
+    let allowed = &spec.allowed;
+    allowed.is_empty()
+        || allowed
+            .users
+            .iter()
+            .any(|u| u.eq_ignore_ascii_case(&identity.login))
+        || allowed
+            .groups
+            .iter()
+            .any(|g| identity.groups.iter().any(|m| m.eq_ignore_ascii_case(g)))
+}
+
+/// The groups a user of `provider` carries: the directory's names, prefixed, sorted.
+pub fn prefixed(provider: &str, groups: &[String]) -> Vec<String> {
+    groups
+        .iter()
+        .map(|g| format!("{provider}:{g}"))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn principal_key(provider: &str, id: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{provider}\n{}", id.to_lowercase()).as_bytes(),
+    );
+    digest
+        .as_ref()
+        .iter()
+        .take(20)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The User linked to `identity` of `provider`, if one is.
+async fn linked(store: &dyn Store, provider: &str, id: &str) -> Result<Option<Object>, StoreError> {
+    let selector = LabelSelector::parse(&format!(
+        "{PRINCIPAL_LABEL}={}",
+        principal_key(provider, id)
+    ))
+    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let (users, _) = store.list(Kind::User.name(), &selector).await?;
+    Ok(users.into_iter().find(|u| {
+        u.spec
+            .pointer("/principal/provider")
+            .and_then(Value::as_str)
+            == Some(provider)
+            && u.spec
+                .pointer("/principal/id")
+                .and_then(Value::as_str)
+                .is_some_and(|i| i.eq_ignore_ascii_case(id))
+    }))
+}
+
+/// A User name for a new directory user: `<provider>-<login>` made a valid name, or with a
+/// number when taken.
+fn candidate_names(provider: &str, login: &str) -> Vec<String> {
+    let mut base = crate::cli::object_name(&format!("{provider}-{login}"));
+    base.truncate(58);
+    let base = base.trim_end_matches('-').to_owned();
+    let mut names = vec![base.clone()];
+    names.extend((2..10).map(|n| format!("{base}-{n}")));
+    names
+}
+
+/// Makes sure `identity` of `provider` is a hub User (created at the first login), with its
+/// groups as of now. Returns the user's name.
+pub async fn link(
+    store: &dyn Store,
+    provider: &str,
+    identity: &Identity,
+) -> Result<String, StoreError> {
+    let groups = prefixed(provider, &identity.groups);
+    let principal = PrincipalRef {
+        provider: provider.to_owned(),
+        id: identity.id.clone(),
+        login: identity.login.clone(),
+    };
+    // A concurrent change to the user (a refresh, an admin's edit) is read again and retried.
+    for _ in 0..5 {
+        if let Some(mut user) = linked(store, provider, &identity.id).await? {
+            let mut spec: UserSpec = serde_json::from_value(user.spec.clone())
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            spec.principal = Some(principal.clone());
+            spec.provider_groups.clone_from(&groups);
+            spec.groups_refreshed_at = Some(crate::store::now_rfc3339());
+            if spec.display_name.is_empty() {
+                spec.display_name.clone_from(&identity.display_name);
+            }
+            user.spec =
+                serde_json::to_value(&spec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            match store.update(user).await {
+                Ok(user) => return Ok(user.metadata.name),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let spec = UserSpec {
+            display_name: identity.display_name.clone(),
+            disabled: false,
+            password: None,
+            password_hash: String::new(),
+            groups: Vec::new(),
+            principal: Some(principal.clone()),
+            provider_groups: groups.clone(),
+            groups_refreshed_at: Some(crate::store::now_rfc3339()),
+        };
+        let spec = serde_json::to_value(&spec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        for name in candidate_names(provider, &identity.login) {
+            if crate::model::validate_name(Kind::User, &name).is_err() {
+                continue;
+            }
+            let mut user = Object::new(Kind::User.name(), &name, spec.clone());
+            user.metadata.labels.insert(
+                PRINCIPAL_LABEL.to_owned(),
+                principal_key(provider, &identity.id),
+            );
+            match store.create(user).await {
+                Ok(user) => {
+                    tracing::info!(user = %name, provider, "a directory user signed in for the first time");
+                    return Ok(user.metadata.name);
+                }
+                // Taken by another user (or this one, created meanwhile: looked up again).
+                Err(StoreError::AlreadyExists { .. }) => {
+                    if linked(store, provider, &identity.id).await?.is_some() {
+                        break;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Err(StoreError::Backend(format!(
+        "could not link {:?} of provider {provider:?} to a user",
+        identity.login
+    )))
+}
+
+/// How often directory users' groups are read again: the setting, or an hour.
+async fn refresh_interval(store: &dyn Store) -> Duration {
+    let text = crate::registration::setting(store, REFRESH_SETTING, REFRESH_DEFAULT.to_owned())
+        .await
+        .unwrap_or_else(|_| REFRESH_DEFAULT.to_owned());
+    parse_interval(&text).unwrap_or(Duration::from_secs(3600))
+}
+
+/// An interval as the setting writes it: `30s`, `15m`, `1h` (at least 10 s: each refresh
+/// searches the directory once per user).
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let bad = || {
+        format!("{text:?} is not an interval; write seconds, minutes or hours, as 30s, 15m or 1h")
+    };
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let count: u64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "s" => count,
+        "m" => count * 60,
+        "h" => count * 3600,
+        _ => return Err(bad()),
+    };
+    if !(10..=7 * 24 * 3600).contains(&seconds) {
+        return Err(format!("{text:?} is out of range: from 10s to 168h"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// Reads every directory user's groups again when they are older than the interval, until
+/// `shutdown` (the leader runs it). A user the directory no longer has (or has disabled)
+/// keeps no groups, and their tokens are revoked.
+pub async fn run_refresher(store: Arc<dyn Store>, shutdown: CancellationToken) {
+    loop {
+        let interval = refresh_interval(store.as_ref()).await;
+        if let Err(e) = refresh_due(store.as_ref(), interval).await {
+            tracing::warn!(error = %e, "refreshing directory users' groups failed; retrying");
+        }
+        // Wake for the next due user, or sooner when the interval setting changes.
+        let settings = store
+            .watch(
+                Some(Kind::Setting.name()),
+                Some(store.revision().await.unwrap_or(0)),
+            )
+            .await;
+        let changed = async {
+            match settings {
+                Ok(mut events) => {
+                    while let Some(event) = events.next().await {
+                        if event.is_ok_and(|e| e.object.metadata.name == REFRESH_SETTING) {
+                            return;
+                        }
+                    }
+                    std::future::pending::<()>().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval.min(Duration::from_secs(60)) / 2) => {}
+            () = changed => {}
+        }
+    }
+}
+
+/// Refreshes the directory users whose groups are older than `interval`; how many.
+pub async fn refresh_due(store: &dyn Store, interval: Duration) -> Result<usize, StoreError> {
+    let (users, _) = store
+        .list(Kind::User.name(), &LabelSelector::everything())
+        .await?;
+    let now = time::OffsetDateTime::now_utc();
+    let mut refreshed = 0;
+    for user in users {
+        let Ok(spec) = serde_json::from_value::<UserSpec>(user.spec.clone()) else {
+            continue;
+        };
+        let Some(principal) = &spec.principal else {
+            continue;
+        };
+        let due = spec
+            .groups_refreshed_at
+            .as_deref()
+            .and_then(|t| {
+                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+            })
+            .is_none_or(|at| now - at >= interval);
+        if !due || spec.disabled {
+            continue;
+        }
+        match refresh(store, principal).await {
+            Ok(()) => refreshed += 1,
+            Err(e) => {
+                tracing::warn!(user = %user.metadata.name, provider = %principal.provider, error = %e, "could not refresh the user's groups; keeping them until the directory answers")
+            }
+        }
+    }
+    Ok(refreshed)
+}
+
+/// Reads one directory user's groups again.
+async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), String> {
+    let provider = store
+        .get(Kind::AuthProvider.name(), &principal.provider)
+        .await;
+    let found = match provider {
+        Ok(provider) => {
+            let spec: AuthProviderSpec =
+                serde_json::from_value(provider.spec).map_err(|e| e.to_string())?;
+            let directory = directory(&spec).ok_or("the provider has no directory settings")?;
+            directory
+                .lookup(&principal.id)
+                .await
+                .map_err(|e| e.to_string())?
+                .filter(|identity| allowed(&spec, identity))
+        }
+        // The provider is gone: its users keep nothing it gave.
+        Err(StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.to_string()),
+    };
+    for _ in 0..5 {
+        let Some(mut user) = linked(store, &principal.provider, &principal.id)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        let mut spec: UserSpec =
+            serde_json::from_value(user.spec.clone()).map_err(|e| e.to_string())?;
+        let name = user.metadata.name.clone();
+        spec.provider_groups = found
+            .as_ref()
+            .map(|identity| prefixed(&principal.provider, &identity.groups))
+            .unwrap_or_default();
+        spec.groups_refreshed_at = Some(crate::store::now_rfc3339());
+        user.spec = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
+        match store.update(user).await {
+            Ok(_) => {}
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+        if found.is_none() {
+            // Gone from the directory (or disabled there, or no longer allowed): the tokens
+            // issued while they were there end now. Restored, they sign in again.
+            let revoked = revoke_tokens(store, &name)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(user = %name, provider = %principal.provider, tokens = revoked, "the directory no longer has this user (or disabled them, or they may no longer sign in): their groups are cleared and their tokens revoked");
+        }
+        return Ok(());
+    }
+    Err("the user kept changing while its groups were refreshed".into())
+}
+
+/// Deletes every token of `user`; how many.
+async fn revoke_tokens(store: &dyn Store, user: &str) -> Result<usize, StoreError> {
+    let selector = LabelSelector::parse(&format!("{}={user}", super::lifetimes::USER_LABEL))
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let (tokens, _) = store.list(Kind::Token.name(), &selector).await?;
+    let mut revoked = 0;
+    for token in tokens {
+        if token.spec.get("user").and_then(Value::as_str) != Some(user) {
+            continue;
+        }
+        match store
+            .delete(Kind::Token.name(), &token.metadata.name, None)
+            .await
+        {
+            Ok(_) => revoked += 1,
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(revoked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_users_get_valid_names_from_their_login() {
+        assert_eq!(candidate_names("corp", "alice")[0], "corp-alice");
+        assert_eq!(
+            candidate_names("corp", "Bob.Builder@Corp")[0],
+            "corp-bob-builder-corp"
+        );
+        assert_eq!(candidate_names("corp", "alice")[1], "corp-alice-2");
+        assert!(candidate_names("corp", &"x".repeat(100))[0].len() <= 63);
+    }
+
+    #[test]
+    fn intervals_are_seconds_minutes_or_hours_within_bounds() {
+        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_interval("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "5s", "1d", "1.5h", "soon", "169h"] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reserved_names_and_insecure_urls_are_refused_with_what_to_fix() {
+        assert!(validate_name("local").is_err());
+        assert!(validate_name("system").is_err());
+        assert!(validate_name("drover").is_err());
+        assert!(validate_name("corp").is_ok());
+        let spec = |ldap: Value| -> AuthProviderSpec {
+            serde_json::from_value(serde_json::json!({"type": "ldap", "ldap": ldap})).unwrap()
+        };
+        let base = serde_json::json!({"url": "ldap://ldap.example.org", "bindDn": "cn=r",
+            "userSearchBase": "dc=example"});
+        let refused = validate(&spec(base.clone())).unwrap_err();
+        assert!(refused.contains("allowInsecure"), "{refused}");
+        let mut tls = base.clone();
+        tls["startTls"] = true.into();
+        assert_eq!(validate(&spec(tls)), Ok(()));
+        let mut both = base.clone();
+        both["url"] = "ldaps://ldap.example.org".into();
+        both["startTls"] = true.into();
+        assert!(
+            validate(&spec(both))
+                .unwrap_err()
+                .contains("spec.ldap.startTls")
+        );
+        let mut filter = base;
+        filter["allowInsecure"] = true.into();
+        filter["userFilter"] = "objectClass=person".into();
+        assert!(
+            validate(&spec(filter))
+                .unwrap_err()
+                .contains("spec.ldap.userFilter")
+        );
+        let none: AuthProviderSpec =
+            serde_json::from_value(serde_json::json!({"type": "ldap"})).unwrap();
+        assert!(validate(&none).unwrap_err().contains("spec.ldap"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Auth providers: where users who are not the hub's own sign in (a company directory), and
+//! how a provider's user is linked to the hub's User.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A directory users sign in with. Admins only; its secret (the bind password) is write-only:
+/// never returned by the API, kept when an update leaves it out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthProviderSpec {
+    #[serde(rename = "type")]
+    pub provider_type: ProviderType,
+    /// Offered at login. A disabled provider signs no one in; its users' existing tokens stay
+    /// until they expire or are revoked.
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+    /// The name the login page shows (the object's name if empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name: String,
+    /// For `ldap` and `activedirectory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ldap: Option<LdapSpec>,
+    /// Who may sign in at all: nobody listed means everyone the provider authenticates;
+    /// otherwise only these login names and members of these groups (the directory's names,
+    /// without the provider's prefix).
+    #[serde(default, skip_serializing_if = "Allowed::is_empty")]
+    pub allowed: Allowed,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderType {
+    /// OpenLDAP and other RFC 4511 directories: groups by `member`, nested ones by walking it.
+    Ldap,
+    /// Active Directory: `sAMAccountName` or a UPN to log in, `memberOf` and its chain for
+    /// groups, disabled accounts (`userAccountControl`) refused.
+    ActiveDirectory,
+}
+
+impl ProviderType {
+    pub fn label(self) -> &'static str {
+        match self {
+            ProviderType::Ldap => "ldap",
+            ProviderType::ActiveDirectory => "activedirectory",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Allowed {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+impl Allowed {
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// How to reach and search an LDAP directory. Defaults follow the provider's type (OpenLDAP's
+/// `uid`/`groupOfNames`, or AD's `sAMAccountName`/`group`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LdapSpec {
+    /// `ldaps://host[:636]`, or `ldap://host[:389]` with `startTls` (or `allowInsecure`).
+    pub url: String,
+    /// Upgrade an `ldap://` connection with StartTLS before anything is sent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub start_tls: bool,
+    /// Allow `ldap://` without StartTLS: passwords cross the network in the clear.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure: bool,
+    /// PEM CA certificates to trust for the directory's TLS (the system's CAs otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_certs: String,
+    /// Connect and per-operation timeout, seconds.
+    #[serde(default = "timeout_seconds")]
+    pub timeout_seconds: u64,
+    /// The service account that searches the directory.
+    pub bind_dn: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_password: Option<String>,
+    pub user_search_base: String,
+    /// Which entries are users (combined with the login attribute's match).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user_filter: String,
+    /// The attribute a login name is matched against (`uid`; AD: `sAMAccountName`, and a
+    /// name with `@` against `userPrincipalName`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub login_attribute: String,
+    /// The attribute shown as the user's name (`cn`; AD: `displayName`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name_attribute: String,
+    /// Where groups are searched (the user search base if empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group_search_base: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group_filter: String,
+    /// A group's name as role bindings use it, after the provider's prefix (`cn`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group_name_attribute: String,
+    /// The attribute of a group listing its members' DNs (`member`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub member_attribute: String,
+    /// Groups in groups count (a member of `dev`, itself in `eng`, is in both).
+    #[serde(default = "enabled")]
+    pub nested_groups: bool,
+    /// Entries per page of a search (RFC 2696): directories cap a search's answer (slapd and AD
+    /// at 500 and 1,000), a page does not.
+    #[serde(default = "page_size")]
+    pub page_size: u32,
+}
+
+fn timeout_seconds() -> u64 {
+    10
+}
+
+fn page_size() -> u32 {
+    500
+}
+
+/// Which provider identity a User is (set by the hub at the user's first login; the link is
+/// the directory's identity, never the display name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrincipalRef {
+    /// The AuthProvider.
+    pub provider: String,
+    /// The identity there (an LDAP DN).
+    pub id: String,
+    /// The name the user signs in with there.
+    pub login: String,
+}

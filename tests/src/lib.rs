@@ -18,6 +18,7 @@ use std::{
 pub mod browser;
 pub mod hosts;
 pub mod imported;
+pub mod ldap;
 pub mod system_agent;
 
 use bytes::Bytes;

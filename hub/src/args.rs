@@ -136,6 +136,10 @@ struct LoginArgs {
     server: Option<String>,
     #[arg(long, default_value = "admin")]
     username: String,
+    /// Sign in with this auth provider (a company directory: its login name and password);
+    /// the hub's own users if not given
+    #[arg(long)]
+    provider: Option<String>,
     /// Read the password from stdin's first line (else from DROVER_PASSWORD, else asked for
     /// at the terminal)
     #[arg(long)]
@@ -365,6 +369,7 @@ where
                 request: Request::Login {
                     server,
                     username: args.username,
+                    provider: args.provider,
                     password: tunnel::Secret::new(password),
                     ca_checksum: args.ca_checksum,
                 },

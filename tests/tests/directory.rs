@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api,
+    browser::{Driver, check_and_save_as},
     imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed},
     ldap::{BASE, READER_DN, READER_PASSWORD, Slapd, user_dn},
     leaked_secrets, temp_dir, wait_for_event,
@@ -478,6 +479,51 @@ member: cn=Dev,ou=corp,{BASE}
     let (status, _) = sign_in(&hub, "corp", "alice", ALICE_PASSWORD).await;
     assert_eq!(status, 200);
 
+    // The CLI signs in with the directory too, and acts as the linked user.
+    let config = dir.join("cli.json");
+    let url = hub.url();
+    let cli = |args: &[&str], stdin: &str| tests::hub_cli(&config, args, stdin);
+    let signed = cli(
+        &[
+            "login",
+            "--server",
+            &url,
+            "--ca-checksum",
+            &hub.ca_checksum,
+            "--provider",
+            "corp",
+            "--username",
+            "alice",
+            "--password-stdin",
+        ],
+        &format!("{ALICE_PASSWORD}\n"),
+    );
+    assert_eq!(signed.code, 0, "{}", signed.stderr);
+    assert!(
+        signed.stdout.contains("as corp-alice (alice of corp)"),
+        "{}",
+        signed.stdout
+    );
+    let refused = cli(
+        &[
+            "login",
+            "--server",
+            &url,
+            "--provider",
+            "corp",
+            "--username",
+            "alice",
+            "--password-stdin",
+        ],
+        "not alice's password\n",
+    );
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("wrong username or password"),
+        "{}",
+        refused.stderr
+    );
+
     // Active Directory: by sAMAccountName, UPN or DOMAIN\name; groups through memberOf's
     // chain; a disabled account is refused.
     let ad = json!({"type": "activedirectory", "displayName": "Corp AD", "ldap": provider(&slapd.ldaps_url, &slapd.ca_pem,
@@ -535,6 +581,33 @@ member: cn=Dev,ou=corp,{BASE}
     )
     .await;
     assert_eq!(status, 404);
+
+    // The dashboard's login page offers each provider; alice signs in with hers.
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("alice", 1280, 900).await;
+    browser.goto(&format!("{}/login", hub.url())).await;
+    let options = browser
+        .run(
+            "return [...document.querySelectorAll('#provider option')].map(o => o.textContent);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        options,
+        json!(["Local users", "Corp AD", "Example Corp", "nowhere"])
+    );
+    check_and_save_as(&browser, "directory-login").await;
+    browser
+        .run(
+            "document.getElementById('provider').value = 'corp';",
+            json!([]),
+        )
+        .await;
+    browser.type_into("#username", "alice").await;
+    browser.type_into("#password", ALICE_PASSWORD).await;
+    browser.click("form#login button[type=submit]").await;
+    browser.find("table#clusters").await;
+    browser.close().await;
 
     // The directory down: its users cannot sign in, the hub's own admin still can.
     drop(slapd);

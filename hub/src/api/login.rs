@@ -330,32 +330,7 @@ pub(super) async fn logout(
 /// `GET /v1/login/providers`: what the login page offers, for anyone (before they sign in):
 /// the hub's own users and each enabled provider's name, type and display name.
 pub(super) async fn login_providers(State(api): State<Api>) -> Result<Json<Value>, ApiError> {
-    let (found, _) = api
-        .store
-        .list(
-            Kind::AuthProvider.name(),
-            &crate::store::LabelSelector::everything(),
-        )
-        .await?;
-    let mut items =
-        vec![json!({"name": providers::LOCAL, "type": "local", "displayName": "Local users"})];
-    for provider in found {
-        let Ok(spec) = serde_json::from_value::<AuthProviderSpec>(provider.spec) else {
-            continue;
-        };
-        if spec.enabled {
-            let shown = if spec.display_name.is_empty() {
-                provider.metadata.name.clone()
-            } else {
-                spec.display_name
-            };
-            items.push(json!({
-                "name": provider.metadata.name,
-                "type": spec.provider_type.label(),
-                "displayName": shown,
-            }));
-        }
-    }
+    let items = providers::offered(api.store.as_ref()).await?;
     Ok(Json(json!({"items": items})))
 }
 

@@ -14,7 +14,7 @@ use crate::fsutil::write_atomic;
 pub(super) async fn login(
     config: &std::path::Path,
     server: &str,
-    username: &str,
+    (username, provider): (&str, Option<&str>),
     password: &str,
     ca_checksum: Option<&str>,
 ) -> Result<String, CliError> {
@@ -57,7 +57,10 @@ pub(super) async fn login(
         .map(|s| s.client)
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| format!("cli-{}", crate::auth::secret::random_password()));
-    let body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI", "client": client_id});
+    let mut body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI", "client": client_id});
+    if let Some(provider) = provider {
+        body["provider"] = provider.into();
+    }
     let (status, bytes) = client.send("POST", "/v1/login", None, Some(&body)).await?;
     let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     if status == 401 {
@@ -85,8 +88,12 @@ pub(super) async fn login(
     let json = serde_json::to_vec_pretty(&saved).unwrap_or_default();
     write_atomic(config, &json, 0o600)
         .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", config.display())))?;
+    let who = match provider {
+        Some(provider) => format!("{} ({username} of {provider})", text(&value["user"])),
+        None => username.to_owned(),
+    };
     Ok(format!(
-        "{notice}Logged in to {} as {username}; the token (valid until {}) is saved in {}.\n",
+        "{notice}Logged in to {} as {who}; the token (valid until {}) is saved in {}.\n",
         saved.server,
         text(&value["expiresAt"]),
         config.display()

@@ -72,6 +72,8 @@ pub enum Request {
     Login {
         server: String,
         username: String,
+        /// The auth provider; the hub's own users if `None`.
+        provider: Option<String>,
         /// Redacted in `Debug`, like every credential.
         password: tunnel::Secret,
         ca_checksum: Option<String>,
@@ -253,6 +255,7 @@ pub async fn run(
     if let Request::Login {
         server,
         username,
+        provider,
         password,
         ca_checksum,
     } = request
@@ -260,7 +263,7 @@ pub async fn run(
         return login(
             config,
             &server,
-            &username,
+            (&username, provider.as_deref()),
             password.expose(),
             ca_checksum.as_deref(),
         )

@@ -32,6 +32,8 @@ function setupLogin() {
     const result = await apiCall("POST", "/v1/login", {
       username: form.username.value,
       password: form.password.value,
+      // The directory chosen on the login page; the hub's own users if none is offered.
+      provider: form.provider ? form.provider.value : "local",
       session: true,
     });
     if (result.ok) {

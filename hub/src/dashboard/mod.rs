@@ -285,17 +285,44 @@ struct LoginQuery {
     next: Option<String>,
 }
 
-async fn login(Query(query): Query<LoginQuery>) -> Response {
+async fn login(
+    axum::extract::State(dash): axum::extract::State<Dash>,
+    Query(query): Query<LoginQuery>,
+) -> Response {
     // Only a path on this hub: never an address elsewhere.
     let next = query
         .next
         .filter(|n| n.starts_with('/') && !n.starts_with("//"))
         .unwrap_or_else(|| "/clusters".into());
+    // Each enabled provider is offered; with none, the hub's own users need no choice. A store
+    // that cannot be read still lets the hub's own users in.
+    let offered = crate::auth::providers::offered(dash.api.store.as_ref())
+        .await
+        .unwrap_or_default();
+    let choice = if offered.len() > 1 {
+        let options: String = offered
+            .iter()
+            .map(|o| {
+                format!(
+                    r#"<option value="{}">{}</option>"#,
+                    escape(&o.name),
+                    escape(&o.display_name)
+                )
+            })
+            .collect();
+        format!(
+            r#"<label for="provider">Sign in with</label>
+<select id="provider" name="provider">{options}</select>
+"#
+        )
+    } else {
+        String::new()
+    };
     let content = format!(
         r#"<section class="card narrow">
 <h1>Log in</h1>
 <form id="login" data-next="{next}">
-<label for="username">User name</label>
+{choice}<label for="username">User name</label>
 <input id="username" name="username" autocomplete="username" required>
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" required>

@@ -158,6 +158,45 @@ pub fn validate(spec: &AuthProviderSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// A way to sign in that the login page offers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Offered {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub provider_type: String,
+    pub display_name: String,
+}
+
+/// What the login page offers: the hub's own users, then each enabled provider by name.
+pub async fn offered(store: &dyn Store) -> Result<Vec<Offered>, StoreError> {
+    let (found, _) = store
+        .list(Kind::AuthProvider.name(), &LabelSelector::everything())
+        .await?;
+    let mut offered = vec![Offered {
+        name: LOCAL.to_owned(),
+        provider_type: LOCAL.to_owned(),
+        display_name: "Local users".to_owned(),
+    }];
+    for provider in found {
+        let Ok(spec) = serde_json::from_value::<AuthProviderSpec>(provider.spec) else {
+            continue;
+        };
+        if spec.enabled {
+            offered.push(Offered {
+                display_name: if spec.display_name.is_empty() {
+                    provider.metadata.name.clone()
+                } else {
+                    spec.display_name
+                },
+                name: provider.metadata.name,
+                provider_type: spec.provider_type.label().to_owned(),
+            });
+        }
+    }
+    Ok(offered)
+}
+
 /// The directory an AuthProvider's spec describes.
 pub fn directory(spec: &AuthProviderSpec) -> Option<ldap::Directory> {
     match spec.provider_type {

@@ -204,7 +204,11 @@ fn audited(method: &Method, path: &str) -> bool {
     if path.starts_with("/k8s/clusters/") {
         return true;
     }
-    path.starts_with("/v1/") && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+    // A provider's callback (a GET) is where its users' logins end.
+    let callback = path.starts_with("/v1/login/") && path.ends_with("/callback");
+    callback
+        || (path.starts_with("/v1/")
+            && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS))
 }
 
 /// What a path says: the verb, cluster, resource and name.
@@ -228,7 +232,8 @@ fn describe(method: &Method, path: &str, query: &str) -> (String, String, String
         return (verb.into(), (*cluster).to_owned(), resource, name);
     }
     let verb = match (method, segments.as_slice()) {
-        (_, ["v1", "login"]) => "login",
+        (_, ["v1", "login"] | ["v1", "login", _, "callback"]) => "login",
+        (_, ["v1", "login", _, "start" | "cli"]) => "login-start",
         (_, ["v1", "logout"]) => "logout",
         (&Method::POST, _) => "create",
         (&Method::PUT, _) => "update",

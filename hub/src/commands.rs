@@ -79,7 +79,16 @@ pub async fn run(command: Command) -> Result<String, Failure> {
             output,
             password: from,
         } => {
-            if let Some((password, username)) = request.password_mut() {
+            // A provider whose users sign in at its own page needs no password here.
+            let browser = match &request {
+                cli::Request::Login {
+                    server,
+                    provider: Some(provider),
+                    ..
+                } => cli::provider_redirects(server, provider).await,
+                _ => false,
+            };
+            if let Some((password, username)) = request.password_mut().filter(|_| !browser) {
                 match from {
                     PasswordFrom::Given => {}
                     PasswordFrom::Stdin => {

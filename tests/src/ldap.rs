@@ -41,14 +41,6 @@ pub struct Slapd {
     admin_password: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Slapd {
     /// Configures and starts slapd in `dir`; returns once it accepts connections, with only
     /// the base entries and the service account loaded.
@@ -124,7 +116,7 @@ olcAccess: {{1}}to * by dn.exact=\"{READER_DN}\" read by self read by * none
         let config_file = write("config.ldif", &config);
         let conf_dir = conf.display().to_string();
         crate::sh(&format!("slapadd -n0 -F {conf_dir} -l {config_file}"));
-        let (plain, tls) = (free_port(), free_port());
+        let (plain, tls) = (crate::free_port(), crate::free_port());
         let child = Command::new("slapd")
             .args(["-d", "0", "-F", &conf_dir, "-h"])
             .arg(format!(

@@ -19,6 +19,7 @@ pub mod browser;
 pub mod hosts;
 pub mod imported;
 pub mod ldap;
+pub mod oidc;
 pub mod system_agent;
 
 use bytes::Bytes;
@@ -44,6 +45,15 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A loopback port free now (for a server that must be told its port before it starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A fresh, empty directory under the system's temporary directory.
@@ -567,6 +577,38 @@ pub async fn wait_for_event(
     })
     .await
     .unwrap_or_else(|_| panic!("no matching event on {path} within {within:?}"))
+}
+
+/// Does `change`, then waits (watching tokens from before it) until the API token `token` is
+/// deleted, and checks it no longer authenticates: how tests see a user's access revoked.
+pub async fn revoked_by(
+    addr: SocketAddr,
+    admin: &str,
+    token: &str,
+    change: impl std::future::Future<Output = ()>,
+) {
+    let name = token
+        .strip_prefix("drt_")
+        .and_then(|t| t.split_once('.'))
+        .expect("an API token")
+        .0
+        .to_owned();
+    let (_, tokens) = api(addr, "GET", "/v1/tokens", Some(admin), None).await;
+    let from = tokens["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    change.await;
+    wait_for_event(
+        addr,
+        &format!("/v1/tokens?watch=true&resourceVersion={from}"),
+        admin,
+        Duration::from_secs(60),
+        |e| e["type"] == "DELETED" && e["object"]["metadata"]["name"] == name.as_str(),
+    )
+    .await;
+    let (status, _) = api(addr, "GET", "/v1/me", Some(token), None).await;
+    assert_eq!(status, 401, "the token still works");
 }
 
 #[cfg(test)]

@@ -186,8 +186,20 @@ async fn directory_user(
             return Err(ApiError::unauthorized("wrong username or password"));
         }
     };
-    if !providers::allowed(&spec, &identity) {
-        tracing::info!(user = %identity.login, provider, "a directory user who may not sign in tried");
+    admit(api, provider, &spec, &identity).await
+}
+
+/// Lets a provider's user in, if the provider allows them: their hub User (made at their
+/// first login) with their groups as of now, unless an admin disabled it. Notes them for the
+/// audit log.
+pub(super) async fn admit(
+    api: &Api,
+    provider: &str,
+    spec: &AuthProviderSpec,
+    identity: &providers::Identity,
+) -> Result<String, ApiError> {
+    if !providers::allowed(spec, identity) {
+        tracing::info!(user = %identity.login, provider, "a provider's user who may not sign in tried");
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
@@ -197,7 +209,7 @@ async fn directory_user(
             ),
         ));
     }
-    let user = providers::link(api.store.as_ref(), provider, &identity).await?;
+    let user = providers::link(api.store.as_ref(), provider, identity).await?;
     let found = api.store.get(Kind::User.name(), &user).await?;
     if found.spec.get("disabled").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::unauthorized(format!(
@@ -212,9 +224,69 @@ async fn directory_user(
     Ok(user)
 }
 
+/// How a token is issued.
+#[derive(Debug, Default)]
+pub(super) struct Issue<'a> {
+    /// A dashboard session (cookie, `session-ttl`) rather than an API token.
+    pub(super) session: bool,
+    pub(super) description: Option<String>,
+    /// The client logging in: its earlier token of this user is revoked.
+    pub(super) client: Option<String>,
+    /// The token's name and secret hash, made by the client (the CLI's browser login: the
+    /// secret never leaves it); else the hub makes one.
+    pub(super) given: Option<(&'a str, &'a str)>,
+}
+
+/// A token issued: its value (unless the client made it), expiry and lifetime.
+#[derive(Debug)]
+pub(super) struct Issued {
+    value: Option<String>,
+    expires_at: String,
+    lifetime: time::Duration,
+}
+
 /// A new session or API token for `user`, as `request` asks.
 async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response, ApiError> {
     let session = request.session.unwrap_or(true);
+    let issued = issue_token(
+        api,
+        user,
+        Issue {
+            session,
+            description: request.description,
+            client: request.client,
+            given: None,
+        },
+    )
+    .await?;
+    let mut response = Json(json!({
+        "token": issued.value,
+        "expiresAt": issued.expires_at,
+        "user": user,
+    }))
+    .into_response();
+    if session {
+        set_session_cookie(&mut response, &issued);
+    }
+    Ok(response)
+}
+
+pub(super) fn set_session_cookie(response: &mut Response, issued: &Issued) {
+    let cookie = format!(
+        "{}={}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
+        auth::SESSION_COOKIE,
+        issued.value.as_deref().unwrap_or_default(),
+        issued.lifetime.whole_seconds()
+    );
+    if let Ok(value) = cookie.parse() {
+        response
+            .headers_mut()
+            .append(axum::http::header::SET_COOKIE, value);
+    }
+}
+
+pub(super) async fn issue_token(api: &Api, user: &str, how: Issue<'_>) -> Result<Issued, ApiError> {
+    let session = how.session;
     let lifetimes = auth::lifetimes::read(api.store.as_ref()).await?;
     let lifetime = if session {
         lifetimes.session
@@ -222,7 +294,7 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
         lifetimes.api_max
     };
     let expires_at = auth::lifetimes::expiry(lifetime);
-    let client = request
+    let client = how
         .client
         .as_deref()
         .map(str::trim)
@@ -233,8 +305,14 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
             "client: at most 128 characters (the CLI sends an id of its own)",
         ));
     }
-    let token = secret::new_token(secret::TokenKind::Token);
-    let description = request.description.unwrap_or_else(|| {
+    let (name, hash, value) = match how.given {
+        Some((name, hash)) => (name.to_owned(), hash.to_owned(), None),
+        None => {
+            let token = secret::new_token(secret::TokenKind::Token);
+            (token.name, token.hash, Some(token.value))
+        }
+    };
+    let description = how.description.unwrap_or_else(|| {
         if session {
             "dashboard session"
         } else {
@@ -244,14 +322,14 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
     });
     let mut object = Object::new(
         Kind::Token.name(),
-        &token.name,
+        &name,
         json!({
             "user": user,
             "description": description,
             "session": session,
             "expiresAt": expires_at,
             "client": client.clone().unwrap_or_default(),
-            "secretHash": token.hash,
+            "secretHash": hash,
         }),
     );
     object
@@ -283,26 +361,11 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
     }
     crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
     api.store.transact(ops).await?;
-    let mut response = Json(json!({
-        "token": token.value,
-        "expiresAt": expires_at,
-        "user": user,
-    }))
-    .into_response();
-    if session {
-        let cookie = format!(
-            "{}={}; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age={}",
-            auth::SESSION_COOKIE,
-            token.value,
-            lifetime.whole_seconds()
-        );
-        if let Ok(value) = cookie.parse() {
-            response
-                .headers_mut()
-                .insert(axum::http::header::SET_COOKIE, value);
-        }
-    }
-    Ok(response)
+    Ok(Issued {
+        value,
+        expires_at,
+        lifetime,
+    })
 }
 
 /// Ends the caller's session (or revokes the API token used for this request).
@@ -318,7 +381,30 @@ pub(super) async fn logout(
         "{}=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0",
         auth::SESSION_COOKIE
     );
-    let mut response = StatusCode::NO_CONTENT.into_response();
+    // A user of an OpenID provider that offers it ends their session there too (RP-initiated
+    // logout): the answer says where to send the browser.
+    let end_session = match api
+        .store
+        .get(Kind::AuthProvider.name(), &principal.provider)
+        .await
+    {
+        Ok(provider) => match serde_json::from_value::<AuthProviderSpec>(provider.spec)
+            .ok()
+            .as_ref()
+            .and_then(providers::openid)
+        {
+            Some(Ok(client)) => {
+                let after = format!("{}/login", api.server_url.trim_end_matches('/'));
+                client.end_session(&after).await
+            }
+            _ => None,
+        },
+        Err(_) => None,
+    };
+    let mut response = match end_session {
+        Some(url) => Json(json!({"endSession": url})).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    };
     if let Ok(value) = clear.parse() {
         response
             .headers_mut()

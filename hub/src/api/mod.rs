@@ -22,12 +22,14 @@ mod kubeconfig;
 mod login;
 mod objects;
 pub mod openapi;
+mod sso;
 pub mod state;
 mod watch;
 
 pub use error::ApiError;
 pub use login::{LoginRequest, ProviderTest};
 pub use objects::check_body;
+pub use sso::CliLogin;
 pub use state::Api;
 
 /// The API's version in `apiVersion`.
@@ -37,6 +39,9 @@ pub fn router(api: Api) -> Router {
     Router::new()
         .route("/v1/login", post(login::login))
         .route("/v1/login/providers", get(login::login_providers))
+        .route("/v1/login/{provider}/start", get(sso::start))
+        .route("/v1/login/{provider}/cli", post(sso::cli_start))
+        .route("/v1/login/{provider}/callback", get(sso::callback))
         .route("/v1/logout", post(login::logout))
         .route("/v1/authproviders/{name}/test", post(login::test_provider))
         .route("/v1/me", get(me))

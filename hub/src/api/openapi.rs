@@ -5,7 +5,7 @@
 use schemars::{SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use super::{LoginRequest, ProviderTest, error::StatusBody};
+use super::{CliLogin, LoginRequest, ProviderTest, error::StatusBody};
 use crate::{
     model::{Kind, State, Status},
     store::ObjectMeta,
@@ -62,6 +62,7 @@ pub fn document() -> Value {
     generator.subschema_for::<StatusBody>();
     generator.subschema_for::<LoginRequest>();
     generator.subschema_for::<ProviderTest>();
+    generator.subschema_for::<CliLogin>();
     generator.subschema_for::<proto::register::RegisterRequest>();
     let mut paths = Map::new();
     for kind in Kind::ALL {
@@ -215,6 +216,41 @@ pub fn document() -> Value {
                     "properties": {"name": {"type": "string"}, "type": {"type": "string"}, "displayName": {"type": "string"}},
                 }}},
             }))), &[]),
+        }}),
+    );
+    let provider_param =
+        json!([{"name": "provider", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    paths.insert(
+        "/v1/login/{provider}/start".into(),
+        json!({"get": {
+            "operationId": "startProviderLogin",
+            "summary": "A browser's sign-in at an OpenID provider: redirects there (a cookie binds the login to this browser)",
+            "security": [],
+            "parameters": [provider_param[0], {"name": "next", "in": "query", "schema": {"type": "string"}, "description": "a path on this hub to go to afterwards"}],
+            "responses": {"303": {"description": "To the provider's authorization endpoint, or back to /login with the error"}},
+        }}),
+    );
+    paths.insert(
+        "/v1/login/{provider}/cli".into(),
+        json!({"post": {
+            "operationId": "startCliLogin",
+            "summary": "The command line's sign-in at an OpenID provider: the URL to open; once signed in there, the token the CLI made works",
+            "security": [],
+            "parameters": provider_param,
+            "requestBody": json_body(reference("CliLogin")),
+            "responses": responses(("200", ok("The URL to open", json!({
+                "type": "object", "required": ["url"], "properties": {"url": {"type": "string"}},
+            }))), &[400, 404, 422, 503]),
+        }}),
+    );
+    paths.insert(
+        "/v1/login/{provider}/callback".into(),
+        json!({"get": {
+            "operationId": "providerCallback",
+            "summary": "Where the provider sends the browser back (code and state)",
+            "security": [],
+            "parameters": [provider_param[0], {"name": "code", "in": "query", "schema": {"type": "string"}}, {"name": "state", "in": "query", "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "Signed in: a page that moves on to where the login started"}, "303": {"description": "To /login, with the error or the command line's result"}},
         }}),
     );
     paths.insert(

@@ -80,12 +80,17 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
     if headers.contains_key(http::header::AUTHORIZATION) {
         return tunnel::bearer_token(headers);
     }
+    cookie(headers, SESSION_COOKIE)
+}
+
+/// The value of the cookie `name` the request carries.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+        .find_map(|c| c.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 const BAD_TOKEN: &str =

@@ -57,6 +57,17 @@ pub(super) async fn login(
         .map(|s| s.client)
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| format!("cli-{}", crate::auth::secret::random_password()));
+    if let Some(provider) = provider
+        && redirects(&client, provider).await
+    {
+        return browser_login(
+            config,
+            &client,
+            (provider, &client_id),
+            (server, ca_pem, notice),
+        )
+        .await;
+    }
     let mut body = json!({"username": username, "password": password, "session": false, "description": "drover-hub CLI", "client": client_id});
     if let Some(provider) = provider {
         body["provider"] = provider.into();
@@ -81,13 +92,7 @@ pub(super) async fn login(
         ca_pem,
         client: client_id,
     };
-    if let Some(dir) = config.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let json = serde_json::to_vec_pretty(&saved).unwrap_or_default();
-    write_atomic(config, &json, 0o600)
-        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", config.display())))?;
+    save(config, &saved)?;
     let who = match provider {
         Some(provider) => format!("{} ({username} of {provider})", text(&value["user"])),
         None => username.to_owned(),
@@ -98,6 +103,101 @@ pub(super) async fn login(
         text(&value["expiresAt"]),
         config.display()
     ))
+}
+
+/// Whether `provider` on the hub behind `client` signs users in at its own page.
+async fn redirects(client: &Client, provider: &str) -> bool {
+    let Ok((200, bytes)) = client.send("GET", "/v1/login/providers", None, None).await else {
+        return false;
+    };
+    let offered: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    offered["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["name"] == provider && p["redirects"] == true)
+}
+
+/// As [`redirects`], asked before the hub's CA is trusted (nothing secret is sent): whether
+/// to ask for a password at all.
+pub async fn provider_redirects(server: &str, provider: &str) -> bool {
+    match Client::with_config(server, tunnel::tls::unverified_client_config()) {
+        Ok(client) => redirects(&client, provider).await,
+        Err(_) => false,
+    }
+}
+
+/// Signs in at a provider's page: this CLI makes its token (the secret stays here), the hub
+/// gives the URL to open, and once the user has signed in there the token works.
+async fn browser_login(
+    config: &std::path::Path,
+    client: &Client,
+    (provider, client_id): (&str, &str),
+    (server, ca_pem, notice): (String, String, String),
+) -> Result<String, CliError> {
+    use std::io::Write as _;
+    let token = crate::auth::secret::new_token(crate::auth::secret::TokenKind::Token);
+    let body = json!({"tokenName": token.name, "tokenHash": token.hash, "client": client_id});
+    let (status, bytes) = client
+        .send(
+            "POST",
+            &format!("/v1/login/{provider}/cli"),
+            None,
+            Some(&body),
+        )
+        .await?;
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status != 200 {
+        return Err(CliError::Refused(format!(
+            "login refused: {}",
+            text(&value["message"])
+        )));
+    }
+    let mut err = std::io::stderr();
+    let _ = writeln!(
+        err,
+        "{notice}Open this URL in a browser and sign in with {provider} (waiting up to 5 minutes):\n\n  {}\n",
+        text(&value["url"])
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let me = loop {
+        let (status, bytes) = client
+            .send("GET", "/v1/me", Some(&token.value), None)
+            .await?;
+        if status == 200 {
+            break serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::Refused(
+                "no sign-in within 5 minutes; run the login again".into(),
+            ));
+        }
+        // The hub has no way to call back: ask again shortly.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    let saved = Saved {
+        server,
+        token: token.value,
+        ca_pem,
+        client: client_id.to_owned(),
+    };
+    save(config, &saved)?;
+    Ok(format!(
+        "Logged in to {} as {} (with {provider}); the token is saved in {}.\n",
+        saved.server,
+        text(&me["user"]),
+        config.display()
+    ))
+}
+
+fn save(config: &std::path::Path, saved: &Saved) -> Result<(), CliError> {
+    if let Some(dir) = config.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let json = serde_json::to_vec_pretty(saved).unwrap_or_default();
+    write_atomic(config, &json, 0o600)
+        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", config.display())))
 }
 
 pub(super) fn authority(server: &str) -> Result<String, CliError> {

@@ -528,4 +528,5 @@ async fn next_generation(
 }
 
 mod connection;
+pub use connection::provider_redirects;
 mod render;

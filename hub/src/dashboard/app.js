@@ -48,8 +48,10 @@ function setupLogout() {
   const button = document.getElementById("logout");
   if (!button) return;
   button.addEventListener("click", async () => {
-    await apiCall("POST", "/v1/logout");
-    window.location.assign("/login");
+    const result = await apiCall("POST", "/v1/logout");
+    // A user of an OpenID provider signs out there too, which sends them back to /login.
+    const endSession = result.data && result.data.endSession;
+    window.location.assign(endSession || "/login");
   });
 }
 

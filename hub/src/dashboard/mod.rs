@@ -283,6 +283,12 @@ fn page_with(
 struct LoginQuery {
     #[serde(default)]
     next: Option<String>,
+    /// Why signing in at a provider failed (its callback sends the browser here).
+    #[serde(default)]
+    error: Option<String>,
+    /// A command-line login finished in this browser, for this user.
+    #[serde(default)]
+    cli: Option<String>,
 }
 
 async fn login(
@@ -299,8 +305,38 @@ async fn login(
     let offered = crate::auth::providers::offered(dash.api.store.as_ref())
         .await
         .unwrap_or_default();
-    let choice = if offered.len() > 1 {
-        let options: String = offered
+    if let Some(user) = &query.cli {
+        let content = format!(
+            r#"<section class="card narrow">
+<h1>Signed in</h1>
+<p id="cli-done">The command line is signed in as {}. You can close this tab.</p>
+</section>"#,
+            escape(user)
+        );
+        return page("Signed in", None, "login", &content);
+    }
+    let (redirecting, password): (Vec<_>, Vec<_>) = offered.iter().partition(|o| o.redirects);
+    let buttons: String = redirecting
+        .iter()
+        .map(|o| {
+            let start = format!(
+                "/v1/login/{}/start?{}",
+                o.name,
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair("next", &next)
+                    .finish()
+            );
+            format!(
+                r#"<p><a class="button" data-provider="{}" href="{}">Sign in with {}</a></p>"#,
+                escape(&o.name),
+                escape(&start),
+                escape(&o.display_name)
+            )
+        })
+        .collect();
+    let error = query.error.as_deref().map(escape).unwrap_or_default();
+    let choice = if password.len() > 1 {
+        let options: String = password
             .iter()
             .map(|o| {
                 format!(
@@ -326,10 +362,10 @@ async fn login(
 <input id="username" name="username" autocomplete="username" required>
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" required>
-<p class="error" role="alert" id="login-error"></p>
+<p class="error" role="alert" id="login-error">{error}</p>
 <button type="submit">Log in</button>
 </form>
-</section>"#,
+{buttons}</section>"#,
         next = escape(&next)
     );
     page("Log in", None, "login", &content)

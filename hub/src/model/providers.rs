@@ -21,6 +21,9 @@ pub struct AuthProviderSpec {
     /// For `ldap` and `activedirectory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ldap: Option<LdapSpec>,
+    /// For `oidc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<OidcSpec>,
     /// Who may sign in at all: nobody listed means everyone the provider authenticates;
     /// otherwise only these login names and members of these groups (the directory's names,
     /// without the provider's prefix).
@@ -40,6 +43,9 @@ pub enum ProviderType {
     /// Active Directory: `sAMAccountName` or a UPN to log in, `memberOf` and its chain for
     /// groups, disabled accounts (`userAccountControl`) refused.
     ActiveDirectory,
+    /// An OpenID Connect provider (Keycloak, Dex, Okta, Entra ID, Google): the authorization
+    /// code flow with PKCE in the user's browser.
+    Oidc,
 }
 
 impl ProviderType {
@@ -47,7 +53,14 @@ impl ProviderType {
         match self {
             ProviderType::Ldap => "ldap",
             ProviderType::ActiveDirectory => "activedirectory",
+            ProviderType::Oidc => "oidc",
         }
+    }
+
+    /// Whether users sign in at the provider's own page (in a browser) rather than by giving
+    /// the hub their password.
+    pub fn redirects(self) -> bool {
+        matches!(self, ProviderType::Oidc)
     }
 }
 
@@ -129,6 +142,54 @@ fn page_size() -> u32 {
     500
 }
 
+/// An OpenID Connect provider and this hub's client there. The hub's redirect URI is
+/// `<hub URL>/v1/login/<provider name>/callback`: register it with the provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OidcSpec {
+    /// The issuer URL (`https://`); its `/.well-known/openid-configuration` says the rest.
+    pub issuer: String,
+    pub client_id: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// Scopes asked for (`openid` is required; add `groups` or `offline_access` where the
+    /// provider needs them for groups or for refreshing them).
+    #[serde(default = "scopes")]
+    pub scopes: Vec<String>,
+    /// The claim holding the user's groups (from the ID token, else from the userinfo
+    /// endpoint).
+    #[serde(default = "groups_claim")]
+    pub groups_claim: String,
+    /// The claim used as the login name (`preferred_username`; then `email`, then `sub`).
+    #[serde(default = "username_claim")]
+    pub username_claim: String,
+    /// PEM CA certificates to trust for the provider's TLS (the system's CAs otherwise).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_certs: String,
+    /// How far the provider's clock may be from the hub's, seconds.
+    #[serde(default = "clock_skew")]
+    pub clock_skew_seconds: u64,
+    #[serde(default = "timeout_seconds")]
+    pub timeout_seconds: u64,
+}
+
+fn scopes() -> Vec<String> {
+    vec!["openid".into(), "profile".into(), "email".into()]
+}
+
+fn groups_claim() -> String {
+    "groups".into()
+}
+
+fn username_claim() -> String {
+    "preferred_username".into()
+}
+
+fn clock_skew() -> u64 {
+    60
+}
+
 /// Which provider identity a User is (set by the hub at the user's first login; the link is
 /// the directory's identity, never the display name).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -136,7 +197,7 @@ fn page_size() -> u32 {
 pub struct PrincipalRef {
     /// The AuthProvider.
     pub provider: String,
-    /// The identity there (an LDAP DN).
+    /// The identity there (an LDAP DN; an OIDC subject).
     pub id: String,
     /// The name the user signs in with there.
     pub login: String,

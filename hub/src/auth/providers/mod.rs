@@ -16,7 +16,10 @@ use crate::{
     store::{LabelSelector, Object, Store, StoreError},
 };
 
+pub mod http;
+pub mod jwt;
 pub mod ldap;
+pub mod oidc;
 
 /// The provider name of the hub's own users (a login without a provider).
 pub const LOCAL: &str = "local";
@@ -97,6 +100,66 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 
 /// Checks an AuthProvider's spec; the message names the field to fix.
 pub fn validate(spec: &AuthProviderSpec) -> Result<(), String> {
+    match spec.provider_type {
+        ProviderType::Oidc => {
+            if spec.ldap.is_some() {
+                return Err("spec.ldap is for ldap and activedirectory providers; an oidc provider has spec.oidc".into());
+            }
+            validate_oidc(spec.oidc.as_ref())
+        }
+        ProviderType::Ldap | ProviderType::ActiveDirectory => {
+            if spec.oidc.is_some() {
+                return Err(format!(
+                    "spec.oidc is for oidc providers; a provider of type {} has spec.ldap",
+                    spec.provider_type.label()
+                ));
+            }
+            validate_ldap(spec)
+        }
+    }
+}
+
+fn validate_oidc(oidc: Option<&crate::model::OidcSpec>) -> Result<(), String> {
+    let Some(oidc) = oidc else {
+        return Err(
+            "spec.oidc: an oidc provider needs its issuer, clientId and clientSecret".into(),
+        );
+    };
+    let issuer: Option<::http::Uri> = oidc.issuer.parse().ok();
+    if !issuer.is_some_and(|u| u.scheme_str() == Some("https") && u.host().is_some()) {
+        return Err(format!(
+            "spec.oidc.issuer: {:?} is not an https:// URL; give the provider's issuer as its discovery document names it",
+            oidc.issuer
+        ));
+    }
+    if oidc.client_id.trim().is_empty() {
+        return Err("spec.oidc.clientId must not be empty".into());
+    }
+    if !oidc.scopes.iter().any(|s| s == "openid") {
+        return Err("spec.oidc.scopes must include openid".into());
+    }
+    if !oidc.ca_certs.trim().is_empty() {
+        tunnel::tls::roots_from_pem(oidc.ca_certs.as_bytes())
+            .map_err(|e| format!("spec.oidc.caCerts: {e}"))?;
+    }
+    for (field, value) in [
+        ("groupsClaim", &oidc.groups_claim),
+        ("usernameClaim", &oidc.username_claim),
+    ] {
+        if value.trim().is_empty() {
+            return Err(format!("spec.oidc.{field} must not be empty"));
+        }
+    }
+    if !(1..=300).contains(&oidc.timeout_seconds) {
+        return Err("spec.oidc.timeoutSeconds: from 1 to 300".into());
+    }
+    if oidc.clock_skew_seconds > 600 {
+        return Err("spec.oidc.clockSkewSeconds: at most 600".into());
+    }
+    Ok(())
+}
+
+fn validate_ldap(spec: &AuthProviderSpec) -> Result<(), String> {
     let Some(ldap) = &spec.ldap else {
         return Err(format!(
             "spec.ldap: a provider of type {} needs its directory's settings (url, bindDn, bindPassword, userSearchBase)",
@@ -166,6 +229,8 @@ pub struct Offered {
     #[serde(rename = "type")]
     pub provider_type: String,
     pub display_name: String,
+    /// Signed in at the provider's page (`GET /v1/login/<name>/start`), not with a password.
+    pub redirects: bool,
 }
 
 /// What the login page offers: the hub's own users, then each enabled provider by name.
@@ -177,6 +242,7 @@ pub async fn offered(store: &dyn Store) -> Result<Vec<Offered>, StoreError> {
         name: LOCAL.to_owned(),
         provider_type: LOCAL.to_owned(),
         display_name: "Local users".to_owned(),
+        redirects: false,
     }];
     for provider in found {
         let Ok(spec) = serde_json::from_value::<AuthProviderSpec>(provider.spec) else {
@@ -191,6 +257,7 @@ pub async fn offered(store: &dyn Store) -> Result<Vec<Offered>, StoreError> {
                 },
                 name: provider.metadata.name,
                 provider_type: spec.provider_type.label().to_owned(),
+                redirects: spec.provider_type.redirects(),
             });
         }
     }
@@ -204,7 +271,13 @@ pub fn directory(spec: &AuthProviderSpec) -> Option<ldap::Directory> {
             .ldap
             .as_ref()
             .map(|l| ldap::Directory::new(spec.provider_type, l)),
+        ProviderType::Oidc => None,
     }
+}
+
+/// The OpenID Connect client an AuthProvider's spec describes.
+pub fn openid(spec: &AuthProviderSpec) -> Option<Result<oidc::Oidc, DirectoryError>> {
+    spec.oidc.as_ref().map(oidc::Oidc::new)
 }
 
 /// Whether `identity` may sign in with a provider whose `allowed` is as given.
@@ -383,6 +456,9 @@ pub fn parse_interval(text: &str) -> Result<Duration, String> {
 pub async fn run_refresher(store: Arc<dyn Store>, shutdown: CancellationToken) {
     loop {
         let interval = refresh_interval(store.as_ref()).await;
+        if let Err(e) = sweep_pending(store.as_ref()).await {
+            tracing::warn!(error = %e, "deleting abandoned logins failed; retrying");
+        }
         if let Err(e) = refresh_due(store.as_ref(), interval).await {
             tracing::warn!(error = %e, "refreshing directory users' groups failed; retrying");
         }
@@ -412,6 +488,20 @@ pub async fn run_refresher(store: Arc<dyn Store>, shutdown: CancellationToken) {
             () = changed => {}
         }
     }
+}
+
+/// Deletes logins under way that were never finished (their time is up).
+async fn sweep_pending(store: &dyn Store) -> Result<(), StoreError> {
+    let (pending, _) = store
+        .list(PENDING_KIND, &LabelSelector::everything())
+        .await?;
+    for login in pending.iter().filter(|p| crate::model::expired(&p.spec)) {
+        match store.delete(PENDING_KIND, &login.metadata.name, None).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Refreshes the directory users whose groups are older than `interval`; how many.
@@ -457,12 +547,23 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
         Ok(provider) => {
             let spec: AuthProviderSpec =
                 serde_json::from_value(provider.spec).map_err(|e| e.to_string())?;
-            let directory = directory(&spec).ok_or("the provider has no directory settings")?;
-            directory
-                .lookup(&principal.id)
-                .await
-                .map_err(|e| e.to_string())?
-                .filter(|identity| allowed(&spec, identity))
+            let found = match spec.provider_type {
+                ProviderType::Ldap | ProviderType::ActiveDirectory => {
+                    let directory =
+                        directory(&spec).ok_or("the provider has no directory settings")?;
+                    directory
+                        .lookup(&principal.id)
+                        .await
+                        .map_err(|e| e.to_string())?
+                }
+                ProviderType::Oidc => match refresh_openid(store, &spec, principal).await? {
+                    Some(found) => found,
+                    // Nothing to refresh with (the provider gave no refresh token): the
+                    // groups of the last login stay until the next one.
+                    None => return Ok(()),
+                },
+            };
+            found.filter(|identity| allowed(&spec, identity))
         }
         // The provider is gone: its users keep nothing it gave.
         Err(StoreError::NotFound { .. }) => None,
@@ -500,6 +601,88 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
         return Ok(());
     }
     Err("the user kept changing while its groups were refreshed".into())
+}
+
+/// The hidden store kinds of sign-in (no API route serves them): a browser login under way,
+/// and what lets the hub read an OpenID Connect user's groups again (their refresh token).
+pub const PENDING_KIND: &str = "PendingLogin";
+pub const SESSION_KIND: &str = "ProviderSession";
+
+/// How long a login may take at the provider's page.
+pub const PENDING_FOR: time::Duration = time::Duration::minutes(10);
+
+/// An OpenID Connect user as the provider has them now (`Some(None)`: gone), by their stored
+/// refresh token; `None` if there is none to refresh with.
+async fn refresh_openid(
+    store: &dyn Store,
+    spec: &AuthProviderSpec,
+    principal: &PrincipalRef,
+) -> Result<Option<Option<Identity>>, String> {
+    let session = match store.get(SESSION_KIND, &session_name(principal)).await {
+        Ok(session) => session,
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let Some(refresh_token) = session.spec.get("refreshToken").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let client = openid(spec)
+        .ok_or("the provider has no oidc settings")?
+        .map_err(|e| e.to_string())?;
+    match client
+        .refresh(refresh_token)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Some(finished) if finished.identity.id == principal.id => {
+            keep_session(store, principal, finished.refresh_token.as_deref())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Some(Some(finished.identity)))
+        }
+        Some(_) => Err("the provider refreshed another subject".into()),
+        None => {
+            let _ = store
+                .delete(SESSION_KIND, &session_name(principal), None)
+                .await;
+            Ok(Some(None))
+        }
+    }
+}
+
+fn session_name(principal: &PrincipalRef) -> String {
+    format!(
+        "{}-{}",
+        principal.provider,
+        principal_key(&principal.provider, &principal.id)
+    )
+}
+
+/// Keeps (or, with none, forgets) the refresh token of a provider's user.
+pub async fn keep_session(
+    store: &dyn Store,
+    principal: &PrincipalRef,
+    refresh_token: Option<&str>,
+) -> Result<(), StoreError> {
+    let name = session_name(principal);
+    let Some(token) = refresh_token else {
+        return match store.delete(SESSION_KIND, &name, None).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = serde_json::json!({"provider": principal.provider, "refreshToken": token});
+    match store.get(SESSION_KIND, &name).await {
+        Ok(mut session) => {
+            session.spec = spec;
+            store.update(session).await.map(drop)
+        }
+        Err(StoreError::NotFound { .. }) => store
+            .create(Object::new(SESSION_KIND, &name, spec))
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes every token of `user`; how many.

@@ -9,6 +9,7 @@ mod fleet_scenario;
 mod health_scenario;
 mod hub_scenario;
 mod load;
+mod login_scenario;
 mod plans_scenario;
 mod proxy_scenario;
 mod rbac_scenario;
@@ -56,6 +57,10 @@ enum Scenario {
     /// The audit log's cost to the proxy: 64 clients through the hub with the log on and off,
     /// alternating hubs in one run.
     Audit(audit_scenario::Args),
+    /// Signing in with a company directory: LDAP logins per second and their latency beside
+    /// the hub's own users', and the OpenID callback's handling time (slapd and npm's
+    /// oidc-provider; the hub's release binary).
+    Login(login_scenario::Args),
 }
 
 #[global_allocator]
@@ -86,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,
         Scenario::Explorer(args) => runtime.block_on(explorer_scenario::run(args))?,
         Scenario::Audit(args) => runtime.block_on(audit_scenario::run(args))?,
+        Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -33,11 +33,14 @@ use tokio::{
 /// Path of a workspace binary next to the running test executable (`target/<profile>/`).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> -> target/<profile>/<name>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>; a binary using these helpers
+    // (the bench) is in target/<profile>/ itself.
+    let parent = exe.parent().expect("target directory");
+    let dir = if parent.ends_with("deps") {
+        parent.parent().expect("target directory")
+    } else {
+        parent
+    };
     let path = dir.join(name);
     assert!(
         path.exists(),

@@ -35,18 +35,8 @@ const PASSWORD: &str = "a bench user's password";
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let dir = tests::temp_dir("bench-login");
-    let port = tests::free_port();
-    let hub_url = format!("https://127.0.0.1:{port}");
-    let hub = HubProcess::start_with(
-        &dir.join("hub"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--server-url",
-            &hub_url,
-        ],
-    )
-    .await;
+    let hub = HubProcess::start_at_own_url(&dir.join("hub")).await;
+    let hub_url = hub.url();
     let admin = tests::login(
         hub.addr,
         "admin",

@@ -186,6 +186,23 @@ impl HubProcess {
         Self::spawn(command, data_dir).await
     }
 
+    /// As [`HubProcess::start`], on a port chosen first so the hub's URL (`--server-url`) is
+    /// the address the test reaches it by: what a provider's redirect back to the hub needs.
+    pub async fn start_at_own_url(data_dir: &Path) -> Self {
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        Self::start_with(
+            data_dir,
+            &[
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--server-url",
+                &url,
+            ],
+        )
+        .await
+    }
+
     /// `drover-sim demo CLUSTERS`: the hub with a simulated fleet in one process, on
     /// 127.0.0.1 port 0 with `data_dir`.
     pub async fn start_demo(data_dir: &Path, clusters: usize) -> Self {

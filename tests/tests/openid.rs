@@ -61,18 +61,8 @@ async fn me_in_browser(browser: &Browser<'_>) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_sign_in_at_their_openid_provider_with_its_groups() {
     let dir = temp_dir("openid");
-    let port = tests::free_port();
-    let hub_url = format!("https://127.0.0.1:{port}");
-    let hub = HubProcess::start_with(
-        &dir.join("hub"),
-        &[
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--server-url",
-            &hub_url,
-        ],
-    )
-    .await;
+    let hub = HubProcess::start_at_own_url(&dir.join("hub")).await;
+    let hub_url = hub.url();
     let admin = tests::login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
     let idp = OpenIdProvider::start(
         &dir,

@@ -180,7 +180,7 @@ pub fn note_caller(user: &str, groups: &[String], provider: &str) {
 /// login names (`Bob.Builder`, `CORP\bob`, `bob@corp.example`) are not the hub's user names:
 /// one that looks like a password (spaces, control characters, longer than a name) is not kept.
 pub fn note_login(user: &str, provider: &str) {
-    let plausible = if provider == crate::auth::providers::LOCAL {
+    let plausible = if provider == crate::model::LOCAL {
         crate::model::validate_name(crate::model::Kind::User, user).is_ok()
     } else {
         !user.is_empty()

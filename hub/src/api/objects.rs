@@ -94,7 +94,7 @@ pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, 
             }
         }
         Kind::AuthProvider => {
-            crate::auth::providers::validate_name(name).map_err(ApiError::invalid)?;
+            crate::model::validate_provider_name(name).map_err(ApiError::invalid)?;
         }
         _ => {}
     }

@@ -149,7 +149,7 @@ pub(crate) async fn principal_until(
     let provider = user_spec
         .principal
         .as_ref()
-        .map_or_else(|| providers::LOCAL.to_owned(), |p| p.provider.clone());
+        .map_or_else(|| crate::model::LOCAL.to_owned(), |p| p.provider.clone());
     let provider_groups = std::mem::take(&mut user_spec.provider_groups);
     user_spec.groups.extend(provider_groups);
     if user_spec.disabled {

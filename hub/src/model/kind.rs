@@ -277,7 +277,7 @@ impl Kind {
             Kind::EtcdSnapshot => {
                 check::<EtcdSnapshotSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
             }
-            Kind::AuthProvider => check::<AuthProviderSpec>(spec, crate::auth::providers::validate),
+            Kind::AuthProvider => check::<AuthProviderSpec>(spec, super::validate_provider),
             Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
                 non_empty("spec.cluster", &s.cluster)?;
                 non_empty("spec.project", &s.project)?;
@@ -369,7 +369,7 @@ fn group_name(group: &str) -> Result<(), String> {
     let ok = match group.split_once(':') {
         None => validate_name(Kind::User, group).is_ok(),
         Some((provider, name)) => {
-            !crate::auth::providers::RESERVED.contains(&provider)
+            !super::RESERVED.contains(&provider)
                 && validate_name(Kind::AuthProvider, provider).is_ok()
                 && !name.trim().is_empty()
                 && name.len() <= 256

@@ -202,3 +202,144 @@ pub struct PrincipalRef {
     /// The name the user signs in with there.
     pub login: String,
 }
+
+/// The provider name of the hub's own users (a login without a provider).
+pub const LOCAL: &str = "local";
+
+/// Provider names that cannot be used: `local` is the hub's own users; a provider's groups
+/// are `<name>:<group>` in every cluster, and `system:` groups are Kubernetes' own,
+/// `drover:` ones the hub's (`drover:admin`).
+pub const RESERVED: [&str; 3] = [LOCAL, "system", "drover"];
+
+/// Checks an AuthProvider's name against [`RESERVED`].
+pub fn validate_provider_name(name: &str) -> Result<(), String> {
+    if RESERVED.contains(&name) {
+        return Err(format!(
+            "metadata.name: {name:?} is reserved (local: the hub's own users; system: and drover: groups are Kubernetes' and the hub's); choose another"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an AuthProvider's spec; the message names the field to fix.
+pub fn validate_provider(spec: &AuthProviderSpec) -> Result<(), String> {
+    match spec.provider_type {
+        ProviderType::Oidc => {
+            if spec.ldap.is_some() {
+                return Err("spec.ldap is for ldap and activedirectory providers; an oidc provider has spec.oidc".into());
+            }
+            validate_oidc(spec.oidc.as_ref())
+        }
+        ProviderType::Ldap | ProviderType::ActiveDirectory => {
+            if spec.oidc.is_some() {
+                return Err(format!(
+                    "spec.oidc is for oidc providers; a provider of type {} has spec.ldap",
+                    spec.provider_type.label()
+                ));
+            }
+            validate_ldap(spec)
+        }
+    }
+}
+
+fn validate_oidc(oidc: Option<&OidcSpec>) -> Result<(), String> {
+    let Some(oidc) = oidc else {
+        return Err(
+            "spec.oidc: an oidc provider needs its issuer, clientId and clientSecret".into(),
+        );
+    };
+    let issuer: Option<http::Uri> = oidc.issuer.parse().ok();
+    if !issuer.is_some_and(|u| u.scheme_str() == Some("https") && u.host().is_some()) {
+        return Err(format!(
+            "spec.oidc.issuer: {:?} is not an https:// URL; give the provider's issuer as its discovery document names it",
+            oidc.issuer
+        ));
+    }
+    if oidc.client_id.trim().is_empty() {
+        return Err("spec.oidc.clientId must not be empty".into());
+    }
+    if !oidc.scopes.iter().any(|s| s == "openid") {
+        return Err("spec.oidc.scopes must include openid".into());
+    }
+    if !oidc.ca_certs.trim().is_empty() {
+        tunnel::tls::roots_from_pem(oidc.ca_certs.as_bytes())
+            .map_err(|e| format!("spec.oidc.caCerts: {e}"))?;
+    }
+    for (field, value) in [
+        ("groupsClaim", &oidc.groups_claim),
+        ("usernameClaim", &oidc.username_claim),
+    ] {
+        if value.trim().is_empty() {
+            return Err(format!("spec.oidc.{field} must not be empty"));
+        }
+    }
+    if !(1..=300).contains(&oidc.timeout_seconds) {
+        return Err("spec.oidc.timeoutSeconds: from 1 to 300".into());
+    }
+    if oidc.clock_skew_seconds > 600 {
+        return Err("spec.oidc.clockSkewSeconds: at most 600".into());
+    }
+    Ok(())
+}
+
+fn validate_ldap(spec: &AuthProviderSpec) -> Result<(), String> {
+    let Some(ldap) = &spec.ldap else {
+        return Err(format!(
+            "spec.ldap: a provider of type {} needs its directory's settings (url, bindDn, bindPassword, userSearchBase)",
+            spec.provider_type.label()
+        ));
+    };
+    let (scheme, rest) = ldap.url.split_once("://").unwrap_or(("", ""));
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || !matches!(scheme, "ldap" | "ldaps") {
+        return Err(format!(
+            "spec.ldap.url: {:?} is not an LDAP URL; write ldaps://host[:636] or ldap://host[:389]",
+            ldap.url
+        ));
+    }
+    match (scheme, ldap.start_tls, ldap.allow_insecure) {
+        ("ldaps", true, _) => {
+            return Err(
+                "spec.ldap.startTls: an ldaps:// URL is TLS already; StartTLS is for ldap:// URLs"
+                    .into(),
+            );
+        }
+        ("ldap", false, false) => {
+            return Err(
+                "spec.ldap.url: ldap:// without StartTLS sends passwords in the clear; use ldaps://, set startTls, or set allowInsecure if you mean it"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    if !ldap.ca_certs.trim().is_empty() {
+        tunnel::tls::roots_from_pem(ldap.ca_certs.as_bytes())
+            .map_err(|e| format!("spec.ldap.caCerts: {e}"))?;
+    }
+    for (field, value) in [
+        ("bindDn", &ldap.bind_dn),
+        ("userSearchBase", &ldap.user_search_base),
+    ] {
+        if value.trim().is_empty() {
+            return Err(format!("spec.ldap.{field} must not be empty"));
+        }
+    }
+    for (field, value) in [
+        ("userFilter", &ldap.user_filter),
+        ("groupFilter", &ldap.group_filter),
+    ] {
+        let filter = value.starts_with('(') && value.ends_with(')');
+        if !value.is_empty() && !filter {
+            return Err(format!(
+                "spec.ldap.{field}: {value:?} is not an LDAP filter; write it in parentheses, as (objectClass=inetOrgPerson)"
+            ));
+        }
+    }
+    if !(1..=300).contains(&ldap.timeout_seconds) {
+        return Err("spec.ldap.timeoutSeconds: from 1 to 300".into());
+    }
+    if !(1..=10_000).contains(&ldap.page_size) {
+        return Err("spec.ldap.pageSize: from 1 to 10000".into());
+    }
+    Ok(())
+}

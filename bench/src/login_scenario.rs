@@ -120,6 +120,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     for _ in 0..args.oidc.max(1) {
         callbacks.push(openid_callback(hub.addr, idp.addr, "olivia").await?);
     }
+    // The provider alone, in the same run: what its discovery and key-set answers take
+    // (the hub keeps both for five minutes; the token and userinfo endpoints it calls each
+    // time cost at least as much).
+    let mut alone = BTreeMap::new();
+    for path in ["/.well-known/openid-configuration", "/jwks"] {
+        let mut times = Vec::new();
+        for _ in 0..20 {
+            let begun = Instant::now();
+            let answer = send(idp.addr, "GET", path, &BTreeMap::new(), None).await?;
+            anyhow::ensure!(answer.status == 200, "{path}: {}", answer.status);
+            times.push(begun.elapsed());
+        }
+        alone.insert(path, round3(percentile_us(&mut times, 50.0) / 1000.0));
+    }
     let report = json!({
         "scenario": "login",
         "what": "password logins through the hub's API (LDAPS to slapd: the user in 20 groups, one nested; against the hub's own users' argon2id check in the same run), and the OpenID callback's handling (a certified provider, groups from userinfo)",
@@ -133,6 +147,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             "p99": round3(percentile_us(&mut callbacks, 99.0) / 1000.0),
             "count": callbacks.len(),
         },
+        "provider_alone_p50_ms": alone,
     });
     drop((slapd, idp, hub));
     let _ = std::fs::remove_dir_all(&dir);

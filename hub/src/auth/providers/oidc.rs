@@ -104,8 +104,26 @@ impl Oidc {
             .map_err(|e| DirectoryError::Search(format!("{url} answered no JSON: {e}")))
     }
 
-    /// The provider's configuration; its issuer must be exactly the one configured.
+    /// The provider's configuration; its issuer must be exactly the one configured. Kept for
+    /// [`FRESH`]: every login needs it, and providers change it rarely.
     pub async fn discover(&self) -> Result<Discovery, DirectoryError> {
+        if let Some(known) = cached(&self.spec.issuer, |c| Some(c.discovery.clone())) {
+            return Ok(known);
+        }
+        let discovery = self.fetch_discovery().await?;
+        remember(
+            &self.spec.issuer,
+            |kept| kept.discovery = discovery.clone(),
+            || Cached {
+                at: std::time::Instant::now(),
+                discovery: discovery.clone(),
+                keys: None,
+            },
+        );
+        Ok(discovery)
+    }
+
+    async fn fetch_discovery(&self) -> Result<Discovery, DirectoryError> {
         let url = format!(
             "{}/.well-known/openid-configuration",
             self.spec.issuer.trim_end_matches('/')
@@ -223,8 +241,34 @@ impl Oidc {
             skew_seconds: i64::try_from(self.spec.clock_skew_seconds.min(600)).unwrap_or(60),
             now: time::OffsetDateTime::now_utc().unix_timestamp(),
         };
-        let keys: JwkSet = serde_json::from_value(self.get_json(&discovery.jwks_uri, None).await?)
-            .map_err(|e| DirectoryError::Search(format!("{}: {e}", discovery.jwks_uri)))?;
+        // The kept key set, unless it lacks the token's key (the provider rotated its keys).
+        let kid = jwt::key_id(id_token);
+        let kept = cached(&self.spec.issuer, |c| {
+            c.keys
+                .clone()
+                .filter(|k| k.keys.iter().any(|key| key.kid == kid))
+        });
+        let keys = match kept {
+            Some(keys) => keys,
+            None => {
+                let keys: JwkSet =
+                    serde_json::from_value(self.get_json(&discovery.jwks_uri, None).await?)
+                        .map_err(|e| {
+                            DirectoryError::Search(format!("{}: {e}", discovery.jwks_uri))
+                        })?;
+                let fresh = keys.clone();
+                remember(
+                    &self.spec.issuer,
+                    |kept| kept.keys = Some(fresh.clone()),
+                    || Cached {
+                        at: std::time::Instant::now(),
+                        discovery: discovery.clone(),
+                        keys: Some(fresh.clone()),
+                    },
+                );
+                keys
+            }
+        };
         // Refused tokens are the login's failure (a forged or misdirected token), not the
         // provider's trouble.
         jwt::verify(id_token, &keys, &expected).map_err(DirectoryError::UserNotFound)
@@ -353,6 +397,40 @@ impl Oidc {
             ("post_logout_redirect_uri", after),
         ]);
         Some(format!("{endpoint}?{query}"))
+    }
+}
+
+/// How long a provider's discovery document and key set are kept.
+const FRESH: Duration = Duration::from_secs(300);
+
+/// What is kept of a provider, by issuer.
+#[derive(Debug, Clone)]
+struct Cached {
+    at: std::time::Instant,
+    discovery: Discovery,
+    keys: Option<JwkSet>,
+}
+
+static CACHE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Cached>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// `read` of what is kept of `issuer`, if it is fresh.
+fn cached<T>(issuer: &str, read: impl FnOnce(&Cached) -> Option<T>) -> Option<T> {
+    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .get(issuer)
+        .filter(|c| c.at.elapsed() < FRESH)
+        .and_then(read)
+}
+
+/// Changes what is kept of `issuer` with `change` if it is fresh, else keeps `fresh()`.
+fn remember(issuer: &str, change: impl FnOnce(&mut Cached), fresh: impl FnOnce() -> Cached) {
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    match cache.get_mut(issuer).filter(|c| c.at.elapsed() < FRESH) {
+        Some(kept) => change(kept),
+        None => {
+            cache.insert(issuer.to_owned(), fresh());
+        }
     }
 }
 

@@ -16,10 +16,12 @@ use std::{
 };
 
 pub mod browser;
+pub mod github;
 pub mod hosts;
 pub mod imported;
 pub mod ldap;
 pub mod oidc;
+pub mod signin;
 pub mod system_agent;
 
 use bytes::Bytes;

@@ -11,6 +11,33 @@ use tokio::{
     process::{Child, Command},
 };
 
+/// Runs `node script` with `config` (JSON) in the environment variable `variable`, in `dir`;
+/// returns it once it has printed its first line (JSON: where it listens).
+pub(crate) async fn node_server(
+    script: &Path,
+    variable: &str,
+    config: &Value,
+    dir: &Path,
+) -> (Child, Value) {
+    let mut child = Command::new("node")
+        .arg(script)
+        .env(variable, config.to_string())
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start node (Node.js) with {}: {e}", script.display()));
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("{} up within 30 s", script.display()))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{} exited before it was up", script.display()));
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, serde_json::from_str(&first).unwrap())
+}
+
 /// A running provider; stopped when dropped.
 #[derive(Debug)]
 pub struct OpenIdProvider {
@@ -52,26 +79,9 @@ impl OpenIdProvider {
             }],
             "users": users,
         });
-        let mut child = Command::new("node")
-            .arg(script.join("provider.mjs"))
-            .env("OIDC_CONFIG", config.to_string())
-            .current_dir(dir)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start node (Node.js) with tests/oidc/provider.mjs");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the OpenID provider up within 30 s")
-            .unwrap()
-            .expect("the OpenID provider exited before it was up");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let issuer = serde_json::from_str::<Value>(&first).unwrap()["issuer"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let (child, first) =
+            node_server(&script.join("provider.mjs"), "OIDC_CONFIG", &config, dir).await;
+        let issuer = first["issuer"].as_str().unwrap().to_owned();
         let addr = issuer.trim_start_matches("https://").parse().unwrap();
         OpenIdProvider {
             _child: child,

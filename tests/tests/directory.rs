@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
@@ -16,7 +14,9 @@ use tests::{
     browser::{Driver, check_and_save_as},
     imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed},
     ldap::{BASE, READER_DN, READER_PASSWORD, Slapd, user_dn},
-    leaked_secrets, temp_dir, wait_for_event,
+    leaked_secrets,
+    signin::{bind_group, groups_become, refresh_every},
+    temp_dir,
 };
 
 const ALICE_PASSWORD: &str = "alice's directory password";
@@ -36,6 +36,7 @@ fn provider(url: &str, ca: &str, extra: Value) -> Value {
     ldap
 }
 
+/// Creates provider `name`; the hub's answer, accepted or not.
 async fn create_provider(hub: &HubProcess, admin: &str, name: &str, spec: Value) -> (u16, Value) {
     api(
         hub.addr,
@@ -107,30 +108,19 @@ async fn a_directory_group_reaches_the_cluster_and_leaving_it_takes_the_right_aw
     slapd.add_group("ops", &[user_dn("alice"), user_dn("oscar")]);
 
     // Groups are read again every 10 s; the provider, over LDAPS with the test's CA.
-    let (status, answer) = api(
-        hub.addr,
-        "POST",
-        "/v1/settings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "auth-refresh-interval"}, "spec": {"value": "10s"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{answer}");
+    refresh_every(hub.addr, &admin, "10s").await;
     let spec = json!({"type": "ldap", "displayName": "Example Corp",
         "ldap": provider(&slapd.ldaps_url, &slapd.ca_pem, json!({}))});
     let (status, answer) = create_provider(hub, &admin, "corp", spec).await;
     assert_eq!(status, 201, "{answer}");
     // Role bindings name the directory's group, prefixed with the provider.
-    let (status, answer) = api(
+    bind_group(
         hub.addr,
-        "POST",
-        "/v1/rolebindings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "ops-members"},
-            "spec": {"group": "corp:ops", "role": "cluster-member", "cluster": "prod"}})),
+        &admin,
+        "ops-members",
+        ("corp:ops", "cluster-member", Some("prod")),
     )
     .await;
-    assert_eq!(status, 201, "{answer}");
 
     // Alice signs in with the directory: a hub User linked to her DN, with her groups.
     let (status, answer) = sign_in(hub, "corp", "alice", ALICE_PASSWORD).await;
@@ -202,24 +192,9 @@ async fn a_directory_group_reaches_the_cluster_and_leaving_it_takes_the_right_aw
 
     // Taken out of ops in the directory: the next refresh takes the right away, on the hub
     // and through the proxy, without her signing in again.
-    let (_, users) = api(hub.addr, "GET", "/v1/users", Some(&admin), None).await;
-    let from = users["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    slapd.remove_member("ops", &user_dn("alice"));
-    wait_for_event(
-        hub.addr,
-        &format!("/v1/users?watch=true&resourceVersion={from}"),
-        &admin,
-        Duration::from_secs(60),
-        |e| {
-            e["object"]["metadata"]["name"] == "corp-alice"
-                && e["object"]["spec"]
-                    .get("providerGroups")
-                    .is_none_or(|g| !g.as_array().unwrap().iter().any(|g| g == "corp:ops"))
-        },
-    )
+    groups_become(hub.addr, &admin, "corp-alice", json!([]), async {
+        slapd.remove_member("ops", &user_dn("alice"));
+    })
     .await;
     let (status, me) = api(hub.addr, "GET", "/v1/me", Some(&alice), None).await;
     assert_eq!(status, 200, "{me}");

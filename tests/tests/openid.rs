@@ -16,9 +16,9 @@ use tests::{
     browser::{Browser, Driver, check_and_save_as},
     leaked_secrets,
     oidc::OpenIdProvider,
-    temp_dir, wait_for_event,
+    signin::{CliLogin, back_at_hub, bind_group, create_provider, groups_become, refresh_every},
+    temp_dir,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const CLIENT_SECRET: &str = "drover's client secret at the provider";
 
@@ -45,19 +45,6 @@ async fn through_provider(browser: &Browser<'_>, start: &str, login: &str) {
     browser.click("button[type=submit]").await;
 }
 
-async fn me_in_browser(browser: &Browser<'_>) -> Value {
-    browser
-        .until(
-            "the hub's page",
-            Duration::from_secs(20),
-            "return location.pathname === '/clusters' || location.pathname === '/login';",
-        )
-        .await;
-    browser
-        .run("return fetch('/v1/me').then(r => r.json());", json!([]))
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_sign_in_at_their_openid_provider_with_its_groups() {
     let dir = temp_dir("openid");
@@ -73,32 +60,28 @@ async fn users_sign_in_at_their_openid_provider_with_its_groups() {
                           "email": "olivia@example.com", "groups": ["admins", "ops"]}}),
     )
     .await;
-    let (status, answer) = api(
+    let answer = create_provider(
         hub.addr,
-        "POST",
-        "/v1/authproviders",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "sso"}, "spec": {"type": "oidc", "displayName": "Example SSO",
+        &admin,
+        "sso",
+        json!({"type": "oidc", "displayName": "Example SSO",
             "oidc": {"issuer": idp.issuer, "clientId": "drover", "clientSecret": CLIENT_SECRET,
                      "scopes": ["openid", "profile", "email", "groups", "offline_access"],
-                     "caCerts": idp.ca_pem}}})),
+                     "caCerts": idp.ca_pem}}),
     )
     .await;
-    assert_eq!(status, 201, "{answer}");
     assert!(
         answer["spec"]["oidc"].get("clientSecret").is_none(),
         "{answer}"
     );
     // The provider's admins are the hub's admins.
-    let (status, answer) = api(
+    bind_group(
         hub.addr,
-        "POST",
-        "/v1/rolebindings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "sso-admins"}, "spec": {"group": "sso:admins", "role": "admin"}})),
+        &admin,
+        "sso-admins",
+        ("sso:admins", "admin", None),
     )
     .await;
-    assert_eq!(status, 201, "{answer}");
 
     // The dashboard's login page offers the provider; signing in there lands on the hub.
     let driver = Driver::start(&dir).await;
@@ -114,7 +97,7 @@ async fn users_sign_in_at_their_openid_provider_with_its_groups() {
         )
         .await;
     through_provider(&browser, href.as_str().unwrap(), "olivia").await;
-    let me = me_in_browser(&browser).await;
+    let me = back_at_hub(&browser).await;
     assert_eq!(me["user"], "sso-olivia", "{me}");
     assert_eq!(me["admin"], true, "{me}");
     let (_, user) = api(hub.addr, "GET", "/v1/users/sso-olivia", Some(&admin), None).await;
@@ -143,7 +126,7 @@ async fn users_sign_in_at_their_openid_provider_with_its_groups() {
         .await;
     assert_eq!(me, 401);
     through_provider(&browser, href.as_str().unwrap(), "olivia").await;
-    assert_eq!(me_in_browser(&browser).await["user"], "sso-olivia");
+    assert_eq!(back_at_hub(&browser).await["user"], "sso-olivia");
 
     // Tampered ID tokens are refused, each saying why; nobody is signed in by them.
     for (mode, says) in [
@@ -180,76 +163,26 @@ async fn users_sign_in_at_their_openid_provider_with_its_groups() {
 
     // The command line prints the provider's URL and waits; the browser signs in there.
     let config = dir.join("cli.json");
-    let mut cli = tokio::process::Command::new(tests::binary("drover-hub"))
-        .args([
-            "login",
-            "--server",
-            &hub_url,
-            "--ca-checksum",
-            &hub.ca_checksum,
-        ])
-        .args(["--provider", "sso", "--config", config.to_str().unwrap()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut printed = BufReader::new(cli.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let line = printed.next_line().await.unwrap().expect("the CLI's URL");
-            if let Some(url) = line.trim().strip_prefix("https://") {
-                return format!("https://{url}");
-            }
-        }
-    })
-    .await
-    .unwrap();
-    assert!(url.starts_with(&idp.issuer), "{url}");
-    through_provider(&browser, &url, "olivia").await;
+    let cli = CliLogin::start(&hub, &config, "sso").await;
+    assert!(cli.url.starts_with(&idp.issuer), "{}", cli.url);
+    through_provider(&browser, &cli.url, "olivia").await;
     browser.find("#cli-done").await;
-    let out = tokio::time::timeout(Duration::from_secs(30), cli.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, cli_token) = cli.finish(&config).await;
     assert!(stdout.contains("as sso-olivia"), "{stdout}");
-    let saved: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
-    let cli_token = saved["token"].as_str().unwrap().to_owned();
     let (status, me) = api(hub.addr, "GET", "/v1/me", Some(&cli_token), None).await;
     assert_eq!((status, me["user"].clone()), (200, json!("sso-olivia")));
 
     // Out of admins at the provider: the next refresh (by the refresh token) takes the role.
-    let (status, _) = api(
+    refresh_every(hub.addr, &admin, "10s").await;
+    groups_become(
         hub.addr,
-        "POST",
-        "/v1/settings",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "auth-refresh-interval"}, "spec": {"value": "10s"}})),
-    )
-    .await;
-    assert_eq!(status, 201);
-    let (_, users) = api(hub.addr, "GET", "/v1/users", Some(&admin), None).await;
-    let from = users["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    idp.set_users(
-        json!({"olivia": {"name": "Olivia Ops", "preferred_username": "olivia",
-                                    "groups": ["ops"]}}),
-    )
-    .await;
-    wait_for_event(
-        hub.addr,
-        &format!("/v1/users?watch=true&resourceVersion={from}"),
         &admin,
-        Duration::from_secs(60),
-        |e| {
-            e["object"]["metadata"]["name"] == "sso-olivia"
-                && e["object"]["spec"]["providerGroups"] == json!(["sso:ops"])
-        },
+        "sso-olivia",
+        json!(["sso:ops"]),
+        idp.set_users(
+            json!({"olivia": {"name": "Olivia Ops", "preferred_username": "olivia",
+                                        "groups": ["ops"]}}),
+        ),
     )
     .await;
     let (_, me) = api(hub.addr, "GET", "/v1/me", Some(&cli_token), None).await;

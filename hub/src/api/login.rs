@@ -391,7 +391,7 @@ pub(super) async fn logout(
         Ok(provider) => match serde_json::from_value::<AuthProviderSpec>(provider.spec)
             .ok()
             .as_ref()
-            .and_then(providers::openid)
+            .and_then(providers::redirecting)
         {
             Some(Ok(client)) => {
                 let after = format!("{}/login", api.server_url.trim_end_matches('/'));

@@ -49,7 +49,7 @@ fn next_path(next: Option<&str>) -> String {
 async fn client_of(
     api: &Api,
     name: &str,
-) -> Result<(AuthProviderSpec, providers::oidc::Oidc), ApiError> {
+) -> Result<(AuthProviderSpec, providers::Redirecting), ApiError> {
     let spec = match api.store.get(Kind::AuthProvider.name(), name).await {
         Ok(found) => serde_json::from_value::<AuthProviderSpec>(found.spec)
             .map_err(|e| ApiError::internal(format!("auth provider {name:?}: {e}")))?,
@@ -65,7 +65,7 @@ async fn client_of(
             "auth provider {name:?} is disabled; sign in with another, or ask an admin"
         )));
     }
-    let client = providers::openid(&spec)
+    let client = providers::redirecting(&spec)
         .ok_or_else(|| {
             ApiError::bad_request(format!(
                 "auth provider {name:?} takes a user name and password: POST /v1/login with \"provider\": {name:?}"

@@ -335,7 +335,11 @@ fn redact_spec(spec: &mut Value) {
 
 /// Secrets written into an object's spec that the API never returns, and that an update
 /// which leaves them out keeps (JSON pointers into the spec).
-pub const SECRET_FIELDS: [&str; 2] = ["/ldap/bindPassword", "/oidc/clientSecret"];
+pub const SECRET_FIELDS: [&str; 3] = [
+    "/ldap/bindPassword",
+    "/oidc/clientSecret",
+    "/github/clientSecret",
+];
 
 /// A distribution's name, the build suffix of its release names, and an example release.
 fn release_naming(dist: Distribution) -> (&'static str, &'static str, &'static str) {

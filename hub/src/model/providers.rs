@@ -24,6 +24,9 @@ pub struct AuthProviderSpec {
     /// For `oidc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc: Option<OidcSpec>,
+    /// For `github`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GithubSpec>,
     /// Who may sign in at all: nobody listed means everyone the provider authenticates;
     /// otherwise only these login names and members of these groups (the directory's names,
     /// without the provider's prefix).
@@ -46,6 +49,9 @@ pub enum ProviderType {
     /// An OpenID Connect provider (Keycloak, Dex, Okta, Entra ID, Google): the authorization
     /// code flow with PKCE in the user's browser.
     Oidc,
+    /// GitHub or GitHub Enterprise Server: an OAuth app; the user's organisations and teams
+    /// are their groups.
+    Github,
 }
 
 impl ProviderType {
@@ -54,13 +60,14 @@ impl ProviderType {
             ProviderType::Ldap => "ldap",
             ProviderType::ActiveDirectory => "activedirectory",
             ProviderType::Oidc => "oidc",
+            ProviderType::Github => "github",
         }
     }
 
     /// Whether users sign in at the provider's own page (in a browser) rather than by giving
     /// the hub their password.
     pub fn redirects(self) -> bool {
-        matches!(self, ProviderType::Oidc)
+        matches!(self, ProviderType::Oidc | ProviderType::Github)
     }
 }
 
@@ -174,6 +181,25 @@ pub struct OidcSpec {
     pub timeout_seconds: u64,
 }
 
+/// A GitHub OAuth app. Its callback URL is `<hub URL>/v1/login/<provider name>/callback`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GithubSpec {
+    pub client_id: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// GitHub Enterprise Server's address (`https://github.example.com`; its API is under
+    /// `/api/v3`); github.com if empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub base_url: String,
+    /// PEM CA certificates to trust for GitHub Enterprise Server's TLS.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_certs: String,
+    #[serde(default = "timeout_seconds")]
+    pub timeout_seconds: u64,
+}
+
 fn scopes() -> Vec<String> {
     vec!["openid".into(), "profile".into(), "email".into()]
 }
@@ -223,23 +249,57 @@ pub fn validate_provider_name(name: &str) -> Result<(), String> {
 
 /// Checks an AuthProvider's spec; the message names the field to fix.
 pub fn validate_provider(spec: &AuthProviderSpec) -> Result<(), String> {
+    let (wanted, given) = (
+        match spec.provider_type {
+            ProviderType::Ldap | ProviderType::ActiveDirectory => "ldap",
+            ProviderType::Oidc => "oidc",
+            ProviderType::Github => "github",
+        },
+        [
+            ("ldap", spec.ldap.is_some()),
+            ("oidc", spec.oidc.is_some()),
+            ("github", spec.github.is_some()),
+        ],
+    );
+    if let Some((other, _)) = given.iter().find(|(name, set)| *set && *name != wanted) {
+        return Err(format!(
+            "spec.{other} does not belong to a provider of type {}; its settings go in spec.{wanted}",
+            spec.provider_type.label()
+        ));
+    }
     match spec.provider_type {
-        ProviderType::Oidc => {
-            if spec.ldap.is_some() {
-                return Err("spec.ldap is for ldap and activedirectory providers; an oidc provider has spec.oidc".into());
-            }
-            validate_oidc(spec.oidc.as_ref())
-        }
-        ProviderType::Ldap | ProviderType::ActiveDirectory => {
-            if spec.oidc.is_some() {
-                return Err(format!(
-                    "spec.oidc is for oidc providers; a provider of type {} has spec.ldap",
-                    spec.provider_type.label()
-                ));
-            }
-            validate_ldap(spec)
+        ProviderType::Oidc => validate_oidc(spec.oidc.as_ref()),
+        ProviderType::Github => validate_github(spec.github.as_ref()),
+        ProviderType::Ldap | ProviderType::ActiveDirectory => validate_ldap(spec),
+    }
+}
+
+fn validate_github(github: Option<&GithubSpec>) -> Result<(), String> {
+    let Some(github) = github else {
+        return Err(
+            "spec.github: a github provider needs its OAuth app's clientId and clientSecret".into(),
+        );
+    };
+    if github.client_id.trim().is_empty() {
+        return Err("spec.github.clientId must not be empty".into());
+    }
+    if !github.base_url.is_empty() {
+        let url: Option<http::Uri> = github.base_url.parse().ok();
+        if !url.is_some_and(|u| u.scheme_str() == Some("https") && u.host().is_some()) {
+            return Err(format!(
+                "spec.github.baseUrl: {:?} is not an https:// URL; give GitHub Enterprise Server's address, or leave it out for github.com",
+                github.base_url
+            ));
         }
     }
+    if !github.ca_certs.trim().is_empty() {
+        tunnel::tls::roots_from_pem(github.ca_certs.as_bytes())
+            .map_err(|e| format!("spec.github.caCerts: {e}"))?;
+    }
+    if !(1..=300).contains(&github.timeout_seconds) {
+        return Err("spec.github.timeoutSeconds: from 1 to 300".into());
+    }
+    Ok(())
 }
 
 fn validate_oidc(oidc: Option<&OidcSpec>) -> Result<(), String> {

@@ -170,7 +170,9 @@ impl Directory {
                 self.spec.login_attribute.as_str(),
                 login.rsplit_once('\\').map_or(login, |(_, name)| name),
             ),
-            ProviderType::Ldap | ProviderType::Oidc => (self.spec.login_attribute.as_str(), login),
+            ProviderType::Ldap | ProviderType::Oidc | ProviderType::Github => {
+                (self.spec.login_attribute.as_str(), login)
+            }
         };
         format!(
             "(&{}({attribute}={}))",

@@ -18,6 +18,7 @@ use crate::{
 
 pub use crate::model::{LOCAL, RESERVED};
 
+pub mod github;
 pub mod http;
 pub mod jwt;
 pub mod ldap;
@@ -40,6 +41,24 @@ pub struct Identity {
     pub display_name: String,
     /// The directory's group names (unprefixed).
     pub groups: Vec<String>,
+}
+
+/// A login under way: what the callback must match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    pub url: String,
+    pub state: String,
+    pub nonce: String,
+    pub verifier: String,
+}
+
+/// The user a finished login found, and what lets the hub read their groups again.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub identity: Identity,
+    /// What the scheduled refresh reads their groups with: an OpenID refresh token, a GitHub
+    /// access token (kept in the store, never shown).
+    pub refresh_token: Option<String>,
 }
 
 /// What went wrong talking to a directory, in the words the test-connection action shows.
@@ -132,13 +151,71 @@ pub fn directory(spec: &AuthProviderSpec) -> Option<ldap::Directory> {
             .ldap
             .as_ref()
             .map(|l| ldap::Directory::new(spec.provider_type, l)),
-        ProviderType::Oidc => None,
+        ProviderType::Oidc | ProviderType::Github => None,
     }
 }
 
-/// The OpenID Connect client an AuthProvider's spec describes.
-pub fn openid(spec: &AuthProviderSpec) -> Option<Result<oidc::Oidc, DirectoryError>> {
-    spec.oidc.as_ref().map(oidc::Oidc::new)
+/// A provider whose users sign in at its own page.
+#[derive(Debug, Clone)]
+pub enum Redirecting {
+    Oidc(oidc::Oidc),
+    Github(github::Github),
+}
+
+impl Redirecting {
+    /// Where to send the user's browser, and what the callback must match.
+    pub async fn start(&self, redirect_uri: &str) -> Result<Started, DirectoryError> {
+        match self {
+            Redirecting::Oidc(c) => c.start(redirect_uri).await,
+            Redirecting::Github(c) => c.start(redirect_uri).await,
+        }
+    }
+
+    /// The user the callback's `code` is for.
+    pub async fn finish(
+        &self,
+        redirect_uri: &str,
+        code: &str,
+        verifier: &str,
+        nonce: &str,
+    ) -> Result<Finished, DirectoryError> {
+        match self {
+            Redirecting::Oidc(c) => c.finish(redirect_uri, code, verifier, nonce).await,
+            Redirecting::Github(c) => c.finish(redirect_uri, code, verifier).await,
+        }
+    }
+
+    /// The user as the provider has them now, with what [`Finished::refresh_token`] kept;
+    /// `Ok(None)` if the provider no longer accepts it.
+    pub async fn refresh(&self, kept: &str) -> Result<Option<Finished>, DirectoryError> {
+        match self {
+            Redirecting::Oidc(c) => c.refresh(kept).await,
+            Redirecting::Github(c) => c.refresh(kept).await,
+        }
+    }
+
+    /// Where the browser ends the provider's session too, if the provider says.
+    pub async fn end_session(&self, after: &str) -> Option<String> {
+        match self {
+            Redirecting::Oidc(c) => c.end_session(after).await,
+            Redirecting::Github(_) => None,
+        }
+    }
+}
+
+/// The client of a provider whose users sign in at its own page, if `spec` is one.
+pub fn redirecting(spec: &AuthProviderSpec) -> Option<Result<Redirecting, DirectoryError>> {
+    match spec.provider_type {
+        ProviderType::Oidc => spec
+            .oidc
+            .as_ref()
+            .map(|o| oidc::Oidc::new(o).map(Redirecting::Oidc)),
+        ProviderType::Github => spec
+            .github
+            .as_ref()
+            .map(|g| github::Github::new(g).map(Redirecting::Github)),
+        ProviderType::Ldap | ProviderType::ActiveDirectory => None,
+    }
 }
 
 /// Whether `identity` may sign in with a provider whose `allowed` is as given.
@@ -417,12 +494,14 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
                         .await
                         .map_err(|e| e.to_string())?
                 }
-                ProviderType::Oidc => match refresh_openid(store, &spec, principal).await? {
-                    Some(found) => found,
-                    // Nothing to refresh with (the provider gave no refresh token): the
-                    // groups of the last login stay until the next one.
-                    None => return Ok(()),
-                },
+                ProviderType::Oidc | ProviderType::Github => {
+                    match refresh_redirecting(store, &spec, principal).await? {
+                        Some(found) => found,
+                        // Nothing to refresh with (the provider gave no refresh token): the
+                        // groups of the last login stay until the next one.
+                        None => return Ok(()),
+                    }
+                }
             };
             found.filter(|identity| allowed(&spec, identity))
         }
@@ -465,16 +544,18 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
 }
 
 /// The hidden store kinds of sign-in (no API route serves them): a browser login under way,
-/// and what lets the hub read an OpenID Connect user's groups again (their refresh token).
+/// and what lets the hub read a redirecting provider's user's groups again (an OpenID refresh
+/// token, a GitHub access token).
 pub const PENDING_KIND: &str = "PendingLogin";
 pub const SESSION_KIND: &str = "ProviderSession";
 
 /// How long a login may take at the provider's page.
 pub const PENDING_FOR: time::Duration = time::Duration::minutes(10);
 
-/// An OpenID Connect user as the provider has them now (`Some(None)`: gone), by their stored
-/// refresh token; `None` if there is none to refresh with.
-async fn refresh_openid(
+/// A user of a redirecting provider as the provider has them now (`Some(None)`: gone), by
+/// what their login left (an OpenID refresh token, a GitHub access token); `None` if there is
+/// nothing to refresh with.
+async fn refresh_redirecting(
     store: &dyn Store,
     spec: &AuthProviderSpec,
     principal: &PrincipalRef,
@@ -487,8 +568,8 @@ async fn refresh_openid(
     let Some(refresh_token) = session.spec.get("refreshToken").and_then(Value::as_str) else {
         return Ok(None);
     };
-    let client = openid(spec)
-        .ok_or("the provider has no oidc settings")?
+    let client = redirecting(spec)
+        .ok_or("the provider has no settings for its type")?
         .map_err(|e| e.to_string())?;
     match client
         .refresh(refresh_token)

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    DirectoryError, Identity, http,
+    DirectoryError, Finished, Identity, Started, http,
     jwt::{self, JwkSet},
 };
 use crate::model::OidcSpec;
@@ -28,22 +28,6 @@ pub struct Discovery {
     pub end_session_endpoint: Option<String>,
 }
 
-/// A login under way: what the callback must match.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Started {
-    pub url: String,
-    pub state: String,
-    pub nonce: String,
-    pub verifier: String,
-}
-
-/// The user a finished login found, and what lets the hub read their groups again.
-#[derive(Debug, Clone)]
-pub struct Finished {
-    pub identity: Identity,
-    pub refresh_token: Option<String>,
-}
-
 /// One OIDC provider's client.
 #[derive(Debug, Clone)]
 pub struct Oidc {
@@ -51,7 +35,7 @@ pub struct Oidc {
     tls: std::sync::Arc<rustls::ClientConfig>,
 }
 
-fn random_text(bytes: usize) -> String {
+pub(super) fn random_text(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // The system's random source failing is not recoverable; an all-zero value would be
     // guessable, so refuse to go on.

@@ -1,0 +1,158 @@
+//! What the sign-in tests (directory, OpenID, GitHub) share: creating a provider and a role
+//! binding, the refresh interval, waiting for a user's groups to change, and the command
+//! line's browser login.
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::{HubProcess, api, wait_for_event};
+
+/// Creates the AuthProvider `name` with `spec`; panics unless the hub accepts it. Returns what
+/// the hub answered.
+pub async fn create_provider(addr: SocketAddr, admin: &str, name: &str, spec: Value) -> Value {
+    let (status, answer) = api(
+        addr,
+        "POST",
+        "/v1/authproviders",
+        Some(admin),
+        Some(json!({"metadata": {"name": name}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    answer
+}
+
+/// Binds `role` (global, or on `cluster`) to `group`, as the role binding `name`.
+pub async fn bind_group(
+    addr: SocketAddr,
+    admin: &str,
+    name: &str,
+    (group, role, cluster): (&str, &str, Option<&str>),
+) {
+    let mut spec = json!({"group": group, "role": role});
+    if let Some(cluster) = cluster {
+        spec["cluster"] = cluster.into();
+    }
+    let (status, answer) = api(
+        addr,
+        "POST",
+        "/v1/rolebindings",
+        Some(admin),
+        Some(json!({"metadata": {"name": name}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Sets how often providers' users' groups are read again.
+pub async fn refresh_every(addr: SocketAddr, admin: &str, interval: &str) {
+    let (status, answer) = api(
+        addr,
+        "POST",
+        "/v1/settings",
+        Some(admin),
+        Some(json!({"metadata": {"name": "auth-refresh-interval"}, "spec": {"value": interval}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Does `change`, then waits (watching users from before it) until `user`'s provider groups
+/// are `groups`.
+pub async fn groups_become(
+    addr: SocketAddr,
+    admin: &str,
+    user: &str,
+    groups: Value,
+    change: impl std::future::Future<Output = ()>,
+) {
+    let (_, users) = api(addr, "GET", "/v1/users", Some(admin), None).await;
+    let from = users["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    change.await;
+    wait_for_event(
+        addr,
+        &format!("/v1/users?watch=true&resourceVersion={from}"),
+        admin,
+        Duration::from_secs(60),
+        |e| {
+            e["object"]["metadata"]["name"] == user
+                && e["object"]["spec"]
+                    .get("providerGroups")
+                    .cloned()
+                    .unwrap_or(json!([]))
+                    == groups
+        },
+    )
+    .await;
+}
+
+/// Waits until the browser is back at the hub (its clusters page, or the login page saying
+/// why not) and returns what `/v1/me` says there.
+pub async fn back_at_hub(browser: &crate::browser::Browser<'_>) -> Value {
+    browser
+        .until(
+            "back at the hub",
+            Duration::from_secs(20),
+            "return location.pathname === '/clusters' || location.pathname === '/login';",
+        )
+        .await;
+    browser
+        .run("return fetch('/v1/me').then(r => r.json());", json!([]))
+        .await
+}
+
+/// `drover-hub login --provider NAME` started, and the URL it printed for a browser.
+#[derive(Debug)]
+pub struct CliLogin {
+    child: tokio::process::Child,
+    pub url: String,
+}
+
+impl CliLogin {
+    pub async fn start(hub: &HubProcess, config: &Path, provider: &str) -> Self {
+        let mut child = tokio::process::Command::new(crate::binary("drover-hub"))
+            .args([
+                "login",
+                "--server",
+                &hub.url(),
+                "--ca-checksum",
+                &hub.ca_checksum,
+            ])
+            .args(["--provider", provider, "--config", config.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut printed = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let line = printed.next_line().await.unwrap().expect("the CLI's URL");
+                if line.trim().starts_with("https://") {
+                    return line.trim().to_owned();
+                }
+            }
+        })
+        .await
+        .expect("the CLI prints a URL within 30 s");
+        CliLogin { child, url }
+    }
+
+    /// Waits for the CLI to finish; returns what it printed and the token it saved.
+    pub async fn finish(self, config: &Path) -> (String, String) {
+        let out = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
+            .await
+            .expect("the CLI done within 30 s of the sign-in")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}");
+        let saved: Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
+        (stdout, saved["token"].as_str().unwrap().to_owned())
+    }
+}

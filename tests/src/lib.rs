@@ -268,6 +268,9 @@ impl HubProcess {
             .position(|l| l.contains("with password"))
             .and_then(|i| printed.iter().skip(i + 1).find(|l| !l.trim().is_empty()))
             .map(|l| l.trim().to_owned());
+        if let Some(password) = &admin_password {
+            note_secret(password);
+        }
         Self {
             addr: value("listening on:").parse().unwrap(),
             ca_checksum: value("CA checksum:"),
@@ -466,6 +469,13 @@ async fn send_json(
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()))
     };
+    // Passwords and secrets sent, tokens received: none may be in any audit log of the run.
+    if let Some(body) = &body {
+        secrets_in(body);
+    }
+    if let Some(token) = value.get("token").and_then(serde_json::Value::as_str) {
+        note_secret(token);
+    }
     Ok((status, value))
 }
 
@@ -599,6 +609,54 @@ pub async fn wait_for_event(
     })
     .await
     .unwrap_or_else(|_| panic!("no matching event on {path} within {within:?}"))
+}
+
+/// Remembers a password, secret or token the tests used, in the file `$DROVER_SECRETS_SEEN`
+/// names (`scripts/test` sets it): after the whole run, no audit log of any hub may hold one.
+pub fn note_secret(secret: &str) {
+    use std::io::Write as _;
+    let Some(file) = std::env::var_os("DROVER_SECRETS_SEEN") else {
+        return;
+    };
+    // Short values (a port, "x") would match anything; every secret the hub takes is longer.
+    if secret.len() < 12 || secret.contains('\n') {
+        return;
+    }
+    if let Ok(mut out) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+    {
+        // One write per line: appends from several test processes do not interleave.
+        let _ = out.write_all(format!("{secret}\n").as_bytes());
+    }
+}
+
+/// Notes every string value under a key that names a secret (password, secret, token,
+/// key data) in a request body.
+fn secrets_in(body: &serde_json::Value) {
+    match body {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                let key = key.to_ascii_lowercase();
+                let secret = ["password", "secret", "token"]
+                    .iter()
+                    .any(|k| key.contains(k))
+                    || key == "stringdata";
+                match value {
+                    serde_json::Value::String(text) if secret => note_secret(text),
+                    serde_json::Value::Object(inner) if secret => {
+                        for v in inner.values().filter_map(serde_json::Value::as_str) {
+                            note_secret(v);
+                        }
+                    }
+                    other => secrets_in(other),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(secrets_in),
+        _ => {}
+    }
 }
 
 /// Does `change`, then waits (watching tokens from before it) until the API token `token` is

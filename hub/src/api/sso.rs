@@ -21,6 +21,9 @@ use crate::{
     store::{Object, Op, StoreError},
 };
 
+/// Sign-ins under way at most (each lives ten minutes unless it is finished).
+const MAX_PENDING: usize = 1000;
+
 /// The cookie binding a dashboard login under way to the browser that started it.
 const LOGIN_COOKIE: &str = "drover_login";
 
@@ -92,6 +95,21 @@ fn unavailable(provider: &str) -> impl Fn(providers::DirectoryError) -> ApiError
 /// need kept in the store under the login's `state`.
 async fn begin(api: &Api, provider: &str, more: Value) -> Result<(String, String), ApiError> {
     let (_, client) = client_of(api, provider).await?;
+    // Anyone may start a sign-in, and each is kept until it is used or expires: a flood of
+    // them must not fill the store.
+    let (pending, _) = api
+        .store
+        .list(PENDING_KIND, &crate::store::LabelSelector::everything())
+        .await?;
+    if pending.len() >= MAX_PENDING {
+        let mut refused = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "too many sign-ins are under way; try again in a few minutes",
+        );
+        refused.retry_after = Some(60);
+        return Err(refused);
+    }
     let started = client
         .start(&redirect_uri(api, provider))
         .await

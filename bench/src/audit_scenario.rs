@@ -12,16 +12,16 @@ use crate::proxy_scenario::{POD, proxied, setup_with, threads_cpu, throughput};
 pub(crate) struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 64)]
-    clients: usize,
+    pub(crate) clients: usize,
     /// Seconds of load per round.
     #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    pub(crate) seconds: u64,
     /// Rounds per setting (each its own hub).
     #[arg(long, default_value_t = 2)]
-    rounds: usize,
+    pub(crate) rounds: usize,
     /// Pods in the simulated cluster.
     #[arg(long, default_value_t = 100)]
-    pods: usize,
+    pub(crate) pods: usize,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {

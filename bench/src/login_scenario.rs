@@ -6,7 +6,8 @@
 //!   own users (an argon2id check) as the same-run baseline;
 //! - the OpenID callback's handling time (discovery, token exchange, key set, ID token check,
 //!   userinfo, the User and the session written), the flow before it driven over HTTP as a
-//!   browser would (the provider's development sign-in and consent forms).
+//!   browser would (the provider's development sign-in and consent forms);
+//! - and `bench audit`'s proxy requests per second with the audit log on and off.
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Instant};
 
@@ -29,6 +30,10 @@ pub(crate) struct Args {
     /// OpenID sign-ins timed.
     #[arg(long, default_value_t = 20)]
     oidc: usize,
+    /// Rounds of `bench audit` (the proxy with the audit log on and off) in the same run; 0
+    /// leaves it out.
+    #[arg(long, default_value_t = 1)]
+    audit_rounds: usize,
 }
 
 const PASSWORD: &str = "a bench user's password";
@@ -151,6 +156,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     });
     drop((slapd, idp, hub));
     let _ = std::fs::remove_dir_all(&dir);
+    let mut report = report;
+    if args.audit_rounds > 0 {
+        // What every login and proxied request then costs: the audit log on and off.
+        report["audit"] = crate::audit_scenario::run(crate::audit_scenario::Args {
+            clients: 64,
+            seconds: 5,
+            rounds: args.audit_rounds,
+            pods: 100,
+        })
+        .await?;
+    }
     Ok(report)
 }
 

@@ -79,7 +79,12 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
 
 /// A random password for the bootstrap admin: 24 characters of base64url (144 bits).
 pub fn random_password() -> String {
-    B64.encode(random::<18>())
+    random_text::<18>()
+}
+
+/// `N` random bytes as base64url text (a login's `state`, `nonce` and PKCE verifier).
+pub fn random_text<const N: usize>() -> String {
+    B64.encode(random::<N>())
 }
 
 /// sha256 of a token secret, hex.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{DirectoryError, Finished, Identity, Started, http, oidc::random_text};
-use crate::model::GithubSpec;
+use super::{DirectoryError, Finished, Identity, Started, http};
+use crate::{auth::secret::random_text, model::GithubSpec};
 
 /// Items per page of the REST API's lists (its largest).
 const PER_PAGE: usize = 100;
@@ -54,7 +54,7 @@ impl Github {
     }
 
     pub async fn start(&self, redirect_uri: &str) -> Result<Started, DirectoryError> {
-        let (state, verifier) = (random_text(24), random_text(48));
+        let (state, verifier) = (random_text::<24>(), random_text::<48>());
         let challenge = super::oidc::challenge(&verifier);
         let query = http::form(&[
             ("client_id", &self.spec.client_id),

@@ -13,7 +13,7 @@ use super::{
     DirectoryError, Finished, Identity, Started, http,
     jwt::{self, JwkSet},
 };
-use crate::model::OidcSpec;
+use crate::{auth::secret::random_text, model::OidcSpec};
 
 /// What discovery says (OpenID Connect Discovery 1.0), the fields used here.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,16 +33,6 @@ pub struct Discovery {
 pub struct Oidc {
     spec: OidcSpec,
     tls: std::sync::Arc<rustls::ClientConfig>,
-}
-
-pub(super) fn random_text(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    // The system's random source failing is not recoverable; an all-zero value would be
-    // guessable, so refuse to go on.
-    #[allow(clippy::expect_used)]
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut buf)
-        .expect("the system's random source");
-    B64.encode(buf)
 }
 
 /// The PKCE challenge of `verifier` (RFC 7636, S256).
@@ -127,7 +117,11 @@ impl Oidc {
     /// Where to send the user's browser, with a fresh `state`, `nonce` and PKCE verifier.
     pub async fn start(&self, redirect_uri: &str) -> Result<Started, DirectoryError> {
         let discovery = self.discover().await?;
-        let (state, nonce, verifier) = (random_text(24), random_text(24), random_text(48));
+        let (state, nonce, verifier) = (
+            random_text::<24>(),
+            random_text::<24>(),
+            random_text::<48>(),
+        );
         let scope = self.spec.scopes.join(" ");
         let challenge = challenge(&verifier);
         let mut params = vec![

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tests::{HubProcess, api, ldap::Slapd, oidc::OpenIdProvider};
+use tests::{HubProcess, api, ldap::Slapd, oidc::OpenIdProvider, signin::create_provider};
 
 use crate::load::percentile_us;
 
@@ -60,20 +60,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "all",
         &[format!("cn=team-00,ou=groups,{}", tests::ldap::BASE)],
     );
-    let provider = json!({"metadata": {"name": "corp"}, "spec": {"type": "ldap", "ldap": {
+    create_provider(
+        hub.addr,
+        &admin,
+        "corp",
+        json!({"type": "ldap", "ldap": {
         "url": slapd.ldaps_url, "caCerts": slapd.ca_pem, "bindDn": tests::ldap::READER_DN,
         "bindPassword": tests::ldap::READER_PASSWORD,
         "userSearchBase": format!("ou=people,{}", tests::ldap::BASE),
-        "groupSearchBase": format!("ou=groups,{}", tests::ldap::BASE)}}});
-    let (status, answer) = api(
-        hub.addr,
-        "POST",
-        "/v1/authproviders",
-        Some(&admin),
-        Some(provider),
+        "groupSearchBase": format!("ou=groups,{}", tests::ldap::BASE)}}),
     )
     .await;
-    anyhow::ensure!(status == 201, "creating the LDAP provider: {answer}");
     let (status, answer) = api(
         hub.addr,
         "POST",
@@ -109,18 +106,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         json!({"olivia": {"preferred_username": "olivia", "groups": ["admins", "ops"]}}),
     )
     .await;
-    let provider = json!({"metadata": {"name": "sso"}, "spec": {"type": "oidc", "oidc": {
-        "issuer": idp.issuer, "clientId": "drover", "clientSecret": "bench client secret",
-        "scopes": ["openid", "profile", "groups"], "caCerts": idp.ca_pem}}});
-    let (status, answer) = api(
+    create_provider(
         hub.addr,
-        "POST",
-        "/v1/authproviders",
-        Some(&admin),
-        Some(provider),
+        &admin,
+        "sso",
+        json!({"type": "oidc", "oidc": {
+        "issuer": idp.issuer, "clientId": "drover", "clientSecret": "bench client secret",
+        "scopes": ["openid", "profile", "groups"], "caCerts": idp.ca_pem}}),
     )
     .await;
-    anyhow::ensure!(status == 201, "creating the OpenID provider: {answer}");
     let mut callbacks = Vec::new();
     for _ in 0..args.oidc.max(1) {
         callbacks.push(openid_callback(hub.addr, idp.addr, "olivia").await?);

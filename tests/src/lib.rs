@@ -659,6 +659,31 @@ fn secrets_in(body: &serde_json::Value) {
     }
 }
 
+/// Does `change`, then waits until a watch of `/v1/<plural>` from before it sends an event
+/// `wanted` accepts (so an event the change caused at once is not missed).
+pub async fn after_change(
+    addr: SocketAddr,
+    admin: &str,
+    plural: &str,
+    change: impl std::future::Future<Output = ()>,
+    wanted: impl FnMut(&serde_json::Value) -> bool,
+) {
+    let (_, list) = api(addr, "GET", &format!("/v1/{plural}"), Some(admin), None).await;
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    change.await;
+    wait_for_event(
+        addr,
+        &format!("/v1/{plural}?watch=true&resourceVersion={from}"),
+        admin,
+        Duration::from_secs(60),
+        wanted,
+    )
+    .await;
+}
+
 /// Does `change`, then waits (watching tokens from before it) until the API token `token` is
 /// deleted, and checks it no longer authenticates: how tests see a user's access revoked.
 pub async fn revoked_by(
@@ -673,19 +698,9 @@ pub async fn revoked_by(
         .expect("an API token")
         .0
         .to_owned();
-    let (_, tokens) = api(addr, "GET", "/v1/tokens", Some(admin), None).await;
-    let from = tokens["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    change.await;
-    wait_for_event(
-        addr,
-        &format!("/v1/tokens?watch=true&resourceVersion={from}"),
-        admin,
-        Duration::from_secs(60),
-        |e| e["type"] == "DELETED" && e["object"]["metadata"]["name"] == name.as_str(),
-    )
+    after_change(addr, admin, "tokens", change, |e| {
+        e["type"] == "DELETED" && e["object"]["metadata"]["name"] == name.as_str()
+    })
     .await;
     let (status, _) = api(addr, "GET", "/v1/me", Some(token), None).await;
     assert_eq!(status, 401, "the token still works");

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::{HubProcess, api, wait_for_event};
+use crate::{HubProcess, api};
 
 /// Creates the AuthProvider `name` with `spec`; panics unless the hub accepts it. Returns what
 /// the hub answered.
@@ -68,26 +68,14 @@ pub async fn groups_become(
     groups: Value,
     change: impl std::future::Future<Output = ()>,
 ) {
-    let (_, users) = api(addr, "GET", "/v1/users", Some(admin), None).await;
-    let from = users["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    change.await;
-    wait_for_event(
-        addr,
-        &format!("/v1/users?watch=true&resourceVersion={from}"),
-        admin,
-        Duration::from_secs(60),
-        |e| {
-            e["object"]["metadata"]["name"] == user
-                && e["object"]["spec"]
-                    .get("providerGroups")
-                    .cloned()
-                    .unwrap_or(json!([]))
-                    == groups
-        },
-    )
+    crate::after_change(addr, admin, "users", change, |e| {
+        e["object"]["metadata"]["name"] == user
+            && e["object"]["spec"]
+                .get("providerGroups")
+                .cloned()
+                .unwrap_or(json!([]))
+                == groups
+    })
     .await;
 }
 

@@ -323,6 +323,7 @@ impl Planner {
             version,
             installer: settings.installer(dist, &self.server_url, version),
             ca_pem: &self.ca_pem,
+            endpoint: spec.endpoint_enabled(),
         }
     }
 

@@ -57,6 +57,7 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
         }
         Kind::Token => {
             add("spec.user", Kind::User, text("/user"));
+            add("spec.cluster", Kind::Cluster, text("/cluster"));
             add("spec.agent.cluster", Kind::Cluster, text("/agent/cluster"));
             // A system-agent's credential is its host's.
             let host = text("/agent/id").and_then(|id| id.strip_prefix("host/"));

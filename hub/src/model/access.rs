@@ -62,6 +62,11 @@ pub struct TokenSpec {
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentRef>,
+    /// A user's token for one cluster (a kubeconfig's): besides the hub, it opens that
+    /// cluster's authorized endpoint, whose API servers check it against the hashed copy the
+    /// cluster-agent keeps there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// A login session (dashboard cookie) rather than an API token.

@@ -50,8 +50,81 @@ pub struct ClusterSpec {
     /// upgrade strategy's concurrency. Runs once per `generation`; raise it to rotate again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotate_certificates: Option<Generation>,
+    /// For custom clusters: the authorized cluster endpoint. Users reach the cluster's API
+    /// servers directly with their hub-issued kubeconfig (also while the hub is down): each
+    /// control-plane host's API server asks an authenticator on its own loopback about hub
+    /// tokens, from hashed copies the cluster-agent keeps in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorized_endpoint: Option<AuthorizedEndpoint>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+}
+
+/// `spec.authorizedEndpoint` of a custom cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthorizedEndpoint {
+    pub enabled: bool,
+    /// A name (with an optional `:port`, default 6443) that reaches the control plane, e.g. a
+    /// load balancer in front of the servers: the kubeconfig gets a context for it too.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fqdn: String,
+    /// PEM CA certificates that verify the FQDN's server certificate (when it is not the
+    /// cluster's own CA, which the kubeconfig's per-host contexts use).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_certs: String,
+}
+
+impl ClusterSpec {
+    /// Whether the authorized cluster endpoint is on.
+    pub fn endpoint_enabled(&self) -> bool {
+        self.cluster_type == ClusterType::Custom
+            && self.authorized_endpoint.as_ref().is_some_and(|e| e.enabled)
+    }
+}
+
+/// Checks `spec.authorizedEndpoint`: an FQDN that is a DNS name with an optional port, CA
+/// certificates that parse.
+pub fn validate_endpoint(endpoint: &AuthorizedEndpoint) -> Result<(), String> {
+    let fqdn = endpoint.fqdn.trim();
+    if !fqdn.is_empty() {
+        let (host, port) = match fqdn.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (fqdn, None),
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if host.len() > 253 || !host.split('.').all(label_ok) || fqdn != endpoint.fqdn {
+            return Err(format!(
+                "spec.authorizedEndpoint.fqdn: {:?} must be a DNS name (letters, digits, '-' and '.'), optionally with :PORT, e.g. api.edge.example.com:6443",
+                endpoint.fqdn
+            ));
+        }
+        if let Some(port) = port
+            && port.parse::<u16>().ok().filter(|p| *p > 0).is_none()
+        {
+            return Err(format!(
+                "spec.authorizedEndpoint.fqdn: {port:?} is not a port (1-65535)"
+            ));
+        }
+    }
+    if !endpoint.ca_certs.trim().is_empty() {
+        match tunnel::tls::certs_from_pem(endpoint.ca_certs.as_bytes()) {
+            Ok(certs) if !certs.is_empty() => {}
+            _ => {
+                return Err(
+                    "spec.authorizedEndpoint.caCerts: give PEM certificates (-----BEGIN CERTIFICATE-----)"
+                        .into(),
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// When a custom cluster's etcd is snapshotted on its own, and how many such snapshots stay.

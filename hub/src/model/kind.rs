@@ -150,6 +150,10 @@ impl Kind {
                 {
                     Err("spec.etcdSnapshots, spec.restore and spec.rotateCertificates are for custom clusters; an imported cluster's etcd and certificates are its own".into())
                 }
+                ClusterType::Imported if s.authorized_endpoint.is_some() => Err(
+                    "spec.authorizedEndpoint is for custom clusters: Drover configures the API servers it installs; an imported cluster's are its own"
+                        .into(),
+                ),
                 _ => {
                     if let (ClusterType::Custom, Some(dist), Some(version)) =
                         (s.cluster_type, s.distribution, s.version.as_deref())
@@ -181,6 +185,9 @@ impl Kind {
                     if let Some(restore) = &s.restore {
                         validate_name(Kind::EtcdSnapshot, &restore.snapshot)
                             .map_err(|e| format!("spec.restore.snapshot: {e}"))?;
+                    }
+                    if let Some(endpoint) = &s.authorized_endpoint {
+                        super::cluster::validate_endpoint(endpoint)?;
                     }
                     Ok(())
                 }
@@ -223,9 +230,14 @@ impl Kind {
                 }
                 Ok(())
             }),
-            Kind::Token => check::<TokenSpec>(spec, |s| match (&s.user, &s.agent) {
+            Kind::Token => check::<TokenSpec>(spec, |s| {
+                match (&s.user, &s.agent) {
+                (None, Some(_)) if s.cluster.is_some() => Err(
+                    "spec.cluster is for a user's token; an agent's credential names its cluster in spec.agent".into(),
+                ),
                 (Some(_), None) | (None, Some(_)) => Ok(()),
                 _ => Err("a token acts as exactly one of spec.user or spec.agent".into()),
+            }
             }),
             Kind::RoleBinding => check::<RoleBindingSpec>(spec, |s| {
                 if s.user.is_some() == s.group.is_some() {

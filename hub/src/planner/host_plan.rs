@@ -105,6 +105,33 @@ pub(super) struct Ctx<'a> {
     pub(super) installer: Installer,
     /// The hub's CA (PEM), for air-gapped installs.
     pub(super) ca_pem: &'a str,
+    /// The authorized cluster endpoint is on: control-plane hosts' API servers ask the
+    /// cluster's token authenticator on their loopback (`spec.authorizedEndpoint`).
+    pub(super) endpoint: bool,
+}
+
+/// Where the authenticator listens on each control-plane host: loopback only (host network),
+/// so only that host's API server reaches it, as Rancher's `kube-api-auth` does.
+pub(super) const AUTHENTICATOR_URL: &str = "http://127.0.0.1:6440/v1/authenticate";
+/// How long an API server keeps an answer of the authenticator: a revoked token stops working
+/// at most this long after the authenticator learns of it.
+pub(super) const WEBHOOK_CACHE_TTL: &str = "10s";
+
+/// The kubeconfig that points an API server's token webhook at the authenticator.
+fn webhook_config() -> String {
+    format!(
+        "# The authorized cluster endpoint: this API server asks Drover's authenticator about\n\
+         # bearer tokens it does not know itself (written by the Drover hub's planner).\n\
+         apiVersion: v1\nkind: Config\nclusters:\n  - name: drover-kube-api-auth\n    cluster:\n      \
+         server: {AUTHENTICATOR_URL}\nusers:\n  - name: kube-apiserver\n    user: {{}}\n\
+         contexts:\n  - name: webhook\n    context:\n      cluster: drover-kube-api-auth\n      \
+         user: kube-apiserver\ncurrent-context: webhook\n"
+    )
+}
+
+/// The webhook's configuration file on a control-plane host.
+pub(super) fn webhook_config_path(dist: Distribution) -> String {
+    format!("/etc/rancher/{}/kube-api-authn-webhook.yaml", dist.name())
 }
 
 impl Ctx<'_> {
@@ -181,12 +208,21 @@ pub(super) fn host_plan(
     let dist = ctx.dist.name();
     let server = host.roles.etcd || host.roles.control_plane;
     let data = format!("/var/lib/rancher/{dist}");
+    let endpoint = ctx.endpoint && host.roles.control_plane;
     let mut files = vec![File {
         path: format!("/etc/rancher/{dist}/config.yaml"),
-        content: config_yaml(ctx.dist, host, step, join).into_bytes(),
+        content: config_yaml(ctx.dist, host, step, join, endpoint).into_bytes(),
         permissions: "0600".into(),
         ..File::default()
     }];
+    if endpoint {
+        files.push(File {
+            path: webhook_config_path(ctx.dist),
+            content: webhook_config().into_bytes(),
+            permissions: "0600".into(),
+            ..File::default()
+        });
+    }
     if matches!(ctx.installer, Installer::Hub { .. }) {
         files.push(File {
             path: HUB_CA.into(),
@@ -249,12 +285,14 @@ pub(super) fn host_plan(
     }
 }
 
-/// The distribution's `config.yaml` for a host.
+/// The distribution's `config.yaml` for a host; with `endpoint`, its API server also asks the
+/// authorized endpoint's authenticator about tokens.
 pub(super) fn config_yaml(
     dist: Distribution,
     host: &HostSpec,
     step: Step,
     join: Option<&Join>,
+    endpoint: bool,
 ) -> String {
     let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let mut lines = Vec::new();
@@ -302,6 +340,21 @@ pub(super) fn config_yaml(
             "disable-scheduler",
         ] {
             lines.push(format!("{flag}: true"));
+        }
+    }
+    if endpoint {
+        // kube-apiserver's own flags: a token no other authenticator knows goes to the
+        // webhook (v1 TokenReview), whose answers are kept for the TTL.
+        lines.push("kube-apiserver-arg:".into());
+        for arg in [
+            format!(
+                "authentication-token-webhook-config-file={}",
+                webhook_config_path(dist)
+            ),
+            "authentication-token-webhook-version=v1".into(),
+            format!("authentication-token-webhook-cache-ttl={WEBHOOK_CACHE_TTL}"),
+        ] {
+            lines.push(format!("  - {}", quote(&arg)));
         }
     }
     lines.join("\n") + "\n"

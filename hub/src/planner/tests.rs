@@ -410,7 +410,13 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         node_labels: [("rack".to_owned(), "r1".to_owned())].into(),
         taints: vec!["dedicated=infra:NoSchedule".into()],
     };
-    let etcd = config_yaml(Distribution::K3s, &host(true, false), Step::Etcd, None);
+    let etcd = config_yaml(
+        Distribution::K3s,
+        &host(true, false),
+        Step::Etcd,
+        None,
+        false,
+    );
     assert!(
         etcd.contains("disable-apiserver: true") && !etcd.contains("disable-etcd"),
         "{etcd}"
@@ -421,12 +427,19 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         &host(false, true),
         Step::ControlPlane,
         None,
+        false,
     );
     assert!(
         cp.contains("disable-etcd: true") && !cp.contains("disable-apiserver"),
         "{cp}"
     );
-    let rke2 = config_yaml(Distribution::Rke2, &host(true, true), Step::Init, None);
+    let rke2 = config_yaml(
+        Distribution::Rke2,
+        &host(true, true),
+        Step::Init,
+        None,
+        false,
+    );
     assert!(
         !rke2.contains("cluster-init"),
         "RKE2 initialises without it: {rke2}"

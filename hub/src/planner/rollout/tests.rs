@@ -20,6 +20,7 @@ fn ctx(version: &'static str) -> Ctx<'static> {
         version,
         installer: Installer::Script("https://get.k3s.io".into()),
         ca_pem: "",
+        endpoint: false,
     }
 }
 
@@ -283,6 +284,79 @@ fn a_version_change_rolls_servers_then_workers_within_the_concurrency() {
             .message
             .starts_with(&format!("rolling to {V2}: 1 of 4 hosts done"))
     );
+}
+
+fn file(plan: &Plan, suffix: &str) -> Option<String> {
+    plan.files
+        .iter()
+        .find(|f| f.path.ends_with(suffix))
+        .map(|f| String::from_utf8_lossy(&f.content).into_owned())
+}
+
+#[test]
+fn the_authorized_endpoint_rolls_the_control_plane_one_host_at_a_time_and_back() {
+    let hosts = [
+        host("a", "all", "10.0.0.1"),
+        host("bb", "etcd", "10.0.0.2"),
+        host("ccc", "controlplane", "10.0.0.3"),
+        host("dddd", "controlplane", "10.0.0.4"),
+        host("eeeee", "worker", "10.0.0.5"),
+    ];
+    let one_at_a_time = UpgradeStrategy::default();
+    let mut plans = provisioned(&hosts, &ctx(V1));
+    let on = Ctx {
+        endpoint: true,
+        ..ctx(V1)
+    };
+    // Only hosts with an API server change, one at a time, in order; etcd-only hosts and
+    // workers keep their plans.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let pass = decide(&hosts, &plans, &on, &one_at_a_time);
+        assert!(written(&pass).len() <= 1, "{:?}", written(&pass));
+        order.extend(written(&pass).into_iter().map(str::to_owned));
+        apply(&mut plans, &pass, "K10::server:secret");
+    }
+    assert_eq!(order, ["a", "ccc", "dddd"]);
+    for name in ["a", "ccc", "dddd"] {
+        let plan: Plan = serde_json::from_value(plans[name].spec["plan"].clone()).unwrap();
+        let config = file(&plan, "config.yaml").unwrap();
+        assert!(
+            config.contains(
+                "kube-apiserver-arg:\n  - \"authentication-token-webhook-config-file=/etc/rancher/k3s/kube-api-authn-webhook.yaml\"\n  - \"authentication-token-webhook-version=v1\"\n  - \"authentication-token-webhook-cache-ttl=10s\"\n"
+            ),
+            "{name}: {config}"
+        );
+        let webhook = file(&plan, "kube-api-authn-webhook.yaml").unwrap();
+        assert!(
+            webhook.contains("server: http://127.0.0.1:6440/v1/authenticate"),
+            "{webhook}"
+        );
+    }
+    for name in ["bb", "eeeee"] {
+        let plan: Plan = serde_json::from_value(plans[name].spec["plan"].clone()).unwrap();
+        assert!(
+            file(&plan, "kube-api-authn-webhook.yaml").is_none(),
+            "{name}"
+        );
+        assert!(
+            !file(&plan, "config.yaml")
+                .unwrap()
+                .contains("kube-apiserver-arg")
+        );
+    }
+    // Off again: the same hosts roll back to exactly the plans they had before.
+    let before = provisioned(&hosts, &ctx(V1));
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let pass = decide(&hosts, &plans, &ctx(V1), &one_at_a_time);
+        order.extend(written(&pass).into_iter().map(str::to_owned));
+        apply(&mut plans, &pass, "K10::server:secret");
+    }
+    assert_eq!(order, ["a", "ccc", "dddd"]);
+    for (name, plan) in &before {
+        assert_eq!(plans[name].spec["plan"], plan.spec["plan"], "{name}");
+    }
 }
 
 #[test]

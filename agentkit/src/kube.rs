@@ -18,6 +18,9 @@ pub struct KubeTarget {
     /// The CA certificates (DER) the API server is verified against, for the cluster-agent's
     /// `kube` client.
     pub ca: Vec<Vec<u8>>,
+    /// The same CA as given (PEM): the cluster-agent reports it to the hub, for kubeconfigs
+    /// that reach the API server directly (the authorized endpoint).
+    pub ca_pem: String,
     pub token: Secret,
 }
 
@@ -123,6 +126,7 @@ impl KubeTarget {
             port: uri.port_u16().unwrap_or(443),
             tls: Arc::new(tls),
             ca,
+            ca_pem: String::from_utf8_lossy(ca_pem).into_owned(),
             token: Secret::new(token),
         })
     }

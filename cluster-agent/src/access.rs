@@ -45,6 +45,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tunnel::AgentSession;
 
+pub mod endpoint;
+
 /// The label on every object this controller owns; its value says what kind of sync.
 pub const SYNC_LABEL: &str = "drover.io/sync";
 /// A namespace's project, and the project of a project object.
@@ -137,6 +139,10 @@ fn downstream_changes(client: &Client) -> impl Stream<Item = ()> + Send + 'stati
         signals(Api::<ClusterRoleBinding>::all(client.clone()), ours()),
         signals(Api::<ClusterRole>::all(client.clone()), ours()),
         signals(Api::<Secret>::all(client.clone()), ours()),
+        signals(
+            Api::<k8s_openapi::api::apps::v1::DaemonSet>::all(client.clone()),
+            ours(),
+        ),
     ])
     .filter_map(|ok| async move { ok.then_some(()) })
 }
@@ -420,6 +426,15 @@ async fn reconcile(
     written += converge(client, RBAC, want.cluster_bindings).await?;
     written += converge(client, RBAC, want.bindings).await?;
     written += converge(client, PROJECT_SECRET, want.secrets).await?;
+    // The authorized endpoint: its authenticator's account and role before the DaemonSet;
+    // the token copies it reads.
+    let endpoint = endpoint::desired(snapshot.endpoint.as_ref(), own_namespace);
+    use endpoint::{AUTHENTICATOR, TOKENS};
+    written += converge(client, AUTHENTICATOR, endpoint.accounts).await?;
+    written += converge(client, AUTHENTICATOR, endpoint.roles).await?;
+    written += converge(client, AUTHENTICATOR, endpoint.bindings).await?;
+    written += converge(client, AUTHENTICATOR, endpoint.daemon_sets).await?;
+    written += converge(client, TOKENS, endpoint.tokens).await?;
     Ok(written)
 }
 
@@ -468,6 +483,7 @@ mod tests {
                     data: [("password".to_owned(), b"s3cret".to_vec())].into(),
                 }],
             }],
+            endpoint: None,
         };
         let namespaces = [
             namespace("drover-system", None),

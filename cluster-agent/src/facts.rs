@@ -43,6 +43,7 @@ pub(crate) fn quantity(text: &str, unit: f64) -> Option<f64> {
 pub(crate) async fn collect(
     client: &::kube::Client,
     caches: &Caches,
+    ca_pem: &str,
 ) -> Result<ClusterFacts, String> {
     let version = client
         .apiserver_version()
@@ -76,14 +77,20 @@ pub(crate) async fn collect(
         nodes_ready: ready as u32,
         cpu_millicores: sum("cpu", 1000.0),
         memory_bytes: sum("memory", 1.0),
+        ca_pem: ca_pem.to_owned(),
     })
 }
 
 /// Reports facts for the life of `session`.
-pub(crate) async fn report(session: AgentSession, kube: ::kube::Client, caches: Caches) {
+pub(crate) async fn report(
+    session: AgentSession,
+    kube: ::kube::Client,
+    caches: Caches,
+    ca_pem: String,
+) {
     let mut hub = ClusterAgentClient::new(session.channel.clone());
     loop {
-        match collect(&kube, &caches).await {
+        match collect(&kube, &caches, &ca_pem).await {
             Ok(facts) => {
                 if let Err(e) = hub.report_facts(facts).await {
                     tracing::warn!(error = %e, "the hub did not take the cluster's facts");

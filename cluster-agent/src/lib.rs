@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tunnel::{AllowList, Connector, Peer, Secret, Services};
 
 pub mod access;
+pub mod api_auth;
 pub mod cache;
 mod facts;
 pub mod lease;
@@ -67,6 +68,24 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+/// The API server: the pod's service account, else `KUBECONFIG`; and whether in a pod.
+fn kube_target(env: &HashMap<String, String>) -> Result<(KubeTarget, bool), ConfigError> {
+    if let Some(target) = KubeTarget::in_cluster(env).map_err(|e| ConfigError(e.to_string()))? {
+        return Ok((target, true));
+    }
+    let path = env
+        .get("KUBECONFIG")
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            ConfigError(
+                "outside a pod, set KUBECONFIG to a kubeconfig with a token for the cluster".into(),
+            )
+        })?;
+    let target = KubeTarget::from_kubeconfig(std::path::Path::new(path))
+        .map_err(|e| ConfigError(e.to_string()))?;
+    Ok((target, false))
+}
 
 /// Where the credential is kept unless `DROVER_STATE_DIR` says: in a pod, where the image
 /// expects it; run by hand, under the user's own state directory (not a system path the user
@@ -99,18 +118,8 @@ impl Config {
                     ))
                 })
         };
-        let in_pod = KubeTarget::in_cluster(env).map_err(|e| ConfigError(e.to_string()))?;
-        let state_dir = default_state_dir(in_pod.is_some(), env);
-        let kube = match in_pod {
-            Some(target) => target,
-            None => {
-                let path = need("KUBECONFIG").map_err(|_| {
-                    ConfigError("outside a pod, set KUBECONFIG to a kubeconfig with a token for the cluster".into())
-                })?;
-                KubeTarget::from_kubeconfig(std::path::Path::new(&path))
-                    .map_err(|e| ConfigError(e.to_string()))?
-            }
-        };
+        let (kube, in_pod) = kube_target(env)?;
+        let state_dir = default_state_dir(in_pod, env);
         let name = env
             .get("DROVER_POD_NAME")
             .or_else(|| env.get("HOSTNAME"))
@@ -257,7 +266,7 @@ async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, 
 }
 
 /// A `kube` client for the agent's API server, with its credential and CA.
-fn kube_client(target: &KubeTarget) -> Result<::kube::Client, String> {
+pub(crate) fn kube_client(target: &KubeTarget) -> Result<::kube::Client, String> {
     let url = target
         .server
         .parse()
@@ -353,7 +362,12 @@ async fn serve(
             async move { agentkit::beat(&session, None).await }
         });
         tokio::spawn(access::follow(session.clone(), access.clone()));
-        tokio::spawn(facts::report(session, client.clone(), caches.clone()));
+        tokio::spawn(facts::report(
+            session,
+            client.clone(),
+            caches.clone(),
+            config.kube.ca_pem.clone(),
+        ));
     }
     let _ = runner.await;
     Ok(())

@@ -7,11 +7,16 @@ use std::{pin::Pin, sync::Arc, time::Duration};
 
 use base64::Engine as _;
 use futures::{Stream, StreamExt};
-use proto::cluster::v1::{AccessSnapshot, Grant, ProjectAccess, ProjectSecret, Subject};
+use proto::cluster::v1::{
+    AccessSnapshot, AuthorizedEndpoint, ClusterToken, Grant, ProjectAccess, ProjectSecret, Subject,
+};
 use serde_json::Value;
 
 use crate::{
-    model::{Kind, ProjectSecretSpec, ProjectSpec, Role, RoleBindingSpec},
+    model::{
+        ClusterSpec, Kind, ProjectSecretSpec, ProjectSpec, Role, RoleBindingSpec, TokenSpec,
+        UserSpec,
+    },
     store::{LabelSelector, Object, Store, StoreError, WatchStream},
 };
 
@@ -59,9 +64,13 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         .knowing(Kind::Project, &all_projects)
         .knowing(Kind::User, &users);
     let projects = liveness.keep_live(mine(all_projects.clone())).await?;
+    let endpoint = endpoint(store, cluster, &users, &bindings, &mut liveness).await?;
     let bindings = liveness.keep_live(mine(bindings)).await?;
     let secrets = liveness.keep_live(mine(secrets)).await?;
-    let mut snapshot = AccessSnapshot::default();
+    let mut snapshot = AccessSnapshot {
+        endpoint,
+        ..AccessSnapshot::default()
+    };
     for project in projects {
         let Ok(spec) = serde_json::from_value::<ProjectSpec>(project.spec) else {
             continue;
@@ -128,11 +137,82 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
     Ok(snapshot)
 }
 
-/// The kinds a cluster's access is made of.
+/// The authorized endpoint's part of `cluster`'s access, when it is on: every kubeconfig token
+/// made for this cluster that may open it now (live, unexpired, of an enabled user who holds
+/// a role on the cluster or is an admin), with who it acts as downstream.
+async fn endpoint(
+    store: &dyn Store,
+    cluster: &str,
+    users: &[Object],
+    bindings: &[Object],
+    liveness: &mut crate::refs::Liveness<'_>,
+) -> Result<Option<AuthorizedEndpoint>, StoreError> {
+    let spec = match store.get(Kind::Cluster.name(), cluster).await {
+        Ok(c) => serde_json::from_value::<ClusterSpec>(c.spec).ok(),
+        Err(StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    if !spec.is_some_and(|s| s.endpoint_enabled()) {
+        return Ok(None);
+    }
+    let (tokens, _) = store
+        .list(Kind::Token.name(), &LabelSelector::everything())
+        .await?;
+    let tokens = tokens
+        .into_iter()
+        .filter(|t| t.spec.get("cluster").and_then(Value::as_str) == Some(cluster))
+        .filter(|t| !crate::model::expired(&t.spec) && t.metadata.deletion_timestamp.is_none())
+        .collect();
+    let tokens = liveness.keep_live(tokens).await?;
+    let bindings = liveness.keep_live(bindings.to_vec()).await?;
+    let mut out = Vec::new();
+    for token in tokens {
+        let Ok(spec) = serde_json::from_value::<TokenSpec>(token.spec) else {
+            continue;
+        };
+        let Some(user) = spec.user else { continue };
+        let Some(user_spec) = users
+            .iter()
+            .find(|u| u.metadata.name == user)
+            .and_then(|u| serde_json::from_value::<UserSpec>(u.spec.clone()).ok())
+        else {
+            continue;
+        };
+        if user_spec.disabled {
+            continue;
+        }
+        let mut groups = user_spec.groups;
+        groups.extend(user_spec.provider_groups);
+        let roles = crate::auth::roles_of(&bindings, &user, &groups);
+        if !roles.reaches(cluster) {
+            continue;
+        }
+        out.push(ClusterToken {
+            name: token.metadata.name,
+            hash: spec.secret_hash,
+            groups: crate::auth::downstream_groups(roles.admin, &groups),
+            user,
+            expires_at: spec.expires_at.unwrap_or_default(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Some(AuthorizedEndpoint {
+        image: crate::model::cluster_agent_image(store).await?,
+        tokens: out,
+    }))
+}
+
+/// The kinds whose every change can change a cluster's access: role bindings, projects and
+/// their secrets, and users (their groups, or disabled, for the authorized endpoint).
 fn relevant(kind: &str) -> bool {
-    [Kind::RoleBinding, Kind::Project, Kind::ProjectSecret]
-        .iter()
-        .any(|k| k.name() == kind)
+    [
+        Kind::RoleBinding,
+        Kind::Project,
+        Kind::ProjectSecret,
+        Kind::User,
+    ]
+    .iter()
+    .any(|k| k.name() == kind)
 }
 
 /// Snapshots for `cluster`: the current one, then each new one as it comes about (an equal one
@@ -144,6 +224,9 @@ struct Follow {
     cluster: String,
     last: Option<AccessSnapshot>,
     changes: Option<WatchStream>,
+    /// The cluster's `spec.authorizedEndpoint` as last seen: its status changes every half
+    /// minute (facts), which must not cost a snapshot each time.
+    endpoint_spec: Option<Value>,
 }
 
 impl Follow {
@@ -161,7 +244,7 @@ impl Follow {
                 }
             } else if let Some(changes) = &mut self.changes {
                 match changes.next().await {
-                    Some(Ok(event)) if !relevant(&event.object.kind) => continue,
+                    Some(Ok(event)) if !self.relevant(&event.object) => continue,
                     Some(Ok(_)) => {}
                     // Fell behind, or the store hiccuped: read it all again.
                     Some(Err(_)) | None => {
@@ -185,6 +268,20 @@ impl Follow {
         }
     }
 
+    /// Whether a change to `object` can change the cluster's access.
+    fn relevant(&mut self, object: &Object) -> bool {
+        let kind = object.kind.as_str();
+        if kind == Kind::Cluster.name() {
+            if object.metadata.name != self.cluster {
+                return false;
+            }
+            let now = object.spec.get("authorizedEndpoint").cloned();
+            return std::mem::replace(&mut self.endpoint_spec, now.clone()) != now;
+        }
+        // Tokens made for a cluster open its authorized endpoint; logins and agents' do not.
+        relevant(kind) || (kind == Kind::Token.name() && object.spec.get("cluster").is_some())
+    }
+
     async fn relist(&mut self) -> Result<(), StoreError> {
         let revision = self.store.revision().await?;
         self.changes = Some(self.store.watch(None, Some(revision)).await?);
@@ -199,6 +296,7 @@ pub fn follow(store: Arc<dyn Store>, cluster: String) -> Snapshots {
         cluster,
         last: None,
         changes: None,
+        endpoint_spec: None,
     };
     Box::pin(futures::stream::unfold(state, |mut state| async move {
         let snapshot = state.next().await;

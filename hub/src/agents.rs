@@ -460,6 +460,12 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
                 "capacity".into(),
                 json!({"cpuMillicores": facts.cpu_millicores, "memoryBytes": facts.memory_bytes}),
             );
+            // The cluster's own CA, for the authorized endpoint's kubeconfig contexts.
+            if !facts.ca_pem.is_empty() {
+                status
+                    .extra
+                    .insert("apiServerCA".into(), json!(facts.ca_pem));
+            }
             // The cluster is only as well as its nodes: one not ready makes it `unavailable`.
             if facts.nodes_ready >= facts.nodes_total {
                 status.set_condition("NodesReady", true, "NodesReady", "");

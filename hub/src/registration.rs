@@ -168,18 +168,7 @@ pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), Api
     Ok((cluster, spec))
 }
 
-/// A hub setting's value, or `default`.
-pub async fn setting(store: &dyn Store, name: &str, default: String) -> Result<String, StoreError> {
-    match store.get(Kind::Setting.name(), name).await {
-        Ok(s) => Ok(s
-            .spec
-            .get("value")
-            .and_then(Value::as_str)
-            .map_or(default, str::to_owned)),
-        Err(StoreError::NotFound { .. }) => Ok(default),
-        Err(e) => Err(e),
-    }
-}
+pub use crate::model::setting;
 
 /// The manifest that installs the agents into `cluster` with registration token `token`: the
 /// import manifest, and what the planner puts in a provisioned cluster's auto-deploy directory.
@@ -191,12 +180,7 @@ pub async fn agents_manifest(
     token: &str,
 ) -> Result<String, StoreError> {
     let version = env!("CARGO_PKG_VERSION");
-    let cluster_image = setting(
-        store,
-        "cluster-agent-image",
-        format!("drover/cluster-agent:{version}"),
-    )
-    .await?;
+    let cluster_image = crate::model::cluster_agent_image(store).await?;
     let node_image = setting(
         store,
         "node-agent-image",

@@ -194,6 +194,22 @@ pub(crate) async fn principal_until(
     ))
 }
 
+/// The prefix of the groups the hub itself gives users downstream.
+pub const GROUP_PREFIX: &str = "drover:";
+
+/// The groups a user acts with in a cluster: `drover:authenticated`, `drover:admin` for the
+/// hub's admins, and the user's own (local and the directory's): what the cluster's RBAC, as
+/// the cluster-agent keeps it in step with the hub's role bindings, binds besides the user.
+/// The authorized endpoint's token copies carry the same.
+pub fn downstream_groups(admin: bool, groups: &[String]) -> Vec<String> {
+    let mut all = vec![format!("{GROUP_PREFIX}authenticated")];
+    if admin {
+        all.push(format!("{GROUP_PREFIX}admin"));
+    }
+    all.extend(groups.iter().cloned());
+    all
+}
+
 /// How much a role may do; a user with several roles on a cluster (or a project) has the
 /// strongest.
 fn rank(role: Role) -> u8 {
@@ -250,6 +266,15 @@ pub fn roles_of(bindings: &[Object], user: &str, groups: &[String]) -> Roles {
         }
     }
     roles
+}
+
+impl Roles {
+    /// Whether these roles reach `cluster`: admin, or any role on it or one of its projects.
+    pub fn reaches(&self, cluster: &str) -> bool {
+        self.admin
+            || self.clusters.contains_key(cluster)
+            || self.projects.values().any(|(c, _)| c == cluster)
+    }
 }
 
 impl Principal {

@@ -7,6 +7,7 @@ mod cluster;
 mod host;
 mod kind;
 mod providers;
+mod setting;
 mod status;
 
 pub use access::*;
@@ -14,6 +15,7 @@ pub use cluster::*;
 pub use host::*;
 pub use kind::*;
 pub use providers::*;
+pub use setting::*;
 pub use status::*;
 
 #[cfg(test)]

@@ -43,7 +43,9 @@ pub use cache::cache;
 pub use drain::drain;
 pub use proto::KUBE_API_SERVICE;
 pub use relay::relay;
-pub use route::{Agents, GROUP_PREFIX, Pools, ProxyState, RELAY_PREFIX, agent_session};
+pub use route::{
+    Agents, GROUP_PREFIX, Pools, ProxyState, RELAY_PREFIX, agent_session, downstream_groups,
+};
 use route::{Route, connect_route, from_api, impersonate, kube_status, newest_session};
 pub(crate) use route::{connect, send};
 

@@ -207,9 +207,9 @@ pub(crate) async fn send(
     }
 }
 
-/// Groups of the hub's own set on proxied requests: `drover:authenticated` for everyone and
-/// `drover:admin` for the hub's admins (bound to cluster-admin by the import manifest).
-pub const GROUP_PREFIX: &str = "drover:";
+// Groups of the hub's own set on proxied requests: `drover:authenticated` for everyone and
+// `drover:admin` for the hub's admins (bound to cluster-admin by the import manifest).
+pub use crate::auth::{GROUP_PREFIX, downstream_groups};
 
 #[derive(Clone, Debug)]
 pub struct ProxyState {
@@ -242,14 +242,7 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
         ));
     };
     headers.insert("impersonate-user", user);
-    // The user's own groups: what the cluster's RBAC, as the cluster-agent keeps it in step
-    // with the hub's role bindings, binds besides the user.
-    let mut groups = vec![format!("{GROUP_PREFIX}authenticated")];
-    if principal.admin {
-        groups.push(format!("{GROUP_PREFIX}admin"));
-    }
-    groups.extend(principal.groups.iter().cloned());
-    for group in groups {
+    for group in downstream_groups(principal.admin, &principal.groups) {
         if let Ok(value) = HeaderValue::from_str(&group) {
             headers.append("impersonate-group", value);
         }

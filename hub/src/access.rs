@@ -303,3 +303,124 @@ pub fn follow(store: Arc<dyn Store>, cluster: String) -> Snapshots {
         Some((Ok(snapshot), state))
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{Op, sqlite::SqliteStore};
+
+    async fn create(store: &dyn Store, kind: Kind, name: &str, spec: Value) {
+        let mut ops = vec![Op::Create(Object::new(kind.name(), name, spec))];
+        crate::refs::stamp_all(store, &mut ops).await.unwrap();
+        store.transact(ops).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_carries_the_live_tokens_of_users_who_reach_the_cluster() {
+        let dir = std::env::temp_dir().join(format!("drover-access-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = SqliteStore::open(&dir.join("state.db")).unwrap();
+        let store: &dyn Store = &store;
+        let custom = |endpoint: bool| {
+            json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+                   "authorizedEndpoint": {"enabled": endpoint}})
+        };
+        create(store, Kind::Cluster, "edge", custom(true)).await;
+        create(store, Kind::Cluster, "other", custom(true)).await;
+        for (user, spec) in [
+            ("ann", json!({"groups": ["ops"]})),
+            ("bob", json!({})),
+            ("carl", json!({"disabled": true})),
+            ("root", json!({})),
+            ("dana", json!({"providerGroups": ["ldap:devs"]})),
+        ] {
+            create(store, Kind::User, user, spec).await;
+        }
+        for (name, spec) in [
+            (
+                "b1",
+                json!({"user": "ann", "role": "cluster-member", "cluster": "edge"}),
+            ),
+            (
+                "b2",
+                json!({"user": "carl", "role": "cluster-owner", "cluster": "edge"}),
+            ),
+            ("b3", json!({"user": "root", "role": "admin"})),
+            (
+                "b4",
+                json!({"user": "bob", "role": "read-only", "cluster": "other"}),
+            ),
+            (
+                "b5",
+                json!({"group": "ldap:devs", "role": "read-only", "cluster": "edge"}),
+            ),
+        ] {
+            create(store, Kind::RoleBinding, name, spec).await;
+        }
+        let token = |user: &str, cluster: Option<&str>, expires: &str| {
+            let mut spec =
+                json!({"user": user, "secretHash": "ab".repeat(32), "expiresAt": expires});
+            if let Some(c) = cluster {
+                spec["cluster"] = json!(c);
+            }
+            spec
+        };
+        let later = "2999-01-01T00:00:00Z";
+        for (name, spec) in [
+            ("tann", token("ann", Some("edge"), later)),
+            ("tannother", token("ann", Some("other"), later)),
+            ("tannsession", token("ann", None, later)),
+            (
+                "tannold",
+                token("ann", Some("edge"), "2001-01-01T00:00:00Z"),
+            ),
+            ("tbob", token("bob", Some("edge"), later)),
+            ("tcarl", token("carl", Some("edge"), later)),
+            ("troot", token("root", Some("edge"), later)),
+            ("tdana", token("dana", Some("edge"), later)),
+        ] {
+            create(store, Kind::Token, name, spec).await;
+        }
+        let endpoint = snapshot(store, "edge").await.unwrap().endpoint.unwrap();
+        let seen: Vec<(&str, &str, Vec<&str>)> = endpoint
+            .tokens
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_str(),
+                    t.user.as_str(),
+                    t.groups.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("tann", "ann", vec!["drover:authenticated", "ops"]),
+                ("tdana", "dana", vec!["drover:authenticated", "ldap:devs"]),
+                (
+                    "troot",
+                    "root",
+                    vec!["drover:authenticated", "drover:admin"]
+                ),
+            ]
+        );
+        assert_eq!(endpoint.tokens[0].hash, "ab".repeat(32));
+        assert_eq!(endpoint.tokens[0].expires_at, later);
+        assert_eq!(
+            endpoint.image,
+            format!("drover/cluster-agent:{}", env!("CARGO_PKG_VERSION"))
+        );
+        // Off: nothing of it.
+        let mut edge = store.get(Kind::Cluster.name(), "edge").await.unwrap();
+        edge.spec = custom(false);
+        store.transact(vec![Op::Update(edge)]).await.unwrap();
+        assert!(snapshot(store, "edge").await.unwrap().endpoint.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -95,9 +95,13 @@ pub struct NodeConfig {
     pub node_ip: Option<String>,
     pub node_label: Vec<String>,
     pub node_taint: Vec<String>,
+    pub node_external_ip: Option<String>,
+    pub tls_san: Vec<String>,
     pub cluster_init: bool,
     pub disable_apiserver: bool,
     pub disable_etcd: bool,
+    /// kube-apiserver's flags (`name=value`): the stand-in honours the token webhook's.
+    pub kube_apiserver_arg: Vec<String>,
 }
 
 impl NodeConfig {
@@ -111,6 +115,33 @@ impl NodeConfig {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(NodeConfig::default()),
             Err(e) => Err(format!("{}: {e}", path.display())),
         }
+    }
+
+    /// The value of kube-apiserver flag `name` (the last one given wins, as with flags).
+    fn apiserver_arg(&self, name: &str) -> Option<&str> {
+        self.kube_apiserver_arg.iter().rev().find_map(|a| {
+            a.trim_start_matches('-')
+                .strip_prefix(name)?
+                .strip_prefix('=')
+        })
+    }
+
+    /// The token webhook kube-apiserver's flags configure, if any.
+    fn token_webhook(&self) -> Result<Option<crate::cluster::webhook::TokenWebhook>, String> {
+        let Some(file) = self.apiserver_arg("authentication-token-webhook-config-file") else {
+            return Ok(None);
+        };
+        let ttl = match self.apiserver_arg("authentication-token-webhook-cache-ttl") {
+            None => crate::cluster::webhook::DEFAULT_TTL,
+            Some(text) => crate::cluster::webhook::go_duration(text).map_err(|e| {
+                format!("kube-apiserver-arg authentication-token-webhook-cache-ttl={text:?}: {e}")
+            })?,
+        };
+        let version = self
+            .apiserver_arg("authentication-token-webhook-version")
+            .unwrap_or("v1beta1");
+        crate::cluster::webhook::TokenWebhook::from_config_file(Path::new(file), version, ttl)
+            .map(Some)
     }
 
     fn node_name(&self) -> String {
@@ -287,7 +318,16 @@ fn write_client_cert(dist: Distribution, renew: bool) -> Result<(), String> {
 /// wrote, as the distribution's uninstall script does.
 pub fn uninstall(dist: Distribution) -> Result<String, String> {
     stop_service(dist);
-    stop_pid_file(&dist.data_dir().join("pods/drover-cluster-agent.pid"));
+    // The pods the service ran, as the kubelet's containers go with the distribution.
+    for entry in std::fs::read_dir(dist.data_dir().join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.path().extension().is_some_and(|x| x == "pid") {
+            stop_pid_file(&entry.path());
+        }
+    }
     let _ = std::fs::remove_file(Path::new("/usr/local/bin").join(dist.name()));
     for dir in [
         dist.data_dir(),

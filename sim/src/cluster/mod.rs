@@ -38,6 +38,7 @@ mod store;
 mod table;
 mod upgrade;
 mod verbs;
+pub mod webhook;
 
 pub use discovery::GIT_VERSION;
 
@@ -119,9 +120,19 @@ pub(crate) struct Sim {
     service_account_tokens: Mutex<HashMap<String, (String, String)>>,
     /// exec and attach sessions open now (a test sees a closed browser tab end its shell).
     streams: std::sync::atomic::AtomicUsize,
+    /// Asked about tokens no one else knows (`--authentication-token-webhook-config-file`).
+    webhook: Option<webhook::TokenWebhook>,
 }
 
 impl Sim {
+    /// Who `token` is: a token of the cluster's own, else the webhook's answer.
+    async fn authenticate(&self, token: &str) -> Option<Identity> {
+        if let Some(identity) = self.identity(token) {
+            return Some(identity);
+        }
+        self.webhook.as_ref()?.authenticate(token).await
+    }
+
     fn identity(&self, token: &str) -> Option<Identity> {
         let known = self
             .tokens
@@ -442,6 +453,18 @@ fn deployment_status(object: &mut Value) {
     };
 }
 
+/// How a simulated API server serves, beyond [`SimConfig`].
+#[derive(Debug, Default)]
+pub struct Serving {
+    /// The CA its serving certificate comes from (kept across restarts, as K3s keeps its
+    /// own); `None`: a new one.
+    pub ca: Option<CertificateAuthority>,
+    /// More names and addresses for its certificate (its node's addresses, `tls-san`).
+    pub names: Vec<String>,
+    /// The token webhook it asks about tokens it does not know itself.
+    pub webhook: Option<webhook::TokenWebhook>,
+}
+
 /// A running simulated cluster.
 #[derive(Debug)]
 pub struct SimCluster {
@@ -459,10 +482,23 @@ impl SimCluster {
         config: SimConfig,
         shutdown: CancellationToken,
     ) -> std::io::Result<SimCluster> {
+        Self::start_with(config, Serving::default(), shutdown).await
+    }
+
+    /// As [`SimCluster::start`], serving as `serving` says (the stand-in distribution's API
+    /// server: its kept CA, its node's addresses, its token webhook).
+    pub async fn start_with(
+        config: SimConfig,
+        serving: Serving,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<SimCluster> {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let ca = CertificateAuthority::generate("drover-sim cluster CA")
-            .map_err(std::io::Error::other)?;
+        let ca = match serving.ca {
+            Some(ca) => ca,
+            None => CertificateAuthority::generate("drover-sim cluster CA")
+                .map_err(std::io::Error::other)?,
+        };
         let mut names = vec![
             "localhost".to_owned(),
             "127.0.0.1".to_owned(),
@@ -471,6 +507,8 @@ impl SimCluster {
         if !addr.ip().is_unspecified() {
             names.push(addr.ip().to_string());
         }
+        names.extend(serving.names);
+        names.sort();
         names.dedup();
         let leaf = ca.issue_server(&names).map_err(std::io::Error::other)?;
         let tls_config = tls::server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())
@@ -487,6 +525,7 @@ impl SimCluster {
             containers: Mutex::new(HashMap::new()),
             streams: std::sync::atomic::AtomicUsize::new(0),
             service_account_tokens: Mutex::new(HashMap::new()),
+            webhook: serving.webhook,
         });
         sim.tokens.lock().unwrap_or_else(|p| p.into_inner()).insert(
             ADMIN_TOKEN.to_owned(),
@@ -524,6 +563,14 @@ impl SimCluster {
 
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// Token reviews its webhook has been sent (0 without a webhook).
+    pub fn webhook_calls(&self) -> u64 {
+        self.sim
+            .webhook
+            .as_ref()
+            .map_or(0, webhook::TokenWebhook::calls)
     }
 
     /// A token for the service account `namespace`/`name`, as the TokenRequest API issues

@@ -41,12 +41,16 @@ pub(super) fn ok_json(code: StatusCode, value: &Value) -> Response {
 /// The caller after impersonation, or a refusal.
 /// On refusal: the caller if known (for the audit log), and the response.
 type Refusal = (Option<Identity>, Box<Response>);
-fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<String>), Refusal> {
+async fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<String>), Refusal> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(caller) = token.and_then(|t| sim.identity(t.trim())) else {
+    let caller = match token {
+        Some(t) => sim.authenticate(t.trim()).await,
+        None => None,
+    };
+    let Some(caller) = caller else {
         let response = status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
         return Err((None, Box::new(response)));
     };
@@ -145,7 +149,7 @@ pub(super) async fn handle(State(sim): State<Arc<Sim>>, request: Request) -> Res
     if matches!(uri.path(), "/healthz" | "/livez" | "/readyz") {
         return "ok".into_response();
     }
-    let (identity, impersonator) = match effective(&sim, request.headers()) {
+    let (identity, impersonator) = match effective(&sim, request.headers()).await {
         Ok(who) => who,
         Err((caller, response)) => {
             sim.record(

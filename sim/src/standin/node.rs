@@ -14,7 +14,7 @@ use super::{
     Distribution, Installed, NodeConfig, day2, read_installed, save, stop_pid_file,
     write_client_cert, write_private,
 };
-use crate::cluster::{Identity, SimCluster, SimConfig, resources::by_kind};
+use crate::cluster::{Identity, Serving, SimCluster, SimConfig, resources::by_kind};
 
 /// `drover-sim serve-node <dist>`: the installed node's service, until `shutdown`.
 pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Result<(), String> {
@@ -31,12 +31,33 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
     let etcd = installed.server && !config.disable_etcd;
     let mut cluster = None;
     if installed.server {
-        let sim = SimCluster::start(
+        // As K3s: the CA is made once and kept; the serving certificate names the node's
+        // addresses and `tls-san`, so clients that reach the node directly can verify it.
+        let tls = dist.data_dir().join("server/tls");
+        let ca = kept_ca(&tls)?;
+        let mut names: Vec<String> = [&config.node_ip, &config.node_external_ip]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .chain(config.tls_san.iter().cloned())
+            .collect();
+        names.push(node.clone());
+        let webhook = if config.disable_apiserver {
+            None
+        } else {
+            config.token_webhook()?
+        };
+        let sim = SimCluster::start_with(
             SimConfig {
                 listen: ([0, 0, 0, 0], 6443).into(),
                 nodes: 0,
                 pods: 0,
                 version: Some(installed.version.clone()),
+            },
+            Serving {
+                ca: Some(ca),
+                names,
+                webhook,
             },
             shutdown.clone(),
         )
@@ -66,7 +87,6 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
             &format!("K10{}::server:{token}\n", short_hash(sim.ca_pem())),
         )?;
         // What the probes of the real thing name: the server CA and a client certificate.
-        let tls = dist.data_dir().join("server/tls");
         write_private(&tls.join("server-ca.crt"), sim.ca_pem())?;
         write_client_cert(dist, false)?;
         cluster = Some(sim);
@@ -92,6 +112,15 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         (None, None) => return Err("an agent needs `server` in its config.yaml".into()),
     };
     let object = node_object(&node, &config, &installed, dist);
+    if cluster.is_some() && config.server.is_none() {
+        tasks.spawn(run_daemon_pods(
+            dist,
+            (api.clone(), token.clone()),
+            node.clone(),
+            object["metadata"]["labels"].clone(),
+            shutdown.clone(),
+        ));
+    }
     tasks.spawn(keep_node(
         api.clone(),
         token.clone(),
@@ -147,6 +176,23 @@ fn server_token(dist: Distribution, config: &NodeConfig) -> Result<String, Strin
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     write_private(&kept, &token)?;
     Ok(token)
+}
+
+/// The server's CA, made at its first start and kept in `tls` (`server-ca.crt`, `.key`).
+fn kept_ca(tls: &std::path::Path) -> Result<tunnel::tls::CertificateAuthority, String> {
+    let (cert, key) = (tls.join("server-ca.crt"), tls.join("server-ca.key"));
+    if let (Ok(cert_pem), Ok(key_pem)) = (
+        std::fs::read_to_string(&cert),
+        std::fs::read_to_string(&key),
+    ) {
+        return tunnel::tls::CertificateAuthority::from_pem(&cert_pem, &key_pem)
+            .map_err(|e| format!("{}: {e}", cert.display()));
+    }
+    let ca = tunnel::tls::CertificateAuthority::generate("drover-sim cluster CA")
+        .map_err(|e| e.to_string())?;
+    write_private(&key, &ca.pem().key_pem)?;
+    write_private(&cert, &ca.pem().cert_pem)?;
+    Ok(ca)
 }
 
 fn short_hash(text: &str) -> String {
@@ -483,14 +529,11 @@ async fn run_cluster_agent(
     deployment: &Value,
     objects: &[Value],
     node: &str,
-    (api, node_token): (&str, &str),
+    api: (&str, &str),
 ) -> Option<tokio::process::Child> {
     let namespace = deployment["metadata"]["namespace"]
         .as_str()
         .unwrap_or("default");
-    let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
-    let pod = format!("{name}-standin");
-    let container = deployment.pointer("/spec/template/spec/containers/0")?;
     let secret_value = |secret: &str, key: &str| -> Option<String> {
         let s = objects.iter().find(|o| {
             o["kind"] == "Secret"
@@ -509,11 +552,28 @@ async fn run_cluster_agent(
         )
         .ok()
     };
+    run_pod(dist, deployment, &secret_value, node, api).await
+}
+
+/// The pod of a workload (`owner`: a Deployment or DaemonSet) as a process: its first
+/// container's binary (the command, else `drover-<image name>`) from beside this one, with
+/// its environment resolved as the kubelet would (values, `secret(name, key)`, the pod's own
+/// fields) and its service account's token (TokenRequest), so what it may do in the cluster
+/// is what the cluster's RBAC grants that account.
+async fn run_pod(
+    dist: Distribution,
+    owner: &Value,
+    secret: &(dyn Fn(&str, &str) -> Option<String> + Sync),
+    node: &str,
+    (api, node_token): (&str, &str),
+) -> Option<tokio::process::Child> {
+    let namespace = owner["metadata"]["namespace"].as_str().unwrap_or("default");
+    let name = owner["metadata"]["name"].as_str().unwrap_or_default();
+    let pod = format!("{name}-standin");
+    let container = owner.pointer("/spec/template/spec/containers/0")?;
     let state = dist.data_dir().join("pods").join(name);
     let _ = std::fs::create_dir_all(&state);
-    // As the kubelet does: the pod gets its service account's token (TokenRequest), so what
-    // the agent may do in the cluster is what the manifest's RBAC grants that account.
-    let account = deployment
+    let account = owner
         .pointer("/spec/template/spec/serviceAccountName")
         .and_then(Value::as_str)
         .unwrap_or("default");
@@ -525,11 +585,11 @@ async fn run_cluster_agent(
             .and_then(Value::as_str)
             .map(str::to_owned),
         Ok((code, answer)) => {
-            tracing::warn!(code, message = %answer["message"], "no token for the cluster-agent's service account");
+            tracing::warn!(code, pod, message = %answer["message"], "no token for the pod's service account");
             None
         }
         Err(e) => {
-            tracing::warn!(error = %e, "no token for the cluster-agent's service account");
+            tracing::warn!(error = %e, pod, "no token for the pod's service account");
             None
         }
     }?;
@@ -539,10 +599,17 @@ async fn run_cluster_agent(
     kubeconfig["users"][0]["user"] = serde_json::json!({"token": issued});
     let pod_kubeconfig = state.join("kubeconfig");
     write_private(&pod_kubeconfig, &kubeconfig.to_string()).ok()?;
-    let exe = std::env::current_exe()
-        .ok()?
-        .parent()?
-        .join("drover-cluster-agent");
+    let binary = container
+        .pointer("/command/0")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            // `registry/drover/cluster-agent:1.2` → `drover-cluster-agent`.
+            let image = container["image"].as_str()?;
+            let repository = image.rsplit('/').next()?.split([':', '@']).next()?;
+            Some(format!("drover-{repository}"))
+        })?;
+    let exe = std::env::current_exe().ok()?.parent()?.join(binary);
     let mut command = tokio::process::Command::new(&exe);
     command
         .env_clear()
@@ -556,7 +623,7 @@ async fn run_cluster_agent(
         let value = if let Some(v) = entry["value"].as_str() {
             Some(v.to_owned())
         } else if let Some(r) = entry.pointer("/valueFrom/secretKeyRef") {
-            secret_value(
+            secret(
                 r["name"].as_str().unwrap_or_default(),
                 r["key"].as_str().unwrap_or_default(),
             )
@@ -581,21 +648,82 @@ async fn run_cluster_agent(
         .stdout(log.try_clone().ok()?)
         .stderr(log)
         .kill_on_drop(true);
-    stop_pid_file(&dist.data_dir().join("pods").join(format!("{name}.pid")));
+    let pid_file = dist.data_dir().join("pods").join(format!("{name}.pid"));
+    stop_pid_file(&pid_file);
     match command.spawn() {
         Ok(child) => {
             if let Some(pid) = child.id() {
-                let _ = std::fs::write(
-                    dist.data_dir().join("pods").join(format!("{name}.pid")),
-                    pid.to_string(),
-                );
+                let _ = std::fs::write(&pid_file, pid.to_string());
             }
-            tracing::info!(pod = %pod, exe = %exe.display(), "running the cluster-agent");
+            tracing::info!(pod = %pod, exe = %exe.display(), "running a pod");
             Some(child)
         }
         Err(e) => {
-            tracing::error!(exe = %exe.display(), error = %e, "cannot run the cluster-agent");
+            tracing::error!(exe = %exe.display(), error = %e, "cannot run a pod");
             None
+        }
+    }
+}
+
+/// The DaemonSets the stand-in runs as processes on its first server, when their node
+/// selector picks this node: the authorized endpoint's authenticator (the agents' other
+/// DaemonSet, the node-agent, is not run by the stand-in). Started when the DaemonSet appears
+/// or its pod template changes, stopped when it goes.
+const DAEMON_PODS: [&str; 1] = ["drover-kube-api-auth"];
+
+async fn run_daemon_pods(
+    dist: Distribution,
+    (api, token): (String, String),
+    node: String,
+    labels: Value,
+    shutdown: CancellationToken,
+) {
+    let mut running: std::collections::HashMap<String, (String, tokio::process::Child)> =
+        std::collections::HashMap::new();
+    let no_secrets = |_: &str, _: &str| None;
+    loop {
+        match call(&api, &token, "GET", "/apis/apps/v1/daemonsets", None).await {
+            Ok((200, list)) => {
+                let wanted: Vec<&Value> = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| {
+                        DAEMON_PODS.contains(&d["metadata"]["name"].as_str().unwrap_or_default())
+                    })
+                    .filter(|d| {
+                        d.pointer("/spec/template/spec/nodeSelector")
+                            .and_then(Value::as_object)
+                            .is_none_or(|s| s.iter().all(|(k, v)| &labels[k] == v))
+                    })
+                    .collect();
+                running.retain(|name, _| {
+                    wanted
+                        .iter()
+                        .any(|d| d["metadata"]["name"] == name.as_str())
+                });
+                for daemon_set in wanted {
+                    let name = daemon_set["metadata"]["name"].as_str().unwrap_or_default();
+                    let template = daemon_set["spec"]["template"].to_string();
+                    if running.get(name).is_some_and(|(t, _)| *t == template) {
+                        continue;
+                    }
+                    running.remove(name);
+                    if let Some(child) =
+                        run_pod(dist, daemon_set, &no_secrets, &node, (&api, &token)).await
+                    {
+                        running.insert(name.to_owned(), (template, child));
+                    }
+                }
+            }
+            Ok((code, answer)) => {
+                tracing::warn!(code, message = %answer["message"], "cannot list DaemonSets")
+            }
+            Err(e) => tracing::debug!(error = %e, "the API server is not reachable yet"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
 }

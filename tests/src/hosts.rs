@@ -148,6 +148,11 @@ impl Site {
     /// Kills the hub (SIGKILL) and starts it again on the same data and address.
     pub async fn crash_hub(&mut self) {
         self.hub.crash().await;
+        self.start_hub().await;
+    }
+
+    /// Starts the hub again (after `self.hub.crash()`) on the same data and address.
+    pub async fn start_hub(&mut self) {
         self.hub = HubProcess::start_with(
             &self.hub_dir,
             &["--listen", &self.listen, "--server-url", &self.hub_url],

@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod audit_scenario;
+mod endpoint_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
 mod health_scenario;
@@ -61,6 +62,9 @@ enum Scenario {
     /// the hub's own users', and the OpenID callback's handling time (slapd and npm's
     /// oidc-provider; the hub's release binary).
     Login(login_scenario::Args),
+    /// The authorized cluster endpoint: a GET straight to the API server against through the
+    /// hub, and what an uncached token review costs.
+    Endpoint(endpoint_scenario::Args),
 }
 
 #[global_allocator]
@@ -92,6 +96,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Explorer(args) => runtime.block_on(explorer_scenario::run(args))?,
         Scenario::Audit(args) => runtime.block_on(audit_scenario::run(args))?,
         Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
+        Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -125,6 +125,22 @@ impl Target {
         Ok((status, response.into_body().collect().await?.to_bytes()))
     }
 
+    /// One request on a new connection, expecting `want`; the body as text.
+    pub(crate) async fn call_text(
+        &self,
+        method: &str,
+        path: &str,
+        want: u16,
+    ) -> anyhow::Result<String> {
+        let mut sender = self.connect().await?;
+        let (status, bytes) = self.send(&mut sender, method, path, None).await?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if status != want {
+            bail!("{method} {path}: HTTP {status}: {text}");
+        }
+        Ok(text)
+    }
+
     /// One request on a new connection, expecting `want`; the body as JSON.
     pub(crate) async fn call(
         &self,
@@ -192,7 +208,7 @@ async fn relay(next: SocketAddr) -> anyhow::Result<SocketAddr> {
 // Short: Linux keeps 15 bytes of a thread's name.
 const PARTS: [&str; 3] = ["sim", "hub", "agent"];
 
-fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(format!("bench-{part}"))
@@ -476,7 +492,11 @@ pub(crate) fn proxied(path: &str) -> String {
 }
 
 /// Round-trip times of `n` sequential GETs on one connection.
-async fn latencies(target: &Target, path: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
+pub(crate) async fn latencies(
+    target: &Target,
+    path: &str,
+    n: usize,
+) -> anyhow::Result<Vec<Duration>> {
     let mut sender = target.connect().await?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
@@ -607,7 +627,7 @@ fn median(values: &mut [f64]) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn round1(x: f64) -> f64 {
+pub(crate) fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 

@@ -203,6 +203,21 @@ enum ClusterCommand {
     },
     /// Rotate a custom cluster's certificates, host by host
     RotateCertificates { cluster: String },
+    /// Turn a custom cluster's authorized endpoint on or off: kubectl straight to its API
+    /// servers with the hub's kubeconfig (its control plane rolls, one host at a time)
+    Endpoint {
+        cluster: String,
+        #[arg(long, conflicts_with = "disable", required_unless_present = "disable")]
+        enable: bool,
+        #[arg(long)]
+        disable: bool,
+        /// A DNS name[:port] in front of the control plane (a load balancer)
+        #[arg(long, conflicts_with = "disable")]
+        fqdn: Option<String>,
+        /// A PEM file with the CA certificates that verify the FQDN's server
+        #[arg(long, requires = "fqdn")]
+        ca_certs: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -427,6 +442,18 @@ where
                 ClusterCommand::RotateCertificates { cluster } => {
                     Request::ClusterRotateCertificates { cluster }
                 }
+                ClusterCommand::Endpoint {
+                    cluster,
+                    enable,
+                    disable: _,
+                    fqdn,
+                    ca_certs,
+                } => Request::ClusterEndpoint {
+                    cluster,
+                    enabled: enable,
+                    fqdn: fqdn.unwrap_or_default(),
+                    ca_certs,
+                },
             };
             Ok(client(request, args.opts, env))
         }

@@ -136,3 +136,52 @@ fn url_host_strips_ipv6_brackets() {
         Some("hub.example.com")
     );
 }
+
+fn client(args: &[&str]) -> Result<crate::cli::Request, ConfigError> {
+    let argv = std::iter::once("drover-hub")
+        .chain(args.iter().copied())
+        .map(str::to_owned);
+    match parse(argv, &HashMap::new())? {
+        Command::Client { request, .. } => Ok(request),
+        other => panic!("expected a client command, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_authorized_endpoint_is_turned_on_or_off_never_both() {
+    let on = client(&[
+        "cluster",
+        "endpoint",
+        "edge",
+        "--enable",
+        "--fqdn",
+        "api.example.com",
+    ]);
+    assert!(
+        matches!(&on, Ok(crate::cli::Request::ClusterEndpoint { cluster, enabled: true, fqdn, ca_certs: None })
+            if cluster == "edge" && fqdn == "api.example.com"),
+        "{on:?}"
+    );
+    let off = client(&["cluster", "endpoint", "edge", "--disable"]);
+    assert!(
+        matches!(
+            off,
+            Ok(crate::cli::Request::ClusterEndpoint { enabled: false, .. })
+        ),
+        "{off:?}"
+    );
+    for wrong in [
+        &["cluster", "endpoint", "edge"][..],
+        &["cluster", "endpoint", "edge", "--enable", "--disable"],
+        &[
+            "cluster",
+            "endpoint",
+            "edge",
+            "--disable",
+            "--fqdn",
+            "x.example.com",
+        ],
+    ] {
+        assert!(client(wrong).is_err(), "{wrong:?}");
+    }
+}

@@ -109,6 +109,13 @@ pub enum Request {
     ClusterRotateCertificates {
         cluster: String,
     },
+    /// Sets the cluster's `spec.authorizedEndpoint` (`ca_certs`: a PEM file to read).
+    ClusterEndpoint {
+        cluster: String,
+        enabled: bool,
+        fqdn: String,
+        ca_certs: Option<PathBuf>,
+    },
     Kubeconfig {
         cluster: String,
     },
@@ -309,6 +316,24 @@ pub async fn run(
                 "PATCH",
                 format!("/v1/clusters/{cluster}"),
                 Some(json!({"spec": {"rotateCertificates": {"generation": generation}}})),
+            )
+        }
+        Request::ClusterEndpoint {
+            cluster,
+            enabled,
+            fqdn,
+            ca_certs,
+        } => {
+            let ca_certs = match ca_certs {
+                Some(path) => std::fs::read_to_string(path)
+                    .map_err(|e| CliError::Usage(format!("--ca-certs {}: {e}", path.display())))?,
+                None => String::new(),
+            };
+            let endpoint = json!({"enabled": enabled, "fqdn": fqdn, "caCerts": ca_certs});
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(json!({"spec": {"authorizedEndpoint": endpoint}})),
             )
         }
         Request::Kubeconfig { cluster } => {

@@ -125,6 +125,19 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             Request::ClusterRotateCertificates { cluster } => format!(
                 "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
             ),
+            Request::ClusterEndpoint {
+                cluster, enabled, ..
+            } => {
+                if *enabled {
+                    format!(
+                        "The authorized endpoint of cluster {cluster} is on; its control plane rolls, one host at a time. A new `drover-hub kubeconfig {cluster}` has a context per control-plane host.\n"
+                    )
+                } else {
+                    format!(
+                        "The authorized endpoint of cluster {cluster} is off; its control plane rolls back, one host at a time.\n"
+                    )
+                }
+            }
             Request::TokenRevoke { name } => format!("Token {name} revoked.\n"),
             Request::UserList => table(
                 &["NAME", "DISPLAY NAME", "GROUPS", "DISABLED"],

@@ -281,6 +281,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         },
     });
     let _ = std::fs::remove_dir_all(&data_dir);
-    drop(parts);
+    for runtime in parts {
+        runtime.shutdown_background();
+    }
     Ok(result)
 }

@@ -22,6 +22,7 @@ pub mod imported;
 pub mod ldap;
 pub mod oidc;
 pub mod signin;
+pub mod sshd;
 pub mod system_agent;
 
 use bytes::Bytes;

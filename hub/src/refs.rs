@@ -76,7 +76,14 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
             add("spec.cluster", Kind::Cluster, text("/cluster"));
             add("spec.host", Kind::Host, text("/host"));
         }
-        Kind::Cluster | Kind::User | Kind::Setting | Kind::AuthProvider => {}
+        // A template names its credential, which cannot go while a template names it (see
+        // the API's delete), rather than taking the template with it.
+        Kind::Cluster
+        | Kind::User
+        | Kind::Setting
+        | Kind::AuthProvider
+        | Kind::CloudCredential
+        | Kind::MachineTemplate => {}
     }
     named
 }

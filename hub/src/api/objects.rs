@@ -244,6 +244,44 @@ async fn checked_spec(
         }
     }
     match kind {
+        Kind::CloudCredential => {
+            let parsed: crate::model::CloudCredentialSpec = serde_json::from_value(spec.clone())
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            if let Some(field) = crate::model::missing_secret(&parsed) {
+                return Err(ApiError::invalid(format!(
+                    "{field}: a {} credential needs it",
+                    parsed.driver.label()
+                )));
+            }
+        }
+        Kind::MachineTemplate => {
+            let parsed: crate::model::MachineTemplateSpec = serde_json::from_value(spec.clone())
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            match api
+                .store
+                .get(Kind::CloudCredential.name(), &parsed.credential)
+                .await
+            {
+                Ok(found) => {
+                    let driver = found.spec.get("driver").and_then(Value::as_str);
+                    if driver != Some(parsed.driver.label()) {
+                        return Err(ApiError::invalid(format!(
+                            "spec.credential: {:?} is a credential for driver {}, not {}",
+                            parsed.credential,
+                            driver.unwrap_or("?"),
+                            parsed.driver.label()
+                        )));
+                    }
+                }
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::invalid(format!(
+                        "spec.credential: no CloudCredential {:?}; create it first",
+                        parsed.credential
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         Kind::User => {
             let password = spec
                 .get("password")
@@ -510,6 +548,12 @@ async fn replace(
     metadata.finalizers = current.metadata.finalizers.clone();
     metadata.owner_references = current.metadata.owner_references.clone();
     let spec = checked_spec(api, kind, &name, spec, Some(&current)).await?;
+    // As Cluster API's: machines made from a template are what it says, for good.
+    if kind == Kind::MachineTemplate && spec != current.spec {
+        return Err(ApiError::invalid(
+            "spec: a MachineTemplate cannot change once created; create a new template and point the pool's template at it",
+        ));
+    }
     // What an object was made for is fixed: a host never moves to another cluster, a binding
     // never to another user, cluster or project. Make a new object instead.
     let before = crate::refs::referents(kind, &current.spec);
@@ -583,6 +627,28 @@ pub(super) async fn delete(
     let kind = kind_of(&plural)?;
     let current = super::readable(&api, &principal, kind, &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;
+    if kind == Kind::CloudCredential {
+        let (templates, _) = api
+            .store
+            .list(
+                Kind::MachineTemplate.name(),
+                &crate::store::LabelSelector::everything(),
+            )
+            .await?;
+        if let Some(user) = templates
+            .iter()
+            .find(|t| t.spec.get("credential").and_then(Value::as_str) == Some(name.as_str()))
+        {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "CloudCredential {name:?} is used by MachineTemplate {:?}; delete the templates that use it first",
+                    user.metadata.name
+                ),
+            ));
+        }
+    }
     let deleted = api
         .store
         .delete(kind.name(), &name, params.resource_version)

@@ -312,7 +312,11 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
             .get("agent")
             .and_then(|a| a.get("cluster"))
             .and_then(Value::as_str),
-        Kind::User | Kind::Setting | Kind::AuthProvider => None,
+        Kind::User
+        | Kind::Setting
+        | Kind::AuthProvider
+        | Kind::CloudCredential
+        | Kind::MachineTemplate => None,
     }
 }
 
@@ -385,8 +389,10 @@ pub fn authorize(
             }
         }
         Kind::Setting => verb.reads(),
-        // A directory's settings and service account are admins' alone.
-        Kind::AuthProvider => false,
+        // A directory's settings and service account are admins' alone; so are a cloud's keys.
+        Kind::AuthProvider | Kind::CloudCredential => false,
+        // What a machine is made from holds no secret: anyone signed in may read it.
+        Kind::MachineTemplate => verb.reads(),
     };
     if allowed {
         Ok(())

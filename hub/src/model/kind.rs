@@ -5,9 +5,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    AuthProviderSpec, ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, HostSpec, PlanSpec,
-    ProjectSecretSpec, ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec,
-    TokenSpec, UserSpec, concurrency, parse_plan,
+    AuthProviderSpec, CloudCredentialSpec, ClusterSpec, ClusterType, Distribution,
+    EtcdSnapshotSpec, HostSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
+    RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec, concurrency,
+    parse_plan,
 };
 use crate::store::Object;
 
@@ -31,10 +32,12 @@ pub enum Kind {
     ProjectSecret,
     EtcdSnapshot,
     AuthProvider,
+    CloudCredential,
+    MachineTemplate,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -47,6 +50,8 @@ impl Kind {
         Kind::ProjectSecret,
         Kind::EtcdSnapshot,
         Kind::AuthProvider,
+        Kind::CloudCredential,
+        Kind::MachineTemplate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +68,8 @@ impl Kind {
             Kind::ProjectSecret => "ProjectSecret",
             Kind::EtcdSnapshot => "EtcdSnapshot",
             Kind::AuthProvider => "AuthProvider",
+            Kind::CloudCredential => "CloudCredential",
+            Kind::MachineTemplate => "MachineTemplate",
         }
     }
 
@@ -81,6 +88,8 @@ impl Kind {
             Kind::ProjectSecret => "projectsecrets",
             Kind::EtcdSnapshot => "etcdsnapshots",
             Kind::AuthProvider => "authproviders",
+            Kind::CloudCredential => "cloudcredentials",
+            Kind::MachineTemplate => "machinetemplates",
         }
     }
 
@@ -107,6 +116,8 @@ impl Kind {
             Kind::ProjectSecret => generator.subschema_for::<ProjectSecretSpec>(),
             Kind::EtcdSnapshot => generator.subschema_for::<EtcdSnapshotSpec>(),
             Kind::AuthProvider => generator.subschema_for::<AuthProviderSpec>(),
+            Kind::CloudCredential => generator.subschema_for::<CloudCredentialSpec>(),
+            Kind::MachineTemplate => generator.subschema_for::<MachineTemplateSpec>(),
         }
     }
 
@@ -290,6 +301,8 @@ impl Kind {
                 check::<EtcdSnapshotSpec>(spec, |s| non_empty("spec.cluster", &s.cluster))
             }
             Kind::AuthProvider => check::<AuthProviderSpec>(spec, super::validate_provider),
+            Kind::CloudCredential => check::<CloudCredentialSpec>(spec, super::validate_credential),
+            Kind::MachineTemplate => check::<MachineTemplateSpec>(spec, super::validate_template),
             Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
                 non_empty("spec.cluster", &s.cluster)?;
                 non_empty("spec.project", &s.project)?;
@@ -347,7 +360,9 @@ fn redact_spec(spec: &mut Value) {
 
 /// Secrets written into an object's spec that the API never returns, and that an update
 /// which leaves them out keeps (JSON pointers into the spec).
-pub const SECRET_FIELDS: [&str; 3] = [
+pub const SECRET_FIELDS: [&str; 5] = [
+    "/ssh/privateKey",
+    "/amazonec2/secretAccessKey",
     "/ldap/bindPassword",
     "/oidc/clientSecret",
     "/github/clientSecret",

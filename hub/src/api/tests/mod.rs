@@ -598,6 +598,10 @@ async fn the_openapi_document_is_whole_and_describes_every_kind() {
     assert!(!spec.contains("passwordHash"), "{spec}");
 }
 
+/// A private key's text as a credential holds it (its body is not a real key: the API checks
+/// the shape, the ssh driver's tests use real ones).
+const TEST_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+
 /// One valid object of every kind, created through the API.
 fn example(kind: Kind) -> Value {
     let spec = match kind {
@@ -619,6 +623,9 @@ fn example(kind: Kind) -> Value {
         Kind::AuthProvider => json!({"type": "ldap", "ldap": {
             "url": "ldaps://ldap.example.org", "bindDn": "cn=reader,dc=example,dc=org",
             "bindPassword": "reader's secret", "userSearchBase": "ou=people,dc=example,dc=org"}}),
+        Kind::CloudCredential => json!({"driver": "ssh", "ssh": {"privateKey": TEST_KEY}}),
+        Kind::MachineTemplate => json!({"driver": "ssh", "credential": "cloudcredentials-1",
+            "ssh": {"addresses": ["10.0.0.1", "10.0.0.2"]}}),
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),
@@ -811,4 +818,5 @@ async fn a_hosts_task_is_named_after_the_host_and_kept_beside_its_plan() {
 
 mod holes;
 mod lifetimes;
+mod machines;
 mod signin;

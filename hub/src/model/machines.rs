@@ -1,0 +1,283 @@
+//! The machine layer's objects: a driver's credentials (`CloudCredential`) and what a machine
+//! is made from (`MachineTemplate`, immutable once created, as Cluster API's are: a pool
+//! changes template by naming a new one).
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The machine drivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverName {
+    /// Existing machines reached over SSH (docker-machine's "generic").
+    Ssh,
+    /// Amazon EC2, or a cloud that speaks its Query API.
+    Amazonec2,
+}
+
+impl DriverName {
+    pub fn label(self) -> &'static str {
+        match self {
+            DriverName::Ssh => "ssh",
+            DriverName::Amazonec2 => "amazonec2",
+        }
+    }
+}
+
+/// A driver's credentials. The secret fields are write-only: never returned, kept when an
+/// update leaves them out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloudCredentialSpec {
+    pub driver: DriverName,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshCredential>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amazonec2: Option<Ec2Credential>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SshCredential {
+    /// The private key (OpenSSH or PEM), without a passphrase. Write-only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub private_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ec2Credential {
+    pub access_key_id: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub secret_access_key: String,
+}
+
+/// What a pool's machines are made from. Immutable once created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineTemplateSpec {
+    pub driver: DriverName,
+    /// The CloudCredential (of the same driver) it uses.
+    pub credential: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshTemplate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amazonec2: Option<Ec2Template>,
+}
+
+/// Existing machines: a pool takes its machines from `addresses`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SshTemplate {
+    /// The machines' addresses (IP or DNS name), each used by one machine at a time.
+    pub addresses: Vec<String>,
+    #[serde(default = "root")]
+    pub user: String,
+    #[serde(default = "twenty_two")]
+    pub port: u16,
+    /// Host keys known in advance (`TYPE BASE64`) by address; any other machine's key is
+    /// recorded at first contact and pinned from then on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_keys: BTreeMap<String, String>,
+    /// More flags for the host install script (e.g. `--no-systemd`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub install_flags: Vec<String>,
+}
+
+fn root() -> String {
+    "root".into()
+}
+
+fn twenty_two() -> u16 {
+    22
+}
+
+/// An EC2 instance's settings, as docker-machine's `amazonec2` driver takes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ec2Template {
+    pub region: String,
+    /// The Query API's endpoint, for clouds that speak it (default: AWS's for the region).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub endpoint: String,
+    pub ami: String,
+    pub instance_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subnet_id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_group_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key_name: String,
+    /// GiB; default 20.
+    #[serde(default = "twenty")]
+    pub root_size_gb: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+fn twenty() -> u32 {
+    20
+}
+
+/// The one section a driver reads must be there, and no other driver's.
+fn one_section(driver: DriverName, ssh: bool, ec2: bool, what: &str) -> Result<(), String> {
+    match (driver, ssh, ec2) {
+        (DriverName::Ssh, true, false) | (DriverName::Amazonec2, false, true) => Ok(()),
+        (d, _, _) => Err(format!(
+            "spec.{0}: a {what} of driver {0:?} has spec.{0} and no other driver's section",
+            d.label()
+        )),
+    }
+}
+
+/// Checks a credential's shape (whether its secret is present is checked on creation, once
+/// a kept secret is merged in).
+pub fn validate_credential(spec: &CloudCredentialSpec) -> Result<(), String> {
+    one_section(
+        spec.driver,
+        spec.ssh.is_some(),
+        spec.amazonec2.is_some(),
+        "CloudCredential",
+    )?;
+    if let Some(ssh) = &spec.ssh
+        && !ssh.private_key.is_empty()
+    {
+        let key = ssh.private_key.trim();
+        if !(key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----")) {
+            return Err(
+                "spec.ssh.privateKey: give the private key's text (-----BEGIN OPENSSH PRIVATE KEY----- …)"
+                    .into(),
+            );
+        }
+        if key.contains("ENCRYPTED") || key.contains("Proc-Type: 4,ENCRYPTED") {
+            return Err(
+                "spec.ssh.privateKey: the key has a passphrase; the hub needs one without".into(),
+            );
+        }
+    }
+    if let Some(ec2) = &spec.amazonec2
+        && (ec2.access_key_id.trim().is_empty()
+            || !ec2.access_key_id.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return Err(
+            "spec.amazonec2.accessKeyId: give the access key's id (letters and digits, e.g. AKIA…)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The secret a credential of `spec.driver` must hold, as a field path, if it is missing.
+pub fn missing_secret(spec: &CloudCredentialSpec) -> Option<&'static str> {
+    match spec.driver {
+        DriverName::Ssh if spec.ssh.as_ref().is_none_or(|s| s.private_key.is_empty()) => {
+            Some("spec.ssh.privateKey")
+        }
+        DriverName::Amazonec2
+            if spec
+                .amazonec2
+                .as_ref()
+                .is_none_or(|s| s.secret_access_key.is_empty()) =>
+        {
+            Some("spec.amazonec2.secretAccessKey")
+        }
+        _ => None,
+    }
+}
+
+/// Checks a template's settings.
+pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
+    one_section(
+        spec.driver,
+        spec.ssh.is_some(),
+        spec.amazonec2.is_some(),
+        "MachineTemplate",
+    )?;
+    super::validate_name(super::Kind::CloudCredential, &spec.credential)
+        .map_err(|e| format!("spec.credential: {e}"))?;
+    if let Some(ssh) = &spec.ssh {
+        if ssh.addresses.is_empty() {
+            return Err("spec.ssh.addresses: list the machines' addresses".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for address in &ssh.addresses {
+            let ok = !address.is_empty()
+                && address.len() <= 253
+                && address
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
+            if !ok {
+                return Err(format!(
+                    "spec.ssh.addresses: {address:?} is not an IP address or DNS name"
+                ));
+            }
+            if !seen.insert(address) {
+                return Err(format!("spec.ssh.addresses: {address:?} is listed twice"));
+            }
+        }
+        if ssh.user.is_empty()
+            || !ssh
+                .user
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(format!("spec.ssh.user: {:?} is not a user name", ssh.user));
+        }
+        if ssh.port == 0 {
+            return Err("spec.ssh.port: 1-65535".into());
+        }
+        for (address, key) in &ssh.host_keys {
+            if !ssh.addresses.contains(address) {
+                return Err(format!(
+                    "spec.ssh.hostKeys: {address:?} is not one of spec.ssh.addresses"
+                ));
+            }
+            if drivers::ssh::host_key_of(key).is_none() {
+                return Err(format!(
+                    "spec.ssh.hostKeys.{address}: give the key as TYPE BASE64 (a line of the host's ssh_host_*_key.pub)"
+                ));
+            }
+        }
+        for flag in &ssh.install_flags {
+            if !flag
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_=./:,".contains(c))
+            {
+                return Err(format!(
+                    "spec.ssh.installFlags: {flag:?} may hold letters, digits and - _ = . / : , only"
+                ));
+            }
+        }
+    }
+    if let Some(ec2) = &spec.amazonec2 {
+        for (field, value) in [
+            ("region", &ec2.region),
+            ("ami", &ec2.ami),
+            ("instanceType", &ec2.instance_type),
+        ] {
+            if value.trim().is_empty() {
+                return Err(format!("spec.amazonec2.{field}: required"));
+            }
+        }
+        if !ec2.endpoint.is_empty()
+            && !ec2.endpoint.starts_with("https://")
+            && !ec2.endpoint.starts_with("http://")
+        {
+            return Err(format!(
+                "spec.amazonec2.endpoint: {:?} must be an http(s) URL",
+                ec2.endpoint
+            ));
+        }
+        if ec2.root_size_gb == 0 || ec2.root_size_gb > 16_384 {
+            return Err("spec.amazonec2.rootSizeGb: 1 to 16384 GiB".into());
+        }
+    }
+    Ok(())
+}

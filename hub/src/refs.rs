@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// The kinds whose specs name other objects.
-pub const DEPENDENT: [Kind; 8] = [
+pub const DEPENDENT: [Kind; 9] = [
     Kind::Host,
     Kind::RegistrationToken,
     Kind::Token,
@@ -28,6 +28,7 @@ pub const DEPENDENT: [Kind; 8] = [
     Kind::ProjectSecret,
     Kind::Plan,
     Kind::EtcdSnapshot,
+    Kind::Machine,
 ];
 
 /// One object a spec names: the field that names it, its kind and name.
@@ -52,7 +53,11 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
         }
     };
     match kind {
-        Kind::Host | Kind::RegistrationToken | Kind::Project | Kind::EtcdSnapshot => {
+        Kind::Host
+        | Kind::RegistrationToken
+        | Kind::Project
+        | Kind::EtcdSnapshot
+        | Kind::Machine => {
             add("spec.cluster", Kind::Cluster, text("/cluster"));
         }
         Kind::Token => {

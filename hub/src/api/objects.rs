@@ -418,6 +418,13 @@ pub(super) async fn create(
     let mut shown_once = Map::new();
     let mut also = Vec::new();
 
+    if kind == Kind::Machine {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "machines are made by the hub from a cluster's spec.machinePools: change a pool's quantity instead",
+        ));
+    }
     // Token-like kinds are named by the hub: the name is half of the secret's lookup.
     let new_secret = match kind {
         Kind::Token => Some(secret::new_token(secret::TokenKind::Token)),

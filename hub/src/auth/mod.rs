@@ -306,7 +306,8 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::Plan
         | Kind::Project
         | Kind::ProjectSecret
-        | Kind::EtcdSnapshot => spec_str(object, "cluster"),
+        | Kind::EtcdSnapshot
+        | Kind::Machine => spec_str(object, "cluster"),
         Kind::Token => object
             .spec
             .get("agent")
@@ -347,6 +348,13 @@ pub fn authorize(
             _ => false,
         },
         Kind::RegistrationToken => owner,
+        // The hub makes machines from pools; the cluster's people see them, its owners may
+        // delete one (it is replaced).
+        Kind::Machine => match verb {
+            v if v.reads() => role.is_some(),
+            Verb::Delete => owner,
+            _ => false,
+        },
         // A project's owner manages its members; a cluster's owner, everyone's.
         Kind::RoleBinding => {
             let project_owner = spec_str(object, "project")

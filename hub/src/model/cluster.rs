@@ -56,8 +56,80 @@ pub struct ClusterSpec {
     /// tokens, from hashed copies the cluster-agent keeps in the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorized_endpoint: Option<AuthorizedEndpoint>,
+    /// For custom clusters: machines the hub makes itself, pool by pool, from templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_pools: Vec<MachinePool>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
+}
+
+/// A pool of like machines (as Cluster API's MachineDeployment): `quantity` of them, made from
+/// `template`, registered with `roles`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachinePool {
+    pub name: String,
+    pub quantity: u32,
+    pub roles: super::HostRoles,
+    /// The MachineTemplate its machines are made from.
+    pub template: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `key=value:Effect`, as a host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
+    /// Drain a machine's node before it is removed (scale down, replacement).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain_before_delete: bool,
+}
+
+/// Checks the pools: unique names, roles, a template name, a sane quantity, taints.
+pub fn validate_pools(pools: &[MachinePool]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, pool) in pools.iter().enumerate() {
+        let at = format!("spec.machinePools[{i}]");
+        let label_ok = !pool.name.is_empty()
+            && pool.name.len() <= 20
+            && pool
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !pool.name.starts_with('-')
+            && !pool.name.ends_with('-');
+        if !label_ok {
+            return Err(format!(
+                "{at}.name: {:?} must be 1-20 lowercase letters, digits and '-' (it names the pool's machines)",
+                pool.name
+            ));
+        }
+        if !seen.insert(&pool.name) {
+            return Err(format!(
+                "{at}.name: {:?} is used by another pool",
+                pool.name
+            ));
+        }
+        if !(pool.roles.etcd || pool.roles.control_plane || pool.roles.worker) {
+            return Err(format!(
+                "{at}.roles: give at least one of etcd, controlPlane, worker"
+            ));
+        }
+        if pool.quantity > 1000 {
+            return Err(format!("{at}.quantity: at most 1000 machines a pool"));
+        }
+        super::validate_name(super::Kind::MachineTemplate, &pool.template)
+            .map_err(|e| format!("{at}.template: {e}"))?;
+        for taint in &pool.taints {
+            let ok = taint.split_once(':').is_some_and(|(kv, effect)| {
+                !kv.is_empty() && matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")
+            });
+            if !ok {
+                return Err(format!(
+                    "{at}.taints: {taint:?} must be key=value:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `spec.authorizedEndpoint` of a custom cluster.

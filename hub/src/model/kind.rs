@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use super::{
     AuthProviderSpec, CloudCredentialSpec, ClusterSpec, ClusterType, Distribution,
-    EtcdSnapshotSpec, HostSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
-    RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec, concurrency,
-    parse_plan,
+    EtcdSnapshotSpec, HostSpec, MachineSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec,
+    ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec,
+    concurrency, parse_plan,
 };
 use crate::store::Object;
 
@@ -34,10 +34,11 @@ pub enum Kind {
     AuthProvider,
     CloudCredential,
     MachineTemplate,
+    Machine,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -52,6 +53,7 @@ impl Kind {
         Kind::AuthProvider,
         Kind::CloudCredential,
         Kind::MachineTemplate,
+        Kind::Machine,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +72,7 @@ impl Kind {
             Kind::AuthProvider => "AuthProvider",
             Kind::CloudCredential => "CloudCredential",
             Kind::MachineTemplate => "MachineTemplate",
+            Kind::Machine => "Machine",
         }
     }
 
@@ -90,6 +93,7 @@ impl Kind {
             Kind::AuthProvider => "authproviders",
             Kind::CloudCredential => "cloudcredentials",
             Kind::MachineTemplate => "machinetemplates",
+            Kind::Machine => "machines",
         }
     }
 
@@ -118,6 +122,7 @@ impl Kind {
             Kind::AuthProvider => generator.subschema_for::<AuthProviderSpec>(),
             Kind::CloudCredential => generator.subschema_for::<CloudCredentialSpec>(),
             Kind::MachineTemplate => generator.subschema_for::<MachineTemplateSpec>(),
+            Kind::Machine => generator.subschema_for::<MachineSpec>(),
         }
     }
 
@@ -161,6 +166,10 @@ impl Kind {
                 {
                     Err("spec.etcdSnapshots, spec.restore and spec.rotateCertificates are for custom clusters; an imported cluster's etcd and certificates are its own".into())
                 }
+                ClusterType::Imported if !s.machine_pools.is_empty() => Err(
+                    "spec.machinePools are for custom clusters: the hub makes their machines; an imported cluster's are its own"
+                        .into(),
+                ),
                 ClusterType::Imported if s.authorized_endpoint.is_some() => Err(
                     "spec.authorizedEndpoint is for custom clusters: Drover configures the API servers it installs; an imported cluster's are its own"
                         .into(),
@@ -200,6 +209,7 @@ impl Kind {
                     if let Some(endpoint) = &s.authorized_endpoint {
                         super::cluster::validate_endpoint(endpoint)?;
                     }
+                    super::cluster::validate_pools(&s.machine_pools)?;
                     Ok(())
                 }
             }
@@ -303,6 +313,7 @@ impl Kind {
             Kind::AuthProvider => check::<AuthProviderSpec>(spec, super::validate_provider),
             Kind::CloudCredential => check::<CloudCredentialSpec>(spec, super::validate_credential),
             Kind::MachineTemplate => check::<MachineTemplateSpec>(spec, super::validate_template),
+            Kind::Machine => check::<MachineSpec>(spec, |_| Ok(())),
             Kind::ProjectSecret => check::<ProjectSecretSpec>(spec, |s| {
                 non_empty("spec.cluster", &s.cluster)?;
                 non_empty("spec.project", &s.project)?;

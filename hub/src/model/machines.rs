@@ -281,3 +281,27 @@ pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// One machine of a pool, made by the hub's machine controller (never through the API; it may
+/// be deleted there, and is then replaced). Its status says how far it is:
+/// `phase` (`Pending`, `Provisioning`, `Bootstrapping`, `Running`, `Deleting`, `Failed`),
+/// `message` (the failing step), `providerId`, `addresses`, `host` (the Host it became),
+/// `hostKey` (pinned).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineSpec {
+    pub cluster: String,
+    pub pool: String,
+    /// The template it was made from (a pool that changes template rolls its machines).
+    pub template: String,
+}
+
+/// A machine's phases.
+pub mod phase {
+    pub const PENDING: &str = "Pending";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const BOOTSTRAPPING: &str = "Bootstrapping";
+    pub const RUNNING: &str = "Running";
+    pub const DELETING: &str = "Deleting";
+    pub const FAILED: &str = "Failed";
+}

@@ -626,6 +626,9 @@ fn example(kind: Kind) -> Value {
         Kind::CloudCredential => json!({"driver": "ssh", "ssh": {"privateKey": TEST_KEY}}),
         Kind::MachineTemplate => json!({"driver": "ssh", "credential": "cloudcredentials-1",
             "ssh": {"addresses": ["10.0.0.1", "10.0.0.2"]}}),
+        Kind::Machine => {
+            json!({"cluster": "c1", "pool": "workers", "template": "machinetemplates-1"})
+        }
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),
@@ -660,12 +663,35 @@ async fn every_answer_conforms_to_the_openapi_document() {
                 Some(example(kind)),
             )
             .await;
-        assert_eq!(status, StatusCode::CREATED, "{created}");
-        check(
-            schema(&collection, "post", "201"),
-            &created,
-            &format!("create {}", kind.name()),
-        );
+        let created = if kind == Kind::Machine {
+            // The hub makes machines itself (from pools); the API refuses to, even to admins.
+            assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{created}");
+            let value = example(kind);
+            let mut object = crate::store::Object::new(
+                kind.name(),
+                value["metadata"]["name"].as_str().unwrap(),
+                value["spec"].clone(),
+            );
+            object.metadata.labels.insert("test".into(), "yes".into());
+            let mut ops = vec![crate::store::Op::Create(object)];
+            crate::refs::stamp_all(t.store.as_ref(), &mut ops)
+                .await
+                .unwrap();
+            t.store.transact(ops).await.unwrap();
+            let url = format!(
+                "{collection}/{}",
+                value["metadata"]["name"].as_str().unwrap()
+            );
+            t.call(Method::GET, &url, Some(&t.admin), None).await.1
+        } else {
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+            check(
+                schema(&collection, "post", "201"),
+                &created,
+                &format!("create {}", kind.name()),
+            );
+            created
+        };
         let name = created["metadata"]["name"].as_str().unwrap().to_owned();
         let url = format!("{collection}/{name}");
         let (_, got) = t.call(Method::GET, &url, Some(&t.admin), None).await;

@@ -29,6 +29,7 @@ pub mod downstream;
 mod fsutil;
 pub mod health;
 pub mod identity;
+pub mod machines;
 pub mod metrics;
 pub mod model;
 pub mod pki;
@@ -232,9 +233,15 @@ impl Hub {
                     store: store.clone(),
                     ..planner.clone()
                 };
+                let machines = machines::Controller {
+                    store: store.clone(),
+                    server_url: planner.server_url.clone(),
+                    ca_checksum: planner.ca_checksum.clone(),
+                };
                 async move {
                     tokio::join!(
                         planner.run(stop.clone()),
+                        machines.run(stop.clone()),
                         refs::run_collector(store.clone(), stop.clone()),
                         auth::lifetimes::run_sweeper(store.clone(), stop.clone()),
                         auth::providers::run_refresher(store, stop),

@@ -9,9 +9,8 @@
 //! manifest into the distribution's auto-deploy directory, so the new cluster's cluster-agent
 //! connects as an imported one does.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc};
 
-use futures::StreamExt;
 use proto::plan::v1::{Plan, checksum};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -65,39 +64,11 @@ impl Planner {
     /// Reconciles every custom cluster whenever a Cluster, Host or Plan changes (and every 10 s
     /// regardless), until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        loop {
-            let from = match self.store.revision().await {
-                Ok(r) => r,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            self.reconcile_all().await;
-            let mut changes = match self.store.watch(None, Some(from)).await {
-                Ok(w) => w,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            loop {
-                let relevant = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(10)) => true,
-                    change = changes.next() => match change {
-                        Some(Ok(e)) => matches!(e.object.kind.as_str(), "Cluster" | "Host" | "Plan" | "EtcdSnapshot"),
-                        Some(Err(_)) | None => break,
-                    },
-                };
-                if !relevant {
-                    continue;
-                }
-                // Let a burst of changes (a status report per instruction) settle first.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                self.reconcile_all().await;
-            }
-        }
+        let kinds = ["Cluster", "Host", "Plan", "EtcdSnapshot"];
+        crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
+            self.reconcile_all()
+        })
+        .await;
     }
 
     async fn reconcile_all(&self) {

@@ -187,13 +187,21 @@ pub const PREFIX: &str = "10.213.0";
 pub struct Network {
     hosts: usize,
     made_dirs: Vec<PathBuf>,
+    /// One network at a time in a test binary: its tests run in parallel, and every network
+    /// is the same bridge and namespaces. Dropped last (after the teardown).
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Network {
     pub fn new(hosts: usize) -> Network {
+        // A test that failed holding it leaves nothing to fear: the next one tears down first.
+        let alone = ONE_NETWORK.lock().unwrap_or_else(|p| p.into_inner());
         let net = Network {
             hosts,
             made_dirs: Vec::new(),
+            _alone: alone,
         };
         net.teardown();
         sh(&format!(

@@ -660,6 +660,21 @@ fn secrets_in(body: &serde_json::Value) {
     }
 }
 
+/// Waits until `check` holds, polling every 200 ms (for what no watch reports: files, kubectl's
+/// answers); panics naming `what` after `within`. Returns how long it took.
+pub async fn until<F: AsyncFn() -> bool>(
+    what: &str,
+    within: std::time::Duration,
+    check: F,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    started.elapsed()
+}
+
 /// Does `change`, then waits until a watch of `/v1/<plural>` from before it sends an event
 /// `wanted` accepts (so an event the change caused at once is not missed).
 pub async fn after_change(

@@ -42,10 +42,17 @@ pub struct Sshd {
     pub host_key: KeyPair,
     dir: PathBuf,
     host_index: usize,
+    /// Run before sshd in the host's mount namespace (its sessions see what it mounts).
+    before: String,
 }
 
 impl Sshd {
     pub fn start(host: &Host, authorized: &KeyPair) -> Sshd {
+        Self::start_after(host, authorized, "true")
+    }
+
+    /// As [`Sshd::start`], running `before` first in the host's mount namespace.
+    pub fn start_after(host: &Host, authorized: &KeyPair, before: &str) -> Sshd {
         let dir = host.dir.join("sshd");
         std::fs::create_dir_all(&dir).unwrap();
         let host_key = KeyPair::new(&dir, "host_key");
@@ -67,6 +74,7 @@ impl Sshd {
             host_key,
             dir,
             host_index: host.i,
+            before: before.to_owned(),
         };
         sshd.spawn(host);
         sshd
@@ -74,7 +82,8 @@ impl Sshd {
 
     fn spawn(&self, host: &Host) {
         host.spawn(&format!(
-            "exec /usr/sbin/sshd -D -e -f {}/sshd_config",
+            "{} && exec /usr/sbin/sshd -D -e -f {}/sshd_config",
+            self.before,
             self.dir.display()
         ));
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -19,7 +19,7 @@ use tests::{
     api, api_text,
     hosts::{Network, Site, address, cluster, is_root, plan_state, plans, wait_active},
     imported::{kubectl, kubectl_ok},
-    login, temp_dir,
+    login, temp_dir, until,
 };
 
 const VERSION: &str = "v1.33.4+k3s1";
@@ -30,16 +30,6 @@ async fn direct(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
     let mut all = vec!["--context", DIRECT];
     all.extend_from_slice(args);
     kubectl(kubeconfig, &all).await
-}
-
-/// Waits until `check` holds, polling; panics with `what` after `within`.
-async fn until<F: AsyncFn() -> bool>(what: &str, within: Duration, check: F) -> Duration {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    started.elapsed()
 }
 
 /// A user with `role` on `edge` (and local group `ops`), and the kubeconfig the hub issues

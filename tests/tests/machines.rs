@@ -7,14 +7,19 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drivers::ssh::{PrivateKey, SshError, Target, run};
+use serde_json::{Value, json};
 use tests::{
-    hosts::{Host, Network, is_root},
+    api, api_text,
+    hosts::{Host, Network, Site, cluster, is_root},
+    imported::kubectl_ok,
     sshd::{KeyPair, Sshd},
-    temp_dir,
+    temp_dir, until,
 };
+
+const VERSION: &str = "v1.33.4+k3s1";
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -107,6 +112,187 @@ async fn ssh_runs_commands_with_the_host_key_pinned_and_refuses_a_changed_one() 
     assert!(
         matches!(&down, Err(SshError::Unreachable(_, why)) if why.contains("refused")),
         "{down:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Where each host's install root is mounted in its own mount namespace: the template's
+/// install flags name one path for every machine.
+const HOST_ROOT: &str = "/run/drover-host-root";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
+    if !is_root() {
+        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+        return;
+    }
+    let dir = temp_dir("machines-pool");
+    let _net = Network::new(2);
+    std::fs::create_dir_all(HOST_ROOT).unwrap();
+    let client = KeyPair::new(&dir, "client");
+    let hosts: Vec<Host> = (1..=2).map(|i| Host::new(&dir, i)).collect();
+    let sshds: Vec<Sshd> = hosts
+        .iter()
+        .map(|h| {
+            Sshd::start_after(
+                h,
+                &client,
+                &format!("mount --bind {}/root {HOST_ROOT}", h.dir.display()),
+            )
+        })
+        .collect();
+    let pools = |workers: u32| {
+        json!({"machinePools": [
+            {"name": "main", "quantity": 1, "template": "lab",
+             "roles": {"etcd": true, "controlPlane": true, "worker": true}},
+            {"name": "workers", "quantity": workers, "template": "lab",
+             "roles": {"worker": true}, "labels": {"tier": "batch"}},
+        ]})
+    };
+    let site = Site::start(&dir, &[VERSION], pools(1), &[]).await;
+    let (hub, admin) = (&site.hub, site.admin.as_str());
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/cloudcredentials",
+        Some(admin),
+        Some(json!({"metadata": {"name": "lab-key"},
+                    "spec": {"driver": "ssh", "ssh": {"privateKey": client.private}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/machinetemplates",
+        Some(admin),
+        Some(json!({"metadata": {"name": "lab"},
+                    "spec": {"driver": "ssh", "credential": "lab-key",
+                             "ssh": {"addresses": [sshds[0].address, sshds[1].address],
+                                     "installFlags": ["--no-systemd", "--root", HOST_ROOT]}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    // Both machines made, bootstrapped over SSH, registered and provisioned.
+    let machines = async || -> Vec<Value> {
+        api(hub.addr, "GET", "/v1/machines", Some(admin), None)
+            .await
+            .1["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let started = Instant::now();
+    until(
+        "two machines running in an active cluster",
+        Duration::from_secs(240),
+        async || {
+            let all = machines().await;
+            let c = cluster(hub, admin).await;
+            all.len() == 2
+                && all.iter().all(|m| m["status"]["phase"] == "Running")
+                && c["state"]["state"] == "active"
+                && c["status"]["hosts"] == json!({"ready": 2, "total": 2})
+        },
+    )
+    .await;
+    eprintln!("2 machines running in {:?}", started.elapsed());
+    let all = machines().await;
+    for sshd in &sshds {
+        let m = all
+            .iter()
+            .find(|m| m["status"]["addresses"][0] == sshd.address.as_str())
+            .unwrap_or_else(|| panic!("no machine at {}: {all:#?}", sshd.address));
+        // The key the machine presented at first contact is the one kept.
+        assert_eq!(m["status"]["hostKey"], sshd.recorded_key().as_str());
+        assert_eq!(
+            m["status"]["providerId"],
+            format!("ssh://root@{}:22", sshd.address).as_str()
+        );
+        let (_, host) = api(
+            hub.addr,
+            "GET",
+            &format!("/v1/hosts/{}", m["status"]["host"].as_str().unwrap()),
+            Some(admin),
+            None,
+        )
+        .await;
+        assert_eq!(host["spec"]["nodeName"], m["metadata"]["name"]);
+    }
+    let worker = all
+        .iter()
+        .find(|m| m["spec"]["pool"] == "workers")
+        .unwrap()
+        .clone();
+    let (_, worker_host) = api(
+        hub.addr,
+        "GET",
+        &format!("/v1/hosts/{}", worker["status"]["host"].as_str().unwrap()),
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(
+        worker_host["spec"]["roles"],
+        json!({"etcd": false, "controlPlane": false, "worker": true})
+    );
+    assert_eq!(worker_host["spec"]["nodeLabels"]["tier"], "batch");
+    // kubectl through the hub sees both nodes, named after the machines.
+    let (code, kubeconfig) = api_text(
+        hub.addr,
+        "POST",
+        "/v1/clusters/edge/kubeconfig",
+        Some(admin),
+    )
+    .await;
+    assert_eq!(code, 201, "{kubeconfig}");
+    let path = dir.join("edge.kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let mut nodes: Vec<String> = kubectl_ok(&path, &["get", "nodes", "-o", "name"])
+        .await
+        .lines()
+        .map(|l| l.trim_start_matches("node/").to_owned())
+        .collect();
+    nodes.sort();
+    let mut names: Vec<String> = all
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(nodes, names);
+
+    // Scale the workers to 0: the worker's host is uninstalled, its machine goes, its address
+    // is free again.
+    let (code, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/clusters/edge",
+        Some(admin),
+        Some(json!({"spec": pools(0)})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let worker_index = if worker["status"]["addresses"][0] == sshds[0].address.as_str() {
+        0
+    } else {
+        1
+    };
+    until("the worker removed", Duration::from_secs(120), async || {
+        let all = machines().await;
+        let (_, hosts_now) = api(hub.addr, "GET", "/v1/hosts", Some(admin), None).await;
+        all.len() == 1
+            && all[0]["spec"]["pool"] == "main"
+            && hosts_now["items"].as_array().map_or(0, Vec::len) == 1
+    })
+    .await;
+    // The stand-in's uninstall script ran on the worker's machine: its distribution is gone.
+    assert!(
+        !hosts[worker_index]
+            .dir
+            .join("var-lib-rancher/k3s/installed")
+            .exists(),
+        "the worker's distribution is still installed"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod apply;
+mod passes;
+pub use passes::on_changes;
 pub mod etcd;
 // Starts a real etcd on loopback: for the tests of this store and the HA tests, not the hub.
 #[cfg(any(test, feature = "testing"))]

@@ -1,0 +1,587 @@
+//! The machine controller (leader only, writing fenced like the planner): makes each custom
+//! cluster's machine pools hold their quantity of machines. A machine is a `Machine` object
+//! first (with the controller's finalizer, before anything is made for it), then:
+//!
+//! 1. **Provisioning**: its driver makes or picks it (SSH: the first address of the template no
+//!    other machine holds, recorded before the machine is contacted);
+//! 2. **Bootstrapping**: the host command for its pool's roles runs on it (SSH: over SSH with
+//!    the host key pinned — the template's, or the one recorded at first contact), with a
+//!    registration token made for it and its name as the node name;
+//! 3. **Running**: the Host that registered under its name is linked to it.
+//!
+//! Removing one (scale down, its pool gone, the cluster deleted, or deleted through the API)
+//! deletes its Host (the planner drains and uninstalls it), then releases it at its driver and
+//! lets the object go. The decisions are in [`decide`]; this module carries them out.
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    auth::secret::{self, TokenKind},
+    model::{
+        CloudCredentialSpec, ClusterSpec, ClusterType, Kind, MachinePool, MachineTemplateSpec,
+        Status, phase, update_status,
+    },
+    store::{LabelSelector, Object, Op, Store, StoreError},
+};
+
+mod decide;
+use decide::{Action, View, decide};
+
+/// The finalizer a Machine carries until it is released at its driver.
+pub const FINALIZER: &str = "drover.io/machine";
+/// How long one SSH command may take (the install downloads the agent).
+const SSH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What the controller needs besides the store.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    pub store: Arc<dyn Store>,
+    pub server_url: String,
+    pub ca_checksum: String,
+}
+
+impl Controller {
+    /// Reconciles every cluster with machine pools whenever a Cluster, Machine, Host, template
+    /// or credential changes (and every 10 s regardless), until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let kinds = [
+            "Cluster",
+            "Host",
+            "Machine",
+            "MachineTemplate",
+            "CloudCredential",
+        ];
+        crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
+            self.reconcile_all()
+        })
+        .await;
+    }
+
+    async fn reconcile_all(&self) {
+        if let Err(e) = self.try_reconcile_all().await {
+            tracing::warn!(error = %e, "the machine controller failed a pass; retrying");
+        }
+    }
+
+    async fn try_reconcile_all(&self) -> Result<(), StoreError> {
+        let everything = LabelSelector::everything();
+        let (machines, _) = self.store.list(Kind::Machine.name(), &everything).await?;
+        let (clusters, _) = self.store.list(Kind::Cluster.name(), &everything).await?;
+        let has_pools = |c: &Object| {
+            serde_json::from_value::<ClusterSpec>(c.spec.clone())
+                .is_ok_and(|s| s.cluster_type == ClusterType::Custom && !s.machine_pools.is_empty())
+        };
+        if machines.is_empty() && !clusters.iter().any(has_pools) {
+            return Ok(());
+        }
+        let (hosts, _) = self.store.list(Kind::Host.name(), &everything).await?;
+        let mut names: Vec<String> = clusters.iter().map(|c| c.metadata.name.clone()).collect();
+        // Machines whose cluster is gone are released too.
+        for m in &machines {
+            let cluster = m
+                .spec
+                .get("cluster")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !names.iter().any(|n| n == cluster) {
+                names.push(cluster.to_owned());
+            }
+        }
+        for name in names {
+            let cluster = clusters.iter().find(|c| c.metadata.name == name);
+            let pools: Vec<MachinePool> = match cluster {
+                Some(c) if c.metadata.deletion_timestamp.is_none() => {
+                    serde_json::from_value::<ClusterSpec>(c.spec.clone())
+                        .map(|s| s.machine_pools)
+                        .unwrap_or_default()
+                }
+                // A cluster going (or gone) keeps no machine.
+                _ => Vec::new(),
+            };
+            let of_cluster =
+                |o: &&Object| o.spec.get("cluster").and_then(Value::as_str) == Some(name.as_str());
+            let mut mine: Vec<&Object> = machines.iter().filter(of_cluster).collect();
+            mine.sort_by(|a, b| {
+                (&a.metadata.creation_timestamp, &a.metadata.name)
+                    .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+            });
+            let its_hosts: Vec<&Object> = hosts.iter().filter(of_cluster).collect();
+            let init_host = cluster.and_then(|c| {
+                Status::of(c)
+                    .extra
+                    .get("initHost")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+            let actions = decide(&View {
+                pools: &pools,
+                machines: &mine,
+                hosts: &its_hosts,
+                init_host: init_host.as_deref(),
+            });
+            for action in actions {
+                if let Err(e) = self.act(&name, &pools, action).await {
+                    tracing::warn!(cluster = %name, error = %e, "a machine step failed; retrying");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn act(
+        &self,
+        cluster: &str,
+        pools: &[MachinePool],
+        action: Action,
+    ) -> Result<(), StoreError> {
+        match action {
+            Action::Create { pool, template } => {
+                let name = format!("{cluster}-{pool}-{}", suffix());
+                let mut object = Object::new(
+                    Kind::Machine.name(),
+                    &name,
+                    json!({"cluster": cluster, "pool": pool, "template": template}),
+                );
+                object.metadata.finalizers = vec![FINALIZER.to_owned()];
+                object.status = json!({"phase": phase::PENDING});
+                let mut ops = vec![Op::Create(object)];
+                crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
+                self.store.transact(ops).await?;
+                tracing::info!(cluster, pool, machine = %name, "a new machine");
+                Ok(())
+            }
+            Action::Remove { machine } => {
+                self.set(
+                    &machine,
+                    phase::DELETING,
+                    "removing: its host is uninstalled first",
+                )
+                .await?;
+                match self
+                    .store
+                    .delete(Kind::Machine.name(), &machine, None)
+                    .await
+                {
+                    Err(StoreError::NotFound { .. }) => Ok(()),
+                    other => other.map(drop),
+                }
+            }
+            Action::Provision { machine } => self.provision(&machine).await,
+            Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
+            Action::Link { machine, host } => {
+                update_status(self.store.as_ref(), Kind::Machine, &machine, |s| {
+                    s.extra.insert("host".into(), json!(host));
+                    s.extra.insert("phase".into(), json!(phase::RUNNING));
+                    s.extra.insert("message".into(), json!(""));
+                })
+                .await
+            }
+            Action::Release { machine, host } => {
+                if let Some(host) = host {
+                    // The planner drains (as the cluster's upgrade strategy says) and uninstalls
+                    // the host, then lets it go.
+                    self.set(
+                        &machine,
+                        phase::DELETING,
+                        &format!("waiting for host {host} to be uninstalled"),
+                    )
+                    .await?;
+                    return match self.store.delete(Kind::Host.name(), &host, None).await {
+                        Err(StoreError::NotFound { .. }) => Ok(()),
+                        other => other.map(drop),
+                    };
+                }
+                // An SSH machine is released by giving its address back (the object going).
+                self.release(&machine).await
+            }
+        }
+    }
+
+    /// Sets a machine's phase and message.
+    async fn set(&self, machine: &str, to: &str, message: &str) -> Result<(), StoreError> {
+        update_status(self.store.as_ref(), Kind::Machine, machine, |s| {
+            s.extra.insert("phase".into(), json!(to));
+            s.extra.insert("message".into(), json!(message));
+        })
+        .await
+    }
+
+    async fn template_of(
+        &self,
+        machine: &Object,
+    ) -> Result<Option<(MachineTemplateSpec, CloudCredentialSpec)>, String> {
+        let name = machine
+            .spec
+            .get("template")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let template = match self.store.get(Kind::MachineTemplate.name(), name).await {
+            Ok(t) => {
+                serde_json::from_value::<MachineTemplateSpec>(t.spec).map_err(|e| e.to_string())?
+            }
+            Err(StoreError::NotFound { .. }) => {
+                return Err(format!("template {name:?} does not exist; create it"));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let credential = match self
+            .store
+            .get(Kind::CloudCredential.name(), &template.credential)
+            .await
+        {
+            Ok(c) => {
+                serde_json::from_value::<CloudCredentialSpec>(c.spec).map_err(|e| e.to_string())?
+            }
+            Err(StoreError::NotFound { .. }) => {
+                return Err(format!(
+                    "credential {:?} of template {name:?} does not exist",
+                    template.credential
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        Ok(Some((template, credential)))
+    }
+
+    /// Pending → Provisioning: an SSH machine takes the first address of its template that no
+    /// other machine holds, recorded before anything contacts it.
+    async fn provision(&self, name: &str) -> Result<(), StoreError> {
+        let machine = self.store.get(Kind::Machine.name(), name).await?;
+        // Read now, not at the start of the pass: an address taken earlier in this pass counts.
+        let (all_machines, _) = self
+            .store
+            .list(Kind::Machine.name(), &LabelSelector::everything())
+            .await?;
+        let (template, _) = match self.template_of(&machine).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(()),
+            Err(why) => {
+                return self
+                    .set(name, phase::PENDING, &format!("provision: {why}"))
+                    .await;
+            }
+        };
+        let Some(ssh) = &template.ssh else {
+            return self
+                .set(
+                    name,
+                    phase::PENDING,
+                    &format!(
+                        "provision: the {} driver is not built yet",
+                        template.driver.label()
+                    ),
+                )
+                .await;
+        };
+        let held: Vec<String> = all_machines
+            .iter()
+            .filter(|m| m.metadata.name != name)
+            .filter_map(|m| {
+                Status::of(m)
+                    .extra
+                    .get("addresses")?
+                    .get(0)?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        let Some(address) = ssh.addresses.iter().find(|a| !held.contains(a)) else {
+            let template_name = machine
+                .spec
+                .get("template")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            return self
+                .set(
+                    name,
+                    phase::PENDING,
+                    &format!(
+                        "provision: all {} addresses of template {template_name:?} are in use; add addresses with a new template",
+                        ssh.addresses.len()
+                    ),
+                )
+                .await;
+        };
+        let provider_id = format!("ssh://{}@{address}:{}", ssh.user, ssh.port);
+        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+            s.extra.insert("addresses".into(), json!([address]));
+            s.extra.insert("providerId".into(), json!(provider_id));
+            s.extra.insert("phase".into(), json!(phase::PROVISIONING));
+            s.extra.insert("message".into(), json!(""));
+        })
+        .await
+    }
+
+    /// Provisioning → Bootstrapping: the host command over SSH, the host key pinned.
+    async fn bootstrap(
+        &self,
+        cluster: &str,
+        pools: &[MachinePool],
+        name: &str,
+    ) -> Result<(), StoreError> {
+        let machine = self.store.get(Kind::Machine.name(), name).await?;
+        let (template, credential) = match self.template_of(&machine).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(()),
+            Err(why) => {
+                return self
+                    .set(name, phase::PROVISIONING, &format!("bootstrap: {why}"))
+                    .await;
+            }
+        };
+        let (Some(ssh), Some(key)) = (
+            &template.ssh,
+            credential.ssh.as_ref().map(|c| c.private_key.clone()),
+        ) else {
+            return self
+                .set(
+                    name,
+                    phase::PROVISIONING,
+                    "bootstrap: the template's credential has no SSH key",
+                )
+                .await;
+        };
+        let pool_name = machine
+            .spec
+            .get("pool")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(pool) = pools.iter().find(|p| p.name == pool_name) else {
+            return Ok(());
+        };
+        let status = Status::of(&machine);
+        let Some(address) = status
+            .extra
+            .get("addresses")
+            .and_then(|a| a.get(0))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return Ok(());
+        };
+        let pinned = ssh.host_keys.get(&address).cloned().or_else(|| {
+            status
+                .extra
+                .get("hostKey")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        // A registration token for this machine alone.
+        let token = secret::new_token(TokenKind::Registration);
+        let mut ops = vec![Op::Create(crate::registration::token_object(
+            cluster, &token,
+        ))];
+        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
+        self.store.transact(ops).await?;
+        let command = host_command(
+            &self.server_url,
+            &token.value,
+            &self.ca_checksum,
+            pool,
+            name,
+            &address,
+            &ssh.install_flags,
+        );
+        self.set(
+            name,
+            phase::PROVISIONING,
+            &format!("bootstrap: installing over SSH at {address}"),
+        )
+        .await?;
+        let target = drivers::ssh::Target {
+            address: address.clone(),
+            port: ssh.port,
+            user: ssh.user.clone(),
+        };
+        let ran = drivers::ssh::run(
+            &target,
+            &drivers::ssh::PrivateKey::new(key),
+            pinned.as_deref(),
+            &command,
+            b"",
+            SSH_TIMEOUT,
+        )
+        .await;
+        match ran {
+            Ok(outcome) if outcome.exit_code == 0 => {
+                update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+                    s.extra.insert("hostKey".into(), json!(outcome.host_key));
+                    s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
+                    s.extra.insert(
+                        "message".into(),
+                        json!("installed; waiting for its host to register"),
+                    );
+                })
+                .await
+            }
+            Ok(outcome) => {
+                let tail: String = outcome
+                    .stderr
+                    .lines()
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                // The key is recorded even so: the machine answered with it.
+                update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+                    s.extra.insert("hostKey".into(), json!(outcome.host_key));
+                    s.extra.insert(
+                        "message".into(),
+                        json!(format!(
+                            "bootstrap: the host command exited with {}: {tail}",
+                            outcome.exit_code
+                        )),
+                    );
+                })
+                .await
+            }
+            Err(e @ drivers::ssh::SshError::HostKeyChanged { .. }) => {
+                self.set(name, phase::FAILED, &format!("bootstrap: {e}"))
+                    .await
+            }
+            Err(e) => {
+                self.set(name, phase::PROVISIONING, &format!("bootstrap: {e}"))
+                    .await
+            }
+        }
+    }
+
+    /// A removed machine's host is gone: give it back to its driver and let the object go.
+    async fn release(&self, name: &str) -> Result<(), StoreError> {
+        for _ in 0..10 {
+            let mut machine = match self.store.get(Kind::Machine.name(), name).await {
+                Ok(m) => m,
+                Err(StoreError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            machine.metadata.finalizers.retain(|f| f != FINALIZER);
+            match self.store.update(machine).await {
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound { .. }) => return Ok(()),
+                other => {
+                    tracing::info!(machine = %name, "machine released");
+                    return other.map(drop);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Five lowercase letters and digits: a machine's name within its pool.
+fn suffix() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    secret::random_text::<8>()
+        .bytes()
+        .take(5)
+        .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// `text` as one word for `sh`.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The host command for a machine of `pool`: the hub's install script with the pool's roles,
+/// labels and taints, the machine's name as the node name and its address. With
+/// `--no-systemd` among the template's flags the agent runs in the foreground, so the command
+/// starts it detached (its output in `/var/log/drover-bootstrap.log`).
+fn host_command(
+    server: &str,
+    token: &str,
+    ca_checksum: &str,
+    pool: &MachinePool,
+    machine: &str,
+    address: &str,
+    install_flags: &[String],
+) -> String {
+    let mut flags = vec![
+        "--server".to_owned(),
+        quote(server),
+        "--token".to_owned(),
+        quote(token),
+        "--ca-checksum".to_owned(),
+        quote(ca_checksum),
+    ];
+    for (on, flag) in [
+        (pool.roles.etcd, "--etcd"),
+        (pool.roles.control_plane, "--controlplane"),
+        (pool.roles.worker, "--worker"),
+    ] {
+        if on {
+            flags.push(flag.to_owned());
+        }
+    }
+    flags.extend([
+        "--node-name".to_owned(),
+        quote(machine),
+        "--address".to_owned(),
+        quote(address),
+    ]);
+    for (k, v) in &pool.labels {
+        flags.extend(["--label".to_owned(), quote(&format!("{k}={v}"))]);
+    }
+    for taint in &pool.taints {
+        flags.extend(["--taint".to_owned(), quote(taint)]);
+    }
+    flags.extend(install_flags.iter().map(|f| quote(f)));
+    let install = format!(
+        "curl --insecure -fsSL {}/system-agent-install.sh | sh -s - {}",
+        quote(server.trim_end_matches('/')),
+        flags.join(" ")
+    );
+    if install_flags.iter().any(|f| f == "--no-systemd") {
+        format!(
+            "setsid sh -c {} </dev/null >/var/log/drover-bootstrap.log 2>&1 &",
+            quote(&install)
+        )
+    } else {
+        install
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_host_command_carries_the_pools_roles_and_quotes_every_value() {
+        let pool: MachinePool = serde_json::from_value(json!({"name": "w", "quantity": 1,
+            "roles": {"etcd": true, "worker": true}, "template": "t",
+            "labels": {"rack": "r'1"}, "taints": ["gpu=yes:NoSchedule"]}))
+        .unwrap();
+        let command = host_command(
+            "https://hub:8443",
+            "drr_tabc.s3cret",
+            "ab12",
+            &pool,
+            "edge-w-x1y2z",
+            "10.0.0.5",
+            &[],
+        );
+        assert_eq!(
+            command,
+            "curl --insecure -fsSL 'https://hub:8443'/system-agent-install.sh | sh -s - --server 'https://hub:8443' --token 'drr_tabc.s3cret' --ca-checksum 'ab12' --etcd --worker --node-name 'edge-w-x1y2z' --address '10.0.0.5' --label 'rack=r'\\''1' --taint 'gpu=yes:NoSchedule'"
+        );
+        let detached = host_command(
+            "https://hub",
+            "t",
+            "c",
+            &pool,
+            "m",
+            "a",
+            &["--no-systemd".into()],
+        );
+        assert!(detached.starts_with("setsid sh -c 'curl"), "{detached}");
+        assert!(
+            detached.ends_with(">/var/log/drover-bootstrap.log 2>&1 &"),
+            "{detached}"
+        );
+    }
+}

@@ -34,6 +34,10 @@ use decide::{Action, View, decide};
 pub const FINALIZER: &str = "drover.io/machine";
 /// How long one SSH command may take (the install downloads the agent).
 const SSH_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a machine's registration token lives: a bootstrap takes minutes.
+const BOOTSTRAP_TOKEN_TTL: time::Duration = time::Duration::hours(1);
+/// On a Machine's status: the name of the registration token made for its bootstrap.
+const TOKEN_FIELD: &str = "registrationToken";
 
 /// What the controller needs besides the store.
 #[derive(Debug, Clone)]
@@ -172,12 +176,19 @@ impl Controller {
             Action::Provision { machine } => self.provision(&machine).await,
             Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
             Action::Link { machine, host } => {
+                let mut token = None;
                 update_status(self.store.as_ref(), Kind::Machine, &machine, |s| {
+                    token = s.extra.remove(TOKEN_FIELD);
                     s.extra.insert("host".into(), json!(host));
                     s.extra.insert("phase".into(), json!(phase::RUNNING));
                     s.extra.insert("message".into(), json!(""));
                 })
-                .await
+                .await?;
+                // Its host has its own credential now: the bootstrap token has done its job.
+                match token.as_ref().and_then(Value::as_str) {
+                    Some(token) => self.forget_token(token).await,
+                    None => Ok(()),
+                }
             }
             Action::Release { machine, host } => {
                 if let Some(host) = host {
@@ -197,6 +208,17 @@ impl Controller {
                 // An SSH machine is released by giving its address back (the object going).
                 self.release(&machine).await
             }
+        }
+    }
+
+    async fn forget_token(&self, name: &str) -> Result<(), StoreError> {
+        match self
+            .store
+            .delete(Kind::RegistrationToken.name(), name, None)
+            .await
+        {
+            Err(StoreError::NotFound { .. }) => Ok(()),
+            other => other.map(drop),
         }
     }
 
@@ -369,13 +391,26 @@ impl Controller {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
-        // A registration token for this machine alone.
+        // A registration token for this machine alone, short-lived, replacing the one of an
+        // earlier attempt (and deleted once the machine's host has registered).
         let token = secret::new_token(TokenKind::Registration);
-        let mut ops = vec![Op::Create(crate::registration::token_object(
-            cluster, &token,
-        ))];
+        let mut object = crate::registration::token_object(cluster, &token);
+        object.spec["expiresAt"] = json!(crate::auth::lifetimes::expiry(BOOTSTRAP_TOKEN_TTL));
+        let mut ops = vec![Op::Create(object)];
         crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
         self.store.transact(ops).await?;
+        let previous = status
+            .extra
+            .get(TOKEN_FIELD)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+            s.extra.insert(TOKEN_FIELD.into(), json!(token.name));
+        })
+        .await?;
+        if let Some(previous) = previous {
+            self.forget_token(&previous).await?;
+        }
         let command = host_command(
             &self.server_url,
             &token.value,

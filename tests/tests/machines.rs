@@ -220,6 +220,21 @@ async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
         .await;
         assert_eq!(host["spec"]["nodeName"], m["metadata"]["name"]);
     }
+    // Each bootstrap had a registration token of its own, short-lived (the only ones that
+    // expire), deleted once its host registered.
+    assert!(
+        all.iter()
+            .all(|m| m["status"]["registrationToken"].is_null()),
+        "{all:#?}"
+    );
+    let (_, tokens) = api(hub.addr, "GET", "/v1/registrationtokens", Some(admin), None).await;
+    let lingering: Vec<&Value> = tokens["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !t["spec"]["expiresAt"].is_null())
+        .collect();
+    assert!(lingering.is_empty(), "{lingering:#?}");
     let worker = all
         .iter()
         .find(|m| m["spec"]["pool"] == "workers")

@@ -101,6 +101,42 @@ enum CliCommand {
     User(UserArgs),
     /// Who holds which role: grant, revoke, list.
     Role(RoleArgs),
+    /// A cluster's machine pools: scale one.
+    Pool(PoolArgs),
+    /// The machines the hub made for a cluster's pools.
+    Machine(MachineArgs),
+}
+
+#[derive(Args, Debug)]
+struct PoolArgs {
+    #[command(subcommand)]
+    command: PoolCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum PoolCommand {
+    /// Set how many machines a pool has (the hub makes or removes the difference)
+    Scale {
+        cluster: String,
+        pool: String,
+        quantity: u32,
+    },
+}
+
+#[derive(Args, Debug)]
+struct MachineArgs {
+    #[command(subcommand)]
+    command: MachineCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Subcommand, Debug)]
+enum MachineCommand {
+    /// List a cluster's machines with their phase, address and host
+    List { cluster: String },
 }
 
 #[derive(Args, Debug)]
@@ -456,6 +492,30 @@ where
                 },
             };
             Ok(client(request, args.opts, env))
+        }
+        CliCommand::Pool(args) => {
+            let PoolCommand::Scale {
+                cluster,
+                pool,
+                quantity,
+            } = args.command;
+            Ok(client(
+                crate::cli::Request::PoolScale {
+                    cluster,
+                    pool,
+                    quantity,
+                },
+                args.opts,
+                env,
+            ))
+        }
+        CliCommand::Machine(args) => {
+            let MachineCommand::List { cluster } = args.command;
+            Ok(client(
+                crate::cli::Request::MachineList { cluster },
+                args.opts,
+                env,
+            ))
         }
         CliCommand::Kubeconfig(args) => Ok(client(
             crate::cli::Request::Kubeconfig {

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tests::{
     api, api_text,
     hosts::{Host, Network, Site, cluster, is_root},
+    hub_cli,
     imported::kubectl_ok,
     sshd::{KeyPair, Sshd},
     temp_dir, until,
@@ -279,15 +280,48 @@ async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
 
     // Scale the workers to 0: the worker's host is uninstalled, its machine goes, its address
     // is free again.
-    let (code, body) = api(
-        hub.addr,
-        "PATCH",
-        "/v1/clusters/edge",
-        Some(admin),
-        Some(json!({"spec": pools(0)})),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    // ... with the CLI, as an operator would; it lists the machines as they are.
+    let config = dir.join("cli.json");
+    let login = hub_cli(
+        &config,
+        &[
+            "login",
+            "--server",
+            &site.hub_url,
+            "--password-stdin",
+            "--ca-checksum",
+            &hub.ca_checksum,
+        ],
+        &format!("{}\n", site.admin_password),
+    );
+    assert_eq!(login.code, 0, "{}", login.stderr);
+    let listed = hub_cli(&config, &["machine", "list", "edge"], "");
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed
+            .stdout
+            .contains(worker["metadata"]["name"].as_str().unwrap())
+            && listed.stdout.contains("Running"),
+        "{}",
+        listed.stdout
+    );
+    let wrong = hub_cli(&config, &["pool", "scale", "edge", "gpus", "2"], "");
+    assert_eq!(wrong.code, 1, "{}", wrong.stdout);
+    assert!(
+        wrong.stderr.contains("its pools: main, workers"),
+        "{}",
+        wrong.stderr
+    );
+    let scaled = hub_cli(&config, &["pool", "scale", "edge", "workers", "0"], "");
+    assert_eq!(scaled.code, 0, "{}", scaled.stderr);
+    let (_, now) = api(hub.addr, "GET", "/v1/clusters/edge", Some(admin), None).await;
+    let quantities: Vec<(&str, u64)> = now["spec"]["machinePools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["quantity"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(quantities, [("main", 1), ("workers", 0)]);
     let worker_index = if worker["status"]["addresses"][0] == sshds[0].address.as_str() {
         0
     } else {

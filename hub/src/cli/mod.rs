@@ -109,6 +109,15 @@ pub enum Request {
     ClusterRotateCertificates {
         cluster: String,
     },
+    /// Sets one machine pool's quantity.
+    PoolScale {
+        cluster: String,
+        pool: String,
+        quantity: u32,
+    },
+    MachineList {
+        cluster: String,
+    },
     /// Sets the cluster's `spec.authorizedEndpoint` (`ca_certs`: a PEM file to read).
     ClusterEndpoint {
         cluster: String,
@@ -309,6 +318,20 @@ pub async fn run(
                 ),
             )
         }
+        Request::PoolScale {
+            cluster,
+            pool,
+            quantity,
+        } => {
+            let (version, pools) = scaled_pools(&client, &saved, cluster, pool, *quantity).await?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(json!({"metadata": {"resourceVersion": version},
+                            "spec": {"machinePools": pools}})),
+            )
+        }
+        Request::MachineList { .. } => ("GET", "/v1/machines".to_owned(), None),
         Request::ClusterRotateCertificates { cluster } => {
             let generation =
                 next_generation(&client, &saved, cluster, "rotateCertificates").await?;
@@ -488,7 +511,7 @@ pub async fn run(
             })
             .await?;
         }
-        Request::SnapshotList { cluster } => {
+        Request::SnapshotList { cluster } | Request::MachineList { cluster } => {
             if let Some(items) = value["items"].as_array_mut() {
                 items.retain(|s| s["spec"]["cluster"] == cluster.as_str());
             }
@@ -528,6 +551,54 @@ async fn until<T>(
 }
 
 /// The cluster's `spec.<field>.generation` plus one.
+/// The cluster's pools with `pool` at `quantity`, and the resourceVersion they were read at
+/// (so a concurrent change is refused, not overwritten).
+async fn scaled_pools(
+    client: &Client,
+    saved: &Saved,
+    cluster: &str,
+    pool: &str,
+    quantity: u32,
+) -> Result<(Value, Value), CliError> {
+    let (status, bytes) = client
+        .send(
+            "GET",
+            &format!("/v1/clusters/{cluster}"),
+            Some(&saved.token),
+            None,
+        )
+        .await?;
+    let mut value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+    if status != 200 {
+        return Err(CliError::Refused(format!(
+            "the hub answered {status}: {}",
+            text(&value["message"])
+        )));
+    }
+    let mut pools = value["spec"]["machinePools"].take();
+    let names: Vec<String> = pools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect();
+    let Some(entry) = pools
+        .as_array_mut()
+        .and_then(|all| all.iter_mut().find(|p| p["name"] == pool))
+    else {
+        return Err(CliError::Refused(format!(
+            "cluster {cluster} has no pool {pool:?} (its pools: {})",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        )));
+    };
+    entry["quantity"] = json!(quantity);
+    Ok((value["metadata"]["resourceVersion"].take(), pools))
+}
+
 async fn next_generation(
     client: &Client,
     saved: &Saved,

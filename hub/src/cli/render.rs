@@ -125,6 +125,26 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             Request::ClusterRotateCertificates { cluster } => format!(
                 "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
             ),
+            Request::PoolScale {
+                cluster,
+                pool,
+                quantity,
+            } => format!(
+                "Pool {pool} of cluster {cluster} now asks for {quantity} machines; `drover-hub machine list {cluster}` shows them.\n"
+            ),
+            Request::MachineList { .. } => table(
+                &["NAME", "POOL", "PHASE", "ADDRESS", "HOST", "MESSAGE"],
+                value["items"].as_array().into_iter().flatten().map(|m| {
+                    vec![
+                        text(&m["metadata"]["name"]),
+                        text(&m["spec"]["pool"]),
+                        text(&m["status"]["phase"]),
+                        text(&m["status"]["addresses"][0]),
+                        text(&m["status"]["host"]),
+                        text(&m["status"]["message"]),
+                    ]
+                }),
+            ),
             Request::ClusterEndpoint {
                 cluster, enabled, ..
             } => {

@@ -485,7 +485,53 @@ impl Controller {
     }
 
     /// A removed machine's host is gone: give it back to its driver and let the object go.
+    /// An SSH machine gets the system-agent's uninstall run on it (its agent stopped, its
+    /// credential and identity removed), so the machine is as it was and a new machine on its
+    /// address registers afresh; one that cannot be reached is released all the same.
     async fn release(&self, name: &str) -> Result<(), StoreError> {
+        let machine = match self.store.get(Kind::Machine.name(), name).await {
+            Ok(m) => m,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let status = Status::of(&machine);
+        let address = status
+            .extra
+            .get("addresses")
+            .and_then(|a| a.get(0))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let bootstrapped = status.extra.contains_key("hostKey");
+        if let (Some(address), true, Ok(Some((template, credential)))) =
+            (address, bootstrapped, self.template_of(&machine).await)
+            && let (Some(ssh), Some(key)) = (&template.ssh, &credential.ssh)
+        {
+            let target = drivers::ssh::Target {
+                address: address.clone(),
+                port: ssh.port,
+                user: ssh.user.clone(),
+            };
+            let pinned = status.extra.get("hostKey").and_then(Value::as_str);
+            let command = uninstall_command(&ssh.install_flags);
+            match drivers::ssh::run(
+                &target,
+                &drivers::ssh::PrivateKey::new(key.private_key.clone()),
+                pinned,
+                &command,
+                b"",
+                SSH_TIMEOUT,
+            )
+            .await
+            {
+                Ok(outcome) if outcome.exit_code == 0 => {}
+                Ok(outcome) => {
+                    tracing::warn!(machine = %name, %address, code = outcome.exit_code, stderr = %outcome.stderr.trim(), "the system-agent's uninstall failed; releasing the machine anyway");
+                }
+                Err(e) => {
+                    tracing::warn!(machine = %name, %address, error = %e, "cannot reach the machine to uninstall the system-agent; releasing it anyway");
+                }
+            }
+        }
         for _ in 0..10 {
             let mut machine = match self.store.get(Kind::Machine.name(), name).await {
                 Ok(m) => m,
@@ -514,6 +560,18 @@ fn suffix() -> String {
         .take(5)
         .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
         .collect()
+}
+
+/// Runs the system-agent's uninstall script where the install put it (under `--root DIR`
+/// when the template's flags give one), if it is there.
+fn uninstall_command(install_flags: &[String]) -> String {
+    let root = install_flags
+        .iter()
+        .position(|f| f == "--root")
+        .and_then(|i| install_flags.get(i + 1))
+        .map_or("", String::as_str);
+    let script = format!("{root}/usr/local/bin/drover-system-agent-uninstall.sh");
+    format!("if [ -x {0} ]; then {0}; fi", quote(&script))
 }
 
 /// `text` as one word for `sh`.

@@ -343,5 +343,64 @@ async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
             .exists(),
         "the worker's distribution is still installed"
     );
+
+    // Back to one worker, and the hub killed while the machine is being bootstrapped over
+    // SSH: once the hub is back, the same machine goes on (no second machine, no second host),
+    // on the address that was freed.
+    let scaled = hub_cli(&config, &["pool", "scale", "edge", "workers", "1"], "");
+    assert_eq!(scaled.code, 0, "{}", scaled.stderr);
+    until(
+        "the new worker being bootstrapped",
+        Duration::from_secs(60),
+        async || {
+            machines().await.iter().any(|m| {
+                m["spec"]["pool"] == "workers"
+                    && m["status"]["message"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("bootstrap: installing over SSH"))
+            })
+        },
+    )
+    .await;
+    let site = {
+        let mut site = site;
+        site.crash_hub().await;
+        site
+    };
+    let (hub, admin) = (&site.hub, site.admin.as_str());
+    let machines = async || -> Vec<Value> {
+        api(hub.addr, "GET", "/v1/machines", Some(admin), None)
+            .await
+            .1["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    until(
+        "the worker running again after the crash",
+        Duration::from_secs(180),
+        async || {
+            let all = machines().await;
+            all.len() == 2 && all.iter().all(|m| m["status"]["phase"] == "Running")
+        },
+    )
+    .await;
+    let all = machines().await;
+    let (_, hosts_now) = api(hub.addr, "GET", "/v1/hosts", Some(admin), None).await;
+    assert_eq!(
+        hosts_now["items"].as_array().unwrap().len(),
+        2,
+        "{hosts_now:#}"
+    );
+    let new_worker = all.iter().find(|m| m["spec"]["pool"] == "workers").unwrap();
+    assert_ne!(new_worker["metadata"]["name"], worker["metadata"]["name"]);
+    assert_eq!(
+        new_worker["status"]["addresses"][0], worker["status"]["addresses"][0],
+        "the freed address is used again"
+    );
+    assert_eq!(
+        new_worker["status"]["hostKey"],
+        sshds[worker_index].recorded_key().as_str()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -130,15 +130,6 @@ impl TokenCopy {
     }
 }
 
-/// sha256 of `text`, hex: how the hub stores a token's secret.
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Equal bytes, in time that does not depend on where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
@@ -200,7 +191,7 @@ pub fn review(
             refused("unknown token: revoked, expired or not for this cluster"),
         );
     };
-    if !same(sha256_hex(secret).as_bytes(), copy.hash.as_bytes()) {
+    if !same(proto::token_hash(secret).as_bytes(), copy.hash.as_bytes()) {
         return (
             StatusCode::OK,
             refused("unknown token: revoked, expired or not for this cluster"),
@@ -446,6 +437,6 @@ mod tests {
 
     #[test]
     fn the_hash_is_the_hubs_sha256_hex() {
-        assert_eq!(sha256_hex("s3cret"), HASH);
+        assert_eq!(proto::token_hash("s3cret"), HASH);
     }
 }

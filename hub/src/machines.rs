@@ -234,7 +234,7 @@ impl Controller {
     async fn template_of(
         &self,
         machine: &Object,
-    ) -> Result<Option<(MachineTemplateSpec, CloudCredentialSpec)>, String> {
+    ) -> Result<(MachineTemplateSpec, CloudCredentialSpec), String> {
         let name = machine
             .spec
             .get("template")
@@ -265,7 +265,7 @@ impl Controller {
             }
             Err(e) => return Err(e.to_string()),
         };
-        Ok(Some((template, credential)))
+        Ok((template, credential))
     }
 
     /// Pending → Provisioning: an SSH machine takes the first address of its template that no
@@ -278,8 +278,7 @@ impl Controller {
             .list(Kind::Machine.name(), &LabelSelector::everything())
             .await?;
         let (template, _) = match self.template_of(&machine).await {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(()),
+            Ok(found) => found,
             Err(why) => {
                 return self
                     .set(name, phase::PENDING, &format!("provision: {why}"))
@@ -346,8 +345,7 @@ impl Controller {
     ) -> Result<(), StoreError> {
         let machine = self.store.get(Kind::Machine.name(), name).await?;
         let (template, credential) = match self.template_of(&machine).await {
-            Ok(Some(found)) => found,
-            Ok(None) => return Ok(()),
+            Ok(found) => found,
             Err(why) => {
                 return self
                     .set(name, phase::PROVISIONING, &format!("bootstrap: {why}"))
@@ -502,7 +500,7 @@ impl Controller {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let bootstrapped = status.extra.contains_key("hostKey");
-        if let (Some(address), true, Ok(Some((template, credential)))) =
+        if let (Some(address), true, Ok((template, credential))) =
             (address, bootstrapped, self.template_of(&machine).await)
             && let (Some(ssh), Some(key)) = (&template.ssh, &credential.ssh)
         {

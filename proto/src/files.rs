@@ -10,7 +10,7 @@ use crate::plan::v1::FileChunk;
 /// Files move in chunks of this size (well under gRPC's 4 MiB message limit).
 pub const FILE_CHUNK: usize = 256 * 1024;
 
-fn hex(digest: ring::digest::Digest) -> String {
+pub(crate) fn hex(digest: ring::digest::Digest) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 

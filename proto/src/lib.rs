@@ -187,6 +187,15 @@ pub const CACHED_RESOURCES: [CachedResource; 6] = [
 ];
 
 /// The cached resource named `name`, if the cache holds it.
+/// sha256 (hex) of a token's secret part: what the hub stores instead of the token, and what
+/// the authorized endpoint's authenticator compares a presented token with.
+pub fn token_hash(secret: &str) -> String {
+    files::hex(ring::digest::digest(
+        &ring::digest::SHA256,
+        secret.as_bytes(),
+    ))
+}
+
 pub fn cached_resource(name: &str) -> Option<CachedResource> {
     CACHED_RESOURCES.into_iter().find(|r| r.name == name)
 }

@@ -87,17 +87,8 @@ pub fn random_text<const N: usize>() -> String {
     B64.encode(random::<N>())
 }
 
-/// sha256 of a token secret, hex.
-pub fn token_hash(secret: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for b in digest.as_ref() {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    hex
-}
+/// sha256 of a token secret, hex (one definition with the authorized endpoint's authenticator).
+pub use proto::token_hash;
 
 /// Whether `secret` opens the stored token `object`: its hash matches, it has not expired and
 /// it is not being deleted.

@@ -560,21 +560,7 @@ async fn scaled_pools(
     pool: &str,
     quantity: u32,
 ) -> Result<(Value, Value), CliError> {
-    let (status, bytes) = client
-        .send(
-            "GET",
-            &format!("/v1/clusters/{cluster}"),
-            Some(&saved.token),
-            None,
-        )
-        .await?;
-    let mut value = serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
-    if status != 200 {
-        return Err(CliError::Refused(format!(
-            "the hub answered {status}: {}",
-            text(&value["message"])
-        )));
-    }
+    let mut value = get_cluster(client, saved, cluster).await?;
     let mut pools = value["spec"]["machinePools"].take();
     let names: Vec<String> = pools
         .as_array()
@@ -605,6 +591,12 @@ async fn next_generation(
     cluster: &str,
     field: &str,
 ) -> Result<u64, CliError> {
+    let value = get_cluster(client, saved, cluster).await?;
+    Ok(value["spec"][field]["generation"].as_u64().unwrap_or(0) + 1)
+}
+
+/// The cluster as the hub has it now.
+async fn get_cluster(client: &Client, saved: &Saved, cluster: &str) -> Result<Value, CliError> {
     let (status, bytes) = client
         .send(
             "GET",
@@ -620,7 +612,7 @@ async fn next_generation(
             text(&value["message"])
         )));
     }
-    Ok(value["spec"][field]["generation"].as_u64().unwrap_or(0) + 1)
+    Ok(value)
 }
 
 mod connection;

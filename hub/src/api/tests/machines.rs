@@ -4,28 +4,16 @@
 
 use super::*;
 
-impl TestApi {
-    async fn status_of(
-        &self,
-        method: Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        self.call(method, path, Some(token), body).await
-    }
-}
-
 #[tokio::test]
 async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
     let t = setup().await;
     let admin = t.admin.clone();
     // A credential without its secret, or with a key that is not one, is refused with why.
     let (status, body) = t
-        .status_of(
+        .call(
             Method::POST,
             "/v1/cloudcredentials",
-            &admin,
+            Some(&admin),
             Some(json!({"metadata": {"name": "lab"}, "spec": {"driver": "ssh", "ssh": {}}})),
         )
         .await;
@@ -38,7 +26,7 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         "{body}"
     );
     let (status, body) = t
-        .status_of(Method::POST, "/v1/cloudcredentials", &admin,
+        .call(Method::POST, "/v1/cloudcredentials", Some(&admin),
             Some(json!({"metadata": {"name": "lab"}, "spec": {"driver": "ssh", "ssh": {"privateKey": "hunter2"}}})))
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
@@ -50,7 +38,7 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         "{body}"
     );
     let (status, body) = t
-        .status_of(Method::POST, "/v1/cloudcredentials", &admin,
+        .call(Method::POST, "/v1/cloudcredentials", Some(&admin),
             Some(json!({"metadata": {"name": "lab"}, "spec": {"driver": "amazonec2", "ssh": {"privateKey": TEST_KEY}}})))
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
@@ -66,10 +54,10 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
     assert!(!created.to_string().contains("OPENSSH"), "{created}");
     // An update that leaves the key out keeps it; nothing ever shows it.
     let (status, body) = t
-        .status_of(
+        .call(
             Method::PATCH,
             "/v1/cloudcredentials/lab",
-            &admin,
+            Some(&admin),
             Some(json!({"spec": {"description": "the lab's machines"}})),
         )
         .await;
@@ -78,19 +66,19 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
     let stored = t.store.get("CloudCredential", "lab").await.unwrap();
     assert_eq!(stored.spec["ssh"]["privateKey"], TEST_KEY);
     let (_, listed) = t
-        .status_of(Method::GET, "/v1/cloudcredentials", &admin, None)
+        .call(Method::GET, "/v1/cloudcredentials", Some(&admin), None)
         .await;
     assert!(!listed.to_string().contains("OPENSSH"), "{listed}");
 
     // Only admins see credentials; everyone signed in reads templates.
     let (status, _) = t
-        .status_of(Method::POST, "/v1/users", &admin,
+        .call(Method::POST, "/v1/users", Some(&admin),
             Some(json!({"metadata": {"name": "ann"}, "spec": {"password": "a long enough password"}})))
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let ann = t.login("ann", "a long enough password").await;
     let (status, _) = t
-        .status_of(Method::GET, "/v1/cloudcredentials/lab", &ann, None)
+        .call(Method::GET, "/v1/cloudcredentials/lab", Some(&ann), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
@@ -100,10 +88,10 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
                "ssh": {"addresses": ["10.0.0.1", "10.0.0.2"], "installFlags": ["--no-systemd"]}}})
     };
     let (status, body) = t
-        .status_of(
+        .call(
             Method::POST,
             "/v1/machinetemplates",
-            &admin,
+            Some(&admin),
             Some(template("nothing")),
         )
         .await;
@@ -116,10 +104,10 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         "{body}"
     );
     let (status, body) = t
-        .status_of(
+        .call(
             Method::POST,
             "/v1/machinetemplates",
-            &admin,
+            Some(&admin),
             Some(
                 json!({"metadata": {"name": "bad"}, "spec": {"driver": "ssh", "credential": "lab",
                 "ssh": {"addresses": ["10.0.0.1", "10.0.0.1"]}}}),
@@ -133,17 +121,17 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
     );
     t.create(&admin, "machinetemplates", template("lab")).await;
     let (status, read) = t
-        .status_of(Method::GET, "/v1/machinetemplates/lab-v1", &ann, None)
+        .call(Method::GET, "/v1/machinetemplates/lab-v1", Some(&ann), None)
         .await;
     assert_eq!(status, StatusCode::OK, "{read}");
     assert_eq!(read["spec"]["ssh"]["user"], "root", "the default user");
     assert_eq!(read["spec"]["ssh"]["port"], 22);
     // It cannot change; labels aside, a new template is the way.
     let (status, body) = t
-        .status_of(
+        .call(
             Method::PATCH,
             "/v1/machinetemplates/lab-v1",
-            &admin,
+            Some(&admin),
             Some(json!({"spec": {"ssh": {"addresses": ["10.0.0.3"]}}})),
         )
         .await;
@@ -153,19 +141,19 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         "{body}"
     );
     let (status, body) = t
-        .status_of(
+        .call(
             Method::PATCH,
             "/v1/machinetemplates/lab-v1",
-            &admin,
+            Some(&admin),
             Some(json!({"metadata": {"labels": {"tier": "lab"}}})),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _) = t
-        .status_of(
+        .call(
             Method::POST,
             "/v1/machinetemplates",
-            &ann,
+            Some(&ann),
             Some(json!({"metadata": {"name": "mine"},
             "spec": {"driver": "ssh", "credential": "lab", "ssh": {"addresses": ["10.0.0.9"]}}})),
         )
@@ -174,7 +162,12 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
 
     // The credential cannot go while a template uses it.
     let (status, body) = t
-        .status_of(Method::DELETE, "/v1/cloudcredentials/lab", &admin, None)
+        .call(
+            Method::DELETE,
+            "/v1/cloudcredentials/lab",
+            Some(&admin),
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(
@@ -182,11 +175,21 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         "{body}"
     );
     let (status, _) = t
-        .status_of(Method::DELETE, "/v1/machinetemplates/lab-v1", &admin, None)
+        .call(
+            Method::DELETE,
+            "/v1/machinetemplates/lab-v1",
+            Some(&admin),
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = t
-        .status_of(Method::DELETE, "/v1/cloudcredentials/lab", &admin, None)
+        .call(
+            Method::DELETE,
+            "/v1/cloudcredentials/lab",
+            Some(&admin),
+            None,
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
 }

@@ -163,9 +163,11 @@ impl Browser<'_> {
             .to_owned()
     }
 
-    /// The element `css` selects, waiting up to 10 s for it to exist.
+    /// The element `css` selects, waiting up to 30 s for it to exist (the end-to-end tests
+    /// share two cores: a browser next to a busy test renders slowly).
     pub async fn find(&self, css: &str) -> String {
-        for _ in 0..100 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
             let full = format!("/session/{}/element", self.session);
             let body = json!({"using": "css selector", "value": css});
             if let Ok((200, reply)) = self.driver.call("POST", &full, Some(body)).await {
@@ -173,7 +175,7 @@ impl Browser<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("no element {css:?} within 10 s on {}", self.url().await);
+        panic!("no element {css:?} within 30 s on {}", self.url().await);
     }
 
     /// Whether `css` selects anything now.

@@ -17,6 +17,8 @@ use std::{
 
 use tokio::io::AsyncWriteExt;
 
+use crate::{BoxFuture, CreateRequest, Driver, DriverError, Machine, MachineState};
+
 /// Where and as whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -93,6 +95,70 @@ pub fn host_key_of(text: &str) -> Option<String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b)))
     .then(|| format!("{kind} {key}"))
+}
+
+/// docker-machine's "generic" driver as a [`Driver`]: a pool of existing machines. Making one
+/// takes the first address no other machine holds; destroying one gives its address back (the
+/// caller undoes its bootstrap over SSH first, with [`run`]). Existing machines carry no tags,
+/// so the caller's records are the only list of what is in use.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub addresses: Vec<String>,
+    pub user: String,
+    pub port: u16,
+    /// The addresses other machines hold.
+    pub held: Vec<String>,
+}
+
+impl Pool {
+    fn machine(&self, address: &str) -> Machine {
+        Machine {
+            id: format!("ssh://{}@{address}:{}", self.user, self.port),
+            addresses: vec![address.to_owned()],
+            state: MachineState::Running,
+        }
+    }
+}
+
+impl Driver for Pool {
+    fn create<'a>(
+        &'a self,
+        _request: &'a CreateRequest<'a>,
+    ) -> BoxFuture<'a, Result<Machine, DriverError>> {
+        let free = self.addresses.iter().find(|a| !self.held.contains(a));
+        let made = free.map(|a| self.machine(a)).ok_or_else(|| {
+            DriverError::Exhausted(format!(
+                "all {} addresses are in use; add addresses with a new template",
+                self.addresses.len()
+            ))
+        });
+        Box::pin(async move { made })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>, DriverError>> {
+        let found = self
+            .addresses
+            .iter()
+            .map(|a| self.machine(a))
+            .find(|m| m.id == id);
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn delete<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        _key: &'a str,
+        _value: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Machine>, DriverError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn boots_user_data(&self) -> bool {
+        false
+    }
 }
 
 /// A directory for one call's files, owner-only, removed when dropped.

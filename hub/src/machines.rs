@@ -13,7 +13,7 @@
 //! deletes its Host (the planner drains and uninstalls it), then releases it at its driver and
 //! lets the object go. The decisions are in [`decide`]; this module carries them out.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,7 @@ use crate::{
 
 mod decide;
 use decide::{Action, View, decide};
+use drivers::Driver;
 
 /// The finalizer a Machine carries until it is released at its driver.
 pub const FINALIZER: &str = "drover.io/machine";
@@ -173,7 +174,7 @@ impl Controller {
                     other => other.map(drop),
                 }
             }
-            Action::Provision { machine } => self.provision(&machine).await,
+            Action::Provision { machine } => self.provision(cluster, pools, &machine).await,
             Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
             Action::Link { machine, host } => {
                 let mut token = None;
@@ -268,72 +269,188 @@ impl Controller {
         Ok((template, credential))
     }
 
-    /// Pending → Provisioning: an SSH machine takes the first address of its template that no
-    /// other machine holds, recorded before anything contacts it.
-    async fn provision(&self, name: &str) -> Result<(), StoreError> {
+    /// The driver of a machine's template. An SSH pool learns which addresses other machines
+    /// hold (read now, not at the start of the pass: an address taken earlier in this pass
+    /// counts).
+    async fn driver_for(
+        &self,
+        name: &str,
+        template: &MachineTemplateSpec,
+        credential: &CloudCredentialSpec,
+    ) -> Result<Result<Box<dyn Driver>, String>, StoreError> {
+        if let Some(ssh) = &template.ssh {
+            let (all_machines, _) = self
+                .store
+                .list(Kind::Machine.name(), &LabelSelector::everything())
+                .await?;
+            let held = all_machines
+                .iter()
+                .filter(|m| m.metadata.name != name)
+                .filter_map(|m| first_address(&Status::of(m)))
+                .collect();
+            return Ok(Ok(Box::new(drivers::ssh::Pool {
+                addresses: ssh.addresses.clone(),
+                user: ssh.user.clone(),
+                port: ssh.port,
+                held,
+            })));
+        }
+        if let (Some(ec2), Some(key)) = (&template.amazonec2, &credential.amazonec2) {
+            let settings = drivers::ec2::Settings {
+                ami: ec2.ami.clone(),
+                instance_type: ec2.instance_type.clone(),
+                subnet_id: ec2.subnet_id.clone(),
+                security_group_ids: ec2.security_group_ids.clone(),
+                key_name: ec2.key_name.clone(),
+                root_size_gb: ec2.root_size_gb,
+                tags: ec2.tags.clone(),
+            };
+            let credentials = drivers::aws::Credentials {
+                access_key_id: key.access_key_id.clone(),
+                secret_access_key: key.secret_access_key.clone(),
+            };
+            let ca = (!ec2.endpoint_ca.is_empty()).then_some(ec2.endpoint_ca.as_str());
+            return Ok(drivers::ec2::Ec2::new(
+                &ec2.endpoint,
+                &ec2.region,
+                credentials,
+                ca,
+                settings,
+            )
+            .map(|d| Box::new(d) as Box<dyn Driver>)
+            .map_err(|e| e.to_string()));
+        }
+        Ok(Err(format!(
+            "the template's credential has no {} section",
+            template.driver.label()
+        )))
+    }
+
+    /// Pending → Provisioning (SSH: the first address of the template no other machine holds,
+    /// recorded before anything contacts it), or → Bootstrapping for a driver whose machines
+    /// boot their user data (EC2: an instance tagged with the machine's name, its user data the
+    /// host command). An instance already made under the name (a hub that crashed before
+    /// recording it) is taken as it is, never made twice.
+    async fn provision(
+        &self,
+        cluster: &str,
+        pools: &[MachinePool],
+        name: &str,
+    ) -> Result<(), StoreError> {
         let machine = self.store.get(Kind::Machine.name(), name).await?;
-        // Read now, not at the start of the pass: an address taken earlier in this pass counts.
-        let (all_machines, _) = self
-            .store
-            .list(Kind::Machine.name(), &LabelSelector::everything())
-            .await?;
-        let (template, _) = match self.template_of(&machine).await {
+        let failed = async |why: String| {
+            self.set(name, phase::PENDING, &format!("provision: {why}"))
+                .await
+        };
+        let (template, credential) = match self.template_of(&machine).await {
             Ok(found) => found,
-            Err(why) => {
-                return self
-                    .set(name, phase::PENDING, &format!("provision: {why}"))
-                    .await;
+            Err(why) => return failed(why).await,
+        };
+        let driver = match self.driver_for(name, &template, &credential).await? {
+            Ok(driver) => driver,
+            Err(why) => return failed(why).await,
+        };
+        if !driver.boots_user_data() {
+            let request = drivers::CreateRequest {
+                name,
+                tags: &BTreeMap::new(),
+                user_data: "",
+            };
+            return match driver.create(&request).await {
+                Ok(made) => {
+                    update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+                        s.extra.insert("addresses".into(), json!(made.addresses));
+                        s.extra.insert("providerId".into(), json!(made.id));
+                        s.extra.insert("phase".into(), json!(phase::PROVISIONING));
+                        s.extra.insert("message".into(), json!(""));
+                    })
+                    .await
+                }
+                Err(e) => failed(e.to_string()).await,
+            };
+        }
+        let pool_name = decide::text(&machine, "/pool");
+        let Some(pool) = pools.iter().find(|p| p.name == pool_name) else {
+            return Ok(());
+        };
+        let found = match driver.list(drivers::ec2::NAME_TAG, name).await {
+            Ok(found) => found,
+            Err(e) => return failed(e.to_string()).await,
+        };
+        let made = match found.into_iter().next() {
+            Some(made) => made,
+            None => {
+                let token = self.bootstrap_token(cluster, name, &machine).await?;
+                let install_flags = template
+                    .amazonec2
+                    .as_ref()
+                    .map(|e| e.install_flags.clone())
+                    .unwrap_or_default();
+                let user_data = user_data(&host_command(
+                    &self.server_url,
+                    &token,
+                    &self.ca_checksum,
+                    pool,
+                    name,
+                    None,
+                    &install_flags,
+                ));
+                let tags = BTreeMap::from([
+                    ("drover.io/cluster".to_owned(), cluster.to_owned()),
+                    ("drover.io/pool".to_owned(), pool.name.clone()),
+                ]);
+                let request = drivers::CreateRequest {
+                    name,
+                    tags: &tags,
+                    user_data: &user_data,
+                };
+                match driver.create(&request).await {
+                    Ok(made) => made,
+                    Err(e) => return failed(e.to_string()).await,
+                }
             }
         };
-        let Some(ssh) = &template.ssh else {
-            return self
-                .set(
-                    name,
-                    phase::PENDING,
-                    &format!(
-                        "provision: the {} driver is not built yet",
-                        template.driver.label()
-                    ),
-                )
-                .await;
-        };
-        let held: Vec<String> = all_machines
-            .iter()
-            .filter(|m| m.metadata.name != name)
-            .filter_map(|m| {
-                Status::of(m)
-                    .extra
-                    .get("addresses")?
-                    .get(0)?
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .collect();
-        let Some(address) = ssh.addresses.iter().find(|a| !held.contains(a)) else {
-            let template_name = machine
-                .spec
-                .get("template")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            return self
-                .set(
-                    name,
-                    phase::PENDING,
-                    &format!(
-                        "provision: all {} addresses of template {template_name:?} are in use; add addresses with a new template",
-                        ssh.addresses.len()
-                    ),
-                )
-                .await;
-        };
-        let provider_id = format!("ssh://{}@{address}:{}", ssh.user, ssh.port);
+        tracing::info!(cluster, machine = %name, id = %made.id, "machine made");
         update_status(self.store.as_ref(), Kind::Machine, name, |s| {
-            s.extra.insert("addresses".into(), json!([address]));
-            s.extra.insert("providerId".into(), json!(provider_id));
-            s.extra.insert("phase".into(), json!(phase::PROVISIONING));
-            s.extra.insert("message".into(), json!(""));
+            s.extra.insert("addresses".into(), json!(made.addresses));
+            s.extra.insert("providerId".into(), json!(made.id));
+            s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
+            s.extra.insert(
+                "message".into(),
+                json!("made; its user data installs the system-agent at first boot"),
+            );
         })
         .await
+    }
+
+    /// A registration token for this machine alone, short-lived, recorded on the machine
+    /// before it is used and replacing an earlier attempt's (deleted once the machine's host
+    /// has registered). Returns the token's text.
+    async fn bootstrap_token(
+        &self,
+        cluster: &str,
+        name: &str,
+        machine: &Object,
+    ) -> Result<String, StoreError> {
+        let token = secret::new_token(TokenKind::Registration);
+        let mut object = crate::registration::token_object(cluster, &token);
+        object.spec["expiresAt"] = json!(crate::auth::lifetimes::expiry(BOOTSTRAP_TOKEN_TTL));
+        let mut ops = vec![Op::Create(object)];
+        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
+        self.store.transact(ops).await?;
+        let previous = Status::of(machine)
+            .extra
+            .get(TOKEN_FIELD)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+            s.extra.insert(TOKEN_FIELD.into(), json!(token.name));
+        })
+        .await?;
+        if let Some(previous) = previous {
+            self.forget_token(&previous).await?;
+        }
+        Ok(token.value)
     }
 
     /// Provisioning → Bootstrapping: the host command over SSH, the host key pinned.
@@ -364,22 +481,12 @@ impl Controller {
                 )
                 .await;
         };
-        let pool_name = machine
-            .spec
-            .get("pool")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let pool_name = decide::text(&machine, "/pool");
         let Some(pool) = pools.iter().find(|p| p.name == pool_name) else {
             return Ok(());
         };
         let status = Status::of(&machine);
-        let Some(address) = status
-            .extra
-            .get("addresses")
-            .and_then(|a| a.get(0))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-        else {
+        let Some(address) = first_address(&status) else {
             return Ok(());
         };
         let pinned = ssh.host_keys.get(&address).cloned().or_else(|| {
@@ -389,33 +496,14 @@ impl Controller {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
-        // A registration token for this machine alone, short-lived, replacing the one of an
-        // earlier attempt (and deleted once the machine's host has registered).
-        let token = secret::new_token(TokenKind::Registration);
-        let mut object = crate::registration::token_object(cluster, &token);
-        object.spec["expiresAt"] = json!(crate::auth::lifetimes::expiry(BOOTSTRAP_TOKEN_TTL));
-        let mut ops = vec![Op::Create(object)];
-        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
-        self.store.transact(ops).await?;
-        let previous = status
-            .extra
-            .get(TOKEN_FIELD)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
-            s.extra.insert(TOKEN_FIELD.into(), json!(token.name));
-        })
-        .await?;
-        if let Some(previous) = previous {
-            self.forget_token(&previous).await?;
-        }
+        let token = self.bootstrap_token(cluster, name, &machine).await?;
         let command = host_command(
             &self.server_url,
-            &token.value,
+            &token,
             &self.ca_checksum,
             pool,
             name,
-            &address,
+            Some(&address),
             &ssh.install_flags,
         );
         self.set(
@@ -485,7 +573,9 @@ impl Controller {
     /// A removed machine's host is gone: give it back to its driver and let the object go.
     /// An SSH machine gets the system-agent's uninstall run on it (its agent stopped, its
     /// credential and identity removed), so the machine is as it was and a new machine on its
-    /// address registers afresh; one that cannot be reached is released all the same.
+    /// address registers afresh; one that cannot be reached is released all the same. A cloud
+    /// machine is destroyed — every instance tagged with its name, so one whose making was
+    /// never recorded goes too — and the object stays until the cloud has accepted that.
     async fn release(&self, name: &str) -> Result<(), StoreError> {
         let machine = match self.store.get(Kind::Machine.name(), name).await {
             Ok(m) => m,
@@ -493,16 +583,60 @@ impl Controller {
             Err(e) => return Err(e),
         };
         let status = Status::of(&machine);
-        let address = status
-            .extra
-            .get("addresses")
-            .and_then(|a| a.get(0))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let (template, credential) = match self.template_of(&machine).await {
+            Ok(found) => found,
+            Err(why) => {
+                // Nothing can be reached without them; nothing was made without them either,
+                // unless the template went after the machine was made (templates in use
+                // cannot be deleted).
+                tracing::warn!(machine = %name, %why, "releasing a machine without its template");
+                return self.let_go(name).await;
+            }
+        };
+        let driver = match self.driver_for(name, &template, &credential).await? {
+            Ok(driver) => driver,
+            Err(why) => {
+                return self
+                    .set(name, phase::DELETING, &format!("release: {why}"))
+                    .await;
+            }
+        };
+        if driver.boots_user_data() {
+            let mut ids: Vec<String> = match driver.list(drivers::ec2::NAME_TAG, name).await {
+                Ok(found) => found.into_iter().map(|m| m.id).collect(),
+                Err(e) => {
+                    return self
+                        .set(name, phase::DELETING, &format!("release: {e}"))
+                        .await;
+                }
+            };
+            let recorded = status
+                .extra
+                .get("providerId")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !recorded.is_empty() && !ids.iter().any(|id| id == recorded) {
+                ids.push(recorded.to_owned());
+            }
+            for id in &ids {
+                if let Err(e) = driver.delete(id).await {
+                    // Kept (with its finalizer) until the cloud takes the request: never leaked.
+                    return self
+                        .set(
+                            name,
+                            phase::DELETING,
+                            &format!("release: destroying {id}: {e}"),
+                        )
+                        .await;
+                }
+                tracing::info!(machine = %name, %id, "machine destroyed");
+            }
+            return self.let_go(name).await;
+        }
+        let address = first_address(&status);
         let bootstrapped = status.extra.contains_key("hostKey");
-        if let (Some(address), true, Ok((template, credential))) =
-            (address, bootstrapped, self.template_of(&machine).await)
-            && let (Some(ssh), Some(key)) = (&template.ssh, &credential.ssh)
+        if let (Some(address), true, Some(ssh), Some(key)) =
+            (address, bootstrapped, &template.ssh, &credential.ssh)
         {
             let target = drivers::ssh::Target {
                 address: address.clone(),
@@ -530,6 +664,11 @@ impl Controller {
                 }
             }
         }
+        self.let_go(name).await
+    }
+
+    /// Drops the controller's finalizer: the object goes.
+    async fn let_go(&self, name: &str) -> Result<(), StoreError> {
         for _ in 0..10 {
             let mut machine = match self.store.get(Kind::Machine.name(), name).await {
                 Ok(m) => m,
@@ -548,6 +687,21 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+/// A machine's first recorded address.
+fn first_address(status: &Status) -> Option<String> {
+    status
+        .extra
+        .get("addresses")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// User data that cloud-init runs as a script at first boot.
+fn user_data(command: &str) -> String {
+    format!("#!/bin/sh\n# Drover: install the system-agent and register with the hub.\n{command}\n")
 }
 
 /// Five lowercase letters and digits: a machine's name within its pool.
@@ -587,7 +741,7 @@ fn host_command(
     ca_checksum: &str,
     pool: &MachinePool,
     machine: &str,
-    address: &str,
+    address: Option<&str>,
     install_flags: &[String],
 ) -> String {
     let mut flags = vec![
@@ -611,8 +765,13 @@ fn host_command(
         "--node-name".to_owned(),
         quote(machine),
         "--address".to_owned(),
-        quote(address),
     ]);
+    // A machine whose address is not known when the command is written (a cloud's, booting
+    // its user data) takes the one it reaches the network from.
+    flags.push(address.map_or_else(
+        || r#""$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')""#.to_owned(),
+        quote,
+    ));
     for (k, v) in &pool.labels {
         flags.extend(["--label".to_owned(), quote(&format!("{k}={v}"))]);
     }
@@ -653,7 +812,7 @@ mod tests {
             "ab12",
             &pool,
             "edge-w-x1y2z",
-            "10.0.0.5",
+            Some("10.0.0.5"),
             &[],
         );
         assert_eq!(
@@ -666,10 +825,15 @@ mod tests {
             "c",
             &pool,
             "m",
-            "a",
+            None,
             &["--no-systemd".into()],
         );
         assert!(detached.starts_with("setsid sh -c 'curl"), "{detached}");
+        // No address given: the machine's own, from its route out, in the command's shell.
+        assert!(
+            detached.contains(r#"--address "$(ip -4 route get 1.1.1.1 |"#),
+            "{detached}"
+        );
         assert!(
             detached.ends_with(">/var/log/drover-bootstrap.log 2>&1 &"),
             "{detached}"

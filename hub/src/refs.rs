@@ -330,8 +330,12 @@ pub async fn backfill(store: &dyn Store) -> Result<usize, StoreError> {
     Ok(filled)
 }
 
+/// Finalizers that guard something outside the hub, which the collector must not clear.
+const GUARDS_OUTSIDE: &[&str] = &[crate::machines::FINALIZER];
+
 /// Deletes every object that is no longer live (its finalizers too: what they waited for went
-/// with the object it named). Returns how many went.
+/// with the object it named), except that an object whose finalizer guards something outside
+/// the hub only has its deletion asked for. Returns how many went.
 pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
     let everything = LabelSelector::everything();
     // What objects name, read once by list rather than once per dependent (a fleet's
@@ -354,18 +358,37 @@ pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
             }
             let mut ops = Vec::new();
             let finalized = !object.metadata.finalizers.is_empty();
-            if finalized {
-                let mut cleared = object.clone();
-                cleared.metadata.finalizers.clear();
-                ops.push(Op::Update(cleared));
-            }
-            // Clearing the last finalizer of an object being deleted completes its deletion.
-            if !(finalized && object.metadata.deletion_timestamp.is_some()) {
+            let guarded = object
+                .metadata
+                .finalizers
+                .iter()
+                .any(|f| GUARDS_OUTSIDE.contains(&f.as_str()));
+            if guarded {
+                // Its controller releases what it guards (a cloud's machine), then lets it go:
+                // only its deletion is asked for here.
+                if object.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
                 ops.push(Op::Delete {
                     kind: kind.name().into(),
                     name: object.metadata.name.clone(),
-                    resource_version: (!finalized).then(|| object.revision()),
+                    resource_version: None,
                 });
+            } else {
+                if finalized {
+                    let mut cleared = object.clone();
+                    cleared.metadata.finalizers.clear();
+                    ops.push(Op::Update(cleared));
+                }
+                // Clearing the last finalizer of an object being deleted completes its
+                // deletion.
+                if !(finalized && object.metadata.deletion_timestamp.is_some()) {
+                    ops.push(Op::Delete {
+                        kind: kind.name().into(),
+                        name: object.metadata.name.clone(),
+                        resource_version: (!finalized).then(|| object.revision()),
+                    });
+                }
             }
             match store.transact(ops).await {
                 Ok(_) => {

@@ -41,7 +41,8 @@ pub(crate) struct View<'a> {
     pub init_host: Option<&'a str>,
 }
 
-fn text<'a>(object: &'a Object, pointer: &str) -> &'a str {
+/// A spec field at `pointer`, or "".
+pub(super) fn text<'a>(object: &'a Object, pointer: &str) -> &'a str {
     object
         .spec
         .pointer(pointer)

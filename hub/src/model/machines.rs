@@ -120,6 +120,17 @@ pub struct Ec2Template {
     pub root_size_gb: u32,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The CA (PEM) that signs the endpoint's certificate, for a private cloud whose CA the
+    /// system does not trust.
+    #[serde(
+        default,
+        skip_serializing_if = "String::is_empty",
+        rename = "endpointCA"
+    )]
+    pub endpoint_ca: String,
+    /// More flags for the host install script in the user data (e.g. `--no-systemd`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub install_flags: Vec<String>,
 }
 
 fn twenty() -> u32 {
@@ -245,16 +256,7 @@ pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
                 ));
             }
         }
-        for flag in &ssh.install_flags {
-            if !flag
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_=./:,".contains(c))
-            {
-                return Err(format!(
-                    "spec.ssh.installFlags: {flag:?} may hold letters, digits and - _ = . / : , only"
-                ));
-            }
-        }
+        check_install_flags("spec.ssh.installFlags", &ssh.install_flags)?;
     }
     if let Some(ec2) = &spec.amazonec2 {
         for (field, value) in [
@@ -266,17 +268,45 @@ pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
                 return Err(format!("spec.amazonec2.{field}: required"));
             }
         }
-        if !ec2.endpoint.is_empty()
-            && !ec2.endpoint.starts_with("https://")
-            && !ec2.endpoint.starts_with("http://")
-        {
+        if !ec2.endpoint.is_empty() && !ec2.endpoint.starts_with("https://") {
             return Err(format!(
-                "spec.amazonec2.endpoint: {:?} must be an http(s) URL",
+                "spec.amazonec2.endpoint: {:?} must be an https:// URL (the credentials travel only over TLS)",
                 ec2.endpoint
             ));
         }
+        if !ec2.endpoint_ca.is_empty() && !ec2.endpoint_ca.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(
+                "spec.amazonec2.endpointCA: give the CA's certificate in PEM (-----BEGIN CERTIFICATE----- …)"
+                    .into(),
+            );
+        }
+        if !ec2
+            .region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(format!(
+                "spec.amazonec2.region: {:?} is not a region name (e.g. eu-west-1)",
+                ec2.region
+            ));
+        }
+        check_install_flags("spec.amazonec2.installFlags", &ec2.install_flags)?;
         if ec2.root_size_gb == 0 || ec2.root_size_gb > 16_384 {
             return Err("spec.amazonec2.rootSizeGb: 1 to 16384 GiB".into());
+        }
+    }
+    Ok(())
+}
+
+fn check_install_flags(field: &str, flags: &[String]) -> Result<(), String> {
+    for flag in flags {
+        if !flag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=./:,".contains(c))
+        {
+            return Err(format!(
+                "{field}: {flag:?} may hold letters, digits and - _ = . / : , only"
+            ));
         }
     }
     Ok(())

@@ -124,3 +124,29 @@ async fn older_objects_get_their_references_once_and_orphans_are_collected() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_machine_of_a_deleted_cluster_keeps_its_finalizer_for_its_controller() {
+    let (store, dir) = store();
+    store
+        .create(Object::new("Cluster", "edge", json!({"type": "custom"})))
+        .await
+        .unwrap();
+    let mut machine = Object::new(
+        "Machine",
+        "edge-w-abcde",
+        json!({"cluster": "edge", "pool": "w", "template": "t"}),
+    );
+    machine.metadata.finalizers = vec![crate::machines::FINALIZER.into()];
+    create(store.as_ref(), machine).await.unwrap();
+    store.delete("Cluster", "edge", None).await.unwrap();
+
+    // Its deletion is asked for; the finalizer stays until the machine controller has
+    // destroyed the cloud's machine, whatever the collector does meanwhile.
+    collect(store.as_ref()).await.unwrap();
+    collect(store.as_ref()).await.unwrap();
+    let kept = store.get("Machine", "edge-w-abcde").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert_eq!(kept.metadata.finalizers, [crate::machines::FINALIZER]);
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -208,15 +208,7 @@ impl Network {
             "ip link add {BRIDGE} type bridge && ip addr add {PREFIX}.1/24 dev {BRIDGE} && ip link set {BRIDGE} up"
         ));
         for i in 1..=hosts {
-            let ns = format!("drv-h{i}");
-            sh(&format!(
-                "ip netns add {ns} && ip link add drv-h{i}a type veth peer name drv-h{i}b && \
-                 ip link set drv-h{i}a master {BRIDGE} up && ip link set drv-h{i}b netns {ns} && \
-                 ip netns exec {ns} ip addr add {} dev drv-h{i}b && \
-                 ip netns exec {ns} ip link set drv-h{i}b up && ip netns exec {ns} ip link set lo up && \
-                 ip netns exec {ns} ip route add default via {PREFIX}.1",
-                format_args!("{}/24", address(i))
-            ));
+            plug(i, &address(i));
         }
         let mut net = net;
         // Mount points for each host's own copy of the distribution's directories.
@@ -243,10 +235,9 @@ impl Network {
     }
 
     fn teardown(&self) {
-        for i in 1..=self.hosts.max(3) {
-            quiet(&format!(
-                "ip netns pids drv-h{i} 2>/dev/null | xargs -r kill -9; ip netns del drv-h{i}; ip link del drv-h{i}a"
-            ));
+        let plugged = PLUGGED.load(std::sync::atomic::Ordering::Relaxed);
+        for i in 1..=self.hosts.max(plugged).max(3) {
+            unplug(i);
         }
         quiet(&format!("ip link del {BRIDGE}"));
     }
@@ -259,6 +250,30 @@ impl Drop for Network {
             let _ = std::fs::remove_dir(dir);
         }
     }
+}
+
+/// The highest host number plugged in (for the teardown of hosts added after the start).
+static PLUGGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Host `i`'s namespace, cabled to the bridge with `address` (on the bridge's subnet): a
+/// [`Network`]'s hosts, or a machine a test's cloud made while one is up.
+pub fn plug(i: usize, address: &str) {
+    PLUGGED.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
+    let ns = format!("drv-h{i}");
+    sh(&format!(
+        "ip netns add {ns} && ip link add drv-h{i}a type veth peer name drv-h{i}b && \
+         ip link set drv-h{i}a master {BRIDGE} up && ip link set drv-h{i}b netns {ns} && \
+         ip netns exec {ns} ip addr add {address}/24 dev drv-h{i}b && \
+         ip netns exec {ns} ip link set drv-h{i}b up && ip netns exec {ns} ip link set lo up && \
+         ip netns exec {ns} ip route add default via {PREFIX}.1"
+    ));
+}
+
+/// Powers host `i` off: everything in its namespace killed, its namespace and cable gone.
+pub fn unplug(i: usize) {
+    quiet(&format!(
+        "ip netns pids drv-h{i} 2>/dev/null | xargs -r kill -9; ip netns del drv-h{i}; ip link del drv-h{i}a"
+    ));
 }
 
 pub fn address(i: usize) -> String {

@@ -16,6 +16,7 @@ use std::{
 };
 
 pub mod browser;
+pub mod cloud;
 pub mod github;
 pub mod hosts;
 pub mod imported;

@@ -32,13 +32,20 @@ use decide::{Action, View, decide};
 use drivers::Driver;
 
 /// The finalizer a Machine carries until it is released at its driver.
-pub const FINALIZER: &str = "drover.io/machine";
+pub const FINALIZER: &str = crate::model::MACHINE_FINALIZER;
 /// How long one SSH command may take (the install downloads the agent).
 const SSH_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a machine's registration token lives: a bootstrap takes minutes.
 const BOOTSTRAP_TOKEN_TTL: time::Duration = time::Duration::hours(1);
 /// On a Machine's status: the name of the registration token made for its bootstrap.
 const TOKEN_FIELD: &str = "registrationToken";
+/// On a Machine's status: replaced as unhealthy ...
+const UNHEALTHY: &str = "unhealthy";
+/// ... and destroyed at its driver already.
+const DESTROYED: &str = "destroyed";
+/// On a Host: its machine is destroyed, so no uninstall can run (the planner removes it
+/// without one).
+const MACHINE_GONE: &str = crate::model::MACHINE_DESTROYED;
 
 /// What the controller needs besides the store.
 #[derive(Debug, Clone)]
@@ -126,6 +133,7 @@ impl Controller {
                 machines: &mine,
                 hosts: &its_hosts,
                 init_host: init_host.as_deref(),
+                now: time::OffsetDateTime::now_utc(),
             });
             for action in actions {
                 if let Err(e) = self.act(&name, &pools, action).await {
@@ -159,20 +167,21 @@ impl Controller {
                 Ok(())
             }
             Action::Remove { machine } => {
-                self.set(
-                    &machine,
-                    phase::DELETING,
-                    "removing: its host is uninstalled first",
-                )
-                .await?;
+                // Marked for deletion first: from then on nothing counts it as available.
                 match self
                     .store
                     .delete(Kind::Machine.name(), &machine, None)
                     .await
                 {
-                    Err(StoreError::NotFound { .. }) => Ok(()),
-                    other => other.map(drop),
+                    Err(StoreError::NotFound { .. }) => return Ok(()),
+                    other => other.map(drop)?,
                 }
+                self.set(
+                    &machine,
+                    phase::DELETING,
+                    "removing: its host is uninstalled first",
+                )
+                .await
             }
             Action::Provision { machine } => self.provision(cluster, pools, &machine).await,
             Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
@@ -191,14 +200,47 @@ impl Controller {
                     None => Ok(()),
                 }
             }
+            Action::Replace { machine, why } => {
+                tracing::warn!(cluster, %machine, "replacing an unhealthy machine: {why}");
+                update_status(self.store.as_ref(), Kind::Machine, &machine, |s| {
+                    s.extra.insert(UNHEALTHY.into(), json!(true));
+                    s.extra.insert("phase".into(), json!(phase::DELETING));
+                    s.extra
+                        .insert("message".into(), json!(format!("replacing: {why}")));
+                })
+                .await?;
+                match self
+                    .store
+                    .delete(Kind::Machine.name(), &machine, None)
+                    .await
+                {
+                    Err(StoreError::NotFound { .. }) => Ok(()),
+                    other => other.map(drop),
+                }
+            }
             Action::Release { machine, host } => {
+                let object = match self.store.get(Kind::Machine.name(), &machine).await {
+                    Ok(m) => m,
+                    Err(StoreError::NotFound { .. }) => return Ok(()),
+                    Err(e) => return Err(e),
+                };
+                let status = Status::of(&object);
+                let flag = |field: &str| status.extra.get(field) == Some(&json!(true));
+                // An unhealthy machine cannot uninstall its host: it is destroyed first, and
+                // its host then goes without waiting for an uninstall that cannot run.
+                if flag(UNHEALTHY) && !flag(DESTROYED) {
+                    return self.release(&machine, false).await;
+                }
                 if let Some(host) = host {
+                    if flag(DESTROYED) {
+                        self.mark_gone(&host).await?;
+                    }
                     // The planner drains (as the cluster's upgrade strategy says) and uninstalls
                     // the host, then lets it go.
                     self.set(
                         &machine,
                         phase::DELETING,
-                        &format!("waiting for host {host} to be uninstalled"),
+                        &format!("waiting for host {host} to be removed"),
                     )
                     .await?;
                     return match self.store.delete(Kind::Host.name(), &host, None).await {
@@ -206,10 +248,37 @@ impl Controller {
                         other => other.map(drop),
                     };
                 }
-                // An SSH machine is released by giving its address back (the object going).
-                self.release(&machine).await
+                if flag(DESTROYED) {
+                    return self.let_go(&machine).await;
+                }
+                self.release(&machine, true).await
             }
         }
+    }
+
+    /// Marks a host whose machine was destroyed, so the planner removes it without waiting for
+    /// its uninstall.
+    async fn mark_gone(&self, host: &str) -> Result<(), StoreError> {
+        for _ in 0..10 {
+            let mut object = match self.store.get(Kind::Host.name(), host).await {
+                Ok(h) => h,
+                Err(StoreError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if object.metadata.annotations.contains_key(MACHINE_GONE) {
+                return Ok(());
+            }
+            object
+                .metadata
+                .annotations
+                .insert(MACHINE_GONE.into(), "true".into());
+            match self.store.update(object).await {
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound { .. }) => return Ok(()),
+                other => return other.map(drop),
+            }
+        }
+        Ok(())
     }
 
     async fn forget_token(&self, name: &str) -> Result<(), StoreError> {
@@ -576,7 +645,7 @@ impl Controller {
     /// address registers afresh; one that cannot be reached is released all the same. A cloud
     /// machine is destroyed — every instance tagged with its name, so one whose making was
     /// never recorded goes too — and the object stays until the cloud has accepted that.
-    async fn release(&self, name: &str) -> Result<(), StoreError> {
+    async fn release(&self, name: &str, then_let_go: bool) -> Result<(), StoreError> {
         let machine = match self.store.get(Kind::Machine.name(), name).await {
             Ok(m) => m,
             Err(StoreError::NotFound { .. }) => return Ok(()),
@@ -590,7 +659,7 @@ impl Controller {
                 // unless the template went after the machine was made (templates in use
                 // cannot be deleted).
                 tracing::warn!(machine = %name, %why, "releasing a machine without its template");
-                return self.let_go(name).await;
+                return self.released(name, then_let_go).await;
             }
         };
         let driver = match self.driver_for(name, &template, &credential).await? {
@@ -631,7 +700,7 @@ impl Controller {
                 }
                 tracing::info!(machine = %name, %id, "machine destroyed");
             }
-            return self.let_go(name).await;
+            return self.released(name, then_let_go).await;
         }
         let address = first_address(&status);
         let bootstrapped = status.extra.contains_key("hostKey");
@@ -664,7 +733,19 @@ impl Controller {
                 }
             }
         }
-        self.let_go(name).await
+        self.released(name, then_let_go).await
+    }
+
+    /// After a release: the object goes, or (a machine replaced while its host remains) it
+    /// records that it is destroyed and waits for its host to go.
+    async fn released(&self, name: &str, then_let_go: bool) -> Result<(), StoreError> {
+        if then_let_go {
+            return self.let_go(name).await;
+        }
+        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+            s.extra.insert(DESTROYED.into(), json!(true));
+        })
+        .await
     }
 
     /// Drops the controller's finalizer: the object goes.

@@ -24,11 +24,17 @@ pub struct Driver {
     _child: Child,
     port: u16,
     profiles: PathBuf,
+    /// One browser test at a time in the test binary: Chromium takes a core of its own, and
+    /// two of them beside the other tests left each page too slow to answer.
+    _alone: tokio::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Driver {
     /// Starts `chromedriver` on a free port; panics with what to install if it is missing.
     pub async fn start(profiles: &Path) -> Driver {
+        let alone = ONE_BROWSER.lock().await;
         for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
             assert!(
                 Path::new(program).exists(),
@@ -51,6 +57,7 @@ impl Driver {
             _child: child,
             port,
             profiles: profiles.to_owned(),
+            _alone: alone,
         };
         for _ in 0..200 {
             if let Ok((200, _)) = driver.call("GET", "/status", None).await {

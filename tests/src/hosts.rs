@@ -269,6 +269,14 @@ pub fn plug(i: usize, address: &str) {
     ));
 }
 
+/// Halts host `i` as a machine that died would: everything in its namespace killed (its
+/// namespace stays).
+pub fn halt(i: usize) {
+    quiet(&format!(
+        "ip netns pids drv-h{i} 2>/dev/null | xargs -r kill -9"
+    ));
+}
+
 /// Powers host `i` off: everything in its namespace killed, its namespace and cable gone.
 pub fn unplug(i: usize) {
     quiet(&format!(

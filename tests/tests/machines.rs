@@ -518,7 +518,21 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     assert_eq!(code, 201, "{body}");
 
     let machines = async |site: &Site| -> Vec<Value> {
-        let (code, list) = site.get("/v1/machines").await;
+        let (code, list) = match tests::try_api(
+            site.hub.addr,
+            "GET",
+            "/v1/machines",
+            Some(&site.admin),
+            None,
+        )
+        .await
+        {
+            Ok(x) => x,
+            Err(e) => panic!(
+                "the hub does not answer: {e}; its log:\n{}",
+                site.hub.log.lock().unwrap().join("\n")
+            ),
+        };
         assert_eq!(code, 200, "{list}");
         list["items"].as_array().unwrap().clone()
     };
@@ -609,6 +623,136 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         .collect();
     names.sort_unstable();
     assert_eq!(by_tag, names, "{instances:#?}");
+
+    // The workers roll to a new template (another instance type), one at a time: never more
+    // than quantity + maxSurge (3) workers, never fewer than 2 running, until both are new
+    // and the old instances are terminated.
+    let (code, body) = api(
+        site.hub.addr,
+        "POST",
+        "/v1/machinetemplates",
+        Some(&site.admin),
+        Some(json!({"metadata": {"name": "cloud-v2"},
+                    "spec": {"driver": "amazonec2", "credential": "aws",
+                             "amazonec2": {"region": "us-east-1", "endpoint": moto.endpoint,
+                                           "endpointCA": moto.ca_pem, "ami": moto.ami,
+                                           "instanceType": "t3.medium", "subnetId": moto.subnet_id,
+                                           "installFlags": ["--no-systemd", "--root", HOST_ROOT]}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let old_workers: Vec<String> = all
+        .iter()
+        .filter(|m| m["spec"]["pool"] == "workers")
+        .map(|m| m["status"]["providerId"].as_str().unwrap().to_owned())
+        .collect();
+    let (_, mut c) = site.get("/v1/clusters/edge").await;
+    c["spec"]["machinePools"][1]["template"] = json!("cloud-v2");
+    let (code, body) = api(
+        site.hub.addr,
+        "PUT",
+        "/v1/clusters/edge",
+        Some(&site.admin),
+        Some(c),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (most, fewest_running) = (std::cell::Cell::new(0), std::cell::Cell::new(usize::MAX));
+    until(
+        "the workers rolled to cloud-v2",
+        Duration::from_secs(240),
+        async || {
+            let workers: Vec<Value> = machines(&site)
+                .await
+                .into_iter()
+                .filter(|m| m["spec"]["pool"] == "workers")
+                .collect();
+            let live: Vec<&Value> = workers
+                .iter()
+                .filter(|m| {
+                    m["metadata"]["deletionTimestamp"].is_null()
+                        && m["status"]["phase"] != "Deleting"
+                })
+                .collect();
+            most.set(most.get().max(workers.len()));
+            fewest_running.set(
+                fewest_running.get().min(
+                    live.iter()
+                        .filter(|m| m["status"]["phase"] == "Running")
+                        .count(),
+                ),
+            );
+            workers.len() == 2
+                && workers.iter().all(|m| {
+                    m["spec"]["template"] == "cloud-v2" && m["status"]["phase"] == "Running"
+                })
+        },
+    )
+    .await;
+    let (most, fewest_running) = (most.get(), fewest_running.get());
+    assert!(
+        most <= 3,
+        "{most} workers at once (quantity 2 + maxSurge 1)"
+    );
+    assert!(
+        fewest_running >= 2,
+        "only {fewest_running} workers running during the roll"
+    );
+    let instances = live().await;
+    for old in &old_workers {
+        assert!(!instances.iter().any(|i| &i.id == old), "{old} still runs");
+    }
+
+    // A worker's machine dies (its host halted, the instance left running): with
+    // unhealthyAfter 5s, it is destroyed at the cloud and replaced, its host removed without
+    // an uninstall that could never run.
+    let (_, mut c) = site.get("/v1/clusters/edge").await;
+    c["spec"]["machinePools"][1]["unhealthyAfter"] = json!("5s");
+    let (code, body) = api(
+        site.hub.addr,
+        "PUT",
+        "/v1/clusters/edge",
+        Some(&site.admin),
+        Some(c),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let victim = machines(&site)
+        .await
+        .into_iter()
+        .find(|m| m["spec"]["pool"] == "workers")
+        .unwrap();
+    let victim_id = victim["status"]["providerId"].as_str().unwrap().to_owned();
+    let index = hypervisor.booted.lock().unwrap()[&victim_id].0;
+    tests::hosts::halt(index);
+    until(
+        "the dead worker replaced",
+        Duration::from_secs(240),
+        async || {
+            let all = machines(&site).await;
+            let c = cluster(&site.hub, &site.admin).await;
+            all.len() == 3
+                && !all
+                    .iter()
+                    .any(|m| m["metadata"]["name"] == victim["metadata"]["name"])
+                && all.iter().all(|m| m["status"]["phase"] == "Running")
+                && c["status"]["hosts"] == json!({"ready": 3, "total": 3})
+        },
+    )
+    .await;
+    assert!(
+        !live().await.iter().any(|i| i.id == victim_id),
+        "the dead worker's instance was not terminated"
+    );
+    let (_, hosts_now) = site.get("/v1/hosts").await;
+    assert!(
+        !hosts_now["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["metadata"]["name"] == victim["status"]["host"]),
+        "{hosts_now:#}"
+    );
 
     // The cluster deleted: its hosts uninstalled, every instance terminated, every machine
     // gone — nothing left running in the cloud.

@@ -2,7 +2,10 @@
 //! machines and hosts, which machines to make, which to remove, and the next step of each.
 //! Nothing here reads or writes the store or calls a machine.
 
+use std::time::Duration;
+
 use serde_json::Value;
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
 use crate::{
     model::{MachinePool, Status, phase},
@@ -14,8 +17,12 @@ use crate::{
 pub(crate) enum Action {
     /// A new Machine object for `pool` (from its template), before anything is made for it.
     Create { pool: String, template: String },
-    /// Remove `machine` (scale down, a pool gone): its host is uninstalled, then it goes.
+    /// Remove `machine` (scale down, a pool gone, an old template): its host is uninstalled,
+    /// then it goes.
     Remove { machine: String },
+    /// Replace `machine`, unhealthy (`why`): it is destroyed at its driver first (its host
+    /// cannot uninstall), then its host goes; a new machine takes its place.
+    Replace { machine: String, why: String },
     /// Get the machine from its driver (an SSH machine: an address of the template's).
     Provision { machine: String },
     /// Install the system-agent on it with the host command for its pool's roles.
@@ -39,6 +46,7 @@ pub(crate) struct View<'a> {
     pub hosts: &'a [&'a Object],
     /// The host that initialised the cluster (its etcd's first member).
     pub init_host: Option<&'a str>,
+    pub now: OffsetDateTime,
 }
 
 /// A spec field at `pointer`, or "".
@@ -68,6 +76,49 @@ fn host_of<'a>(machine: &Object, hosts: &'a [&'a Object]) -> Option<&'a Object> 
         .find(|h| h.metadata.name == recorded || text(h, "/nodeName") == machine.metadata.name)
 }
 
+fn parse_time(text: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(text, &Rfc3339).ok()
+}
+
+/// Since when a host's agent has been disconnected, if it is.
+fn disconnected_since(host: &Object) -> Option<OffsetDateTime> {
+    let status = Status::of(host);
+    let connected = status.conditions.iter().find(|c| c.kind == "Connected")?;
+    (connected.status == "False")
+        .then(|| parse_time(&connected.last_transition_time))
+        .flatten()
+}
+
+/// Whether a machine counts as available: running, its host's agent connected.
+fn ready(machine: &Object, hosts: &[&Object]) -> bool {
+    status_text(machine, "phase") == phase::RUNNING
+        && host_of(machine, hosts).is_some_and(|h| disconnected_since(h).is_none())
+}
+
+/// Why `machine` should be replaced, if it should: its host disconnected for longer than
+/// `limit`, or no host registered within `limit` of its making.
+fn unhealthy(machine: &Object, view: &View<'_>, limit: Duration) -> Option<String> {
+    let since = match host_of(machine, view.hosts) {
+        Some(host) => disconnected_since(host)?,
+        None => parse_time(&machine.metadata.creation_timestamp)?,
+    };
+    let limit_secs = i64::try_from(limit.as_secs()).unwrap_or(i64::MAX);
+    if (view.now - since).whole_seconds() < limit_secs {
+        return None;
+    }
+    Some(match host_of(machine, view.hosts) {
+        Some(host) => format!(
+            "its host {} has been disconnected for more than {}s",
+            host.metadata.name,
+            limit.as_secs()
+        ),
+        None => format!(
+            "no host registered within {}s of its making",
+            limit.as_secs()
+        ),
+    })
+}
+
 pub(crate) fn decide(view: &View<'_>) -> Vec<Action> {
     let mut actions = Vec::new();
     let (deleting, live): (Vec<&Object>, Vec<&Object>) = view
@@ -75,47 +126,137 @@ pub(crate) fn decide(view: &View<'_>) -> Vec<Action> {
         .iter()
         .copied()
         .partition(|m| m.metadata.deletion_timestamp.is_some());
+    let pool_of = |m: &Object| view.pools.iter().find(|p| p.name == text(m, "/pool"));
+    let is_init = |m: &Object| {
+        host_of(m, view.hosts).is_some_and(|h| Some(h.metadata.name.as_str()) == view.init_host)
+    };
     let mut removing: Vec<String> = Vec::new();
-    // Pools: as many live machines as asked; machines of pools that are gone go.
+    // Machines of pools that are gone go, all of them (the cluster itself may be going).
     for machine in &live {
-        if !view.pools.iter().any(|p| p.name == text(machine, "/pool")) {
+        if pool_of(machine).is_none() {
             removing.push(machine.metadata.name.clone());
         }
     }
+    // etcd machines: one leaves at a time, and only while the members that stay and are ready
+    // keep a quorum of the members that stay.
+    let etcd_pools: Vec<&str> = view
+        .pools
+        .iter()
+        .filter(|p| p.roles.etcd)
+        .map(|p| p.name.as_str())
+        .collect();
+    let etcd = |m: &Object| etcd_pools.contains(&text(m, "/pool"));
+    let mut etcd_leaving = deleting.iter().filter(|m| etcd(m)).count();
+    let mut etcd_members: Vec<&Object> = live.iter().copied().filter(|m| etcd(m)).collect();
+    let mut may_leave = |m: &Object, members: &mut Vec<&Object>| -> bool {
+        if !etcd(m) {
+            return true;
+        }
+        let staying: Vec<&Object> = members
+            .iter()
+            .copied()
+            .filter(|o| o.metadata.name != m.metadata.name)
+            .collect();
+        let ready_staying = staying.iter().filter(|o| ready(o, view.hosts)).count();
+        if etcd_leaving > 0 || staying.is_empty() || ready_staying < staying.len() / 2 + 1 {
+            return false;
+        }
+        etcd_leaving += 1;
+        *members = staying;
+        true
+    };
+    let mut replacing: Vec<String> = Vec::new();
     for pool in view.pools {
-        let mine: Vec<&Object> = live
+        let all: Vec<&Object> = live
             .iter()
             .copied()
             .filter(|m| text(m, "/pool") == pool.name)
             .collect();
+        // Unhealthy machines are replaced: they leave, and the count below makes another.
+        if let Some(limit) = crate::model::parse_duration(&pool.unhealthy_after) {
+            for machine in &all {
+                if let Some(why) = unhealthy(machine, view, limit) {
+                    replacing.push(machine.metadata.name.clone());
+                    actions.push(Action::Replace {
+                        machine: machine.metadata.name.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+        let mine: Vec<&Object> = all
+            .into_iter()
+            .filter(|m| !replacing.contains(&m.metadata.name))
+            .collect();
         let want = pool.quantity as usize;
-        for _ in mine.len()..want {
+        let (current, outdated): (Vec<&Object>, Vec<&Object>) = mine
+            .iter()
+            .copied()
+            .partition(|m| text(m, "/template") == pool.template);
+        // Newest first; the machine that initialised the cluster last of all, as its etcd
+        // holds the cluster's first member.
+        let newest_first = |list: &mut Vec<&Object>| {
+            list.sort_by(|a, b| {
+                (is_init(a), &b.metadata.creation_timestamp, &b.metadata.name).cmp(&(
+                    is_init(b),
+                    &a.metadata.creation_timestamp,
+                    &a.metadata.name,
+                ))
+            });
+        };
+        if outdated.is_empty() {
+            for _ in mine.len()..want {
+                actions.push(Action::Create {
+                    pool: pool.name.clone(),
+                    template: pool.template.clone(),
+                });
+            }
+            let mut order = mine.clone();
+            newest_first(&mut order);
+            for machine in order.into_iter().take(mine.len().saturating_sub(want)) {
+                if may_leave(machine, &mut etcd_members) {
+                    removing.push(machine.metadata.name.clone());
+                }
+            }
+            continue;
+        }
+        // Rolling to a new template, as a Cluster API MachineDeployment does: new machines up
+        // to `quantity + maxSurge` in all, old ones removed while `quantity - maxUnavailable`
+        // stay available (unready old ones first: they are not available anyway).
+        // Machines still being removed count: they exist (and cost) until they are gone.
+        let going = deleting
+            .iter()
+            .filter(|m| text(m, "/pool") == pool.name)
+            .count();
+        let room = (want + pool.max_surge as usize).saturating_sub(mine.len() + going);
+        for _ in 0..want.saturating_sub(current.len()).min(room) {
             actions.push(Action::Create {
                 pool: pool.name.clone(),
                 template: pool.template.clone(),
             });
         }
-        if mine.len() > want {
-            // Newest first; the machine that initialised the cluster last of all, as its etcd
-            // holds the cluster's first member.
-            let mut order: Vec<&Object> = mine.clone();
-            order.sort_by(|a, b| {
-                let init = |m: &Object| {
-                    host_of(m, view.hosts)
-                        .is_some_and(|h| Some(h.metadata.name.as_str()) == view.init_host)
-                };
-                (init(a), &b.metadata.creation_timestamp, &b.metadata.name).cmp(&(
-                    init(b),
-                    &a.metadata.creation_timestamp,
-                    &a.metadata.name,
-                ))
-            });
-            removing.extend(
-                order
-                    .into_iter()
-                    .take(mine.len() - want)
-                    .map(|m| m.metadata.name.clone()),
-            );
+        let available = mine.iter().filter(|m| ready(m, view.hosts)).count();
+        let mut budget =
+            available.saturating_sub(want.saturating_sub(pool.max_unavailable as usize));
+        // Enough new machines ready already: every old one may go (as a scale down).
+        let enough = current.iter().filter(|m| ready(m, view.hosts)).count() >= want;
+        if enough {
+            budget = outdated.len();
+        }
+        let mut old = outdated.clone();
+        newest_first(&mut old);
+        old.sort_by_key(|m| ready(m, view.hosts));
+        for machine in old {
+            let free = !ready(machine, view.hosts) || enough;
+            if !free && budget == 0 {
+                continue;
+            }
+            if may_leave(machine, &mut etcd_members) {
+                removing.push(machine.metadata.name.clone());
+                if !free {
+                    budget -= 1;
+                }
+            }
         }
     }
     for name in &removing {
@@ -125,7 +266,7 @@ pub(crate) fn decide(view: &View<'_>) -> Vec<Action> {
     }
     for machine in &live {
         let name = machine.metadata.name.clone();
-        if removing.contains(&name) {
+        if removing.contains(&name) || replacing.contains(&name) {
             continue;
         }
         let status = status_text(machine, "phase");
@@ -178,6 +319,10 @@ mod tests {
         m
     }
 
+    fn now() -> OffsetDateTime {
+        time::macros::datetime!(2026-11-26 12:00:00 UTC)
+    }
+
     fn host(name: &str, node: &str) -> Object {
         Object::new("Host", name, json!({"cluster": "edge", "nodeName": node}))
     }
@@ -209,6 +354,7 @@ mod tests {
             machines: &machines,
             hosts: &hosts,
             init_host: None,
+            now: now(),
         });
         assert_eq!(
             actions,
@@ -269,6 +415,7 @@ mod tests {
                 machines: &machines,
                 hosts: &hosts,
                 init_host: init,
+                now: now(),
             })
             .into_iter()
             .filter_map(|a| match a {
@@ -290,6 +437,7 @@ mod tests {
             machines: &machines,
             hosts: &hosts,
             init_host: None,
+            now: now(),
         });
         assert_eq!(gone.len(), 3);
     }
@@ -311,6 +459,7 @@ mod tests {
             machines: &[&going],
             hosts: &hosts,
             init_host: None,
+            now: now(),
         });
         assert_eq!(
             actions,
@@ -324,6 +473,7 @@ mod tests {
             machines: &[&going],
             hosts: &[],
             init_host: None,
+            now: now(),
         });
         assert_eq!(
             actions,
@@ -331,6 +481,262 @@ mod tests {
                 machine: "edge-w-a".into(),
                 host: None
             }]
+        );
+    }
+
+    fn connected(name: &str, node: &str, since: Option<&str>) -> Object {
+        let mut h = host(name, node);
+        h.status = match since {
+            None => json!({"conditions": [{"type": "Connected", "status": "True"}]}),
+            Some(at) => json!({"conditions": [{"type": "Connected", "status": "False",
+                                              "lastTransitionTime": at}]}),
+        };
+        h
+    }
+
+    fn rolling(
+        name: &str,
+        template: &str,
+        quantity: u32,
+        surge: u32,
+        unavailable: u32,
+    ) -> MachinePool {
+        serde_json::from_value(json!({"name": name, "quantity": quantity,
+            "roles": {"worker": true}, "template": template,
+            "maxSurge": surge, "maxUnavailable": unavailable}))
+        .unwrap()
+    }
+
+    fn of_template(name: &str, template: &str, created: &str, host: &str) -> Object {
+        let mut m = machine(name, "w", created, phase::RUNNING, host);
+        m.spec["template"] = json!(template);
+        m
+    }
+
+    fn counts(actions: &[Action]) -> (usize, Vec<String>) {
+        let created = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Create { .. }))
+            .count();
+        let removed = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Remove { machine } => Some(machine.clone()),
+                _ => None,
+            })
+            .collect();
+        (created, removed)
+    }
+
+    #[test]
+    fn a_new_template_rolls_in_within_max_surge_and_max_unavailable() {
+        let old = [
+            of_template("edge-w-a", "lab-v1", "2026-11-26T10:00:00Z", "h-a"),
+            of_template("edge-w-b", "lab-v1", "2026-11-26T10:00:01Z", "h-b"),
+            of_template("edge-w-c", "lab-v1", "2026-11-26T10:00:02Z", "h-c"),
+        ];
+        let hosts = [
+            connected("h-a", "edge-w-a", None),
+            connected("h-b", "edge-w-b", None),
+            connected("h-c", "edge-w-c", None),
+        ];
+        let hosts: Vec<&Object> = hosts.iter().collect();
+        let machines: Vec<&Object> = old.iter().collect();
+        let pass = |pool: MachinePool, machines: &[&Object]| {
+            counts(&decide(&View {
+                pools: &[pool],
+                machines,
+                hosts: &hosts,
+                init_host: None,
+                now: now(),
+            }))
+        };
+        // Surge 1, none unavailable: one new machine first, no old one goes yet.
+        assert_eq!(
+            pass(rolling("w", "lab-v2", 3, 1, 0), &machines),
+            (1, vec![])
+        );
+        // Surge 0, one unavailable: an old one goes first (the newest), nothing is made.
+        assert_eq!(
+            pass(rolling("w", "lab-v2", 3, 0, 1), &machines),
+            (0, vec!["edge-w-c".to_owned()])
+        );
+        // Mid-roll (surge 1): the new machine is made but not ready; nothing more happens.
+        let fresh = {
+            let mut m = of_template("edge-w-d", "lab-v2", "2026-11-26T11:00:00Z", "");
+            m.status = json!({"phase": phase::BOOTSTRAPPING});
+            m
+        };
+        let mid: Vec<&Object> = old.iter().chain([&fresh]).collect();
+        assert_eq!(pass(rolling("w", "lab-v2", 3, 1, 0), &mid), (0, vec![]));
+        // Once it is ready (running, its host connected), one old machine may go.
+        let ready_new = of_template("edge-w-d", "lab-v2", "2026-11-26T11:00:00Z", "h-d");
+        let hosts_d = [
+            connected("h-a", "edge-w-a", None),
+            connected("h-b", "edge-w-b", None),
+            connected("h-c", "edge-w-c", None),
+            connected("h-d", "edge-w-d", None),
+        ];
+        let hosts_d: Vec<&Object> = hosts_d.iter().collect();
+        let after: Vec<&Object> = old.iter().chain([&ready_new]).collect();
+        let actions = decide(&View {
+            pools: &[rolling("w", "lab-v2", 3, 1, 0)],
+            machines: &after,
+            hosts: &hosts_d,
+            init_host: None,
+            now: now(),
+        });
+        assert_eq!(counts(&actions), (0, vec!["edge-w-c".to_owned()]));
+    }
+
+    #[test]
+    fn an_etcd_member_leaves_only_one_at_a_time_and_never_below_quorum() {
+        let etcd_pool: MachinePool = serde_json::from_value(json!({"name": "e", "quantity": 1,
+            "roles": {"etcd": true}, "template": "lab-v1"}))
+        .unwrap();
+        let members = [
+            machine(
+                "edge-e-a",
+                "e",
+                "2026-11-26T10:00:00Z",
+                phase::RUNNING,
+                "h-a",
+            ),
+            machine(
+                "edge-e-b",
+                "e",
+                "2026-11-26T10:00:01Z",
+                phase::RUNNING,
+                "h-b",
+            ),
+            machine(
+                "edge-e-c",
+                "e",
+                "2026-11-26T10:00:02Z",
+                phase::RUNNING,
+                "h-c",
+            ),
+        ];
+        let machines: Vec<&Object> = members.iter().collect();
+        let removed = |hosts: &[Object]| {
+            let hosts: Vec<&Object> = hosts.iter().collect();
+            counts(&decide(&View {
+                pools: std::slice::from_ref(&etcd_pool),
+                machines: &machines,
+                hosts: &hosts,
+                init_host: Some("h-a"),
+                now: now(),
+            }))
+            .1
+        };
+        // 3 → 1: one leaves (the newest), not two at once.
+        let healthy = [
+            connected("h-a", "edge-e-a", None),
+            connected("h-b", "edge-e-b", None),
+            connected("h-c", "edge-e-c", None),
+        ];
+        assert_eq!(removed(&healthy), ["edge-e-c"]);
+        // With b disconnected, c leaving would leave one ready member of two (no quorum): b
+        // leaves instead, which keeps both ready members.
+        let one_down = [
+            connected("h-a", "edge-e-a", None),
+            connected("h-b", "edge-e-b", Some("2026-11-26T11:59:00Z")),
+            connected("h-c", "edge-e-c", None),
+        ];
+        assert_eq!(removed(&one_down), ["edge-e-b"]);
+        // With both others disconnected, nobody may leave.
+        let two_down = [
+            connected("h-a", "edge-e-a", None),
+            connected("h-b", "edge-e-b", Some("2026-11-26T11:59:00Z")),
+            connected("h-c", "edge-e-c", Some("2026-11-26T11:59:00Z")),
+        ];
+        assert!(removed(&two_down).is_empty());
+        // One already leaving: the next waits for it.
+        let mut leaving = members[2].clone();
+        leaving.metadata.deletion_timestamp = Some("2026-11-26T11:00:00Z".into());
+        let with_leaving: Vec<&Object> = vec![&members[0], &members[1], &leaving];
+        let hosts: Vec<&Object> = healthy.iter().collect();
+        let actions = decide(&View {
+            pools: std::slice::from_ref(&etcd_pool),
+            machines: &with_leaving,
+            hosts: &hosts,
+            init_host: Some("h-a"),
+            now: now(),
+        });
+        assert!(counts(&actions).1.is_empty(), "{actions:?}");
+    }
+
+    #[test]
+    fn a_machine_disconnected_longer_than_unhealthy_after_is_replaced() {
+        let pool: MachinePool = serde_json::from_value(json!({"name": "w", "quantity": 2,
+            "roles": {"worker": true}, "template": "lab-v1", "unhealthyAfter": "5m"}))
+        .unwrap();
+        let m = [
+            machine(
+                "edge-w-a",
+                "w",
+                "2026-11-26T10:00:00Z",
+                phase::RUNNING,
+                "h-a",
+            ),
+            machine(
+                "edge-w-b",
+                "w",
+                "2026-11-26T10:00:01Z",
+                phase::RUNNING,
+                "h-b",
+            ),
+            // Made an hour ago and never registered.
+            machine(
+                "edge-w-c",
+                "w",
+                "2026-11-26T11:00:00Z",
+                phase::BOOTSTRAPPING,
+                "",
+            ),
+        ];
+        let machines: Vec<&Object> = m[..2].iter().collect();
+        let run = |hosts: &[Object], machines: &[&Object]| {
+            let hosts: Vec<&Object> = hosts.iter().collect();
+            decide(&View {
+                pools: std::slice::from_ref(&pool),
+                machines,
+                hosts: &hosts,
+                init_host: None,
+                now: now(),
+            })
+        };
+        // Disconnected 4 minutes: not yet.
+        let recent = [
+            connected("h-a", "edge-w-a", None),
+            connected("h-b", "edge-w-b", Some("2026-11-26T11:56:00Z")),
+        ];
+        assert!(
+            run(&recent, &machines)
+                .iter()
+                .all(|a| !matches!(a, Action::Replace { .. }))
+        );
+        // Disconnected 6 minutes: replaced, and a new machine made in the same pass.
+        let long = [
+            connected("h-a", "edge-w-a", None),
+            connected("h-b", "edge-w-b", Some("2026-11-26T11:54:00Z")),
+        ];
+        let actions = run(&long, &machines);
+        assert!(
+            matches!(&actions[0], Action::Replace { machine, why }
+                if machine == "edge-w-b" && why.contains("h-b has been disconnected")),
+            "{actions:?}"
+        );
+        assert_eq!(counts(&actions).0, 1);
+        // A machine whose host never registered within the limit is replaced too.
+        let never: Vec<&Object> = vec![&m[0], &m[2]];
+        let actions = run(&recent[..1], &never);
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Replace { machine, why }
+                if machine == "edge-w-c" && why.contains("no host registered"))),
+            "{actions:?}"
         );
     }
 }

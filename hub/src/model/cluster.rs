@@ -81,6 +81,42 @@ pub struct MachinePool {
     /// Drain a machine's node before it is removed (scale down, replacement).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drain_before_delete: bool,
+    /// While the pool rolls to a new template: how many machines it may have beyond its
+    /// quantity (default 1) ...
+    #[serde(default = "one_machine", skip_serializing_if = "is_one")]
+    pub max_surge: u32,
+    /// ... and how many below its quantity may be unready (default 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_unavailable: u32,
+    /// Replace a machine whose host stays disconnected this long, or that has not registered
+    /// this long after it was made (`90s`, `10m`, `1h`); never when unset.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unhealthy_after: String,
+}
+
+fn one_machine() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// `90s`, `10m`, `1h`: a whole number of seconds, minutes or hours.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let unit = text.chars().last()?;
+    let n: u64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
+    let seconds = match unit {
+        's' => n,
+        'm' => n.checked_mul(60)?,
+        'h' => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
 }
 
 /// Checks the pools: unique names, roles, a template name, a sane quantity, taints.
@@ -118,6 +154,17 @@ pub fn validate_pools(pools: &[MachinePool]) -> Result<(), String> {
         }
         super::validate_name(super::Kind::MachineTemplate, &pool.template)
             .map_err(|e| format!("{at}.template: {e}"))?;
+        if pool.max_surge == 0 && pool.max_unavailable == 0 {
+            return Err(format!(
+                "{at}.maxSurge: maxSurge and maxUnavailable cannot both be 0 (a new template could never roll out)"
+            ));
+        }
+        if !pool.unhealthy_after.is_empty() && parse_duration(&pool.unhealthy_after).is_none() {
+            return Err(format!(
+                "{at}.unhealthyAfter: {:?} is not a duration like 90s, 10m or 1h",
+                pool.unhealthy_after
+            ));
+        }
         for taint in &pool.taints {
             let ok = taint.split_once(':').is_some_and(|(kv, effect)| {
                 !kv.is_empty() && matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute")

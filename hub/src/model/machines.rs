@@ -326,6 +326,14 @@ pub struct MachineSpec {
     pub template: String,
 }
 
+/// The finalizer a Machine carries until its machine is released at its driver (a cloud's
+/// machine destroyed): nothing else may clear it.
+pub const MACHINE_FINALIZER: &str = "drover.io/machine";
+
+/// On a Host: its machine was destroyed (replaced as unhealthy), so no uninstall can run and
+/// the planner removes it without one.
+pub const MACHINE_DESTROYED: &str = "drover.io/machine-destroyed";
+
 /// A machine's phases.
 pub mod phase {
     pub const PENDING: &str = "Pending";

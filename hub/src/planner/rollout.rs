@@ -315,6 +315,14 @@ pub(super) fn removal(
         .as_ref()
         .is_some_and(|s| s.roles.etcd || s.roles.control_plane);
     let node = spec.map(|s| s.node_name).unwrap_or_default();
+    // Its machine is destroyed (replaced as unhealthy): no uninstall can run, none is needed.
+    if host
+        .metadata
+        .annotations
+        .contains_key(crate::model::MACHINE_DESTROYED)
+    {
+        return Removal::Release { node };
+    }
     let plan = Plan {
         instructions: vec![ctx.uninstall(server)],
         ..Plan::default()

@@ -137,7 +137,7 @@ async fn a_machine_of_a_deleted_cluster_keeps_its_finalizer_for_its_controller()
         "edge-w-abcde",
         json!({"cluster": "edge", "pool": "w", "template": "t"}),
     );
-    machine.metadata.finalizers = vec![crate::machines::FINALIZER.into()];
+    machine.metadata.finalizers = vec![crate::model::MACHINE_FINALIZER.into()];
     create(store.as_ref(), machine).await.unwrap();
     store.delete("Cluster", "edge", None).await.unwrap();
 
@@ -147,6 +147,6 @@ async fn a_machine_of_a_deleted_cluster_keeps_its_finalizer_for_its_controller()
     collect(store.as_ref()).await.unwrap();
     let kept = store.get("Machine", "edge-w-abcde").await.unwrap();
     assert!(kept.metadata.deletion_timestamp.is_some());
-    assert_eq!(kept.metadata.finalizers, [crate::machines::FINALIZER]);
+    assert_eq!(kept.metadata.finalizers, [crate::model::MACHINE_FINALIZER]);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -11,6 +11,7 @@ mod health_scenario;
 mod hub_scenario;
 mod load;
 mod login_scenario;
+mod machines_scenario;
 mod plans_scenario;
 mod proxy_scenario;
 mod rbac_scenario;
@@ -65,6 +66,9 @@ enum Scenario {
     /// The authorized cluster endpoint: a GET straight to the API server against through the
     /// hub, and what an uncached token review costs.
     Endpoint(endpoint_scenario::Args),
+    /// Machine pools: the machine controller making and destroying N EC2 machines against
+    /// moto's EC2 server, beside the amazonec2 driver alone (the floor).
+    Machines(machines_scenario::Args),
 }
 
 #[global_allocator]
@@ -97,6 +101,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Audit(args) => runtime.block_on(audit_scenario::run(args))?,
         Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
         Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,
+        Scenario::Machines(args) => runtime.block_on(machines_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

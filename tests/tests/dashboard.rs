@@ -607,3 +607,150 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     imported.shutdown.cancel();
     let _ = agent.await;
 }
+
+/// A custom cluster's machine pools on its page, against moto's EC2 (no instance boots here:
+/// machines stay `Bootstrapping`, which is what the page must show). The owner scales a pool
+/// with its buttons and adds a pool; the rows follow without a reload; a read-only user sees
+/// the pools but no control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_scale_machine_pools_from_the_cluster_page() {
+    let dir = temp_dir("dashboard-pools");
+    let moto = tests::cloud::Moto::start(&dir).await;
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let base = hub.url();
+    let password = hub.admin_password.clone().unwrap();
+    let admin = login(hub.addr, "admin", &password).await;
+    let cloud = json!({"region": "us-east-1", "endpoint": moto.endpoint, "endpointCA": moto.ca_pem,
+                       "ami": moto.ami, "instanceType": "t3.small", "subnetId": moto.subnet_id});
+    for (path, object) in [
+        (
+            "/v1/cloudcredentials",
+            json!({"metadata": {"name": "aws"}, "spec": {"driver": "amazonec2",
+                   "amazonec2": {"accessKeyId": moto.credentials.access_key_id,
+                                 "secretAccessKey": moto.credentials.secret_access_key}}}),
+        ),
+        (
+            "/v1/machinetemplates",
+            json!({"metadata": {"name": "cloud"}, "spec": {"driver": "amazonec2",
+                   "credential": "aws", "amazonec2": cloud}}),
+        ),
+        (
+            "/v1/users",
+            json!({"metadata": {"name": "viewer"}, "spec": {"password": "a long enough password"}}),
+        ),
+        (
+            "/v1/rolebindings",
+            json!({"metadata": {"name": "edge-viewer"}, "spec": {"user": "viewer", "role": "read-only", "cluster": "edge"}}),
+        ),
+    ] {
+        if path == "/v1/rolebindings" {
+            tests::create_custom_cluster(
+                hub.addr,
+                &admin,
+                "edge",
+                json!({"distribution": "k3s", "version": "v1.33.4+k3s1",
+                       "machinePools": [{"name": "workers", "quantity": 2, "template": "cloud",
+                                         "roles": {"worker": true}}]}),
+            )
+            .await;
+        }
+        let (status, body) = api(hub.addr, "POST", path, Some(&admin), Some(object)).await;
+        assert_eq!(status, 201, "{path}: {body}");
+    }
+    tests::note_secret(&moto.credentials.secret_access_key);
+
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("pools-admin", 1280, 900).await;
+    log_in(&browser, &base, "admin", &password).await;
+    browser.goto(&format!("{base}/clusters/edge")).await;
+    browser.find("table#pools tr[data-name=workers]").await;
+    let rows = |n: usize, phase: &str| {
+        format!(
+            "const rows = [...document.querySelectorAll('table#pool-machines tbody tr')]; \
+             return rows.length === {n} && rows.every((r) => r.textContent.includes('{phase}'));"
+        )
+    };
+    browser
+        .until(
+            "two machines bootstrapping",
+            Duration::from_secs(30),
+            &rows(2, "Bootstrapping"),
+        )
+        .await;
+    let running = browser
+        .text("table#pools tr[data-name=workers] td[data-label=Machines]")
+        .await;
+    assert_eq!(running, "0/2");
+    check_and_save(&browser, "pools").await;
+
+    // + : a third machine appears, made at the cloud.
+    browser
+        .click("button.scale[data-pool=workers][data-by='1']")
+        .await;
+    browser
+        .until(
+            "three machines",
+            Duration::from_secs(30),
+            &rows(3, "Bootstrapping"),
+        )
+        .await;
+    let live = || async {
+        moto.instances()
+            .await
+            .into_iter()
+            .filter(tests::cloud::Instance::live)
+            .count()
+    };
+    assert_eq!(live().await, 3);
+    // − : back to two, the newest instance terminated.
+    browser
+        .click("button.scale[data-pool=workers][data-by='-1']")
+        .await;
+    browser
+        .until(
+            "two machines again",
+            Duration::from_secs(30),
+            &rows(2, "Bootstrapping"),
+        )
+        .await;
+    tests::until("two instances", Duration::from_secs(30), async || {
+        live().await == 2
+    })
+    .await;
+
+    // A new pool from the form.
+    browser.type_into("#pool-name", "gpu").await;
+    browser
+        .run(
+            "document.getElementById('pool-quantity').value = '1'; \
+             document.querySelector('#add-pool [name=controlPlane]').checked = false;",
+            json!([]),
+        )
+        .await;
+    browser.click("form#add-pool button[type=submit]").await;
+    browser.find("table#pools tr[data-name=gpu]").await;
+    browser
+        .until(
+            "the gpu pool's machine",
+            Duration::from_secs(30),
+            &rows(3, "Bootstrapping"),
+        )
+        .await;
+    let (_, cluster) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    assert_eq!(
+        cluster["spec"]["machinePools"][1],
+        json!({"name": "gpu", "quantity": 1, "template": "cloud",
+               "roles": {"etcd": false, "controlPlane": false, "worker": true}})
+    );
+
+    // A read-only user sees the pools and machines, and no control.
+    let viewer = driver.browser("pools-viewer", 1280, 900).await;
+    log_in(&viewer, &base, "viewer", "a long enough password").await;
+    viewer.goto(&format!("{base}/clusters/edge")).await;
+    viewer.find("table#pools tr[data-name=gpu]").await;
+    assert!(!viewer.exists("button.scale").await);
+    assert!(!viewer.exists("form#add-pool").await);
+    viewer.close().await;
+    browser.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

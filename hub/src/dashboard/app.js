@@ -229,6 +229,56 @@ function setupClusterActions() {
       window.location.reload();
     });
   }
+  // A pool's scale buttons (in rows that redraw: one listener for them all). The cluster is
+  // read and written back at its resourceVersion, so a change made meanwhile is refused, not
+  // overwritten.
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("button.scale");
+    if (!button) return;
+    button.disabled = true;
+    const path = `/v1/clusters/${encodeURIComponent(button.dataset.cluster)}`;
+    const read = await apiCall("GET", path);
+    if (!read.ok) {
+      showError("pool-error", read);
+      return;
+    }
+    const cluster = read.data;
+    const pool = (cluster.spec.machinePools || []).find((p) => p.name === button.dataset.pool);
+    if (!pool) return;
+    pool.quantity = Math.max(0, pool.quantity + Number(button.dataset.by));
+    const written = await apiCall("PUT", path, cluster);
+    if (!written.ok) showError("pool-error", written);
+    else document.getElementById("pool-error").textContent = "";
+  });
+  const addPool = document.getElementById("add-pool");
+  if (addPool) {
+    addPool.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const path = `/v1/clusters/${encodeURIComponent(addPool.dataset.cluster)}`;
+      const read = await apiCall("GET", path);
+      if (!read.ok) {
+        showError("pool-error", read);
+        return;
+      }
+      const cluster = read.data;
+      cluster.spec.machinePools = (cluster.spec.machinePools || []).concat([{
+        name: addPool.name.value,
+        template: addPool.template.value,
+        quantity: Number(addPool.quantity.value),
+        roles: {
+          etcd: addPool.etcd.checked,
+          controlPlane: addPool.controlPlane.checked,
+          worker: addPool.worker.checked,
+        },
+      }]);
+      const written = await apiCall("PUT", path, cluster);
+      if (!written.ok) {
+        showError("pool-error", written);
+        return;
+      }
+      window.location.reload();
+    });
+  }
   const register = document.getElementById("new-registration");
   if (register) {
     register.addEventListener("click", async () => {

@@ -422,6 +422,11 @@ pub(super) async fn machines(
     part(&dash, &headers, &name, Part::Machines).await
 }
 
+/// Whether the caller owns the cluster (an admin does).
+pub(super) fn owns(principal: &Principal, name: &str) -> bool {
+    principal.admin || principal.clusters.get(name) == Some(&Role::ClusterOwner)
+}
+
 pub(super) async fn one(
     State(dash): State<Dash>,
     headers: HeaderMap,
@@ -433,9 +438,17 @@ pub(super) async fn one(
             Ok(found) => found,
             Err(response) => return response,
         };
-    let owner = principal.admin || principal.clusters.get(&name) == Some(&Role::ClusterOwner);
+    let owner = owns(&principal, &name);
+    let custom = object.spec["type"] == "custom";
+    let pools = if custom {
+        match super::pools::section(&dash, &object, owner).await {
+            Ok(section) => section,
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        String::new()
+    };
     let shown = present(Kind::Cluster, object);
-    let custom = shown["spec"]["type"] == "custom";
     let conditions = condition_rows(&shown);
     let machines = match machine_rows(&dash, &principal, &name).await {
         Ok(rows) => rows,
@@ -573,6 +586,7 @@ pub(super) async fn one(
 <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
 <tbody>{machines}</tbody>
 </table>
+{pools}
 {snapshots}
 <h2>Projects</h2>
 {projects}

@@ -26,6 +26,7 @@ mod clusters;
 mod explorer;
 mod machines;
 mod people;
+mod pools;
 
 const CSS: &str = include_str!("app.css");
 const JS: &str = include_str!("app.js");
@@ -51,6 +52,8 @@ pub fn router(dash: Dash) -> Router {
         .route("/clusters/{name}", get(clusters::one))
         .route("/clusters/{name}/machines", get(clusters::machines))
         .route("/clusters/{name}/snapshots", get(clusters::snapshots))
+        .route("/clusters/{name}/pools", get(pools::pools))
+        .route("/clusters/{name}/pool-machines", get(pools::machines))
         .route("/clusters/{name}/conditions", get(clusters::conditions))
         .route("/clusters/{name}/nodes/{node}", get(machines::node))
         .route("/clusters/{name}/explorer", get(explorer::kinds))

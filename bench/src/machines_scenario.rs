@@ -1,0 +1,217 @@
+//! Scenario `machines`: the machine controller making and destroying N EC2 machines against
+//! `moto`'s server (EC2's Query API over TLS, signatures checked), beside a floor measured in
+//! the same run: the `amazonec2` driver alone making and destroying N instances one after
+//! another, as the controller does.
+//!
+//! The hub runs as its own process (its CPU read from `/proc`). Nothing boots the instances (no
+//! stand-in hypervisor here), so a machine's making ends when its instance exists: the figure is
+//! the controller's own cost — its store writes, registration tokens and EC2 calls — not a
+//! distribution's install. EC2 calls are counted from moto's request log.
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use drivers::{
+    CreateRequest, Driver,
+    ec2::{Ec2, NAME_TAG, Settings},
+};
+use serde_json::{Value, json};
+use tests::cloud::Moto;
+
+use crate::{
+    health_scenario::{cpu_seconds, prepare, round, start_hub_on},
+    proxy_scenario::Target,
+};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct Args {
+    /// Machines in the pool.
+    #[arg(long, default_value_t = 10)]
+    machines: u32,
+}
+
+/// Requests moto has answered so far (its request log, one line each).
+fn moto_requests(dir: &Path) -> anyhow::Result<usize> {
+    let log = std::fs::read_to_string(dir.join("moto.log"))?;
+    Ok(log.lines().filter(|l| l.contains("\"POST /")).count())
+}
+
+async fn until_true<F: AsyncFn() -> anyhow::Result<bool>>(
+    what: &str,
+    within: Duration,
+    check: F,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while !check().await? {
+        anyhow::ensure!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
+    let n = args.machines as usize;
+    let exe = tests::binary("drover-hub");
+    let data = std::env::temp_dir().join(format!("drover-bench-machines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&data)?;
+    let moto = Moto::start(&data).await;
+    let settings = Settings {
+        ami: moto.ami.clone(),
+        instance_type: "t3.small".into(),
+        subnet_id: moto.subnet_id.clone(),
+        root_size_gb: 20,
+        ..Settings::default()
+    };
+
+    // The floor: the driver alone, one instance after another.
+    let driver = Ec2::new(
+        &moto.endpoint,
+        "us-east-1",
+        moto.credentials.clone(),
+        Some(&moto.ca_pem),
+        settings,
+    )?;
+    let tags = BTreeMap::new();
+    let names: Vec<String> = (0..n).map(|i| format!("floor-{i}")).collect();
+    let calls_before = moto_requests(&data)?;
+    let started = Instant::now();
+    let mut made = Vec::new();
+    for name in &names {
+        let request = CreateRequest {
+            name,
+            tags: &tags,
+            user_data: "#!/bin/sh\ntrue\n",
+        };
+        made.push(driver.create(&request).await?.id);
+    }
+    let floor_create_s = started.elapsed().as_secs_f64();
+    let floor_create_calls = moto_requests(&data)? - calls_before;
+    let calls_before = moto_requests(&data)?;
+    let started = Instant::now();
+    for id in &made {
+        driver.delete(id).await?;
+    }
+    let floor_delete_s = started.elapsed().as_secs_f64();
+    let floor_delete_calls = moto_requests(&data)? - calls_before;
+
+    // The controller: a pool of N, then of 0.
+    let prepared = prepare(&data.join("hub")).await?;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let (hub, _url) = start_hub_on(&exe, &data.join("hub"), "10", addr).await?;
+    let pid = hub.id().context("hub pid")?;
+    let api = Target {
+        addr,
+        token: prepared.api_token.clone(),
+    };
+    api.call(
+        "POST",
+        "/v1/cloudcredentials",
+        Some(json!({"metadata": {"name": "aws"},
+                    "spec": {"driver": "amazonec2",
+                             "amazonec2": {"accessKeyId": moto.credentials.access_key_id,
+                                           "secretAccessKey": moto.credentials.secret_access_key}}})),
+        201,
+    )
+    .await?;
+    api.call(
+        "POST",
+        "/v1/machinetemplates",
+        Some(json!({"metadata": {"name": "cloud"},
+                    "spec": {"driver": "amazonec2", "credential": "aws",
+                             "amazonec2": {"region": "us-east-1", "endpoint": moto.endpoint,
+                                           "endpointCA": moto.ca_pem, "ami": moto.ami,
+                                           "instanceType": "t3.small", "subnetId": moto.subnet_id}}})),
+        201,
+    )
+    .await?;
+    let pool = |quantity: usize| {
+        json!({"spec": {"machinePools": [{"name": "workers", "quantity": quantity,
+                "template": "cloud", "roles": {"worker": true}}]}})
+    };
+    api.call(
+        "POST",
+        "/v1/clusters",
+        Some(json!({"metadata": {"name": "pool"},
+                    "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}})),
+        201,
+    )
+    .await?;
+    let machines = async || -> anyhow::Result<Vec<Value>> {
+        let list = api.call("GET", "/v1/machines", None, 200).await?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (cpu_before, calls_before) = (cpu_seconds(pid)?, moto_requests(&data)?);
+    let started = Instant::now();
+    api.call("PATCH", "/v1/clusters/pool", Some(pool(n)), 200)
+        .await?;
+    until_true("N machines made", Duration::from_secs(900), async || {
+        let all = machines().await?;
+        Ok(all.len() == n
+            && all.iter().all(|m| {
+                m["status"]["providerId"]
+                    .as_str()
+                    .is_some_and(|p| !p.is_empty())
+            }))
+    })
+    .await?;
+    let create_s = started.elapsed().as_secs_f64();
+    let create_cpu = cpu_seconds(pid)? - cpu_before;
+    let create_calls = moto_requests(&data)? - calls_before;
+    let instances = moto
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| i.live() && i.tags.contains_key(NAME_TAG))
+        .count();
+    anyhow::ensure!(instances == n, "{instances} instances for {n} machines");
+
+    let (cpu_before, calls_before) = (cpu_seconds(pid)?, moto_requests(&data)?);
+    let started = Instant::now();
+    api.call("PATCH", "/v1/clusters/pool", Some(pool(0)), 200)
+        .await?;
+    until_true("every machine gone", Duration::from_secs(900), async || {
+        Ok(machines().await?.is_empty())
+    })
+    .await?;
+    let delete_s = started.elapsed().as_secs_f64();
+    let delete_cpu = cpu_seconds(pid)? - cpu_before;
+    let delete_calls = moto_requests(&data)? - calls_before;
+    let left = moto
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| i.live())
+        .count();
+    anyhow::ensure!(left == 0, "{left} instances left running");
+    drop(hub);
+    drop(moto);
+    let _ = std::fs::remove_dir_all(&data);
+    let per = |x: f64| round(x / n as f64, 2);
+    Ok(json!({
+        "scenario": "machines",
+        "machines": n,
+        "what": "a pool of N EC2 machines made, then scaled to 0, by the hub's machine controller against moto's EC2 server, beside the amazonec2 driver alone doing the same one instance after another (no instance boots: the controller's own cost)",
+        "floor_driver_alone": {
+            "create_s": round(floor_create_s, 2),
+            "delete_s": round(floor_delete_s, 2),
+            "ec2_calls_per_create": per(floor_create_calls as f64),
+            "ec2_calls_per_delete": per(floor_delete_calls as f64),
+        },
+        "controller": {
+            "create_s": round(create_s, 2),
+            "delete_s": round(delete_s, 2),
+            "create_vs_floor": round(create_s / floor_create_s, 2),
+            "delete_vs_floor": round(delete_s / floor_delete_s, 2),
+            "ec2_calls_per_create": per(create_calls as f64),
+            "ec2_calls_per_delete": per(delete_calls as f64),
+            "hub_cpu_ms_per_create": per(create_cpu * 1000.0),
+            "hub_cpu_ms_per_delete": per(delete_cpu * 1000.0),
+        },
+    }))
+}

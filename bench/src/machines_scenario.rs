@@ -15,10 +15,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use drivers::{
-    CreateRequest, Driver,
-    ec2::{Ec2, NAME_TAG, Settings},
-};
+use drivers::{CreateRequest, Driver, ec2::NAME_TAG};
 use serde_json::{Value, json};
 use tests::cloud::Moto;
 
@@ -60,22 +57,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data)?;
     let moto = Moto::start(&data).await;
-    let settings = Settings {
-        ami: moto.ami.clone(),
-        instance_type: "t3.small".into(),
-        subnet_id: moto.subnet_id.clone(),
-        root_size_gb: 20,
-        ..Settings::default()
-    };
 
     // The floor: the driver alone, one instance after another.
-    let driver = Ec2::new(
-        &moto.endpoint,
-        "us-east-1",
-        moto.credentials.clone(),
-        Some(&moto.ca_pem),
-        settings,
-    )?;
+    let driver = moto.driver(moto.credentials.clone());
     let tags = BTreeMap::new();
     let names: Vec<String> = (0..n).map(|i| format!("floor-{i}")).collect();
     let calls_before = moto_requests(&data)?;

@@ -178,6 +178,26 @@ impl Moto {
         moto
     }
 
+    /// The `amazonec2` driver on moto (a small instance of moto's image in the test's subnet),
+    /// signing with `credentials`.
+    pub fn driver(&self, credentials: Credentials) -> drivers::ec2::Ec2 {
+        let settings = drivers::ec2::Settings {
+            ami: self.ami.clone(),
+            instance_type: "t3.small".into(),
+            subnet_id: self.subnet_id.clone(),
+            root_size_gb: 20,
+            ..drivers::ec2::Settings::default()
+        };
+        drivers::ec2::Ec2::new(
+            &self.endpoint,
+            REGION,
+            credentials,
+            Some(&self.ca_pem),
+            settings,
+        )
+        .unwrap()
+    }
+
     /// A client of moto's EC2 with the IAM user's key.
     pub fn ec2(&self) -> Client {
         Client::new(

@@ -15,7 +15,7 @@ use std::{
 
 use drivers::{
     CreateRequest, Driver, DriverError,
-    ec2::{Ec2, NAME_TAG, Settings},
+    ec2::NAME_TAG,
     ssh::{PrivateKey, SshError, Target, run},
 };
 use serde_json::{Value, json};
@@ -431,21 +431,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     // The driver alone. A name made twice is one instance: it is found by its tag (moto, like
     // EC2 once a ClientToken has expired, would make a second). A wrong secret is refused by
     // the cloud's signature check, and said so.
-    let settings = Settings {
-        ami: moto.ami.clone(),
-        instance_type: "t3.small".into(),
-        subnet_id: moto.subnet_id.clone(),
-        root_size_gb: 20,
-        ..Settings::default()
-    };
-    let ec2 = Ec2::new(
-        &moto.endpoint,
-        "us-east-1",
-        moto.credentials.clone(),
-        Some(&moto.ca_pem),
-        settings.clone(),
-    )
-    .unwrap();
+    let ec2 = moto.driver(moto.credentials.clone());
     let tags = BTreeMap::new();
     let request = CreateRequest {
         name: "probe",
@@ -458,17 +444,10 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     assert_eq!(ec2.list(NAME_TAG, "probe").await.unwrap().len(), 1);
     ec2.delete(&first.id).await.unwrap();
     assert!(ec2.list(NAME_TAG, "probe").await.unwrap().is_empty());
-    let forged = Ec2::new(
-        &moto.endpoint,
-        "us-east-1",
-        drivers::aws::Credentials {
-            access_key_id: moto.credentials.access_key_id.clone(),
-            secret_access_key: "not-the-secret".into(),
-        },
-        Some(&moto.ca_pem),
-        settings,
-    )
-    .unwrap();
+    let forged = moto.driver(drivers::aws::Credentials {
+        access_key_id: moto.credentials.access_key_id.clone(),
+        secret_access_key: "not-the-secret".into(),
+    });
     let refused = forged.create(&request).await.unwrap_err();
     assert!(
         matches!(&refused, DriverError::Refused(why) if why.contains("AuthFailure")),

@@ -233,7 +233,13 @@ impl Controller {
                 }
                 if let Some(host) = host {
                     if flag(DESTROYED) {
-                        self.mark_gone(&host).await?;
+                        self.annotate(&host, MACHINE_GONE).await?;
+                    } else if pools
+                        .iter()
+                        .any(|p| p.drain_before_delete && p.name == decide::text(&object, "/pool"))
+                    {
+                        self.annotate(&host, crate::model::DRAIN_BEFORE_DELETE)
+                            .await?;
                     }
                     // The planner drains (as the cluster's upgrade strategy says) and uninstalls
                     // the host, then lets it go.
@@ -256,22 +262,22 @@ impl Controller {
         }
     }
 
-    /// Marks a host whose machine was destroyed, so the planner removes it without waiting for
-    /// its uninstall.
-    async fn mark_gone(&self, host: &str) -> Result<(), StoreError> {
+    /// Puts annotation `key` on a host before it is deleted: its machine was destroyed (the
+    /// planner removes it without waiting for an uninstall), or its pool drains before delete.
+    async fn annotate(&self, host: &str, key: &str) -> Result<(), StoreError> {
         for _ in 0..10 {
             let mut object = match self.store.get(Kind::Host.name(), host).await {
                 Ok(h) => h,
                 Err(StoreError::NotFound { .. }) => return Ok(()),
                 Err(e) => return Err(e),
             };
-            if object.metadata.annotations.contains_key(MACHINE_GONE) {
+            if object.metadata.annotations.contains_key(key) {
                 return Ok(());
             }
             object
                 .metadata
                 .annotations
-                .insert(MACHINE_GONE.into(), "true".into());
+                .insert(key.into(), "true".into());
             match self.store.update(object).await {
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(StoreError::NotFound { .. }) => return Ok(()),

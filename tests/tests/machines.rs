@@ -458,9 +458,10 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         format!("mount --bind {}/root {HOST_ROOT}", h.dir.display())
     });
     let pools = json!({"machinePools": [
-        {"name": "main", "quantity": 1, "template": "cloud",
+        {"name": "main", "quantity": 3, "template": "cloud",
          "roles": {"etcd": true, "controlPlane": true, "worker": true}},
-        {"name": "workers", "quantity": 0, "template": "cloud", "roles": {"worker": true}},
+        {"name": "workers", "quantity": 1, "template": "cloud", "roles": {"worker": true},
+         "drainBeforeDelete": true},
     ]});
     let mut site = Site::start(&dir, &[VERSION], pools, &[]).await;
     let (code, body) = api(
@@ -522,90 +523,121 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
             .filter(Instance::live)
             .collect()
     };
+    let scale_workers = async |site: &Site, n: u32| {
+        let (_, mut c) = site.get("/v1/clusters/edge").await;
+        c["spec"]["machinePools"][1]["quantity"] = json!(n);
+        let (code, body) = api(
+            site.hub.addr,
+            "PUT",
+            "/v1/clusters/edge",
+            Some(&site.admin),
+            Some(c),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+    };
+    let all_running = async |site: &Site, n: usize| {
+        let all = machines(site).await;
+        let c = cluster(&site.hub, &site.admin).await;
+        all.len() == n
+            && all.iter().all(|m| m["status"]["phase"] == "Running")
+            && c["state"]["state"] == "active"
+            && c["status"]["hosts"] == json!({"ready": n, "total": n})
+    };
+    // Each machine is its pool's: instances and machines one to one, by the name's tag.
+    let one_to_one = async |site: &Site| {
+        let all = machines(site).await;
+        let instances = live().await;
+        let mut by_tag: Vec<String> = instances.iter().map(|i| i.tags[NAME_TAG].clone()).collect();
+        by_tag.sort_unstable();
+        let mut names: Vec<String> = all
+            .iter()
+            .map(|m| m["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(by_tag, names, "{instances:#?}");
+        (all, instances)
+    };
+
+    // Three machines of all roles and a worker: the cluster comes up.
     let started = Instant::now();
     until(
-        "the machine running in an active cluster",
+        "4 machines running in an active cluster",
         Duration::from_secs(240),
-        async || {
-            let all = machines(&site).await;
-            let c = cluster(&site.hub, &site.admin).await;
-            all.len() == 1
-                && all[0]["status"]["phase"] == "Running"
-                && c["state"]["state"] == "active"
-        },
+        async || all_running(&site, 4).await,
     )
     .await;
-    eprintln!("1 EC2 machine running in {:?}", started.elapsed());
-    let all = machines(&site).await;
-    let instances = live().await;
-    assert_eq!(instances.len(), 1, "{instances:#?}");
-    let (machine, instance) = (&all[0], &instances[0]);
-    assert_eq!(machine["status"]["providerId"], instance.id.as_str());
-    assert_eq!(machine["status"]["addresses"][0], instance.address.as_str());
-    assert_eq!(
-        instance.tags.get(NAME_TAG).map(String::as_str),
-        machine["metadata"]["name"].as_str()
-    );
-    assert_eq!(instance.tags["drover.io/cluster"], "edge");
-    assert_eq!(instance.tags["team"], "edge");
-    // What booted it: the host command for its pool's roles, as user data.
-    let booted = hypervisor.booted.lock().unwrap()[&instance.id].1.clone();
-    assert!(booted.starts_with("#!/bin/sh\n"), "{booted}");
-    assert!(
-        booted.contains("--etcd --controlplane --worker"),
-        "{booted}"
-    );
+    eprintln!("4 EC2 machines running in {:?}", started.elapsed());
+    let (all, instances) = one_to_one(&site).await;
+    for machine in &all {
+        let instance = instances
+            .iter()
+            .find(|i| machine["status"]["providerId"] == i.id.as_str())
+            .unwrap();
+        assert_eq!(machine["status"]["addresses"][0], instance.address.as_str());
+        assert_eq!(instance.tags["drover.io/cluster"], "edge");
+        assert_eq!(instance.tags["team"], "edge");
+        // What booted it: the host command for its pool's roles, as user data.
+        let booted = hypervisor.booted.lock().unwrap()[&instance.id].1.clone();
+        assert!(booted.starts_with("#!/bin/sh\n"), "{booted}");
+        let roles = if machine["spec"]["pool"] == "main" {
+            "--etcd --controlplane --worker"
+        } else {
+            "--worker --node-name"
+        };
+        assert!(booted.contains(roles), "{booted}");
+    }
 
-    // Two workers, and the hub killed as soon as the first is recorded: once it is back,
-    // exactly two worker instances exist, each a machine's (found by its tag, never made
-    // twice), and both join.
-    let (_, mut c) = site.get("/v1/clusters/edge").await;
-    c["spec"]["machinePools"][1]["quantity"] = json!(2);
-    let (code, body) = api(
-        site.hub.addr,
-        "PUT",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(c),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    // Workers 1 → 3, the hub killed as soon as a new one is recorded: once it is back,
+    // exactly the machines' instances exist (each found by its tag, never made twice), and
+    // all join.
+    scale_workers(&site, 3).await;
     until(
-        "a worker machine recorded",
+        "a new worker machine recorded",
         Duration::from_secs(60),
-        async || machines(&site).await.len() > 1,
+        async || machines(&site).await.len() > 4,
     )
     .await;
     site.crash_hub().await;
     until(
-        "three machines running after the crash",
+        "6 machines running after the crash",
         Duration::from_secs(240),
-        async || {
-            let all = machines(&site).await;
-            let c = cluster(&site.hub, &site.admin).await;
-            all.len() == 3
-                && all.iter().all(|m| m["status"]["phase"] == "Running")
-                && c["status"]["hosts"] == json!({"ready": 3, "total": 3})
-        },
+        async || all_running(&site, 6).await,
     )
     .await;
-    let all = machines(&site).await;
-    let instances = live().await;
-    let mut by_tag: Vec<&str> = instances
-        .iter()
-        .map(|i| i.tags[NAME_TAG].as_str())
-        .collect();
-    by_tag.sort_unstable();
-    let mut names: Vec<&str> = all
-        .iter()
-        .map(|m| m["metadata"]["name"].as_str().unwrap())
-        .collect();
-    names.sort_unstable();
-    assert_eq!(by_tag, names, "{instances:#?}");
+    let (before, _) = one_to_one(&site).await;
 
-    // The workers roll to a new template (another instance type), one at a time: never more
-    // than quantity + maxSurge (3) workers, never fewer than 2 running, until both are new
-    // and the old instances are terminated.
+    // Workers 3 → 1: the two newest go — drained, their hosts uninstalled, their instances
+    // terminated.
+    scale_workers(&site, 1).await;
+    until("4 machines again", Duration::from_secs(240), async || {
+        all_running(&site, 4).await
+    })
+    .await;
+    let (all, _) = one_to_one(&site).await;
+    let gone: Vec<&Value> = before
+        .iter()
+        .filter(|m| {
+            !all.iter()
+                .any(|a| a["metadata"]["name"] == m["metadata"]["name"])
+        })
+        .collect();
+    assert_eq!(gone.len(), 2);
+    for machine in gone {
+        assert_eq!(machine["spec"]["pool"], "workers");
+        let id = machine["status"]["providerId"].as_str().unwrap();
+        let index = hypervisor.booted.lock().unwrap()[id].0;
+        // The stand-in's uninstall ran on it before the instance went.
+        assert!(
+            !dir.join(format!("host-{index}/var-lib-rancher/k3s/installed"))
+                .exists(),
+            "{id}'s distribution is still installed"
+        );
+    }
+
+    // The worker rolls to a new template (another instance type): never more than quantity +
+    // maxSurge (2) workers, never none running, until it is new and the old instance is
+    // terminated.
     let (code, body) = api(
         site.hub.addr,
         "POST",
@@ -661,7 +693,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
                         .count(),
                 ),
             );
-            workers.len() == 2
+            workers.len() == 1
                 && workers.iter().all(|m| {
                     m["spec"]["template"] == "cloud-v2" && m["status"]["phase"] == "Running"
                 })
@@ -670,13 +702,10 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     .await;
     let (most, fewest_running) = (most.get(), fewest_running.get());
     assert!(
-        most <= 3,
-        "{most} workers at once (quantity 2 + maxSurge 1)"
+        most <= 2,
+        "{most} workers at once (quantity 1 + maxSurge 1)"
     );
-    assert!(
-        fewest_running >= 2,
-        "only {fewest_running} workers running during the roll"
-    );
+    assert!(fewest_running >= 1, "no worker running during the roll");
     let instances = live().await;
     for old in &old_workers {
         assert!(!instances.iter().any(|i| &i.id == old), "{old} still runs");

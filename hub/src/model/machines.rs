@@ -334,6 +334,10 @@ pub const MACHINE_FINALIZER: &str = "drover.io/machine";
 /// the planner removes it without one.
 pub const MACHINE_DESTROYED: &str = "drover.io/machine-destroyed";
 
+/// On a Host: drain its node before it is uninstalled, whatever the cluster's upgrade strategy
+/// says (its machine's pool has `drainBeforeDelete`).
+pub const DRAIN_BEFORE_DELETE: &str = "drover.io/drain-before-delete";
+
 /// A machine's phases.
 pub mod phase {
     pub const PENDING: &str = "Pending";

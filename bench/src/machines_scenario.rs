@@ -3,10 +3,13 @@
 //! the same run: the `amazonec2` driver alone making and destroying N instances one after
 //! another, as the controller does.
 //!
-//! The hub runs as its own process (its CPU read from `/proc`). Nothing boots the instances (no
-//! stand-in hypervisor here), so a machine's making ends when its instance exists: the figure is
-//! the controller's own cost — its store writes, registration tokens and EC2 calls — not a
-//! distribution's install. EC2 calls are counted from moto's request log.
+//! The hub runs as its own process (its CPU read from `/proc`). moto's instances are records,
+//! so this process "boots" each one as far as the hub can tell: it reads the instance's user
+//! data and starts an in-process system-agent with its registration token and node name (no
+//! distribution is installed: the pool has workers only, and a machine is `Running` once its
+//! host has registered). Two times, then: to every instance made (the controller's own work,
+//! set against the driver alone) and to every machine `Running`. EC2 calls are counted from
+//! moto's request log.
 
 use std::{
     collections::BTreeMap,
@@ -37,6 +40,103 @@ fn moto_requests(dir: &Path) -> anyhow::Result<usize> {
     Ok(log.lines().filter(|l| l.contains("\"POST /")).count())
 }
 
+/// The value after `flag` in a host command, as the hub quotes it (`--token 'drr_…'`).
+fn flag_value(command: &str, flag: &str) -> Option<String> {
+    let start = command.find(&format!("{flag} '"))? + flag.len() + 2;
+    let end = command[start..].find('\'')? + start;
+    Some(command[start..end].to_owned())
+}
+
+/// Boots moto's instances as registering system-agents (in this process) while `watching`
+/// (moto's log counts every request, the bench's own too: none are made outside the window of
+/// the boots), keeping them running until `stop`.
+fn boot_instances(
+    moto: std::sync::Arc<Moto>,
+    dir: std::path::PathBuf,
+    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    tokio::spawn(async move {
+        let ec2 = moto.ec2();
+        let mut booted = std::collections::BTreeSet::new();
+        let mut agents = Vec::new();
+        while !stop.is_cancelled() {
+            if !watching.load(std::sync::atomic::Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            for instance in moto.instances().await {
+                if !instance.live()
+                    || !instance.tags.contains_key(NAME_TAG)
+                    || booted.contains(&instance.id)
+                {
+                    continue;
+                }
+                let Ok(answer) = ec2
+                    .call(
+                        "DescribeInstanceAttribute",
+                        &[
+                            ("InstanceId".to_owned(), instance.id.clone()),
+                            ("Attribute".to_owned(), "userData".to_owned()),
+                        ],
+                    )
+                    .await
+                else {
+                    continue;
+                };
+                let encoded = answer
+                    .descendant("userData")
+                    .map(|u| u.text_of("value").to_owned());
+                let Some(command) = encoded
+                    .and_then(|e| {
+                        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, e.trim())
+                            .ok()
+                    })
+                    .and_then(|b| String::from_utf8(b).ok())
+                else {
+                    continue;
+                };
+                let (Some(server), Some(token), Some(checksum), Some(node)) = (
+                    flag_value(&command, "--server"),
+                    flag_value(&command, "--token"),
+                    flag_value(&command, "--ca-checksum"),
+                    flag_value(&command, "--node-name"),
+                ) else {
+                    continue;
+                };
+                booted.insert(instance.id.clone());
+                let state = dir.join(&node);
+                let config = system_agent::Config {
+                    hub: Some(system_agent::HubSettings {
+                        server,
+                        token: tunnel::Secret::new(token),
+                        ca_checksum: checksum,
+                        state_dir: state.clone(),
+                        local_address: None,
+                    }),
+                    dir: state,
+                    host: system_agent::HostSpec {
+                        roles: system_agent::Roles {
+                            worker: true,
+                            ..system_agent::Roles::default()
+                        },
+                        node_name: node,
+                        ..system_agent::HostSpec::default()
+                    },
+                    local_plans: None,
+                    retry: system_agent::Retry::default(),
+                    machine: None,
+                };
+                if let Ok(agent) = system_agent::Agent::start(config, stop.child_token()).await {
+                    agents.push(agent);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        drop(agents);
+    });
+}
+
 async fn until_true<F: AsyncFn() -> anyhow::Result<bool>>(
     what: &str,
     within: Duration,
@@ -56,7 +156,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let data = std::env::temp_dir().join(format!("drover-bench-machines-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&data)?;
-    let moto = Moto::start(&data).await;
+    let moto = std::sync::Arc::new(Moto::start(&data).await);
 
     // The floor: the driver alone, one instance after another.
     let driver = moto.driver(moto.credentials.clone());
@@ -130,6 +230,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         Ok(list["items"].as_array().cloned().unwrap_or_default())
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let booting = tokio_util::sync::CancellationToken::new();
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    boot_instances(
+        moto.clone(),
+        data.join("agents"),
+        watching.clone(),
+        booting.clone(),
+    );
     let (cpu_before, calls_before) = (cpu_seconds(pid)?, moto_requests(&data)?);
     let started = Instant::now();
     api.call("PATCH", "/v1/clusters/pool", Some(pool(n)), 200)
@@ -147,6 +255,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let create_s = started.elapsed().as_secs_f64();
     let create_cpu = cpu_seconds(pid)? - cpu_before;
     let create_calls = moto_requests(&data)? - calls_before;
+    watching.store(true, std::sync::atomic::Ordering::Relaxed);
+    until_true("N machines running", Duration::from_secs(900), async || {
+        let all = machines().await?;
+        Ok(all.len() == n && all.iter().all(|m| m["status"]["phase"] == "Running"))
+    })
+    .await?;
+    let running_s = started.elapsed().as_secs_f64();
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let instances = moto
         .instances()
         .await
@@ -173,14 +290,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         .filter(|i| i.live())
         .count();
     anyhow::ensure!(left == 0, "{left} instances left running");
+    booting.cancel();
     drop(hub);
-    drop(moto);
     let _ = std::fs::remove_dir_all(&data);
     let per = |x: f64| round(x / n as f64, 2);
     Ok(json!({
         "scenario": "machines",
         "machines": n,
-        "what": "a pool of N EC2 machines made, then scaled to 0, by the hub's machine controller against moto's EC2 server, beside the amazonec2 driver alone doing the same one instance after another (no instance boots: the controller's own cost)",
+        "what": "a pool of N EC2 machines made (create_s), registered (running_s: each instance's user data read and an in-process system-agent registered with it, no distribution installed), then scaled to 0 (delete_s), by the hub's machine controller against moto's EC2 server, beside the amazonec2 driver alone making and destroying N instances one after another (the floor; overhead = the controller's time to every instance made less the floor's, per machine)",
         "floor_driver_alone": {
             "create_s": round(floor_create_s, 2),
             "delete_s": round(floor_delete_s, 2),
@@ -189,8 +306,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         },
         "controller": {
             "create_s": round(create_s, 2),
+            "running_s": round(running_s, 2),
             "delete_s": round(delete_s, 2),
             "create_vs_floor": round(create_s / floor_create_s, 2),
+            "overhead_ms_per_machine": round((create_s - floor_create_s) * 1000.0 / n as f64, 1),
             "delete_vs_floor": round(delete_s / floor_delete_s, 2),
             "ec2_calls_per_create": per(create_calls as f64),
             "ec2_calls_per_delete": per(delete_calls as f64),

@@ -739,12 +739,12 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         async || {
             let all = machines(&site).await;
             let c = cluster(&site.hub, &site.admin).await;
-            all.len() == 3
+            all.len() == 4
                 && !all
                     .iter()
                     .any(|m| m["metadata"]["name"] == victim["metadata"]["name"])
                 && all.iter().all(|m| m["status"]["phase"] == "Running")
-                && c["status"]["hosts"] == json!({"ready": 3, "total": 3})
+                && c["status"]["hosts"] == json!({"ready": 4, "total": 4})
         },
     )
     .await;

@@ -184,12 +184,7 @@ impl Planner {
             .iter()
             .partition(|h| h.metadata.deletion_timestamp.is_some());
         for host in leaving {
-            let drain = strategy.drain
-                || host
-                    .metadata
-                    .annotations
-                    .contains_key(crate::model::DRAIN_BEFORE_DELETE);
-            self.remove(&ctx, host, plans.get(&host.metadata.name), drain)
+            self.remove(&ctx, host, plans.get(&host.metadata.name), strategy.drain)
                 .await?;
         }
 

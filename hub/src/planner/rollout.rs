@@ -323,6 +323,12 @@ pub(super) fn removal(
     {
         return Removal::Release { node };
     }
+    // A machine pool's `drainBeforeDelete` drains whatever the upgrade strategy says.
+    let drain = drain
+        || host
+            .metadata
+            .annotations
+            .contains_key(crate::model::DRAIN_BEFORE_DELETE);
     let plan = Plan {
         instructions: vec![ctx.uninstall(server)],
         ..Plan::default()

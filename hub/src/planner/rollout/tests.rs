@@ -503,6 +503,26 @@ fn a_removed_host_is_uninstalled_then_released() {
         server_plan.instructions[0].script,
         "/usr/local/bin/k3s-uninstall.sh"
     );
+    // A machine of a pool with drainBeforeDelete is drained all the same.
+    server
+        .metadata
+        .annotations
+        .insert(crate::model::DRAIN_BEFORE_DELETE.into(), "true".into());
+    let Removal::Uninstall { drain, .. } = removal(&ctx, &server, None, false) else {
+        panic!("the uninstall plan comes first");
+    };
+    assert_eq!(drain.as_deref(), Some("node-a"));
+    // A machine destroyed (replaced as unhealthy) has nothing to uninstall.
+    server
+        .metadata
+        .annotations
+        .insert(crate::model::MACHINE_DESTROYED.into(), "true".into());
+    assert_eq!(
+        removal(&ctx, &server, None, false),
+        Removal::Release {
+            node: "node-a".into()
+        }
+    );
     let pending = stored("bb", &plan, "", None);
     assert_eq!(removal(&ctx, &leaving, Some(&pending), true), Removal::Wait);
     let done = stored("bb", &plan, "applied", None);

@@ -18,7 +18,7 @@ use crate::{
     api::{ApiError, allow, present},
     auth::{Principal, Verb},
     health::ClusterSummary,
-    model::{Kind, Role},
+    model::Kind,
     store::LabelSelector,
 };
 
@@ -332,7 +332,7 @@ async fn snapshot_rows(dash: &Dash, principal: &Principal, name: &str) -> Result
         (&b.metadata.creation_timestamp, &b.metadata.name)
             .cmp(&(&a.metadata.creation_timestamp, &a.metadata.name))
     });
-    let owner = principal.admin || principal.clusters.get(name) == Some(&Role::ClusterOwner);
+    let owner = super::owns(principal, name);
     let generation = match dash.api.store.get(Kind::Cluster.name(), name).await {
         Ok(c) => c.spec["restore"]["generation"].as_u64().unwrap_or(0) + 1,
         Err(_) => 1,
@@ -422,11 +422,6 @@ pub(super) async fn machines(
     part(&dash, &headers, &name, Part::Machines).await
 }
 
-/// Whether the caller owns the cluster (an admin does).
-pub(super) fn owns(principal: &Principal, name: &str) -> bool {
-    principal.admin || principal.clusters.get(name) == Some(&Role::ClusterOwner)
-}
-
 pub(super) async fn one(
     State(dash): State<Dash>,
     headers: HeaderMap,
@@ -438,7 +433,7 @@ pub(super) async fn one(
             Ok(found) => found,
             Err(response) => return response,
         };
-    let owner = owns(&principal, &name);
+    let owner = super::owns(&principal, &name);
     let custom = object.spec["type"] == "custom";
     let pools = if custom {
         match super::pools::section(&dash, &object, owner).await {

@@ -375,6 +375,11 @@ async fn login(
 }
 
 /// A state badge and its message.
+/// Whether the caller owns the cluster `name` (an admin does).
+fn owns(principal: &Principal, name: &str) -> bool {
+    principal.admin || principal.clusters.get(name) == Some(&crate::model::Role::ClusterOwner)
+}
+
 pub(super) fn state_cell(state: &str, message: &str) -> String {
     format!(
         r#"<span class="badge state-{state}">{state}</span> <span class="message">{message}</span>"#,

@@ -185,7 +185,7 @@ pub(super) async fn pools(
         Ok(found) => found,
         Err(response) => return response,
     };
-    let owner = super::clusters::owns(&principal, &name);
+    let owner = super::owns(&principal, &name);
     match machines_of(&dash, &name).await {
         Ok(machines) => fragment(pool_rows(&cluster, &machines, owner)),
         Err(e) => e.into_response(),

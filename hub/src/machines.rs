@@ -3,15 +3,18 @@
 //! first (with the controller's finalizer, before anything is made for it), then:
 //!
 //! 1. **Provisioning**: its driver makes or picks it (SSH: the first address of the template no
-//!    other machine holds, recorded before the machine is contacted);
+//!    other machine holds, recorded before the machine is contacted; EC2: an instance tagged
+//!    with its name, found again rather than made twice, whose user data is the host command);
 //! 2. **Bootstrapping**: the host command for its pool's roles runs on it (SSH: over SSH with
-//!    the host key pinned — the template's, or the one recorded at first contact), with a
-//!    registration token made for it and its name as the node name;
+//!    the host key pinned — the template's, or the one recorded at first contact; EC2: at
+//!    first boot), with a registration token made for it and its name as the node name;
 //! 3. **Running**: the Host that registered under its name is linked to it.
 //!
-//! Removing one (scale down, its pool gone, the cluster deleted, or deleted through the API)
-//! deletes its Host (the planner drains and uninstalls it), then releases it at its driver and
-//! lets the object go. The decisions are in [`decide`]; this module carries them out.
+//! Removing one (scale down, its pool gone or rolled to a new template, the cluster deleted, or
+//! deleted through the API) deletes its Host (the planner drains and uninstalls it), then
+//! releases it at its driver and lets the object go; an unhealthy one is destroyed first and its
+//! Host removed without an uninstall. The decisions are in [`decide`]; this module carries
+//! them out.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 

@@ -131,7 +131,9 @@ fn boot_instances(
                     agents.push(agent);
                 }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Once a second: moto answers DescribeInstances slower the more instances it holds,
+            // and polling it hard slowed the hub's own requests (N = 100 did not finish).
+            tokio::time::sleep(Duration::from_millis(1000)).await;
         }
         drop(agents);
     });

@@ -523,9 +523,10 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
             .filter(Instance::live)
             .collect()
     };
-    let scale_workers = async |site: &Site, n: u32| {
+    // The workers pool's `field` set to `value`, as an operator's read-modify-write.
+    let set_workers = async |site: &Site, field: &str, value: Value| {
         let (_, mut c) = site.get("/v1/clusters/edge").await;
-        c["spec"]["machinePools"][1]["quantity"] = json!(n);
+        c["spec"]["machinePools"][1][field] = value;
         let (code, body) = api(
             site.hub.addr,
             "PUT",
@@ -591,7 +592,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     // Workers 1 → 3, the hub killed as soon as a new one is recorded: once it is back,
     // exactly the machines' instances exist (each found by its tag, never made twice), and
     // all join.
-    scale_workers(&site, 3).await;
+    set_workers(&site, "quantity", json!(3)).await;
     until(
         "a new worker machine recorded",
         Duration::from_secs(60),
@@ -609,7 +610,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
 
     // Workers 3 → 1: the two newest go — drained, their hosts uninstalled, their instances
     // terminated.
-    scale_workers(&site, 1).await;
+    set_workers(&site, "quantity", json!(1)).await;
     until("4 machines again", Duration::from_secs(240), async || {
         all_running(&site, 4).await
     })
@@ -657,17 +658,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         .filter(|m| m["spec"]["pool"] == "workers")
         .map(|m| m["status"]["providerId"].as_str().unwrap().to_owned())
         .collect();
-    let (_, mut c) = site.get("/v1/clusters/edge").await;
-    c["spec"]["machinePools"][1]["template"] = json!("cloud-v2");
-    let (code, body) = api(
-        site.hub.addr,
-        "PUT",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(c),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    set_workers(&site, "template", json!("cloud-v2")).await;
     let (most, fewest_running) = (std::cell::Cell::new(0), std::cell::Cell::new(usize::MAX));
     until(
         "the workers rolled to cloud-v2",
@@ -714,17 +705,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
     // A worker's machine dies (its host halted, the instance left running): with
     // unhealthyAfter 5s, it is destroyed at the cloud and replaced, its host removed without
     // an uninstall that could never run.
-    let (_, mut c) = site.get("/v1/clusters/edge").await;
-    c["spec"]["machinePools"][1]["unhealthyAfter"] = json!("5s");
-    let (code, body) = api(
-        site.hub.addr,
-        "PUT",
-        "/v1/clusters/edge",
-        Some(&site.admin),
-        Some(c),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    set_workers(&site, "unhealthyAfter", json!("5s")).await;
     let victim = machines(&site)
         .await
         .into_iter()

@@ -35,6 +35,11 @@ impl Driver {
     /// Starts `chromedriver` on a free port; panics with what to install if it is missing.
     pub async fn start(profiles: &Path) -> Driver {
         let alone = ONE_BROWSER.lock().await;
+        // The hosts' switch made now, not while the browser runs: Chromium drops its
+        // connections when the root namespace's links change (see `hosts::switch`).
+        if crate::hosts::is_root() {
+            crate::hosts::switch();
+        }
         for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
             assert!(
                 Path::new(program).exists(),
@@ -121,6 +126,8 @@ impl Driver {
             "--disable-component-update".to_owned(),
             "--disable-sync".to_owned(),
             format!("--window-size={width},{height}"),
+            // What the network did, for a failure's post-mortem (kept with the test's files).
+            format!("--log-net-log={}", profile.join("netlog.json").display()),
             format!("--user-data-dir={}", profile.display()),
         ];
         let capabilities = json!({"capabilities": {"alwaysMatch": {
@@ -162,6 +169,18 @@ impl Browser<'_> {
             .await;
     }
 
+    /// The page's URL and the start of its text, for a failure's message: a page that never
+    /// came shows Chromium's own error (`ERR_…`) there.
+    async fn where_now(&self) -> String {
+        let text = self
+            .run(
+                "return document.body ? document.body.innerText.slice(0, 400) : '';",
+                json!([]),
+            )
+            .await;
+        format!("{} (page text: {text})", self.url().await)
+    }
+
     pub async fn url(&self) -> String {
         self.command("GET", "/url", None)
             .await
@@ -182,7 +201,10 @@ impl Browser<'_> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("no element {css:?} within 30 s on {}", self.url().await);
+        panic!(
+            "no element {css:?} within 30 s on {}",
+            self.where_now().await
+        );
     }
 
     /// Whether `css` selects anything now.
@@ -261,7 +283,7 @@ impl Browser<'_> {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{what}: not within {within:?} on {}",
-                self.url().await
+                self.where_now().await
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -145,6 +145,19 @@ impl Site {
         api(self.hub.addr, "GET", path, Some(&self.admin), None).await
     }
 
+    /// The admin's kubeconfig for cluster `edge` (through the hub), written to `path`.
+    pub async fn kubeconfig(&self, path: &Path) {
+        let (code, text) = crate::api_text(
+            self.hub.addr,
+            "POST",
+            "/v1/clusters/edge/kubeconfig",
+            Some(&self.admin),
+        )
+        .await;
+        assert_eq!(code, 201, "{text}");
+        std::fs::write(path, text).unwrap();
+    }
+
     /// Kills the hub (SIGKILL) and starts it again on the same data and address.
     pub async fn crash_hub(&mut self) {
         self.hub.crash().await;
@@ -179,16 +192,85 @@ impl Site {
     }
 }
 
-pub const BRIDGE: &str = "drvbr0";
 pub const PREFIX: &str = "10.213.0";
+/// The second subnet on the switch (the fault tests' link), with its gateway in the root
+/// namespace too.
+pub const FAULTS_PREFIX: &str = "10.214.0";
 
-/// The hosts' network: a bridge in the root namespace (the hub's side) and a namespace per host.
+/// The namespace of the hosts' switch, its bridge, and the cable to the root namespace.
+pub const SWITCH: &str = "drv-sw";
+const BRIDGE: &str = "drvbr0";
+const UPLINK: &str = "drv-up";
+
+/// Makes the hosts' switch if this process has not: a bridge in a namespace of its own, joined
+/// to the root namespace (the hub's side) by one cable whose root end holds the gateways
+/// (`{PREFIX}.1`, `{FAULTS_PREFIX}.1`). It is kept, also across runs: Chromium closes every
+/// connection whenever a link or address of its namespace changes (`ERR_NETWORK_CHANGED`
+/// failed a dashboard login while a provisioning test cabled its hosts), so hosts are cabled
+/// behind the switch, out of the root namespace's sight, and a browser test makes the switch
+/// before its browser starts.
+pub fn switch() {
+    static MADE: std::sync::Once = std::sync::Once::new();
+    MADE.call_once(|| {
+        let healthy = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "ip -n {SWITCH} link show {BRIDGE} && ip addr show dev {UPLINK} | grep -q 'inet {PREFIX}.1/24' && \
+                     ip addr show dev {UPLINK} | grep -q 'inet {FAULTS_PREFIX}.1/24'"
+                ),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if healthy {
+            return;
+        }
+        // What an older layout or a half-made switch left (the bridges were in the root namespace).
+        quiet(&format!(
+            "ip link del {BRIDGE}; ip link del drvfbr0; ip link del {UPLINK}; ip netns del {SWITCH}"
+        ));
+        sh(&format!(
+            "ip netns add {SWITCH} && ip -n {SWITCH} link set lo up && \
+             ip -n {SWITCH} link add {BRIDGE} type bridge && ip -n {SWITCH} link set {BRIDGE} up && \
+             ip link add {UPLINK} type veth peer name {UPLINK}b netns {SWITCH} && \
+             ip -n {SWITCH} link set {UPLINK}b master {BRIDGE} up && \
+             ip addr add {PREFIX}.1/24 dev {UPLINK} && ip addr add {FAULTS_PREFIX}.1/24 dev {UPLINK} && \
+             ip link set {UPLINK} up"
+        ));
+    });
+}
+
+/// Namespace `ns`, made and cabled to the switch with `address`/24 (the cable's switch end is
+/// `{cable}a`, its host end `{cable}b`), routing through `gateway` if given.
+pub fn cable(ns: &str, cable: &str, address: &str, gateway: Option<&str>) {
+    switch();
+    let route = gateway
+        .map(|g| format!(" && ip -n {ns} route add default via {g}"))
+        .unwrap_or_default();
+    sh(&format!(
+        "ip netns add {ns} && ip -n {SWITCH} link add {cable}a type veth peer name {cable}b netns {ns} && \
+         ip -n {SWITCH} link set {cable}a master {BRIDGE} up && \
+         ip -n {ns} addr add {address}/24 dev {cable}b && \
+         ip -n {ns} link set {cable}b up && ip -n {ns} link set lo up{route}"
+    ));
+}
+
+/// Everything in namespace `ns` killed, the namespace and its cable gone.
+pub fn uncable(ns: &str, cable: &str) {
+    quiet(&format!(
+        "ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns}; ip -n {SWITCH} link del {cable}a"
+    ));
+}
+
+/// The hosts' network: a namespace per host, cabled to the [`switch`].
 #[derive(Debug)]
 pub struct Network {
     hosts: usize,
     made_dirs: Vec<PathBuf>,
     /// One network at a time in a test binary: its tests run in parallel, and every network
-    /// is the same bridge and namespaces. Dropped last (after the teardown).
+    /// is the same hosts' namespaces. Dropped last (after the teardown).
     _alone: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -204,9 +286,6 @@ impl Network {
             _alone: alone,
         };
         net.teardown();
-        sh(&format!(
-            "ip link add {BRIDGE} type bridge && ip addr add {PREFIX}.1/24 dev {BRIDGE} && ip link set {BRIDGE} up"
-        ));
         for i in 1..=hosts {
             plug(i, &address(i));
         }
@@ -229,7 +308,7 @@ impl Network {
     /// Cuts (or restores) host `i`'s link, as a pulled cable would.
     pub fn link(&self, i: usize, up: bool) {
         sh(&format!(
-            "ip link set drv-h{i}a {}",
+            "ip -n {SWITCH} link set drv-h{i}a {}",
             if up { "up" } else { "down" }
         ));
     }
@@ -239,7 +318,6 @@ impl Network {
         for i in 1..=self.hosts.max(plugged).max(3) {
             unplug(i);
         }
-        quiet(&format!("ip link del {BRIDGE}"));
     }
 }
 
@@ -255,18 +333,16 @@ impl Drop for Network {
 /// The highest host number plugged in (for the teardown of hosts added after the start).
 static PLUGGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Host `i`'s namespace, cabled to the bridge with `address` (on the bridge's subnet): a
+/// Host `i`'s namespace, cabled to the switch with `address` (on `{PREFIX}.0/24`): a
 /// [`Network`]'s hosts, or a machine a test's cloud made while one is up.
 pub fn plug(i: usize, address: &str) {
     PLUGGED.fetch_max(i, std::sync::atomic::Ordering::Relaxed);
-    let ns = format!("drv-h{i}");
-    sh(&format!(
-        "ip netns add {ns} && ip link add drv-h{i}a type veth peer name drv-h{i}b && \
-         ip link set drv-h{i}a master {BRIDGE} up && ip link set drv-h{i}b netns {ns} && \
-         ip netns exec {ns} ip addr add {address}/24 dev drv-h{i}b && \
-         ip netns exec {ns} ip link set drv-h{i}b up && ip netns exec {ns} ip link set lo up && \
-         ip netns exec {ns} ip route add default via {PREFIX}.1"
-    ));
+    cable(
+        &format!("drv-h{i}"),
+        &format!("drv-h{i}"),
+        address,
+        Some(&format!("{PREFIX}.1")),
+    );
 }
 
 /// Halts host `i` as a machine that died would: everything in its namespace killed (its
@@ -279,9 +355,7 @@ pub fn halt(i: usize) {
 
 /// Powers host `i` off: everything in its namespace killed, its namespace and cable gone.
 pub fn unplug(i: usize) {
-    quiet(&format!(
-        "ip netns pids drv-h{i} 2>/dev/null | xargs -r kill -9; ip netns del drv-h{i}; ip link del drv-h{i}a"
-    ));
+    uncable(&format!("drv-h{i}"), &format!("drv-h{i}"));
 }
 
 pub fn address(i: usize) -> String {

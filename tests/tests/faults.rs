@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tests::{
     api, binary,
     imported::{Imported, kubectl, until_allowed, user_kubeconfig},
-    quiet, sh,
+    sh,
     system_agent::create_paused_edge,
 };
 use tokio::{
@@ -31,8 +31,8 @@ use tokio::{
     process::{Child, Command},
 };
 
-const BRIDGE: &str = "drvfbr0";
 const NS: &str = "drv-f1";
+/// The root namespace's end of the hosts' switch on the fault tests' subnet, and the agents'.
 const HUB_SIDE: &str = "10.214.0.1";
 const AGENT_SIDE: &str = "10.214.0.11";
 /// Each way, so a round trip takes 400 ms before any retransmission.
@@ -45,19 +45,13 @@ const KEEPALIVE_BOUND: Duration = Duration::from_secs(30);
 /// (every 200 ms).
 const SEEN_WITHIN: Duration = Duration::from_secs(3);
 
-/// The agents' namespace, joined to the test's by a veth pair over a bridge.
+/// The agents' namespace, cabled to the hosts' switch (whose root end is `HUB_SIDE`).
 struct Link;
 
 impl Link {
     fn new() -> Link {
         Self::teardown();
-        sh(&format!(
-            "ip link add {BRIDGE} type bridge && ip addr add {HUB_SIDE}/24 dev {BRIDGE} && ip link set {BRIDGE} up && \
-             ip netns add {NS} && ip link add drv-f1a type veth peer name drv-f1b && \
-             ip link set drv-f1a master {BRIDGE} up && ip link set drv-f1b netns {NS} && \
-             ip netns exec {NS} ip addr add {AGENT_SIDE}/24 dev drv-f1b && \
-             ip netns exec {NS} ip link set drv-f1b up && ip netns exec {NS} ip link set lo up"
-        ));
+        tests::hosts::cable(NS, NS, AGENT_SIDE, None);
         Link
     }
 
@@ -81,9 +75,7 @@ impl Link {
     }
 
     fn teardown() {
-        quiet(&format!(
-            "ip netns pids {NS} 2>/dev/null | xargs -r kill -9; ip netns del {NS}; ip link del drv-f1a; ip link del {BRIDGE}"
-        ));
+        tests::hosts::uncable(NS, NS);
     }
 }
 

@@ -206,7 +206,10 @@ fn audited(method: &Method, path: &str) -> bool {
     }
     // A provider's callback (a GET) is where its users' logins end.
     let callback = path.starts_with("/v1/login/") && path.ends_with("/callback");
+    // The login page's form, when its script did not run.
+    let form_login = path == "/login" && *method == Method::POST;
     callback
+        || form_login
         || (path.starts_with("/v1/")
             && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS))
 }
@@ -232,7 +235,7 @@ fn describe(method: &Method, path: &str, query: &str) -> (String, String, String
         return (verb.into(), (*cluster).to_owned(), resource, name);
     }
     let verb = match (method, segments.as_slice()) {
-        (_, ["v1", "login"] | ["v1", "login", _, "callback"]) => "login",
+        (_, ["v1", "login"] | ["v1", "login", _, "callback"] | ["login"]) => "login",
         (_, ["v1", "login", _, "start" | "cli"]) => "login-start",
         (_, ["v1", "logout"]) => "logout",
         (&Method::POST, _) => "create",
@@ -254,6 +257,7 @@ fn describe(method: &Method, path: &str, query: &str) -> (String, String, String
         ),
         ["v1", plural, name, ..] => (String::new(), (*plural).to_owned(), (*name).to_owned()),
         ["v1", plural] => (String::new(), (*plural).to_owned(), String::new()),
+        ["login"] => (String::new(), "login".to_owned(), String::new()),
         _ => Default::default(),
     };
     (verb.into(), cluster, resource, name)

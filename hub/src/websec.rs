@@ -40,7 +40,12 @@ fn has_session_cookie(request: &Request) -> bool {
 
 /// Whether a cookie-authenticated write comes from the hub's own pages.
 fn same_origin(request: &Request) -> bool {
-    let headers = request.headers();
+    same_origin_headers(request.headers())
+}
+
+/// Whether a request with these headers comes from the hub's own pages: a browser's
+/// `Sec-Fetch-Site`, else its `Origin` against the `Host` it asked.
+pub fn same_origin_headers(headers: &axum::http::HeaderMap) -> bool {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(site) = text("sec-fetch-site") {
         return site == "same-origin";

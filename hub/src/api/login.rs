@@ -67,6 +67,16 @@ pub(super) async fn login(
         ))
     })?;
     let addr: Option<IpAddr> = remote.map(|r| r.0.0.ip());
+    let user = authenticate(&api, &request, addr).await?;
+    issue(&api, &user, request).await
+}
+
+/// The user `request` signs in as, if its password is right and the name is not locked out.
+async fn authenticate(
+    api: &Api,
+    request: &LoginRequest,
+    addr: Option<IpAddr>,
+) -> Result<String, ApiError> {
     let provider = request
         .provider
         .clone()
@@ -92,12 +102,69 @@ pub(super) async fn login(
         return Err(err);
     }
     let user = if provider == providers::LOCAL {
-        local_user(&api, &request, addr).await?
+        local_user(api, request, addr).await?
     } else {
-        directory_user(&api, &provider, &request, &limit_key, addr).await?
+        directory_user(api, &provider, request, &limit_key, addr).await?
     };
     api.limiter.succeeded(&limit_key);
-    issue(&api, &user, request).await
+    Ok(user)
+}
+
+/// `POST /login`: the login page's form when its script did not run (a page still loading, a
+/// script that failed to load, scripts off). The same sign-in as `POST /v1/login`, answered as a
+/// browser expects: the session cookie and a redirect to `next`, or back to the form with the
+/// reason. Without it the browser would send the form to its own address with GET, the
+/// password in the URL. Only from the hub's own page (Origin or Sec-Fetch-Site): another site
+/// must not sign a visitor in as someone else.
+pub async fn form_login(
+    api: &Api,
+    addr: Option<IpAddr>,
+    headers: &axum::http::HeaderMap,
+    body: &[u8],
+) -> Response {
+    let mut fields: std::collections::HashMap<String, String> =
+        form_urlencoded::parse(body).into_owned().collect();
+    let next = super::sso::next_path(fields.get("next").map(String::as_str));
+    let back = |message: &str| {
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("next", &next)
+            .append_pair("error", message)
+            .finish();
+        axum::response::Redirect::to(&format!("/login?{query}")).into_response()
+    };
+    if !crate::websec::same_origin_headers(headers) {
+        return back("sign in from this hub's own login page");
+    }
+    let (Some(username), Some(password)) = (fields.remove("username"), fields.remove("password"))
+    else {
+        return back("give a user name and a password");
+    };
+    let request = LoginRequest {
+        username,
+        password,
+        provider: fields.remove("provider"),
+        session: Some(true),
+        description: None,
+        client: None,
+    };
+    let user = match authenticate(api, &request, addr).await {
+        Ok(user) => user,
+        Err(e) => return back(&e.message),
+    };
+    let how = Issue {
+        session: true,
+        description: None,
+        client: None,
+        given: None,
+    };
+    match issue_token(api, &user, how).await {
+        Ok(issued) => {
+            let mut response = axum::response::Redirect::to(&next).into_response();
+            set_session_cookie(&mut response, &issued);
+            response
+        }
+        Err(e) => back(&e.message),
+    }
 }
 
 /// The hub's own user `request` names, if the password is theirs.

@@ -27,7 +27,7 @@ pub mod state;
 mod watch;
 
 pub use error::ApiError;
-pub use login::{LoginRequest, ProviderTest};
+pub use login::{LoginRequest, ProviderTest, form_login};
 pub use objects::check_body;
 pub use sso::CliLogin;
 pub use state::Api;

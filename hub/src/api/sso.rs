@@ -36,7 +36,7 @@ fn redirect_uri(api: &Api, provider: &str) -> String {
 }
 
 /// A path on this hub to go to after signing in (anything else: the clusters page).
-fn next_path(next: Option<&str>) -> String {
+pub(super) fn next_path(next: Option<&str>) -> String {
     next.filter(|n| {
         n.starts_with('/')
             && !n.starts_with("//")

@@ -41,7 +41,7 @@ pub struct Dash {
 pub fn router(dash: Dash) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/clusters") }))
-        .route("/login", get(login))
+        .route("/login", get(login).post(form_login))
         .route("/assets/app.css", get(|| async { asset("text/css", CSS) }))
         .route(
             "/assets/app.js",
@@ -294,6 +294,18 @@ struct LoginQuery {
     cli: Option<String>,
 }
 
+/// The login form sent by the browser itself (its script did not run): see
+/// [`crate::api::form_login`].
+async fn form_login(
+    axum::extract::State(dash): axum::extract::State<Dash>,
+    remote: Option<axum::Extension<tunnel::listener::RemoteAddr>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let addr = remote.map(|r| r.0.0.ip());
+    crate::api::form_login(&dash.api, addr, &headers, &body).await
+}
+
 async fn login(
     axum::extract::State(dash): axum::extract::State<Dash>,
     Query(query): Query<LoginQuery>,
@@ -360,7 +372,8 @@ async fn login(
     let content = format!(
         r#"<section class="card narrow">
 <h1>Log in</h1>
-<form id="login" data-next="{next}">
+<form id="login" method="post" action="/login" data-next="{next}">
+<input type="hidden" name="next" value="{next}">
 {choice}<label for="username">User name</label>
 <input id="username" name="username" autocomplete="username" required>
 <label for="password">Password</label>

@@ -226,6 +226,22 @@ async fn the_dashboard_downloads_and_metrics_are_served_with_the_security_header
     let (status, body, headers) = call(Method::GET, "/login").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(headers.contains_key("content-security-policy"));
+    // Sent by the browser itself (the page's script not run), the form posts to the hub, not
+    // its password into the page's address; from no page of the hub, it is sent back.
+    assert!(
+        body.contains(r#"<form id="login" method="post" action="/login""#),
+        "{body}"
+    );
+    let (status, body, headers) =
+        call_with(Method::POST, "/login", "username=admin&password=x").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert!(
+        headers["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/login?next=%2Fclusters&error="),
+        "{headers:?}"
+    );
     let (status, body) = get("/system-agent-install.sh").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.starts_with("#!/bin/sh"), "{body:.100}");

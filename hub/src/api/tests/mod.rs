@@ -128,6 +128,18 @@ impl TestApi {
         body["token"].as_str().unwrap().to_owned()
     }
 
+    /// `GET /v1/me` with the session `cookie` (`name=value`) alone.
+    async fn me_by_cookie(&self, cookie: &str) -> Value {
+        let request = Request::builder()
+            .uri("/v1/me")
+            .header("cookie", cookie)
+            .body(Body::empty())
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap()
+    }
+
     async fn create(&self, token: &str, plural: &str, body: Value) -> Value {
         let (status, value) = self
             .call(
@@ -411,6 +423,61 @@ async fn logout_ends_the_session() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _) = t.call(Method::GET, "/v1/me", Some(&token), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// The login page's form sent by the browser itself (its script did not load): a session and
+/// the way on, or back to the form with the reason; never from another site.
+#[tokio::test]
+async fn the_login_form_signs_in_without_the_pages_script() {
+    let t = setup().await;
+    t.user("bob", None).await;
+    let send = |origin: &'static str, password: &'static str| {
+        let api = t.api.clone();
+        async move {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert("host", "hub.example:8443".parse().unwrap());
+            headers.insert("origin", origin.parse().unwrap());
+            let body = format!("next=%2Fclusters%2Fprod&username=bob&password={password}");
+            form_login(&api, None, &headers, body.as_bytes()).await
+        }
+    };
+    let cookie_of = |response: &axum::response::Response| {
+        response
+            .headers()
+            .get("set-cookie")
+            .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+    };
+
+    let signed_in = send("https://hub.example:8443", "a+long+enough+password").await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(signed_in.headers()["location"], "/clusters/prod");
+    let cookie = cookie_of(&signed_in).expect("a session cookie");
+    assert_eq!(t.me_by_cookie(&cookie).await["user"], "bob");
+
+    for (origin, password, why) in [
+        (
+            "https://hub.example:8443",
+            "wrong",
+            "wrong+username+or+password",
+        ),
+        (
+            "https://elsewhere.example",
+            "a+long+enough+password",
+            "this+hub",
+        ),
+    ] {
+        let refused = send(origin, password).await;
+        assert_eq!(refused.status(), StatusCode::SEE_OTHER, "{origin}");
+        let location = refused.headers()["location"].to_str().unwrap().to_owned();
+        assert!(
+            location.starts_with("/login?next=%2Fclusters%2Fprod&error=") && location.contains(why),
+            "{origin}: {location}"
+        );
+        assert!(
+            !location.contains("password=") && cookie_of(&refused).is_none(),
+            "{location}"
+        );
+    }
 }
 
 /// Every role × every verb on its own cluster and on another, and anonymous, through the API.

@@ -609,8 +609,8 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
 }
 
 /// A custom cluster's machine pools on its page, against moto's EC2 (no instance boots here:
-/// machines stay `Bootstrapping`, which is what the page must show). The owner scales a pool
-/// with its buttons and adds a pool; the rows follow without a reload; a read-only user sees
+/// machines stay `Bootstrapping`, which is what the page must show). An admin creates the
+/// cluster with a pool on the create page, scales the pool with its buttons and adds a pool; the rows follow without a reload; a read-only user sees
 /// the pools but no control.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owners_scale_machine_pools_from_the_cluster_page() {
@@ -638,22 +638,7 @@ async fn owners_scale_machine_pools_from_the_cluster_page() {
             "/v1/users",
             json!({"metadata": {"name": "viewer"}, "spec": {"password": "a long enough password"}}),
         ),
-        (
-            "/v1/rolebindings",
-            json!({"metadata": {"name": "edge-viewer"}, "spec": {"user": "viewer", "role": "read-only", "cluster": "edge"}}),
-        ),
     ] {
-        if path == "/v1/rolebindings" {
-            tests::create_custom_cluster(
-                hub.addr,
-                &admin,
-                "edge",
-                json!({"distribution": "k3s", "version": "v1.33.4+k3s1",
-                       "machinePools": [{"name": "workers", "quantity": 2, "template": "cloud",
-                                         "roles": {"worker": true}}]}),
-            )
-            .await;
-        }
         let (status, body) = api(hub.addr, "POST", path, Some(&admin), Some(object)).await;
         assert_eq!(status, 201, "{path}: {body}");
     }
@@ -662,6 +647,45 @@ async fn owners_scale_machine_pools_from_the_cluster_page() {
     let driver = Driver::start(&dir).await;
     let browser = driver.browser("pools-admin", 1280, 900).await;
     log_in(&browser, &base, "admin", &password).await;
+    // The cluster and its pool in one step, on the create page.
+    browser.goto(&format!("{base}/clusters/new")).await;
+    browser.type_into("#name", "edge").await;
+    browser.click("input[name=type][value=custom]").await;
+    browser
+        .type_into(".pool-row [name=pool-name]", "workers")
+        .await;
+    browser
+        .run(
+            "const row = document.querySelector('.pool-row'); \
+             row.querySelector('[name=pool-quantity]').value = '2'; \
+             row.querySelector('[name=pool-etcd]').checked = false; \
+             row.querySelector('[name=pool-controlPlane]').checked = false;",
+            json!([]),
+        )
+        .await;
+    check_and_save(&browser, "create-with-pools").await;
+    browser
+        .click("form#create-cluster button[type=submit]")
+        .await;
+    browser.find("#created:not([hidden])").await;
+    let (_, cluster) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    assert_eq!(
+        cluster["spec"]["machinePools"],
+        json!([{"name": "workers", "quantity": 2, "template": "cloud",
+                "roles": {"etcd": false, "controlPlane": false, "worker": true}}]),
+        "{cluster}"
+    );
+    let binding = json!({"metadata": {"name": "edge-viewer"},
+                         "spec": {"user": "viewer", "role": "read-only", "cluster": "edge"}});
+    let (status, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/rolebindings",
+        Some(&admin),
+        Some(binding),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
     browser.goto(&format!("{base}/clusters/edge")).await;
     browser.find("table#pools tr[data-name=workers]").await;
     let rows = |n: usize, phase: &str| {

@@ -413,6 +413,28 @@ function setupCreateCluster() {
     version.value = version.value.replace(/\+(k3s|rke2r)1$/, distribution.value === "rke2" ? "+rke2r1" : "+k3s1");
   });
   sync();
+  const another = document.getElementById("another-pool");
+  if (another) {
+    another.addEventListener("click", () => {
+      const rows = form.querySelectorAll(".pool-row");
+      const row = rows[rows.length - 1].cloneNode(true);
+      row.querySelector('input[name="pool-name"]').value = "";
+      another.before(row);
+      row.querySelector('input[name="pool-name"]').focus();
+    });
+  }
+  // The pools whose row has a name; the hub checks the rest (and names the bad field).
+  const pools = () => [...form.querySelectorAll(".pool-row")]
+    .map((row) => {
+      const field = (n) => row.querySelector(`[name="pool-${n}"]`);
+      return {
+        name: field("name").value.trim(),
+        template: field("template").value,
+        quantity: Number(field("quantity").value),
+        roles: { etcd: field("etcd").checked, controlPlane: field("controlPlane").checked, worker: field("worker").checked },
+      };
+    })
+    .filter((p) => p.name !== "");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const name = form.name.value.trim();
@@ -424,6 +446,8 @@ function setupCreateCluster() {
         controlPlaneConcurrency: form.controlPlaneConcurrency.value.trim(),
         workerConcurrency: form.workerConcurrency.value.trim(),
       };
+      const machinePools = pools();
+      if (machinePools.length > 0) spec.machinePools = machinePools;
     }
     const result = await apiCall("POST", "/v1/clusters", { metadata: { name }, spec });
     if (!result.ok) {
@@ -438,7 +462,9 @@ function setupCreateCluster() {
       : registration.hostCommand;
     document.getElementById("created-help").textContent = imported
       ? "Run this where kubectl reaches the cluster; the agents then connect to the hub."
-      : "Run this on each host (as root); add --etcd, --controlplane or --worker for its roles.";
+      : spec.machinePools
+        ? "The hub makes the pools' machines, which register themselves; hosts of your own join with this command (as root), with --etcd, --controlplane or --worker for their roles."
+        : "Run this on each host (as root); add --etcd, --controlplane or --worker for its roles.";
     document.getElementById("created-link").href = `/clusters/${encodeURIComponent(name)}`;
     form.hidden = true;
     document.getElementById("created").hidden = false;

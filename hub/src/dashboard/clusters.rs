@@ -158,7 +158,32 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
             r#"<section class="card"><h1>Create cluster</h1><p>Only admins create clusters.</p></section>"#,
         );
     }
-    let content = r#"<section class="card">
+    // Pools need a template to make their machines from; without one the page says how to add one.
+    let options = match super::pools::template_options(&dash).await {
+        Ok(options) => options,
+        Err(e) => return super::error_page(&principal, &e),
+    };
+    let pools = if options.is_empty() {
+        r#"<p class="help" id="no-templates">No machine templates yet: create one (<code>POST /v1/machinetemplates</code>) for the hub to make machines; until then, run the host command on hosts of your own.</p>"#.to_owned()
+    } else {
+        format!(
+            r#"<fieldset id="new-pools" aria-describedby="pools-help">
+<legend>Machine pools</legend>
+<p class="help" id="pools-help">Machines the hub makes from a template; leave the name empty for none.</p>
+<div class="pool-row">
+<label>Pool name <input name="pool-name" pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="20"></label>
+<label>Template <select name="pool-template">{options}</select></label>
+<label>Machines <input name="pool-quantity" type="number" min="0" max="1000" value="1"></label>
+<label class="check"><input type="checkbox" name="pool-etcd" checked> etcd</label>
+<label class="check"><input type="checkbox" name="pool-controlPlane" checked> control plane</label>
+<label class="check"><input type="checkbox" name="pool-worker" checked> worker</label>
+</div>
+<button type="button" id="another-pool">Add another pool</button>
+</fieldset>"#
+        )
+    };
+    let content = format!(
+        r#"<section class="card">
 <h1>Create cluster</h1>
 <form id="create-cluster">
 <label for="name">Name</label>
@@ -178,6 +203,7 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
 <input id="cp-concurrency" name="controlPlaneConcurrency" value="1">
 <label for="worker-concurrency">Workers upgraded at once</label>
 <input id="worker-concurrency" name="workerConcurrency" value="10%">
+{pools}
 </div>
 <p class="error" role="alert" id="create-error"></p>
 <button type="submit">Create</button>
@@ -188,8 +214,9 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
 <div class="command"><code id="command"></code><button type="button" class="copy" data-copy="command" aria-label="Copy the command">Copy</button></div>
 <p><a id="created-link" href="/clusters">See the cluster</a></p>
 </div>
-</section>"#;
-    page("Create cluster", Some(&principal), "clusters", content)
+</section>"#
+    );
+    page("Create cluster", Some(&principal), "clusters", &content)
 }
 
 /// A cluster's conditions as table rows.

@@ -114,6 +114,25 @@ pub(super) fn machine_rows(machines: &[Value]) -> String {
     rows
 }
 
+/// The machine templates as a select's options ("name (driver)").
+pub(super) async fn template_options(dash: &Dash) -> Result<String, ApiError> {
+    let (templates, _) = dash
+        .api
+        .store
+        .list(Kind::MachineTemplate.name(), &LabelSelector::everything())
+        .await?;
+    Ok(templates
+        .iter()
+        .map(|t| {
+            format!(
+                r#"<option value="{n}">{n} ({d})</option>"#,
+                n = escape(&t.metadata.name),
+                d = escape(&text(&t.spec["driver"]))
+            )
+        })
+        .collect())
+}
+
 /// The section of the cluster page, for a custom cluster.
 pub(super) async fn section(
     dash: &Dash,
@@ -125,21 +144,7 @@ pub(super) async fn section(
     let pools = pool_rows(cluster, &machines, owner);
     let rows = machine_rows(&machines);
     let add = if owner {
-        let (templates, _) = dash
-            .api
-            .store
-            .list(Kind::MachineTemplate.name(), &LabelSelector::everything())
-            .await?;
-        let options: String = templates
-            .iter()
-            .map(|t| {
-                format!(
-                    r#"<option value="{n}">{n} ({d})</option>"#,
-                    n = escape(&t.metadata.name),
-                    d = escape(&text(&t.spec["driver"]))
-                )
-            })
-            .collect();
+        let options = template_options(dash).await?;
         format!(
             r#"<form id="add-pool" data-cluster="{name}" aria-label="Add a machine pool">
 <label for="pool-name">New pool</label>

@@ -18,7 +18,7 @@ use std::{
 use serde_json::{Value, json};
 use sim::standin::Distribution;
 use tests::{
-    api, api_text,
+    api,
     hosts::{Network, Site, cluster, is_root, wait_active},
     hub_cli,
     imported::{kubectl, kubectl_ok},
@@ -127,16 +127,8 @@ async fn day2(dist: Distribution, version: &str) {
         "{body}"
     );
 
-    let (code, text) = api_text(
-        site.hub.addr,
-        "POST",
-        "/v1/clusters/edge/kubeconfig",
-        Some(&site.admin),
-    )
-    .await;
-    assert_eq!(code, 201, "{text}");
     let kubeconfig = dir.join("edge.kubeconfig");
-    std::fs::write(&kubeconfig, text).unwrap();
+    site.kubeconfig(&kubeconfig).await;
     let configmaps = async |kubeconfig: &Path| -> Vec<String> {
         let out = kubectl_ok(
             kubeconfig,

@@ -36,7 +36,15 @@ pub struct Settings {
 pub struct Ec2 {
     client: Client,
     settings: Settings,
+    /// The endpoint and image, the key of the image's root device in [`ROOT_DEVICES`].
+    image_key: String,
 }
+
+/// The root device's name of each image asked for, by endpoint and image ID: an image is
+/// immutable, so one `DescribeImages` per image serves every instance made from it (a pool of
+/// 100 machines had made 100 of them).
+static ROOT_DEVICES: std::sync::LazyLock<std::sync::Mutex<BTreeMap<String, String>>> =
+    std::sync::LazyLock::new(Default::default);
 
 impl Ec2 {
     /// `endpoint`: empty for AWS's own in `region`.
@@ -54,6 +62,7 @@ impl Ec2 {
         };
         Ok(Ec2 {
             client: Client::new(&endpoint, region, "ec2", VERSION, credentials, ca_pem)?,
+            image_key: format!("{endpoint} {}", settings.ami),
             settings,
         })
     }
@@ -100,6 +109,10 @@ impl Ec2 {
     /// The root device's name of the template's image (`/dev/xvda`, `/dev/sda1`, …): the root
     /// disk's size is set on it.
     async fn root_device(&self) -> Result<String, AwsError> {
+        let known = |devices: &BTreeMap<String, String>| devices.get(&self.image_key).cloned();
+        if let Some(device) = ROOT_DEVICES.lock().ok().and_then(|d| known(&d)) {
+            return Ok(device);
+        }
         let answer = self
             .client
             .call(
@@ -116,10 +129,14 @@ impl Ec2 {
                 message: format!("image {} does not exist in this region", self.settings.ami),
                 status: 400,
             })?;
-        Ok(match image.text_of("rootDeviceName") {
+        let device = match image.text_of("rootDeviceName") {
             "" => "/dev/sda1".to_owned(),
             name => name.to_owned(),
-        })
+        };
+        if let Ok(mut devices) = ROOT_DEVICES.lock() {
+            devices.insert(self.image_key.clone(), device.clone());
+        }
+        Ok(device)
     }
 
     async fn run(&self, request: &CreateRequest<'_>) -> Result<Machine, AwsError> {
@@ -236,6 +253,14 @@ impl Driver for Ec2 {
             }
             Ok(self.run(request).await?)
         })
+    }
+
+    fn create_unlisted<'a>(
+        &'a self,
+        request: &'a CreateRequest<'a>,
+    ) -> BoxFuture<'a, Result<Machine, DriverError>> {
+        // `RunInstances` with the name as its client token makes nothing new when repeated.
+        Box::pin(async move { Ok(self.run(request).await?) })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>, DriverError>> {

@@ -67,6 +67,16 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
         &'a self,
         request: &'a CreateRequest<'a>,
     ) -> BoxFuture<'a, Result<Machine, DriverError>>;
+    /// As [`Driver::create`], for a caller that has just [listed](Driver::list) the name's
+    /// machines and found none: a driver that looks before it makes need not look again (one
+    /// provider call fewer per machine). Still safe to repeat where the provider makes it so
+    /// (EC2's client token).
+    fn create_unlisted<'a>(
+        &'a self,
+        request: &'a CreateRequest<'a>,
+    ) -> BoxFuture<'a, Result<Machine, DriverError>> {
+        self.create(request)
+    }
     /// The machine `id`, unless it is gone.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>, DriverError>>;
     /// Destroys (or gives back) the machine `id`.

@@ -482,7 +482,7 @@ impl Controller {
                     tags: &tags,
                     user_data: &user_data,
                 };
-                match driver.create(&request).await {
+                match driver.create_unlisted(&request).await {
                     Ok(made) => made,
                     Err(e) => return failed(e.to_string()).await,
                 }

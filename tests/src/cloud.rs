@@ -212,23 +212,37 @@ impl Moto {
     }
 
     /// Every instance moto holds: (id, state, private address, tags).
+    /// Every instance moto holds, terminated ones too, every page of them (moto answers 100
+    /// at a time).
     pub async fn instances(&self) -> Vec<Instance> {
-        let answer = self.ec2().call("DescribeInstances", &[]).await.unwrap();
+        let ec2 = self.ec2();
         let mut all = Vec::new();
-        for reservation in answer
-            .find("reservationSet")
-            .map(|r| r.all("item").collect::<Vec<_>>())
-            .unwrap_or_default()
-        {
-            for item in reservation
-                .find("instancesSet")
+        let mut next = String::new();
+        loop {
+            let page = if next.is_empty() {
+                Vec::new()
+            } else {
+                vec![("NextToken".to_owned(), next.clone())]
+            };
+            let answer = ec2.call("DescribeInstances", &page).await.unwrap();
+            for reservation in answer
+                .find("reservationSet")
                 .map(|r| r.all("item").collect::<Vec<_>>())
                 .unwrap_or_default()
             {
-                all.push(Instance::of(item));
+                for item in reservation
+                    .find("instancesSet")
+                    .map(|r| r.all("item").collect::<Vec<_>>())
+                    .unwrap_or_default()
+                {
+                    all.push(Instance::of(item));
+                }
+            }
+            next = answer.text_of("nextToken").to_owned();
+            if next.is_empty() {
+                return all;
             }
         }
-        all
     }
 }
 

@@ -295,6 +295,8 @@ impl Planner {
             installer: settings.installer(dist, &self.server_url, version),
             ca_pem: &self.ca_pem,
             endpoint: spec.endpoint_enabled(),
+            config: spec.config.clone(),
+            host_config: spec.host_config.clone(),
         }
     }
 

@@ -59,6 +59,14 @@ pub struct ClusterSpec {
     /// For custom clusters: machines the hub makes itself, pool by pool, from templates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_pools: Vec<MachinePool>,
+    /// For custom clusters: the distribution's own configuration, keys of its `config.yaml`
+    /// (`cluster-cidr`, `tls-san`, `disable`, `kube-apiserver-arg`, …), on every host (server
+    /// options on servers). A change rolls the hosts it touches, as an upgrade does.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub config: std::collections::BTreeMap<String, serde_json::Value>,
+    /// For custom clusters: more configuration for the hosts a selector picks, over `config`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_config: Vec<super::distconfig::HostConfig>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
 }

@@ -170,6 +170,10 @@ impl Kind {
                     "spec.machinePools are for custom clusters: the hub makes their machines; an imported cluster's are its own"
                         .into(),
                 ),
+                ClusterType::Imported if !s.config.is_empty() || !s.host_config.is_empty() => Err(
+                    "spec.config and spec.hostConfig are for custom clusters: they configure the distribution Drover installs; an imported cluster's is its own"
+                        .into(),
+                ),
                 ClusterType::Imported if s.authorized_endpoint.is_some() => Err(
                     "spec.authorizedEndpoint is for custom clusters: Drover configures the API servers it installs; an imported cluster's are its own"
                         .into(),
@@ -210,6 +214,9 @@ impl Kind {
                         super::cluster::validate_endpoint(endpoint)?;
                     }
                     super::cluster::validate_pools(&s.machine_pools)?;
+                    // A custom cluster installs K3s unless it says otherwise.
+                    let dist = s.distribution.unwrap_or(super::Distribution::K3s);
+                    super::distconfig::validate(dist, &s.config, &s.host_config)?;
                     Ok(())
                 }
             }

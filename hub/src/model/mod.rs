@@ -4,6 +4,7 @@
 
 mod access;
 mod cluster;
+pub mod distconfig;
 mod host;
 mod kind;
 mod machines;

@@ -108,6 +108,9 @@ pub(super) struct Ctx<'a> {
     /// The authorized cluster endpoint is on: control-plane hosts' API servers ask the
     /// cluster's token authenticator on their loopback (`spec.authorizedEndpoint`).
     pub(super) endpoint: bool,
+    /// The cluster's own configuration of its distribution (`spec.config`, `spec.hostConfig`).
+    pub(super) config: std::collections::BTreeMap<String, serde_json::Value>,
+    pub(super) host_config: Vec<crate::model::distconfig::HostConfig>,
 }
 
 /// Where the authenticator listens on each control-plane host: loopback only (host network),
@@ -211,7 +214,7 @@ pub(super) fn host_plan(
     let endpoint = ctx.endpoint && host.roles.control_plane;
     let mut files = vec![File {
         path: format!("/etc/rancher/{dist}/config.yaml"),
-        content: config_yaml(ctx.dist, host, step, join, endpoint).into_bytes(),
+        content: config_yaml(ctx, host, step, join, endpoint).into_bytes(),
         permissions: "0600".into(),
         ..File::default()
     }];
@@ -288,12 +291,13 @@ pub(super) fn host_plan(
 /// The distribution's `config.yaml` for a host; with `endpoint`, its API server also asks the
 /// authorized endpoint's authenticator about tokens.
 pub(super) fn config_yaml(
-    dist: Distribution,
+    ctx: &Ctx<'_>,
     host: &HostSpec,
     step: Step,
     join: Option<&Join>,
     endpoint: bool,
 ) -> String {
+    let dist = ctx.dist;
     let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let mut lines = Vec::new();
     if !host.node_name.is_empty() {
@@ -342,22 +346,58 @@ pub(super) fn config_yaml(
             lines.push(format!("{flag}: true"));
         }
     }
+    // The cluster's own options (validated: none of the above), after Drover's; a list of
+    // kube-apiserver arguments goes with the endpoint's.
+    let mut own = crate::model::distconfig::for_host(
+        dist,
+        &ctx.config,
+        &ctx.host_config,
+        &host.roles,
+        &host.node_labels,
+    );
+    let mut apiserver_args: Vec<String> = Vec::new();
     if endpoint {
         // kube-apiserver's own flags: a token no other authenticator knows goes to the
         // webhook (v1 TokenReview), whose answers are kept for the TTL.
-        lines.push("kube-apiserver-arg:".into());
-        for arg in [
+        apiserver_args.extend([
             format!(
                 "authentication-token-webhook-config-file={}",
                 webhook_config_path(dist)
             ),
             "authentication-token-webhook-version=v1".into(),
             format!("authentication-token-webhook-cache-ttl={WEBHOOK_CACHE_TTL}"),
-        ] {
-            lines.push(format!("  - {}", quote(&arg)));
+        ]);
+    }
+    if let Some(given) = own.remove("kube-apiserver-arg") {
+        apiserver_args.extend(strings(&given));
+    }
+    if !apiserver_args.is_empty() {
+        lines.push("kube-apiserver-arg:".into());
+        lines.extend(apiserver_args.iter().map(|a| format!("  - {}", quote(a))));
+    }
+    for (key, value) in &own {
+        match value {
+            serde_json::Value::Array(_) => {
+                lines.push(format!("{key}:"));
+                lines.extend(strings(value).iter().map(|v| format!("  - {}", quote(v))));
+            }
+            serde_json::Value::String(text) => lines.push(format!("{key}: {}", quote(text))),
+            other => lines.push(format!("{key}: {other}")),
         }
     }
     lines.join("\n") + "\n"
+}
+
+/// A config value as a list of strings (a lone string is a list of one).
+fn strings(value: &serde_json::Value) -> Vec<String> {
+    match value {
+        serde_json::Value::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_owned))
+            .collect(),
+        serde_json::Value::String(text) => vec![text.clone()],
+        other => vec![other.to_string()],
+    }
 }
 
 /// The checksum of the plan a Plan object holds.

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::{
-    host_plan::{HUB_CA, config_yaml},
+    host_plan::{HUB_CA, Installer, config_yaml},
     *,
 };
 use crate::store::sqlite::SqliteStore;
@@ -395,6 +395,19 @@ async fn air_gapped_hosts_fetch_the_artifacts_from_the_hub_trusting_its_ca() {
     assert!(!script.contains("get.k3s.io"));
 }
 
+/// What a cluster of `dist` with no configuration of its own installs with.
+fn dist_ctx(dist: Distribution) -> Ctx<'static> {
+    Ctx {
+        dist,
+        version: "v1.33.4+k3s1",
+        installer: Installer::Script("https://get.k3s.io".into()),
+        ca_pem: "",
+        endpoint: false,
+        config: std::collections::BTreeMap::new(),
+        host_config: Vec::new(),
+    }
+}
+
 #[test]
 fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
     let host = |etcd, cp| HostSpec {
@@ -411,7 +424,7 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         taints: vec!["dedicated=infra:NoSchedule".into()],
     };
     let etcd = config_yaml(
-        Distribution::K3s,
+        &dist_ctx(Distribution::K3s),
         &host(true, false),
         Step::Etcd,
         None,
@@ -423,7 +436,7 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
     );
     assert!(etcd.contains("- \"rack=r1\"") && etcd.contains("- \"dedicated=infra:NoSchedule\""));
     let cp = config_yaml(
-        Distribution::K3s,
+        &dist_ctx(Distribution::K3s),
         &host(false, true),
         Step::ControlPlane,
         None,
@@ -434,7 +447,7 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         "{cp}"
     );
     let rke2 = config_yaml(
-        Distribution::Rke2,
+        &dist_ctx(Distribution::Rke2),
         &host(true, true),
         Step::Init,
         None,

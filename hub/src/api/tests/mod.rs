@@ -284,6 +284,24 @@ async fn invalid_objects_get_422_naming_the_field() {
             json!({"metadata": {"name": "y", "labels": {"bad key!": "v"}}, "spec": {"type": "imported"}}),
             "label key",
         ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "custom", "distribution": "rke2",
+                   "version": "v1.33.4+rke2r1", "config": {"flannel-backend": "wireguard-native"}}}),
+            "spec.config.flannel-backend: not a RKE2 config.yaml option",
+        ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "custom", "distribution": "k3s",
+                   "version": "v1.33.4+k3s1",
+                   "hostConfig": [{"selector": {"roles": ["worker"]}, "config": {"node-ip": "10.0.0.9"}}]}}),
+            "spec.hostConfig[0].config.node-ip: Drover sets node-ip itself",
+        ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "imported", "config": {"tls-san": "x"}}}),
+            "spec.config and spec.hostConfig are for custom clusters",
+        ),
     ];
     for (plural, body, expect) in cases {
         let (status, value) = t

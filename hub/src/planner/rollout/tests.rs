@@ -21,6 +21,8 @@ fn ctx(version: &'static str) -> Ctx<'static> {
         installer: Installer::Script("https://get.k3s.io".into()),
         ca_pem: "",
         endpoint: false,
+        config: std::collections::BTreeMap::new(),
+        host_config: Vec::new(),
     }
 }
 
@@ -293,6 +295,23 @@ fn file(plan: &Plan, suffix: &str) -> Option<String> {
         .map(|f| String::from_utf8_lossy(&f.content).into_owned())
 }
 
+/// The hosts written in `passes` passes of `ctx` one host at a time, in order (each applied).
+fn rolled_one_at_a_time(
+    hosts: &[Object],
+    plans: &mut HashMap<String, Object>,
+    ctx: &Ctx<'_>,
+    passes: usize,
+) -> Vec<String> {
+    let mut order = Vec::new();
+    for _ in 0..passes {
+        let pass = decide(hosts, plans, ctx, &UpgradeStrategy::default());
+        assert!(written(&pass).len() <= 1, "{:?}", written(&pass));
+        order.extend(written(&pass).into_iter().map(str::to_owned));
+        apply(plans, &pass, "K10::server:secret");
+    }
+    order
+}
+
 #[test]
 fn the_authorized_endpoint_rolls_the_control_plane_one_host_at_a_time_and_back() {
     let hosts = [
@@ -310,13 +329,7 @@ fn the_authorized_endpoint_rolls_the_control_plane_one_host_at_a_time_and_back()
     };
     // Only hosts with an API server change, one at a time, in order; etcd-only hosts and
     // workers keep their plans.
-    let mut order = Vec::new();
-    for _ in 0..6 {
-        let pass = decide(&hosts, &plans, &on, &one_at_a_time);
-        assert!(written(&pass).len() <= 1, "{:?}", written(&pass));
-        order.extend(written(&pass).into_iter().map(str::to_owned));
-        apply(&mut plans, &pass, "K10::server:secret");
-    }
+    let order = rolled_one_at_a_time(&hosts, &mut plans, &on, 6);
     assert_eq!(order, ["a", "ccc", "dddd"]);
     for name in ["a", "ccc", "dddd"] {
         let plan: Plan = serde_json::from_value(plans[name].spec["plan"].clone()).unwrap();
@@ -357,6 +370,45 @@ fn the_authorized_endpoint_rolls_the_control_plane_one_host_at_a_time_and_back()
     for (name, plan) in &before {
         assert_eq!(plans[name].spec["plan"], plan.spec["plan"], "{name}");
     }
+}
+
+#[test]
+fn the_distributions_config_rolls_the_hosts_it_touches_servers_one_at_a_time() {
+    let hosts = [
+        host("a", "all", "10.0.0.1"),
+        host("bb", "controlplane", "10.0.0.2"),
+        host("ccc", "worker", "10.0.0.3"),
+        host("dddd", "worker", "10.0.0.4"),
+    ];
+    let mut plans = provisioned(&hosts, &ctx(V1));
+    let config: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_value(
+        json!({"tls-san": ["api.example.com"], "cluster-cidr": "10.100.0.0/16",
+               "kube-apiserver-arg": ["audit-log-maxage=30"]}),
+    )
+    .unwrap();
+    let configured = Ctx {
+        config,
+        endpoint: true,
+        ..ctx(V1)
+    };
+    // Server options only: the workers' plans stay, the servers roll one at a time.
+    let order = rolled_one_at_a_time(&hosts, &mut plans, &configured, 5);
+    assert_eq!(order, ["a", "bb"]);
+    let plan: Plan = serde_json::from_value(plans["bb"].spec["plan"].clone()).unwrap();
+    let config = file(&plan, "config.yaml").unwrap();
+    // K3s's documented config.yaml: a flag's name without "--", lists for repeatable flags;
+    // the cluster's API server arguments after the endpoint's.
+    assert!(
+        config.ends_with(
+            "kube-apiserver-arg:\n  - \"authentication-token-webhook-config-file=/etc/rancher/k3s/kube-api-authn-webhook.yaml\"\n  \
+             - \"authentication-token-webhook-version=v1\"\n  - \"authentication-token-webhook-cache-ttl=10s\"\n  \
+             - \"audit-log-maxage=30\"\ncluster-cidr: \"10.100.0.0/16\"\ntls-san:\n  - \"api.example.com\"\n"
+        ),
+        "{config}"
+    );
+    let worker: Plan = serde_json::from_value(plans["ccc"].spec["plan"].clone()).unwrap();
+    let worker_config = file(&worker, "config.yaml").unwrap();
+    assert!(!worker_config.contains("tls-san"), "{worker_config}");
 }
 
 #[test]

@@ -124,7 +124,7 @@ pub async fn form_login(
 ) -> Response {
     let mut fields: std::collections::HashMap<String, String> =
         form_urlencoded::parse(body).into_owned().collect();
-    let next = super::sso::next_path(fields.get("next").map(String::as_str));
+    let next = super::next_path(fields.get("next").map(String::as_str));
     let back = |message: &str| {
         let query = form_urlencoded::Serializer::new(String::new())
             .append_pair("next", &next)

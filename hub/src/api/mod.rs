@@ -249,5 +249,18 @@ pub struct DeleteParams {
 pub(crate) type PathKindName = Path<(String, String)>;
 pub(crate) type QueryList = Query<ListParams>;
 
+/// A path on this hub to go to after signing in (anything else: the clusters page).
+fn next_path(next: Option<&str>) -> String {
+    next.filter(|n| {
+        n.starts_with('/')
+            && !n.starts_with("//")
+            && n.len() <= 512
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/-_.?=&%".contains(c))
+    })
+    .unwrap_or("/clusters")
+    .to_owned()
+}
+
 #[cfg(test)]
 mod tests;

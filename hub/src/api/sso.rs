@@ -14,7 +14,7 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, ApiError};
+use super::{Api, ApiError, next_path};
 use crate::{
     auth::providers::{self, PENDING_FOR, PENDING_KIND},
     model::{AuthProviderSpec, Kind, PrincipalRef},
@@ -33,19 +33,6 @@ fn redirect_uri(api: &Api, provider: &str) -> String {
         "{}/v1/login/{provider}/callback",
         api.server_url.trim_end_matches('/')
     )
-}
-
-/// A path on this hub to go to after signing in (anything else: the clusters page).
-pub(super) fn next_path(next: Option<&str>) -> String {
-    next.filter(|n| {
-        n.starts_with('/')
-            && !n.starts_with("//")
-            && n.len() <= 512
-            && n.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/-_.?=&%".contains(c))
-    })
-    .unwrap_or("/clusters")
-    .to_owned()
 }
 
 /// The enabled redirecting provider `name`, and its client.

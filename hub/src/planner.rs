@@ -177,7 +177,20 @@ impl Planner {
         let dist = spec.distribution.unwrap_or(Distribution::K3s);
         let version = spec.version.clone().unwrap_or_default();
         let strategy = spec.upgrade_strategy.clone().unwrap_or_default();
-        let ctx = self.ctx(spec, settings, &version);
+        let mut ctx = self.ctx(spec, settings, &version);
+        if let Some(registries) = &spec.registries {
+            match self.logins(registries).await? {
+                Ok(logins) => ctx.registries = host_plan::registry_files(dist, registries, &logins),
+                Err(why) => {
+                    // No host gets a registries.yaml without the credentials it needs.
+                    return self
+                        .cluster_status(name, |s| {
+                            s.set_condition_to("Provisioned", None, "RegistryCredential", &why);
+                        })
+                        .await;
+                }
+            }
+        }
 
         // Hosts on their way out: uninstall, then let them go.
         let (leaving, staying): (Vec<&Object>, Vec<&Object>) = hosts
@@ -286,6 +299,38 @@ impl Planner {
             .await
     }
 
+    /// The user names and passwords of the registry credentials `registries` names, or why
+    /// one cannot be had.
+    async fn logins(
+        &self,
+        registries: &crate::model::registries::Registries,
+    ) -> Result<Result<std::collections::BTreeMap<String, (String, String)>, String>, StoreError>
+    {
+        let mut logins = std::collections::BTreeMap::new();
+        for name in crate::model::registries::credentials_named(registries) {
+            let object = match self.store.get(Kind::CloudCredential.name(), &name).await {
+                Ok(object) => object,
+                Err(StoreError::NotFound { .. }) => {
+                    return Ok(Err(format!(
+                        "spec.registries: CloudCredential {name} does not exist; create it (driver registry)"
+                    )));
+                }
+                Err(e) => return Err(e),
+            };
+            let login = serde_json::from_value::<crate::model::CloudCredentialSpec>(object.spec)
+                .ok()
+                .and_then(|c| c.registry)
+                .map(|r| (r.username, r.password));
+            let Some(login) = login else {
+                return Ok(Err(format!(
+                    "spec.registries: CloudCredential {name} is not a registry's (driver registry, with spec.registry)"
+                )));
+            };
+            logins.insert(name, login);
+        }
+        Ok(Ok(logins))
+    }
+
     /// How a custom cluster's hosts install and uninstall its distribution.
     fn ctx<'a>(&'a self, spec: &ClusterSpec, settings: &Settings, version: &'a str) -> Ctx<'a> {
         let dist = spec.distribution.unwrap_or(Distribution::K3s);
@@ -295,8 +340,18 @@ impl Planner {
             installer: settings.installer(dist, &self.server_url, version),
             ca_pem: &self.ca_pem,
             endpoint: spec.endpoint_enabled(),
-            config: spec.config.clone(),
+            config: {
+                let mut config = spec.config.clone();
+                if !spec.system_default_registry.is_empty() {
+                    config.insert(
+                        "system-default-registry".into(),
+                        json!(spec.system_default_registry),
+                    );
+                }
+                config
+            },
             host_config: spec.host_config.clone(),
+            registries: Vec::new(),
         }
     }
 

@@ -67,6 +67,13 @@ pub struct ClusterSpec {
     /// For custom clusters: more configuration for the hosts a selector picks, over `config`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_config: Vec<super::distconfig::HostConfig>,
+    /// For custom clusters: private registries and mirrors, as every host's `registries.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registries: Option<super::registries::Registries>,
+    /// For custom clusters: the registry the distribution's own images come from
+    /// (`system-default-registry`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub system_default_registry: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
 }

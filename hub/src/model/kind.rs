@@ -170,6 +170,11 @@ impl Kind {
                     "spec.machinePools are for custom clusters: the hub makes their machines; an imported cluster's are its own"
                         .into(),
                 ),
+                ClusterType::Imported
+                    if s.registries.is_some() || !s.system_default_registry.is_empty() =>
+                {
+                    Err("spec.registries and spec.systemDefaultRegistry are for custom clusters: they configure the distribution Drover installs; an imported cluster's are its own".into())
+                }
                 ClusterType::Imported if !s.config.is_empty() || !s.host_config.is_empty() => Err(
                     "spec.config and spec.hostConfig are for custom clusters: they configure the distribution Drover installs; an imported cluster's is its own"
                         .into(),
@@ -217,6 +222,23 @@ impl Kind {
                     // A custom cluster installs K3s unless it says otherwise.
                     let dist = s.distribution.unwrap_or(super::Distribution::K3s);
                     super::distconfig::validate(dist, &s.config, &s.host_config)?;
+                    if let Some(registries) = &s.registries {
+                        super::registries::validate(registries)?;
+                    }
+                    if !s.system_default_registry.is_empty() {
+                        let ok = !s.system_default_registry.contains(['/', ' ']);
+                        if !ok {
+                            return Err(format!(
+                                "spec.systemDefaultRegistry: {:?} must be a registry's host (and port), e.g. registry.example.com:5000",
+                                s.system_default_registry
+                            ));
+                        }
+                        let set_twice = s.config.contains_key("system-default-registry")
+                            || s.host_config.iter().any(|h| h.config.contains_key("system-default-registry"));
+                        if set_twice {
+                            return Err("spec.config.system-default-registry: set it once, as spec.systemDefaultRegistry".into());
+                        }
+                    }
                     Ok(())
                 }
             }
@@ -378,9 +400,10 @@ fn redact_spec(spec: &mut Value) {
 
 /// Secrets written into an object's spec that the API never returns, and that an update
 /// which leaves them out keeps (JSON pointers into the spec).
-pub const SECRET_FIELDS: [&str; 5] = [
+pub const SECRET_FIELDS: [&str; 6] = [
     "/ssh/privateKey",
     "/amazonec2/secretAccessKey",
+    "/registry/password",
     "/ldap/bindPassword",
     "/oidc/clientSecret",
     "/github/clientSecret",

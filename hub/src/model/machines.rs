@@ -15,6 +15,9 @@ pub enum DriverName {
     Ssh,
     /// Amazon EC2, or a cloud that speaks its Query API.
     Amazonec2,
+    /// Not a machine driver: a private registry's user name and password, for a custom
+    /// cluster's `spec.registries`.
+    Registry,
 }
 
 impl DriverName {
@@ -22,6 +25,7 @@ impl DriverName {
         match self {
             DriverName::Ssh => "ssh",
             DriverName::Amazonec2 => "amazonec2",
+            DriverName::Registry => "registry",
         }
     }
 }
@@ -38,6 +42,17 @@ pub struct CloudCredentialSpec {
     pub ssh: Option<SshCredential>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amazonec2: Option<Ec2Credential>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryCredential>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryCredential {
+    pub username: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub password: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -138,10 +153,16 @@ fn twenty() -> u32 {
 }
 
 /// The one section a driver reads must be there, and no other driver's.
-fn one_section(driver: DriverName, ssh: bool, ec2: bool, what: &str) -> Result<(), String> {
-    match (driver, ssh, ec2) {
-        (DriverName::Ssh, true, false) | (DriverName::Amazonec2, false, true) => Ok(()),
-        (d, _, _) => Err(format!(
+fn one_section(
+    driver: DriverName,
+    (ssh, ec2, registry): (bool, bool, bool),
+    what: &str,
+) -> Result<(), String> {
+    match (driver, ssh, ec2, registry) {
+        (DriverName::Ssh, true, false, false)
+        | (DriverName::Amazonec2, false, true, false)
+        | (DriverName::Registry, false, false, true) => Ok(()),
+        (d, ..) => Err(format!(
             "spec.{0}: a {what} of driver {0:?} has spec.{0} and no other driver's section",
             d.label()
         )),
@@ -153,10 +174,18 @@ fn one_section(driver: DriverName, ssh: bool, ec2: bool, what: &str) -> Result<(
 pub fn validate_credential(spec: &CloudCredentialSpec) -> Result<(), String> {
     one_section(
         spec.driver,
-        spec.ssh.is_some(),
-        spec.amazonec2.is_some(),
+        (
+            spec.ssh.is_some(),
+            spec.amazonec2.is_some(),
+            spec.registry.is_some(),
+        ),
         "CloudCredential",
     )?;
+    if let Some(registry) = &spec.registry
+        && registry.username.trim().is_empty()
+    {
+        return Err("spec.registry.username: give the registry's user name".into());
+    }
     if let Some(ssh) = &spec.ssh
         && !ssh.private_key.is_empty()
     {
@@ -199,16 +228,24 @@ pub fn missing_secret(spec: &CloudCredentialSpec) -> Option<&'static str> {
         {
             Some("spec.amazonec2.secretAccessKey")
         }
+        DriverName::Registry if spec.registry.as_ref().is_none_or(|r| r.password.is_empty()) => {
+            Some("spec.registry.password")
+        }
         _ => None,
     }
 }
 
 /// Checks a template's settings.
 pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
+    if spec.driver == DriverName::Registry {
+        return Err(
+            "spec.driver: registry credentials are for a cluster's spec.registries; a template's driver is ssh or amazonec2"
+                .into(),
+        );
+    }
     one_section(
         spec.driver,
-        spec.ssh.is_some(),
-        spec.amazonec2.is_some(),
+        (spec.ssh.is_some(), spec.amazonec2.is_some(), false),
         "MachineTemplate",
     )?;
     super::validate_name(super::Kind::CloudCredential, &spec.credential)

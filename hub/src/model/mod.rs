@@ -9,6 +9,7 @@ mod host;
 mod kind;
 mod machines;
 mod providers;
+pub mod registries;
 mod setting;
 mod status;
 

@@ -111,6 +111,8 @@ pub(super) struct Ctx<'a> {
     /// The cluster's own configuration of its distribution (`spec.config`, `spec.hostConfig`).
     pub(super) config: std::collections::BTreeMap<String, serde_json::Value>,
     pub(super) host_config: Vec<crate::model::distconfig::HostConfig>,
+    /// `registries.yaml` and the CA files it names (`spec.registries`), on every host.
+    pub(super) registries: Vec<File>,
 }
 
 /// Where the authenticator listens on each control-plane host: loopback only (host network),
@@ -218,6 +220,7 @@ pub(super) fn host_plan(
         permissions: "0600".into(),
         ..File::default()
     }];
+    files.extend(ctx.registries.iter().cloned());
     if endpoint {
         files.push(File {
             path: webhook_config_path(ctx.dist),
@@ -386,6 +389,85 @@ pub(super) fn config_yaml(
         }
     }
     lines.join("\n") + "\n"
+}
+
+/// The distribution's `registries.yaml` for `registries` (the format K3s and RKE2 document:
+/// `mirrors.<name>.endpoint`/`rewrite`, `configs.<host>.auth`/`tls`), with each registry's
+/// CA bundle as a file of its own; `logins` are the credentials' user names and passwords by
+/// credential name. The file holds passwords: owner-only, as the plan that carries it.
+pub(super) fn registry_files(
+    dist: Distribution,
+    registries: &crate::model::registries::Registries,
+    logins: &std::collections::BTreeMap<String, (String, String)>,
+) -> Vec<File> {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let dir = format!("/etc/rancher/{}", dist.name());
+    let mut lines = Vec::new();
+    let mut files = Vec::new();
+    if !registries.mirrors.is_empty() {
+        lines.push("mirrors:".to_owned());
+        for (name, mirror) in &registries.mirrors {
+            lines.push(format!("  {}:", quote(name)));
+            if !mirror.endpoint.is_empty() {
+                lines.push("    endpoint:".into());
+                lines.extend(
+                    mirror
+                        .endpoint
+                        .iter()
+                        .map(|e| format!("      - {}", quote(e))),
+                );
+            }
+            if !mirror.rewrite.is_empty() {
+                lines.push("    rewrite:".into());
+                for (pattern, replacement) in &mirror.rewrite {
+                    lines.push(format!("      {}: {}", quote(pattern), quote(replacement)));
+                }
+            }
+        }
+    }
+    if !registries.configs.is_empty() {
+        lines.push("configs:".to_owned());
+        for (host, config) in &registries.configs {
+            lines.push(format!("  {}:", quote(host)));
+            if let Some((username, password)) = logins.get(&config.credential) {
+                lines.push("    auth:".into());
+                lines.push(format!("      username: {}", quote(username)));
+                lines.push(format!("      password: {}", quote(password)));
+            }
+            let Some(tls) = &config.tls else { continue };
+            if tls.ca_bundle.is_empty() && !tls.insecure_skip_verify {
+                continue;
+            }
+            lines.push("    tls:".into());
+            if !tls.ca_bundle.is_empty() {
+                // One directory per registry host; ':' is not welcome in every path.
+                let path = format!(
+                    "{dir}/registries.d/{}/ca.crt",
+                    host.replace([':', '*'], "_")
+                );
+                lines.push(format!("      ca_file: {}", quote(&path)));
+                files.push(File {
+                    path,
+                    content: tls.ca_bundle.clone().into_bytes(),
+                    permissions: "0644".into(),
+                    ..File::default()
+                });
+            }
+            if tls.insecure_skip_verify {
+                lines.push("      insecure_skip_verify: true".into());
+            }
+        }
+    }
+    files.insert(
+        0,
+        File {
+            path: format!("{dir}/registries.yaml"),
+            content: (lines.join("\n") + "\n").into_bytes(),
+            permissions: "0600".into(),
+            ..File::default()
+        },
+    );
+    files
 }
 
 /// A config value as a list of strings (a lone string is a list of one).

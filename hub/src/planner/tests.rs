@@ -405,6 +405,7 @@ fn dist_ctx(dist: Distribution) -> Ctx<'static> {
         endpoint: false,
         config: std::collections::BTreeMap::new(),
         host_config: Vec::new(),
+        registries: Vec::new(),
     }
 }
 
@@ -457,6 +458,78 @@ fn etcd_only_and_control_plane_only_hosts_disable_the_rest() {
         !rke2.contains("cluster-init"),
         "RKE2 initialises without it: {rke2}"
     );
+}
+
+/// A cluster's private registries reach every host as the distribution documents its
+/// `registries.yaml`, with the credential's password read from the store; without the
+/// credential no host is planned and the cluster says why.
+#[tokio::test]
+async fn registries_are_written_on_every_host_with_their_credentials() {
+    let f = fixture();
+    let spec = json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "systemDefaultRegistry": "registry.example.com:5000",
+        "registries": {
+            "mirrors": {"docker.io": {"endpoint": ["https://registry.example.com:5000"],
+                                      "rewrite": {"^rancher/(.*)": "mirror/rancher/$1"}}},
+            "configs": {"registry.example.com:5000": {"credential": "mirror-login",
+                "tls": {"caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}}}});
+    f.store()
+        .create(Object::new("Cluster", "edge", spec))
+        .await
+        .unwrap();
+    f.host("h-a", true, true, "10.0.0.1").await;
+    f.host("h-b", false, true, "10.0.0.2").await;
+    f.planner.reconcile_all().await;
+    assert!(f.plan("h-a").await.is_none());
+    let status = f.cluster_status().await;
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.reason == "RegistryCredential"
+                && c.message
+                    .contains("CloudCredential mirror-login does not exist")),
+        "{status:?}"
+    );
+
+    f.store()
+        .create(Object::new(
+            "CloudCredential",
+            "mirror-login",
+            json!({"driver": "registry", "registry": {"username": "puller", "password": "pull secret"}}),
+        ))
+        .await
+        .unwrap();
+    f.planner.reconcile_all().await;
+    f.applied("h-a", "K10abc::server:secret").await;
+    f.planner.reconcile_all().await;
+    let wanted = "mirrors:\n  \"docker.io\":\n    endpoint:\n      - \"https://registry.example.com:5000\"\n    \
+                  rewrite:\n      \"^rancher/(.*)\": \"mirror/rancher/$1\"\nconfigs:\n  \"registry.example.com:5000\":\n    \
+                  auth:\n      username: \"puller\"\n      password: \"pull secret\"\n    tls:\n      \
+                  ca_file: \"/etc/rancher/k3s/registries.d/registry.example.com_5000/ca.crt\"\n";
+    for host in ["h-a", "h-b"] {
+        let plan = f.plan(host).await.unwrap();
+        let file = |path: &str| plan.files.iter().find(|f| f.path == path).cloned();
+        let registries = file("/etc/rancher/k3s/registries.yaml").expect(host);
+        assert_eq!(
+            String::from_utf8_lossy(&registries.content),
+            wanted,
+            "{host}"
+        );
+        assert_eq!(registries.permissions, "0600");
+        let ca =
+            file("/etc/rancher/k3s/registries.d/registry.example.com_5000/ca.crt").expect(host);
+        assert!(String::from_utf8_lossy(&ca.content).starts_with("-----BEGIN CERTIFICATE-----"));
+        let config =
+            String::from_utf8_lossy(&file("/etc/rancher/k3s/config.yaml").unwrap().content)
+                .into_owned();
+        // The system default registry is a server option.
+        assert_eq!(
+            config.contains("system-default-registry: \"registry.example.com:5000\""),
+            host == "h-a",
+            "{host}: {config}"
+        );
+    }
 }
 
 /// A provisioned cluster: `h-a` (etcd, control plane, worker) and worker `h-b`, both applied.

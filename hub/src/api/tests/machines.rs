@@ -70,6 +70,41 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         .await;
     assert!(!listed.to_string().contains("OPENSSH"), "{listed}");
 
+    // A registry's login: its password as write-only as a key.
+    let created = t
+        .create(&admin, "cloudcredentials",
+            json!({"metadata": {"name": "mirror"}, "spec": {"driver": "registry", "registry": {"username": "puller", "password": "pull secret"}}}))
+        .await;
+    assert_eq!(created["spec"]["registry"], json!({"username": "puller"}));
+    let (status, body) = t
+        .call(
+            Method::PATCH,
+            "/v1/cloudcredentials/mirror",
+            Some(&admin),
+            Some(json!({"spec": {"registry": {"username": "reader"}}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(!body.to_string().contains("pull secret"), "{body}");
+    let stored = t.store.get("CloudCredential", "mirror").await.unwrap();
+    assert_eq!(
+        stored.spec["registry"],
+        json!({"username": "reader", "password": "pull secret"})
+    );
+    // It makes no machines.
+    let (status, body) = t
+        .call(Method::POST, "/v1/machinetemplates", Some(&admin),
+            Some(json!({"metadata": {"name": "mirrored"}, "spec": {"driver": "registry", "credential": "mirror"}})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.driver: registry credentials"),
+        "{body}"
+    );
+
     // Only admins see credentials; everyone signed in reads templates.
     let (status, _) = t
         .call(Method::POST, "/v1/users", Some(&admin),

@@ -302,6 +302,25 @@ async fn invalid_objects_get_422_naming_the_field() {
             json!({"metadata": {"name": "z"}, "spec": {"type": "imported", "config": {"tls-san": "x"}}}),
             "spec.config and spec.hostConfig are for custom clusters",
         ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "custom", "distribution": "k3s",
+                   "version": "v1.33.4+k3s1",
+                   "registries": {"mirrors": {"docker.io": {"endpoint": ["mirror.example.com"]}}}}}),
+            "spec.registries.mirrors[\"docker.io\"].endpoint: \"mirror.example.com\" must be an https:// or http:// URL",
+        ),
+        (
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "custom", "distribution": "k3s",
+                   "version": "v1.33.4+k3s1",
+                   "registries": {"configs": {"r.example.com": {"tls": {"caBundle": "not a cert"}}}}}}),
+            "spec.registries.configs[\"r.example.com\"].tls.caBundle",
+        ),
+        (
+            "cloudcredentials",
+            json!({"metadata": {"name": "login"}, "spec": {"driver": "registry", "registry": {"username": "u"}}}),
+            "spec.registry.password",
+        ),
     ];
     for (plural, body, expect) in cases {
         let (status, value) = t

@@ -23,6 +23,7 @@ fn ctx(version: &'static str) -> Ctx<'static> {
         endpoint: false,
         config: std::collections::BTreeMap::new(),
         host_config: Vec::new(),
+        registries: Vec::new(),
     }
 }
 

@@ -249,8 +249,17 @@ pub fn cable(ns: &str, cable: &str, address: &str, gateway: Option<&str>) {
     let route = gateway
         .map(|g| format!(" && ip -n {ns} route add default via {g}"))
         .unwrap_or_default();
+    // The host's MAC address follows from its IP address: the root namespace's cable outlives
+    // the hosts, and a host made again at an address would otherwise be unreachable while the
+    // root namespace's ARP entry still names the old one's MAC (up to ~45 s).
+    let octets: Vec<u8> = address.split('.').filter_map(|o| o.parse().ok()).collect();
+    assert_eq!(octets.len(), 4, "{address} is not an IPv4 address");
+    let mac = format!(
+        "02:00:{:02x}:{:02x}:{:02x}:{:02x}",
+        octets[0], octets[1], octets[2], octets[3]
+    );
     sh(&format!(
-        "ip netns add {ns} && ip -n {SWITCH} link add {cable}a type veth peer name {cable}b netns {ns} && \
+        "ip netns add {ns} && ip -n {SWITCH} link add {cable}a type veth peer name {cable}b address {mac} netns {ns} && \
          ip -n {SWITCH} link set {cable}a master {BRIDGE} up && \
          ip -n {ns} addr add {address}/24 dev {cable}b && \
          ip -n {ns} link set {cable}b up && ip -n {ns} link set lo up{route}"

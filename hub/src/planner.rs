@@ -178,6 +178,17 @@ impl Planner {
         let version = spec.version.clone().unwrap_or_default();
         let strategy = spec.upgrade_strategy.clone().unwrap_or_default();
         let mut ctx = self.ctx(spec, settings, &version);
+
+        // Hosts on their way out: uninstall, then let them go.
+        let (leaving, staying): (Vec<&Object>, Vec<&Object>) = hosts
+            .iter()
+            .partition(|h| h.metadata.deletion_timestamp.is_some());
+        for host in leaving {
+            self.remove(&ctx, host, plans.get(&host.metadata.name), strategy.drain)
+                .await?;
+        }
+        // After the removals, which need no registry: a missing login must not hold a host's
+        // uninstall (or its machine's release).
         if let Some(registries) = &spec.registries {
             match self.logins(registries).await? {
                 Ok(logins) => ctx.registries = host_plan::registry_files(dist, registries, &logins),
@@ -190,15 +201,6 @@ impl Planner {
                         .await;
                 }
             }
-        }
-
-        // Hosts on their way out: uninstall, then let them go.
-        let (leaving, staying): (Vec<&Object>, Vec<&Object>) = hosts
-            .iter()
-            .partition(|h| h.metadata.deletion_timestamp.is_some());
-        for host in leaving {
-            self.remove(&ctx, host, plans.get(&host.metadata.name), strategy.drain)
-                .await?;
         }
 
         let previous_init = Status::of(cluster)

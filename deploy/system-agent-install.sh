@@ -21,6 +21,10 @@ system-agent-install.sh: install Drover's system-agent and register this host.
   --internal-address IP   the node's internal address             (DROVER_INTERNAL_ADDRESS)
   --label k=v             a node label; repeatable                (DROVER_LABELS=k=v,k=v)
   --taint k=v:Effect      a node taint; repeatable                (DROVER_TAINTS=k=v:Effect,...)
+  --proxy URL             reach the hub through this HTTP proxy,
+                          http://[USER:PASSWORD@]HOST:PORT        (DROVER_PROXY; default: HTTPS_PROXY)
+  --no-proxy LIST         hosts, domains and networks reached directly,
+                          comma-separated                         (DROVER_NO_PROXY; default: NO_PROXY)
   --no-systemd            run the agent in the foreground instead of as a systemd unit
                           (containers, tests)                     (DROVER_NO_SYSTEMD=true)
   --root DIR              install under DIR instead of /  (several hosts on one machine, tests)
@@ -46,6 +50,8 @@ LABELS=${DROVER_LABELS:-}
 TAINTS=${DROVER_TAINTS:-}
 NO_SYSTEMD=${DROVER_NO_SYSTEMD:-false}
 ROOT=${DROVER_INSTALL_ROOT:-}
+PROXY=${DROVER_PROXY:-${HTTPS_PROXY:-${https_proxy:-}}}
+NO_PROXY_LIST=${DROVER_NO_PROXY:-${NO_PROXY:-${no_proxy:-}}}
 
 need_value() {
     [ $# -ge 2 ] || fail "$1 needs a value"
@@ -74,6 +80,8 @@ while [ $# -gt 0 ]; do
         TAINTS=${TAINTS:+$TAINTS,}$2; shift 2 ;;
     --no-systemd) NO_SYSTEMD=true; shift ;;
     --root) need_value "$@"; ROOT=$2; shift 2 ;;
+    --proxy) need_value "$@"; PROXY=$2; shift 2 ;;
+    --no-proxy) need_value "$@"; NO_PROXY_LIST=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; fail "unknown flag $1" ;;
     esac
@@ -84,6 +92,24 @@ done
 case "$SERVER" in https://*) ;; *) fail "--server $SERVER: the hub is reached over https://" ;; esac
 SERVER=${SERVER%/}
 command -v curl >/dev/null 2>&1 || fail "curl is required"
+case "$PROXY" in
+"" | http://*) ;;
+*://*) fail "--proxy $PROXY: give an HTTP proxy, http://[USER:PASSWORD@]HOST:PORT" ;;
+*) PROXY=http://$PROXY ;;
+esac
+# Single-quoted in the agent's configuration (read by systemd and by sh): a quote would end it.
+case "$PROXY$NO_PROXY_LIST" in *"'"*) fail "--proxy and --no-proxy cannot hold a ' (percent-encode it: %27)" ;; esac
+# The proxy as messages show it: without its password.
+PROXY_SHOWN=$(printf '%s' "$PROXY" | sed 's#^\(http://[^:@/]*\):[^@/]*@#\1@#')
+# curl, and the agent after it, read these.
+if [ -n "$PROXY" ]; then
+    HTTPS_PROXY=$PROXY https_proxy=$PROXY
+    export HTTPS_PROXY https_proxy
+fi
+if [ -n "$NO_PROXY_LIST" ]; then
+    NO_PROXY=$NO_PROXY_LIST no_proxy=$NO_PROXY_LIST
+    export NO_PROXY no_proxy
+fi
 command -v sha256sum >/dev/null 2>&1 || fail "sha256sum is required"
 
 ROLES=""
@@ -104,9 +130,29 @@ UNIT=$ROOT/etc/systemd/system/drover-system-agent.service
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
+# Downloads $1 to $2 (curl's options after them); on failure says what to fix: a proxy's
+# refusal is named as such, not left as curl's exit code.
+fetch() {
+    url=$1 out=$2
+    shift 2
+    if connect=$(curl "$@" -fsS -w '%{http_connect}' -o "$out" "$url" 2>"$WORK/curl.err"); then
+        return 0
+    fi
+    why=$(cat "$WORK/curl.err")
+    if [ -n "$PROXY" ]; then
+        case "$connect" in
+        # 407 is HTTP's answer; tinyproxy answers a wrong password with 401.
+        401 | 407) fail "cannot fetch $url: the proxy $PROXY_SHOWN refused its credentials (HTTP $connect); check the user and password in --proxy http://USER:PASSWORD@HOST:PORT" ;;
+        000 | 2??) ;;
+        *) fail "cannot fetch $url: the proxy $PROXY_SHOWN would not connect to the hub (HTTP $connect)" ;;
+        esac
+    fi
+    fail "cannot fetch $url${PROXY:+ (proxy: $PROXY_SHOWN, except for --no-proxy ${NO_PROXY_LIST:-none})}: $why"
+}
+
 # 1. The hub's CA, checked against the checksum before anything else is fetched or written.
 if [ -n "$CA_CHECKSUM" ]; then
-    curl --insecure -fsS "$SERVER/cacerts" -o "$WORK/ca.pem" || fail "cannot fetch $SERVER/cacerts"
+    fetch "$SERVER/cacerts" "$WORK/ca.pem" --insecure
     ACTUAL=$(sha256sum "$WORK/ca.pem" | cut -d' ' -f1)
     [ "$ACTUAL" = "$CA_CHECKSUM" ] ||
         fail "CA checksum mismatch: the hub at $SERVER serves a CA whose sha256 is $ACTUAL, but --ca-checksum is $CA_CHECKSUM; check the command the hub gave you"
@@ -134,8 +180,7 @@ aarch64 | arm64) ARCH=arm64 ;;
 *) fail "architecture $(uname -m) is not supported (amd64, arm64)" ;;
 esac
 # shellcheck disable=SC2086 # TRUST is empty or two words.
-curl $TRUST -fsS "$SERVER/v3/system-agent/$ARCH" -o "$WORK/drover-system-agent" ||
-    fail "cannot download the system-agent for $ARCH from $SERVER/v3/system-agent/$ARCH"
+fetch "$SERVER/v3/system-agent/$ARCH" "$WORK/drover-system-agent" $TRUST
 BINARY_CHANGED=$(place "$BINARY" "$WORK/drover-system-agent" 0755)
 
 # 3. Its configuration (it holds the registration token: root only).
@@ -152,6 +197,8 @@ DROVER_ADDRESS=$ADDRESS
 DROVER_INTERNAL_ADDRESS=$INTERNAL_ADDRESS
 DROVER_LABELS=$LABELS
 DROVER_TAINTS=$TAINTS
+HTTPS_PROXY='$PROXY'
+NO_PROXY='$NO_PROXY_LIST'
 CONF
 CONFIG_CHANGED=$(place "$CONFIG" "$WORK/env" 0600)
 

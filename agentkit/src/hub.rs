@@ -18,7 +18,7 @@ use std::{
 
 use proto::register::{AgentKind, RegisterReply, RegisterRequest};
 use serde::{Deserialize, Serialize};
-use tunnel::{Connector, ConnectorConfig, Peer, Secret, tls::Trust};
+use tunnel::{Connector, ConnectorConfig, Peer, ProxySettings, Secret, tls::Trust};
 
 /// The file a registration is kept in, in the agent's state directory.
 pub const REGISTRATION_FILE: &str = "registration.json";
@@ -40,12 +40,14 @@ pub struct HubSettings {
     /// The local address to reach the hub from (`None`: the system's choice); a fleet
     /// simulator spreads its agents over 127.0.0.0/8 with it.
     pub local_address: Option<IpAddr>,
+    /// The HTTP proxy to the hub (`HTTPS_PROXY`, `NO_PROXY`), if any.
+    pub proxy: ProxySettings,
 }
 
 impl HubSettings {
     /// `DROVER_SERVER` and `DROVER_TOKEN` (required; `hint` says where they come from),
     /// `DROVER_CA_CHECKSUM` (default: the system's roots), `DROVER_STATE_DIR` (default
-    /// `default_state_dir`).
+    /// `default_state_dir`), `HTTPS_PROXY` and `NO_PROXY` (see [`ProxySettings::from_env`]).
     pub fn from_env(
         env: &HashMap<String, String>,
         default_state_dir: &str,
@@ -66,6 +68,7 @@ impl HubSettings {
                 .filter(|v| !v.is_empty())
                 .map_or_else(|| PathBuf::from(default_state_dir), PathBuf::from),
             local_address: None,
+            proxy: ProxySettings::from_env(|name| env.get(name).cloned())?,
         })
     }
 
@@ -78,6 +81,7 @@ impl HubSettings {
     pub fn connector(&self, credential: Secret, identity: Peer) -> ConnectorConfig {
         let mut config = ConnectorConfig::new(&self.server, credential, identity, self.trust());
         config.local_address = self.local_address;
+        config.proxy = self.proxy.clone();
         config
     }
 

@@ -146,6 +146,7 @@ pub(crate) async fn prepare(data: &Path) -> anyhow::Result<Prepared> {
         ca_checksum: hub.ca_checksum().to_owned(),
         state_dir: data.join("node-agent"),
         local_address: None,
+        proxy: Default::default(),
     };
     let node_credential = agentkit::hub::register(
         &settings,

@@ -113,6 +113,7 @@ fn boot_instances(
                         ca_checksum: checksum,
                         state_dir: state.clone(),
                         local_address: None,
+                        proxy: Default::default(),
                     }),
                     dir: state,
                     host: system_agent::HostSpec {

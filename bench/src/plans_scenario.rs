@@ -84,6 +84,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                     ca_checksum: hub.ca_checksum().to_owned(),
                     state_dir: dir.clone(),
                     local_address: None,
+                    proxy: Default::default(),
                 }),
                 dir: dir.clone(),
                 host: system_agent::HostSpec {

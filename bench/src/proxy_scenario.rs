@@ -318,6 +318,7 @@ pub(crate) async fn import_into(
         hub.url(),
         hub.ca_checksum(),
         "prod",
+        &serde_json::from_value(serde_json::json!({"type": "imported"}))?,
         &registration,
     )
     .await?;
@@ -329,6 +330,7 @@ pub(crate) async fn import_into(
             ca_checksum: hub.ca_checksum().to_owned(),
             state_dir: data_dir.join("agent"),
             local_address: None,
+            proxy: Default::default(),
         },
         cluster: "prod".into(),
         name: "bench-0".into(),

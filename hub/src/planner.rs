@@ -248,14 +248,27 @@ impl Planner {
             None => {
                 let token = secret::new_token(TokenKind::Registration);
                 also.push(Op::Create(registration::token_object(name, &token)));
-                registration::agents_manifest(
+                match registration::agents_manifest(
                     self.store.as_ref(),
                     &self.server_url,
                     &self.ca_checksum,
                     name,
+                    spec,
                     &token.value,
                 )
-                .await?
+                .await
+                {
+                    Ok(manifest) => manifest,
+                    // What to fix is the cluster's: say so on it, and try again when it changes.
+                    Err(StoreError::Invalid(why)) => {
+                        return self
+                            .cluster_status(name, |s| {
+                                s.set_condition_to("Provisioned", None, "AgentImages", &why);
+                            })
+                            .await;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
 
@@ -310,25 +323,10 @@ impl Planner {
     {
         let mut logins = std::collections::BTreeMap::new();
         for name in crate::model::registries::credentials_named(registries) {
-            let object = match self.store.get(Kind::CloudCredential.name(), &name).await {
-                Ok(object) => object,
-                Err(StoreError::NotFound { .. }) => {
-                    return Ok(Err(format!(
-                        "spec.registries: CloudCredential {name} does not exist; create it (driver registry)"
-                    )));
-                }
-                Err(e) => return Err(e),
+            match crate::model::registries::login(self.store.as_ref(), &name).await? {
+                Ok(login) => logins.insert(name, login),
+                Err(why) => return Ok(Err(format!("spec.registries: {why}"))),
             };
-            let login = serde_json::from_value::<crate::model::CloudCredentialSpec>(object.spec)
-                .ok()
-                .and_then(|c| c.registry)
-                .map(|r| (r.username, r.password));
-            let Some(login) = login else {
-                return Ok(Err(format!(
-                    "spec.registries: CloudCredential {name} is not a registry's (driver registry, with spec.registry)"
-                )));
-            };
-            logins.insert(name, login);
         }
         Ok(Ok(logins))
     }
@@ -354,6 +352,11 @@ impl Planner {
             },
             host_config: spec.host_config.clone(),
             registries: Vec::new(),
+            env: spec
+                .agent_env
+                .iter()
+                .map(|v| (v.name.clone(), v.value.clone()))
+                .collect(),
         }
     }
 

@@ -170,30 +170,126 @@ pub async fn verify(api: &Api, value: &str) -> Result<(String, ClusterSpec), Api
 
 pub use crate::model::setting;
 
-/// The manifest that installs the agents into `cluster` with registration token `token`: the
-/// import manifest, and what the planner puts in a provisioned cluster's auto-deploy directory.
+/// The manifest that installs the agents into `cluster` (of `spec`) with registration token
+/// `token`: the import manifest, and what the planner puts in a provisioned cluster's
+/// auto-deploy directory. `Invalid` when the spec's pull credential cannot be had.
 pub async fn agents_manifest(
     store: &dyn Store,
     server_url: &str,
     ca_checksum: &str,
     cluster: &str,
+    spec: &ClusterSpec,
     token: &str,
 ) -> Result<String, StoreError> {
+    use crate::model::agentconfig;
     let version = env!("CARGO_PKG_VERSION");
-    let cluster_image = crate::model::cluster_agent_image(store).await?;
-    let node_image = setting(
-        store,
-        "node-agent-image",
-        format!("drover/node-agent:{version}"),
-    )
-    .await?;
-    Ok(IMPORT_TEMPLATE
+    let images = spec.agent_images.clone().unwrap_or_default();
+    let pick = |own: &str, setting: String| {
+        let image = if own.is_empty() {
+            setting
+        } else {
+            own.to_owned()
+        };
+        if images.registry.is_empty() || !own.is_empty() {
+            image
+        } else {
+            agentconfig::with_registry(&image, &images.registry)
+        }
+    };
+    let cluster_image = pick(
+        &images.cluster_agent,
+        crate::model::cluster_agent_image(store).await?,
+    );
+    let node_image = pick(
+        &images.node_agent,
+        setting(
+            store,
+            "node-agent-image",
+            format!("drover/node-agent:{version}"),
+        )
+        .await?,
+    );
+    let pull_policy = if images.pull_policy.is_empty() {
+        setting(store, "agent-image-pull-policy", "IfNotPresent".into()).await?
+    } else {
+        images.pull_policy.clone()
+    };
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    // The variables' values stay in a Secret; the containers name them.
+    let env_data = serde_json::Value::Object(
+        spec.agent_env
+            .iter()
+            .map(|v| (v.name.clone(), serde_json::Value::String(v.value.clone())))
+            .collect(),
+    );
+    let env_refs: Vec<String> = spec
+        .agent_env
+        .iter()
+        .map(|v| {
+            format!(
+                "- name: {name}\n  valueFrom: {{secretKeyRef: {{name: drover-agent-env, key: {name}}}}}",
+                name = v.name
+            )
+        })
+        .collect();
+    let mut pull_secret = None;
+    if !images.pull_credential.is_empty() {
+        let (username, password) = crate::model::registries::login(store, &images.pull_credential)
+            .await?
+            .map_err(|why| {
+                StoreError::Invalid(format!("spec.agentImages.pullCredential: {why}"))
+            })?;
+        let mut registries = vec![
+            agentconfig::registry_of(&cluster_image),
+            agentconfig::registry_of(&node_image),
+        ];
+        registries.dedup();
+        pull_secret = Some(agentconfig::docker_config(
+            &registries,
+            &username,
+            &password,
+        ));
+    }
+    let mut manifest = IMPORT_TEMPLATE
         .replace("{{HUB_URL}}", server_url)
         .replace("{{TOKEN}}", token)
         .replace("{{CA_CHECKSUM}}", ca_checksum)
         .replace("{{CLUSTER}}", cluster)
         .replace("{{CLUSTER_AGENT_IMAGE}}", &cluster_image)
-        .replace("{{NODE_AGENT_IMAGE}}", &node_image))
+        .replace("{{NODE_AGENT_IMAGE}}", &node_image)
+        .replace("{{PULL_POLICY}}", &quote(&pull_policy))
+        .replace("{{AGENT_ENV_DATA}}", &env_data.to_string())
+        .replace(
+            "{{PULL_SECRETS}}",
+            if pull_secret.is_some() {
+                "[{name: drover-registry}]"
+            } else {
+                "[]"
+            },
+        );
+    manifest = manifest
+        .lines()
+        .flat_map(|line| match line.split_once("# {{AGENT_ENV}}") {
+            Some((indent, _)) => env_refs
+                .iter()
+                .flat_map(|r| {
+                    r.lines()
+                        .map(|l| format!("{indent}{l}"))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            None => vec![line.to_owned()],
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    if let Some(config) = pull_secret {
+        manifest.push_str(&format!(
+            "---\n# The agents' image pull secret (spec.agentImages.pullCredential).\napiVersion: v1\nkind: Secret\nmetadata:\n  name: drover-registry\n  namespace: drover-system\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: {}\n",
+            quote(&config)
+        ));
+    }
+    Ok(manifest)
 }
 
 /// `GET /v3/import/<token>.yaml`: the manifest that installs the agents into an imported
@@ -216,9 +312,16 @@ pub async fn import_manifest(
         &api.server_url,
         &api.ca_checksum,
         &cluster,
+        &spec,
         value,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        StoreError::Invalid(why) => ApiError::invalid(format!(
+            "the import manifest of cluster {cluster:?} cannot be made: {why}"
+        )),
+        e => e.into(),
+    })?;
     Ok(([(header::CONTENT_TYPE, "application/yaml")], manifest).into_response())
 }
 

@@ -49,6 +49,7 @@ async fn start(
             &demo.url,
             &demo.ca_checksum,
             &name,
+            &serde_json::from_value(spec)?,
             &token,
         )
         .await?;
@@ -101,6 +102,7 @@ impl DemoHub {
             ca_checksum: self.ca_checksum.clone(),
             state_dir,
             local_address: None,
+            proxy: Default::default(),
         }
     }
 }
@@ -210,6 +212,7 @@ pub async fn hosts(
                 ca_checksum: hub.ca_checksum.clone(),
                 state_dir: dir.clone(),
                 local_address: None,
+                proxy: Default::default(),
             }),
             dir,
             host: system_agent::HostSpec {

@@ -162,6 +162,7 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
                     ca_checksum: config.ca_checksum.clone(),
                     state_dir: config.dir.join(&name),
                     local_address: source(&config.hub, i),
+                    proxy: Default::default(),
                 }),
                 dir: config.dir.join(&name),
                 host: system_agent::HostSpec {
@@ -271,6 +272,7 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
                     ca_checksum: config.ca_checksum.clone(),
                     state_dir: config.dir.join(&name),
                     local_address: source(&config.hub, i),
+                    proxy: Default::default(),
                 },
                 cluster: name.clone(),
                 name: format!("{name}-agent"),

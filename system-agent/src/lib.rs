@@ -101,12 +101,15 @@ impl Config {
             || PathBuf::from("/var/lib/drover/system-agent"),
             PathBuf::from,
         );
+        let proxy =
+            tunnel::ProxySettings::from_env(|name| env.get(name).cloned()).map_err(ConfigError)?;
         let hub = server.map(|server| HubSettings {
             server,
             token: Secret::new(get("DROVER_TOKEN").unwrap_or_default()),
             ca_checksum: get("DROVER_CA_CHECKSUM").unwrap_or_default().to_owned(),
             state_dir: dir.clone(),
             local_address: None,
+            proxy: proxy.clone(),
         });
         let mut roles = Roles::default();
         for role in get("DROVER_ROLES").unwrap_or_default().split(',') {

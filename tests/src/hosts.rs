@@ -1,6 +1,6 @@
 //! Hosts for provisioning tests: one Linux network namespace per host (each with its own
-//! address on a bridge, and its own /etc/rancher, /etc/drover, /var/lib/rancher and
-//! /usr/local/bin by a private mount namespace), the hub on the bridge serving the air-gap
+//! address on a bridge, and its own /etc/rancher, /etc/default, /etc/drover, /var/lib/rancher
+//! and /usr/local/bin by a private mount namespace), the hub on the bridge serving the air-gap
 //! artifacts, and the hub's host command run on each. The distribution's binary and install
 //! script among the artifacts are the `drover-sim` stand-ins (real K3s cannot be downloaded
 //! here). Needs root.
@@ -39,8 +39,27 @@ pub struct Site {
     pub hosts: Vec<Host>,
 }
 
+/// How a host runs the hub's host command: `env` before the `curl` that fetches the script
+/// (`HTTPS_PROXY=…`), `flags` after the script's own (`--proxy …`).
+#[derive(Debug, Clone, Default)]
+pub struct Install {
+    pub env: String,
+    pub flags: String,
+}
+
 impl Site {
     pub async fn start(dir: &Path, versions: &[&str], spec: Value, roles: &[&str]) -> Site {
+        Self::start_with(dir, versions, spec, roles, |_| Install::default()).await
+    }
+
+    /// As [`Site::start`], host `i` (from 1) installed as `install(i)` says.
+    pub async fn start_with(
+        dir: &Path,
+        versions: &[&str],
+        spec: Value,
+        roles: &[&str],
+        install: impl Fn(usize) -> Install,
+    ) -> Site {
         let port = std::net::TcpListener::bind(format!("{PREFIX}.1:0"))
             .unwrap()
             .local_addr()
@@ -112,7 +131,7 @@ impl Site {
         let token = registration["token"].as_str().unwrap().to_owned();
         let hosts: Vec<Host> = (1..=roles.len()).map(|i| Host::new(dir, i)).collect();
         for (host, roles) in hosts.iter().zip(roles) {
-            host.install(&hub_url, &token, &hub.ca_checksum, roles);
+            host.install_with(&hub_url, &token, &hub.ca_checksum, roles, &install(host.i));
             // One at a time, so the hosts register (and are ordered) as listed.
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -393,6 +412,7 @@ impl Host {
         let dir = base.join(format!("host-{i}"));
         for sub in [
             "etc-rancher",
+            "etc-default",
             "etc-drover",
             "var-lib-rancher",
             "usr-local-bin",
@@ -411,7 +431,8 @@ impl Host {
     pub fn spawn(&self, command: &str) {
         let script = format!(
             "mount --bind {d}/etc-rancher /etc/rancher && mount --bind {d}/var-lib-rancher /var/lib/rancher && \
-             mount --bind {d}/usr-local-bin /usr/local/bin && mount --bind {d}/etc-drover /etc/drover && {command}",
+             mount --bind {d}/usr-local-bin /usr/local/bin && mount --bind {d}/etc-drover /etc/drover && \
+             mount --bind {d}/etc-default /etc/default && {command}",
             d = self.dir.display()
         );
         let log = std::fs::OpenOptions::new()
@@ -443,10 +464,23 @@ impl Host {
 
     /// Runs the hub's host command on this host.
     pub fn install(&self, hub_url: &str, token: &str, checksum: &str, roles: &str) {
+        self.install_with(hub_url, token, checksum, roles, &Install::default());
+    }
+
+    pub fn install_with(
+        &self,
+        hub_url: &str,
+        token: &str,
+        checksum: &str,
+        roles: &str,
+        install: &Install,
+    ) {
         self.spawn(&format!(
-            "curl --insecure -fsSL {hub_url}/system-agent-install.sh | sh -s - --server {hub_url} \
+            "{env} curl --insecure -fsSL {hub_url}/system-agent-install.sh | sh -s - --server {hub_url} \
              --token {token} --ca-checksum {checksum} {roles} --node-name node-{i} --address {a} \
-             --no-systemd --root {root}",
+             --no-systemd --root {root} {flags}",
+            env = install.env,
+            flags = install.flags,
             i = self.i,
             a = address(self.i),
             root = self.dir.join("root").display()

@@ -267,7 +267,6 @@ impl Imported {
             .await;
             serde_json::from_str::<Value>(&json).unwrap()
         };
-        let secret = get("secret", "drover-credentials").await;
         let deployment = get(kind, workload).await;
         let mut env = HashMap::new();
         for var in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -279,7 +278,13 @@ impl Imported {
             let value = if let Some(value) = var["value"].as_str() {
                 value.to_owned()
             } else if let Some(key) = from["secretKeyRef"]["key"].as_str() {
-                assert_eq!(from["secretKeyRef"]["name"], "drover-credentials");
+                let secret = from["secretKeyRef"]["name"].as_str().unwrap();
+                let json = kubectl_ok(
+                    &self.sim_admin,
+                    &["get", "secret", secret, "-n", "drover-system", "-o", "json"],
+                )
+                .await;
+                let secret: Value = serde_json::from_str(&json).unwrap();
                 let encoded = secret["data"][key].as_str().unwrap();
                 String::from_utf8(
                     base64::engine::general_purpose::STANDARD
@@ -451,6 +456,7 @@ pub fn check_import_manifest(text: &str, cluster: &str, registration: &str) -> V
             "RoleBinding/drover-agent-removal",
             "ClusterRoleBinding/drover-admin",
             "Secret/drover-credentials",
+            "Secret/drover-agent-env",
             "Deployment/drover-cluster-agent",
             "DaemonSet/drover-node-agent",
         ]

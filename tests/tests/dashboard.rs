@@ -356,6 +356,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
                 ca_checksum: imported.hub.ca_checksum.clone(),
                 state_dir: host_dir.clone(),
                 local_address: None,
+                proxy: Default::default(),
             }),
             dir: host_dir.clone(),
             host: system_agent::HostSpec {

@@ -27,6 +27,7 @@ mod machines;
 mod openid;
 mod plans;
 mod provision;
+mod proxy;
 mod quickstart;
 mod rbac;
 mod real_cluster;

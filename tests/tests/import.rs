@@ -545,3 +545,111 @@ async fn replica_connections(hub: std::net::SocketAddr, admin: String, replica: 
         })
         .count()
 }
+
+/// A cluster whose agents' images come from a private registry: the import manifest pulls them
+/// from there with a pull secret made from the registry credential, and gives the agents the
+/// cluster's `agentEnv` (a proxy) from a Secret; kubectl applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_manifest_pulls_the_agents_from_a_private_registry() {
+    let dir = tests::temp_dir("import-registry");
+    let hub = tests::HubProcess::start(&dir.join("hub")).await;
+    let admin = tests::login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let registry = "registry.corp.example:5000";
+    let (code, cluster) = tests::api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(serde_json::json!({"metadata": {"name": "corp"}, "spec": {"type": "imported",
+            "agentImages": {"registry": registry, "pullPolicy": "Always", "pullCredential": "corp-pull"},
+            "agentEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.corp.example:3128"},
+                         {"name": "NO_PROXY", "value": ".svc,10.0.0.0/8"}]}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{cluster}");
+    let registration = cluster["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Without its credential the manifest cannot be made, and the answer says why.
+    let (code, body) = tests::https_get(hub.addr, &format!("/v3/import/{registration}.yaml")).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body.contains("CloudCredential corp-pull does not exist"),
+        "{body}"
+    );
+    let (code, body) = tests::api(
+        hub.addr,
+        "POST",
+        "/v1/cloudcredentials",
+        Some(&admin),
+        Some(
+            serde_json::json!({"metadata": {"name": "corp-pull"}, "spec": {"driver": "registry",
+            "registry": {"username": "puller", "password": "pull s3cret"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let imported = Imported::attach(dir, hub, admin, registration, SimConfig::default()).await;
+    assert!(
+        imported.applied.contains("secret/drover-registry created"),
+        "{}",
+        imported.applied
+    );
+    let get = |kind: &'static str, name: &'static str| {
+        let kubeconfig = imported.sim_admin.clone();
+        async move {
+            let json = kubectl_ok(
+                &kubeconfig,
+                &["get", kind, name, "-n", "drover-system", "-o", "json"],
+            )
+            .await;
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()
+        }
+    };
+    let secret = get("secret", "drover-registry").await;
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+    use base64::Engine as _;
+    let config: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(secret["data"][".dockerconfigjson"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let login = &config["auths"][registry];
+    assert_eq!(
+        (login["username"].as_str(), login["password"].as_str()),
+        (Some("puller"), Some("pull s3cret"))
+    );
+    assert_eq!(
+        login["auth"],
+        base64::engine::general_purpose::STANDARD.encode("puller:pull s3cret")
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    for (kind, name, image) in [
+        ("deployment", "drover-cluster-agent", "cluster-agent"),
+        ("daemonset", "drover-node-agent", "node-agent"),
+    ] {
+        let pod = &get(kind, name).await["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["containers"][0]["image"],
+            format!("{registry}/drover/{image}:{version}"),
+            "{kind}"
+        );
+        assert_eq!(pod["containers"][0]["imagePullPolicy"], "Always", "{kind}");
+        assert_eq!(
+            pod["imagePullSecrets"],
+            serde_json::json!([{"name": "drover-registry"}]),
+            "{kind}"
+        );
+    }
+    // The agents get the cluster's environment, as Kubernetes builds it from the Secret.
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    assert_eq!(env["HTTPS_PROXY"], "http://proxy.corp.example:3128");
+    assert_eq!(env["NO_PROXY"], ".svc,10.0.0.0/8");
+    let env = imported.node_agent_env("node-1").await;
+    assert_eq!(env["HTTPS_PROXY"], "http://proxy.corp.example:3128");
+    imported.shutdown.cancel();
+}

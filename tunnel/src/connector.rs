@@ -25,6 +25,7 @@ use crate::{
     backoff::Backoff,
     call::Channel,
     inbound::{Control, Inbound, Services},
+    proxy::{ProxyError, ProxySettings},
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
     tls::{self, Trust},
     ws::{self, Role},
@@ -90,6 +91,8 @@ pub struct ConnectorConfig {
     /// choice. A fleet simulator spreads thousands of agents over 127.0.0.0/8 with it, so one
     /// address's ephemeral ports do not run out.
     pub local_address: Option<std::net::IpAddr>,
+    /// The HTTP proxy to reach the hub through (`HTTPS_PROXY`, `NO_PROXY`), if any.
+    pub proxy: ProxySettings,
     /// The protocol version sent in `Hello`. Only tests change it.
     #[doc(hidden)]
     pub protocol_version: u32,
@@ -110,6 +113,7 @@ impl ConnectorConfig {
             routes: None,
             services: Services::default(),
             local_address: None,
+            proxy: ProxySettings::none(),
             protocol_version: proto::TUNNEL_PROTOCOL_VERSION,
         }
     }
@@ -125,6 +129,12 @@ pub enum ConnectError {
         authority: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("cannot reach the hub at {authority} {source}")]
+    Proxy {
+        authority: String,
+        #[source]
+        source: ProxyError,
     },
     #[error(
         "CA checksum mismatch: the hub at {authority} serves a CA whose sha256 is {actual}, \
@@ -490,44 +500,57 @@ impl Connector {
             authority: target.authority.clone(),
             source,
         };
-        // Connecting by name resolves it again on every attempt.
-        let tcp = match self.inner.config.local_address {
-            None => TcpStream::connect((target.host.as_str(), target.port))
-                .await
-                .map_err(unreachable)?,
-            Some(local) => {
-                let mut last = None;
-                let mut connected = None;
-                for addr in tokio::net::lookup_host((target.host.as_str(), target.port))
+        let through_proxy = self
+            .inner
+            .config
+            .proxy
+            .connect(&target.host, target.port, self.inner.config.connect_timeout)
+            .await;
+        let tcp = if let Some(result) = through_proxy {
+            result.map_err(|source| ConnectError::Proxy {
+                authority: target.authority.clone(),
+                source,
+            })?
+        } else {
+            // Connecting by name resolves it again on every attempt.
+            match self.inner.config.local_address {
+                None => TcpStream::connect((target.host.as_str(), target.port))
                     .await
-                    .map_err(unreachable)?
-                    .filter(|a| a.is_ipv4() == local.is_ipv4())
-                {
-                    let socket = if local.is_ipv4() {
-                        tokio::net::TcpSocket::new_v4()
-                    } else {
-                        tokio::net::TcpSocket::new_v6()
-                    }
-                    .map_err(unreachable)?;
-                    socket
-                        .bind(std::net::SocketAddr::new(local, 0))
-                        .map_err(unreachable)?;
-                    match socket.connect(addr).await {
-                        Ok(tcp) => {
-                            connected = Some(tcp);
-                            break;
+                    .map_err(unreachable)?,
+                Some(local) => {
+                    let mut last = None;
+                    let mut connected = None;
+                    for addr in tokio::net::lookup_host((target.host.as_str(), target.port))
+                        .await
+                        .map_err(unreachable)?
+                        .filter(|a| a.is_ipv4() == local.is_ipv4())
+                    {
+                        let socket = if local.is_ipv4() {
+                            tokio::net::TcpSocket::new_v4()
+                        } else {
+                            tokio::net::TcpSocket::new_v6()
                         }
-                        Err(e) => last = Some(e),
+                        .map_err(unreachable)?;
+                        socket
+                            .bind(std::net::SocketAddr::new(local, 0))
+                            .map_err(unreachable)?;
+                        match socket.connect(addr).await {
+                            Ok(tcp) => {
+                                connected = Some(tcp);
+                                break;
+                            }
+                            Err(e) => last = Some(e),
+                        }
                     }
+                    connected.ok_or_else(|| {
+                        unreachable(last.unwrap_or_else(|| {
+                            std::io::Error::new(
+                                std::io::ErrorKind::AddrNotAvailable,
+                                format!("no address of the hub's family to reach from {local}"),
+                            )
+                        }))
+                    })?
                 }
-                connected.ok_or_else(|| {
-                    unreachable(last.unwrap_or_else(|| {
-                        std::io::Error::new(
-                            std::io::ErrorKind::AddrNotAvailable,
-                            format!("no address of the hub's family to reach from {local}"),
-                        )
-                    }))
-                })?
             }
         };
         let _ = tcp.set_nodelay(true);

@@ -18,6 +18,7 @@ mod inbound;
 pub mod listener;
 pub mod metrics;
 pub mod pool;
+mod proxy;
 mod registry;
 mod session;
 // An authenticator that accepts anyone who asks: only for tests and benchmarks, never built
@@ -37,6 +38,7 @@ pub use call::{CallBody, CallError, Channel};
 pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secret};
 pub use header::decode_header;
 pub use inbound::Services;
+pub use proxy::{ProxyError, ProxySettings};
 pub use registry::{Registry, SessionEvent};
 pub use session::{
     DialError, DialErrorKind, Peer, Session, SessionInfo, SessionSettings, TunnelStream,

@@ -74,6 +74,13 @@ pub struct ClusterSpec {
     /// (`system-default-registry`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub system_default_registry: String,
+    /// More environment for the agents (`HTTPS_PROXY`, `NO_PROXY`, …) and, on a custom
+    /// cluster's hosts, for the distribution's services and installer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_env: Vec<super::agentconfig::EnvVar>,
+    /// The agents' images and how the cluster pulls them (else the hub's settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_images: Option<super::agentconfig::AgentImages>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
 }

@@ -184,6 +184,10 @@ impl Kind {
                         .into(),
                 ),
                 _ => {
+                    super::agentconfig::validate_env(&s.agent_env)?;
+                    if let Some(images) = &s.agent_images {
+                        super::agentconfig::validate_images(images)?;
+                    }
                     if let (ClusterType::Custom, Some(dist), Some(version)) =
                         (s.cluster_type, s.distribution, s.version.as_deref())
                         && !release_of(dist, version)

@@ -3,6 +3,7 @@
 //! conditions as Rancher's API derives it. One file per concern; everything is named from here.
 
 mod access;
+pub mod agentconfig;
 mod cluster;
 pub mod distconfig;
 mod host;

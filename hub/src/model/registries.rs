@@ -50,6 +50,30 @@ pub struct RegistryTls {
     pub insecure_skip_verify: bool,
 }
 
+/// The user name and password of registry credential `name` (a CloudCredential of driver
+/// `registry`), or why it cannot be had.
+pub async fn login(
+    store: &dyn crate::store::Store,
+    name: &str,
+) -> Result<Result<(String, String), String>, crate::store::StoreError> {
+    let object = match store.get(super::Kind::CloudCredential.name(), name).await {
+        Ok(object) => object,
+        Err(crate::store::StoreError::NotFound { .. }) => {
+            return Ok(Err(format!(
+                "CloudCredential {name} does not exist; create it (driver registry)"
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(serde_json::from_value::<super::CloudCredentialSpec>(object.spec)
+        .ok()
+        .and_then(|c| c.registry)
+        .map(|r| (r.username, r.password))
+        .ok_or_else(|| {
+            format!("CloudCredential {name} is not a registry's (driver registry, with spec.registry)")
+        }))
+}
+
 /// Checks names, URLs, credentials' names and CA bundles, naming the bad field.
 pub fn validate(registries: &Registries) -> Result<(), String> {
     let host_ok = |h: &str| {

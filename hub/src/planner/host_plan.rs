@@ -113,6 +113,37 @@ pub(super) struct Ctx<'a> {
     pub(super) host_config: Vec<crate::model::distconfig::HostConfig>,
     /// `registries.yaml` and the CA files it names (`spec.registries`), on every host.
     pub(super) registries: Vec<File>,
+    /// `spec.agentEnv`: for the installer and the distribution's service (a proxy, above all).
+    pub(super) env: Vec<(String, String)>,
+}
+
+/// The distribution's systemd unit on a server or an agent: its service reads
+/// `/etc/default/<unit>` (`EnvironmentFile=-/etc/default/%N` in K3s's and RKE2's units).
+fn unit(dist: Distribution, server: bool) -> &'static str {
+    match (dist, server) {
+        (Distribution::K3s, true) => "k3s",
+        (Distribution::K3s, false) => "k3s-agent",
+        (Distribution::Rke2, true) => "rke2-server",
+        (Distribution::Rke2, false) => "rke2-agent",
+    }
+}
+
+/// `env` as a systemd environment file: `NAME="value"`, with `"`, `\\`, `$` and `` ` `` escaped.
+fn environment_file(env: &[(String, String)]) -> String {
+    let mut text =
+        "# spec.agentEnv of the cluster, for the distribution's service (written by Drover's planner).\n"
+            .to_owned();
+    for (name, value) in env {
+        let mut quoted = String::with_capacity(value.len());
+        for c in value.chars() {
+            if matches!(c, '"' | '\\' | '$' | '`') {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        text.push_str(&format!("{name}=\"{quoted}\"\n"));
+    }
+    text
 }
 
 /// Where the authenticator listens on each control-plane host: loopback only (host network),
@@ -176,13 +207,17 @@ impl Ctx<'_> {
             Distribution::K3s => ("INSTALL_K3S_VERSION", "INSTALL_K3S_EXEC"),
             Distribution::Rke2 => ("INSTALL_RKE2_VERSION", "INSTALL_RKE2_TYPE"),
         };
+        let mut env = vec![
+            format!("{version_var}={}", self.version),
+            format!("{type_var}={kind}"),
+        ];
+        // The installer downloads (through the proxy, if one is set) and K3s's copies the
+        // proxy variables into its service's environment.
+        env.extend(self.env.iter().map(|(k, v)| format!("{k}={v}")));
         Instruction {
             name: "install".into(),
             script,
-            env: vec![
-                format!("{version_var}={}", self.version),
-                format!("{type_var}={kind}"),
-            ],
+            env,
             ..Instruction::default()
         }
     }
@@ -221,6 +256,15 @@ pub(super) fn host_plan(
         ..File::default()
     }];
     files.extend(ctx.registries.iter().cloned());
+    if !ctx.env.is_empty() {
+        files.push(File {
+            path: format!("/etc/default/{}", unit(ctx.dist, server)),
+            content: environment_file(&ctx.env).into_bytes(),
+            // It may hold a proxy's password.
+            permissions: "0600".into(),
+            ..File::default()
+        });
+    }
     if endpoint {
         files.push(File {
             path: webhook_config_path(ctx.dist),

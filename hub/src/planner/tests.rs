@@ -406,6 +406,7 @@ fn dist_ctx(dist: Distribution) -> Ctx<'static> {
         config: std::collections::BTreeMap::new(),
         host_config: Vec::new(),
         registries: Vec::new(),
+        env: Vec::new(),
     }
 }
 
@@ -530,6 +531,106 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
             "{host}: {config}"
         );
     }
+}
+
+#[tokio::test]
+async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
+    let f = fixture();
+    let spec = json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "agentEnv": [{"name": "HTTPS_PROXY", "value": "http://drover:pa$$\"w@proxy.corp:3128"},
+                     {"name": "NO_PROXY", "value": "10.0.0.0/8,.svc"}],
+        "agentImages": {"registry": "registry.corp:5000", "pullPolicy": "Always",
+                        "pullCredential": "agent-pull"}});
+    f.store()
+        .create(Object::new("Cluster", "edge", spec))
+        .await
+        .unwrap();
+    f.host("h-a", true, true, "10.0.0.1").await;
+    f.host("h-b", false, true, "10.0.0.2").await;
+    f.planner.reconcile_all().await;
+    // The pull secret's credential is missing: nothing is planned, and the cluster says why.
+    assert!(f.plan("h-a").await.is_none());
+    let status = f.cluster_status().await;
+    assert!(
+        status.conditions.iter().any(|c| c.reason == "AgentImages"
+            && c.message
+                .contains("CloudCredential agent-pull does not exist")),
+        "{status:?}"
+    );
+    f.store()
+        .create(Object::new(
+            "CloudCredential",
+            "agent-pull",
+            json!({"driver": "registry", "registry": {"username": "puller", "password": "pull secret"}}),
+        ))
+        .await
+        .unwrap();
+    f.planner.reconcile_all().await;
+    f.applied("h-a", "K10abc::server:secret").await;
+    f.planner.reconcile_all().await;
+    for (host, unit) in [("h-a", "k3s"), ("h-b", "k3s-agent")] {
+        let plan = f.plan(host).await.unwrap();
+        let env = plan
+            .files
+            .iter()
+            .find(|f| f.path == format!("/etc/default/{unit}"))
+            .expect(host);
+        assert_eq!(env.permissions, "0600");
+        assert_eq!(
+            String::from_utf8_lossy(&env.content)
+                .lines()
+                .skip(1)
+                .collect::<Vec<_>>(),
+            [
+                r#"HTTPS_PROXY="http://drover:pa\$\$\"w@proxy.corp:3128""#,
+                r#"NO_PROXY="10.0.0.0/8,.svc""#
+            ],
+            "{host}"
+        );
+        assert!(
+            plan.instructions[0]
+                .env
+                .contains(&"NO_PROXY=10.0.0.0/8,.svc".to_owned()),
+            "{host}: {:?}",
+            plan.instructions[0].env
+        );
+    }
+    // The agents' manifest on the init host: images from the registry, pulled with the secret,
+    // the variables from a Secret.
+    let plan = f.plan("h-a").await.unwrap();
+    let manifest = plan
+        .files
+        .iter()
+        .find(|f| {
+            f.path
+                .ends_with("/server/manifests/drover-cluster-agent.yaml")
+        })
+        .map(|f| String::from_utf8_lossy(&f.content).into_owned())
+        .expect("the agents' manifest");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        manifest.contains(&format!(
+            "image: \"registry.corp:5000/drover/cluster-agent:{version}\""
+        )),
+        "{manifest}"
+    );
+    assert!(manifest.contains(&format!(
+        "image: \"registry.corp:5000/drover/node-agent:{version}\""
+    )));
+    assert_eq!(manifest.matches("imagePullPolicy: \"Always\"").count(), 2);
+    assert_eq!(
+        manifest
+            .matches("imagePullSecrets: [{name: drover-registry}]")
+            .count(),
+        2
+    );
+    assert_eq!(
+        manifest
+            .matches("valueFrom: {secretKeyRef: {name: drover-agent-env, key: HTTPS_PROXY}}")
+            .count(),
+        2
+    );
+    assert!(manifest.contains("type: kubernetes.io/dockerconfigjson"));
 }
 
 /// A provisioned cluster: `h-a` (etcd, control plane, worker) and worker `h-b`, both applied.

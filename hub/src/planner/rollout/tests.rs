@@ -24,6 +24,7 @@ fn ctx(version: &'static str) -> Ctx<'static> {
         config: std::collections::BTreeMap::new(),
         host_config: Vec::new(),
         registries: Vec::new(),
+        env: Vec::new(),
     }
 }
 

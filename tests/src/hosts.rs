@@ -123,6 +123,15 @@ impl Site {
                 std::fs::write(artifacts.join(name), bytes).unwrap();
             }
         }
+        // The agents' image archives (stand-ins: the stand-in distribution runs the agents
+        // from this build's binaries), which air-gapped hosts fetch into the distribution's
+        // images directory.
+        let agent_images = dir.join("hub/artifacts/drover");
+        std::fs::create_dir_all(&agent_images).unwrap();
+        for image in ["cluster-agent", "node-agent"] {
+            let file = format!("drover-{image}-{}-amd64.oci.tar", env!("CARGO_PKG_VERSION"));
+            std::fs::write(agent_images.join(file), format!("{image} image")).unwrap();
+        }
         let mut cluster = json!({"distribution": dist.name(), "version": versions[0]});
         if let (Value::Object(c), Value::Object(more)) = (&mut cluster, spec) {
             c.extend(more);

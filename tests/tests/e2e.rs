@@ -21,6 +21,7 @@ mod github;
 mod ha;
 mod health;
 mod hub;
+mod images;
 mod import;
 mod install;
 mod machines;

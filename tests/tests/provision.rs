@@ -107,6 +107,19 @@ async fn provision_and_roll(dist: Distribution) {
             (Distribution::Rke2, _) => "rke2-uninstall.sh",
         };
         assert!(bin.join(uninstall).exists(), "host {}: {uninstall}", host.i);
+        // The agents' images from the hub, where the distribution imports images at start.
+        let images = host
+            .dir
+            .join(format!("var-lib-rancher/{}/agent/images", dist.name()));
+        for image in ["cluster-agent", "node-agent"] {
+            let file = format!("drover-{image}-{}-amd64.oci.tar", env!("CARGO_PKG_VERSION"));
+            assert_eq!(
+                std::fs::read_to_string(images.join(&file)).ok().as_deref(),
+                Some(format!("{image} image").as_str()),
+                "host {}: {file}",
+                host.i
+            );
+        }
     }
 
     // Two pods on node-2: one the drain before its upgrade must evict (once its disruption

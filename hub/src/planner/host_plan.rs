@@ -52,8 +52,20 @@ pub(super) enum Installer {
     Script(String),
     /// Air-gapped (setting `install-source` = `hub`): the distribution's air-gap artifacts and
     /// its install script, served by the hub at `/v3/artifacts/<version>/`, fetched trusting
-    /// the hub's CA.
+    /// the hub's CA; and the agents' images (`scripts/images`' OCI archives, which the
+    /// operator puts in the hub's `artifacts/drover/`), which the distribution imports at start,
+    /// so the cluster-agent starts without a registry.
     Hub { base: String },
+}
+
+/// Where the hub serves the agents' image archives from, under its artifacts.
+pub(super) const AGENT_IMAGES_DIR: &str = "drover";
+
+/// The agents' image archives of this hub's version, as `scripts/images` names them (with
+/// `$arch` for the host's architecture).
+fn agent_image_archives() -> [String; 2] {
+    let version = env!("CARGO_PKG_VERSION");
+    ["cluster-agent", "node-agent"].map(|image| format!("drover-{image}-{version}-$arch.oci.tar"))
 }
 
 #[derive(Debug, Clone, Default)]
@@ -181,9 +193,25 @@ impl Ctx<'_> {
             ),
             // K3s's and RKE2's documented air-gap installs, with the files from the hub.
             (Installer::Hub { base }, dist) => {
+                let agents = base
+                    .rsplit_once('/')
+                    .map_or_else(String::new, |(artifacts, _)| {
+                        format!("{artifacts}/{AGENT_IMAGES_DIR}")
+                    });
+                let images = format!("/var/lib/rancher/{}/agent/images", dist.name());
+                let agent_images: String = agent_image_archives()
+                    .iter()
+                    .map(|file| {
+                        format!(
+                            "curl -fsS --cacert {HUB_CA} -o {images}/{file} \"{agents}/{file}\" || \
+                             {{ echo \"the hub has no {file}: build the agents' images with scripts/images and put them in the hub's artifacts/{AGENT_IMAGES_DIR}/\" >&2; exit 1; }}\n"
+                        )
+                    })
+                    .collect();
                 let fetch = format!(
                     "set -e\ncase \"$(uname -m)\" in aarch64|arm64) arch=arm64 ;; *) arch=amd64 ;; esac\n\
-                     fetch() {{ curl -fsS --cacert {HUB_CA} -o \"$2\" \"{base}/$1\"; }}\n"
+                     fetch() {{ curl -fsS --cacert {HUB_CA} -o \"$2\" \"{base}/$1\"; }}\n\
+                     mkdir -p {images}\n{agent_images}"
                 );
                 match dist {
                     Distribution::K3s => format!(

@@ -314,13 +314,14 @@ impl Planner {
             .await
     }
 
-    /// The user names and passwords of the registry credentials `registries` names, or why
-    /// one cannot be had.
+    /// The registry credentials `registries` names, by name, or why one cannot be had.
     async fn logins(
         &self,
         registries: &crate::model::registries::Registries,
-    ) -> Result<Result<std::collections::BTreeMap<String, (String, String)>, String>, StoreError>
-    {
+    ) -> Result<
+        Result<std::collections::BTreeMap<String, crate::model::RegistryCredential>, String>,
+        StoreError,
+    > {
         let mut logins = std::collections::BTreeMap::new();
         for name in crate::model::registries::credentials_named(registries) {
             match crate::model::registries::login(self.store.as_ref(), &name).await? {

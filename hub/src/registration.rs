@@ -234,11 +234,18 @@ pub async fn agents_manifest(
         .collect();
     let mut pull_secret = None;
     if !images.pull_credential.is_empty() {
-        let (username, password) = crate::model::registries::login(store, &images.pull_credential)
+        let invalid =
+            |why: String| StoreError::Invalid(format!("spec.agentImages.pullCredential: {why}"));
+        let login = crate::model::registries::login(store, &images.pull_credential)
             .await?
-            .map_err(|why| {
-                StoreError::Invalid(format!("spec.agentImages.pullCredential: {why}"))
-            })?;
+            .map_err(invalid)?;
+        if login.username.is_empty() {
+            return Err(invalid(format!(
+                "CloudCredential {} has no user name and password, which a pull secret is made of",
+                images.pull_credential
+            )));
+        }
+        let (username, password) = (login.username, login.password);
         let mut registries = vec![
             agentconfig::registry_of(&cluster_image),
             agentconfig::registry_of(&node_image),

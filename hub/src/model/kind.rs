@@ -404,10 +404,11 @@ fn redact_spec(spec: &mut Value) {
 
 /// Secrets written into an object's spec that the API never returns, and that an update
 /// which leaves them out keeps (JSON pointers into the spec).
-pub const SECRET_FIELDS: [&str; 6] = [
+pub const SECRET_FIELDS: [&str; 7] = [
     "/ssh/privateKey",
     "/amazonec2/secretAccessKey",
     "/registry/password",
+    "/registry/key",
     "/ldap/bindPassword",
     "/oidc/clientSecret",
     "/github/clientSecret",

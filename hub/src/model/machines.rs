@@ -49,10 +49,16 @@ pub struct CloudCredentialSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegistryCredential {
+    /// A login: the user name and (write-only) password.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub username: String,
-    /// Write-only.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub password: String,
+    /// A client certificate (PEM) the registry asks for, and its (write-only) key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub certificate: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -181,10 +187,20 @@ pub fn validate_credential(spec: &CloudCredentialSpec) -> Result<(), String> {
         ),
         "CloudCredential",
     )?;
-    if let Some(registry) = &spec.registry
-        && registry.username.trim().is_empty()
-    {
-        return Err("spec.registry.username: give the registry's user name".into());
+    if let Some(registry) = &spec.registry {
+        if registry.username.trim().is_empty() && registry.certificate.is_empty() {
+            return Err("spec.registry: give a login (username, password), a client certificate (certificate, key), or both".into());
+        }
+        let pem = |text: &str, label: &str| {
+            let text = text.trim();
+            text.starts_with("-----BEGIN ") && text.contains(&format!("{label}-----"))
+        };
+        if !registry.certificate.is_empty() && !pem(&registry.certificate, "CERTIFICATE") {
+            return Err("spec.registry.certificate: give the client certificate's PEM text (-----BEGIN CERTIFICATE----- …)".into());
+        }
+        if !registry.key.is_empty() && !pem(&registry.key, "PRIVATE KEY") {
+            return Err("spec.registry.key: give the client certificate's private key as PEM (-----BEGIN PRIVATE KEY----- …)".into());
+        }
     }
     if let Some(ssh) = &spec.ssh
         && !ssh.private_key.is_empty()
@@ -228,8 +244,15 @@ pub fn missing_secret(spec: &CloudCredentialSpec) -> Option<&'static str> {
         {
             Some("spec.amazonec2.secretAccessKey")
         }
-        DriverName::Registry if spec.registry.as_ref().is_none_or(|r| r.password.is_empty()) => {
-            Some("spec.registry.password")
+        DriverName::Registry => {
+            let registry = spec.registry.as_ref()?;
+            if !registry.username.is_empty() && registry.password.is_empty() {
+                Some("spec.registry.password")
+            } else if !registry.certificate.is_empty() && registry.key.is_empty() {
+                Some("spec.registry.key")
+            } else {
+                None
+            }
         }
         _ => None,
     }

@@ -50,12 +50,12 @@ pub struct RegistryTls {
     pub insecure_skip_verify: bool,
 }
 
-/// The user name and password of registry credential `name` (a CloudCredential of driver
-/// `registry`), or why it cannot be had.
+/// Registry credential `name` (a CloudCredential of driver `registry`: a login, a client
+/// certificate, or both), or why it cannot be had.
 pub async fn login(
     store: &dyn crate::store::Store,
     name: &str,
-) -> Result<Result<(String, String), String>, crate::store::StoreError> {
+) -> Result<Result<super::RegistryCredential, String>, crate::store::StoreError> {
     let object = match store.get(super::Kind::CloudCredential.name(), name).await {
         Ok(object) => object,
         Err(crate::store::StoreError::NotFound { .. }) => {
@@ -68,7 +68,6 @@ pub async fn login(
     Ok(serde_json::from_value::<super::CloudCredentialSpec>(object.spec)
         .ok()
         .and_then(|c| c.registry)
-        .map(|r| (r.username, r.password))
         .ok_or_else(|| {
             format!("CloudCredential {name} is not a registry's (driver registry, with spec.registry)")
         }))

@@ -465,12 +465,13 @@ pub(super) fn config_yaml(
 
 /// The distribution's `registries.yaml` for `registries` (the format K3s and RKE2 document:
 /// `mirrors.<name>.endpoint`/`rewrite`, `configs.<host>.auth`/`tls`), with each registry's
-/// CA bundle as a file of its own; `logins` are the credentials' user names and passwords by
-/// credential name. The file holds passwords: owner-only, as the plan that carries it.
+/// CA bundle and client certificate as files of their own; `logins` are the credentials by
+/// name. The file holds passwords: owner-only, as the plan that carries it, and as the client
+/// certificate's key.
 pub(super) fn registry_files(
     dist: Distribution,
     registries: &crate::model::registries::Registries,
-    logins: &std::collections::BTreeMap<String, (String, String)>,
+    logins: &std::collections::BTreeMap<String, crate::model::RegistryCredential>,
 ) -> Vec<File> {
     let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let dir = format!("/etc/rancher/{}", dist.name());
@@ -501,29 +502,36 @@ pub(super) fn registry_files(
         lines.push("configs:".to_owned());
         for (host, config) in &registries.configs {
             lines.push(format!("  {}:", quote(host)));
-            if let Some((username, password)) = logins.get(&config.credential) {
+            let login = logins.get(&config.credential);
+            if let Some(login) = login.filter(|l| !l.username.is_empty()) {
                 lines.push("    auth:".into());
-                lines.push(format!("      username: {}", quote(username)));
-                lines.push(format!("      password: {}", quote(password)));
+                lines.push(format!("      username: {}", quote(&login.username)));
+                lines.push(format!("      password: {}", quote(&login.password)));
             }
-            let Some(tls) = &config.tls else { continue };
-            if tls.ca_bundle.is_empty() && !tls.insecure_skip_verify {
+            let client = login.filter(|l| !l.certificate.is_empty());
+            let tls = config.tls.clone().unwrap_or_default();
+            if tls.ca_bundle.is_empty() && !tls.insecure_skip_verify && client.is_none() {
                 continue;
             }
             lines.push("    tls:".into());
-            if !tls.ca_bundle.is_empty() {
-                // One directory per registry host; ':' is not welcome in every path.
-                let path = format!(
-                    "{dir}/registries.d/{}/ca.crt",
-                    host.replace([':', '*'], "_")
-                );
-                lines.push(format!("      ca_file: {}", quote(&path)));
+            // One directory per registry host; ':' is not welcome in every path.
+            let host_dir = format!("{dir}/registries.d/{}", host.replace([':', '*'], "_"));
+            let mut file = |key: &str, name: &str, content: &str, permissions: &str| {
+                let path = format!("{host_dir}/{name}");
+                lines.push(format!("      {key}: {}", quote(&path)));
                 files.push(File {
                     path,
-                    content: tls.ca_bundle.clone().into_bytes(),
-                    permissions: "0644".into(),
+                    content: content.as_bytes().to_vec(),
+                    permissions: permissions.into(),
                     ..File::default()
                 });
+            };
+            if !tls.ca_bundle.is_empty() {
+                file("ca_file", "ca.crt", &tls.ca_bundle, "0644");
+            }
+            if let Some(client) = client {
+                file("cert_file", "client.crt", &client.certificate, "0644");
+                file("key_file", "client.key", &client.key, "0600");
             }
             if tls.insecure_skip_verify {
                 lines.push("      insecure_skip_verify: true".into());

@@ -472,7 +472,8 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
         "registries": {
             "mirrors": {"docker.io": {"endpoint": ["https://registry.example.com:5000"],
                                       "rewrite": {"^rancher/(.*)": "mirror/rancher/$1"}}},
-            "configs": {"registry.example.com:5000": {"credential": "mirror-login",
+            "configs": {"mtls.example.com": {"credential": "mtls-login"},
+                        "registry.example.com:5000": {"credential": "mirror-login",
                 "tls": {"caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}}}});
     f.store()
         .create(Object::new("Cluster", "edge", spec))
@@ -501,11 +502,23 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
         ))
         .await
         .unwrap();
+    f.store()
+        .create(Object::new(
+            "CloudCredential",
+            "mtls-login",
+            json!({"driver": "registry", "registry": {
+                "certificate": "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n",
+                "key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"}}),
+        ))
+        .await
+        .unwrap();
     f.planner.reconcile_all().await;
     f.applied("h-a", "K10abc::server:secret").await;
     f.planner.reconcile_all().await;
     let wanted = "mirrors:\n  \"docker.io\":\n    endpoint:\n      - \"https://registry.example.com:5000\"\n    \
-                  rewrite:\n      \"^rancher/(.*)\": \"mirror/rancher/$1\"\nconfigs:\n  \"registry.example.com:5000\":\n    \
+                  rewrite:\n      \"^rancher/(.*)\": \"mirror/rancher/$1\"\nconfigs:\n  \"mtls.example.com\":\n    tls:\n      \
+                  cert_file: \"/etc/rancher/k3s/registries.d/mtls.example.com/client.crt\"\n      \
+                  key_file: \"/etc/rancher/k3s/registries.d/mtls.example.com/client.key\"\n  \"registry.example.com:5000\":\n    \
                   auth:\n      username: \"puller\"\n      password: \"pull secret\"\n    tls:\n      \
                   ca_file: \"/etc/rancher/k3s/registries.d/registry.example.com_5000/ca.crt\"\n";
     for host in ["h-a", "h-b"] {
@@ -521,6 +534,9 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
         let ca =
             file("/etc/rancher/k3s/registries.d/registry.example.com_5000/ca.crt").expect(host);
         assert!(String::from_utf8_lossy(&ca.content).starts_with("-----BEGIN CERTIFICATE-----"));
+        let key = file("/etc/rancher/k3s/registries.d/mtls.example.com/client.key").expect(host);
+        assert_eq!(key.permissions, "0600");
+        assert!(String::from_utf8_lossy(&key.content).contains("MIIE"));
         let config =
             String::from_utf8_lossy(&file("/etc/rancher/k3s/config.yaml").unwrap().content)
                 .into_owned();

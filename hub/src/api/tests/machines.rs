@@ -91,6 +91,26 @@ async fn credentials_keep_their_secrets_and_templates_stay_as_made() {
         stored.spec["registry"],
         json!({"username": "reader", "password": "pull secret"})
     );
+    // A client certificate: its key as write-only; a certificate without its key is refused.
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n";
+    let created = t
+        .create(&admin, "cloudcredentials",
+            json!({"metadata": {"name": "mtls"}, "spec": {"driver": "registry", "registry": {"certificate": cert, "key": key}}}))
+        .await;
+    assert_eq!(created["spec"]["registry"], json!({"certificate": cert}));
+    let (status, body) = t
+        .call(Method::POST, "/v1/cloudcredentials", Some(&admin),
+            Some(json!({"metadata": {"name": "half"}, "spec": {"driver": "registry", "registry": {"certificate": cert}}})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.registry.key"),
+        "{body}"
+    );
     // It makes no machines.
     let (status, body) = t
         .call(Method::POST, "/v1/machinetemplates", Some(&admin),

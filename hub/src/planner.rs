@@ -61,10 +61,11 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Reconciles every custom cluster whenever a Cluster, Host or Plan changes (and every 10 s
-    /// regardless), until `shutdown`.
+    /// Reconciles every custom cluster whenever a Cluster, Host, Plan, snapshot or cloud
+    /// credential changes (and every 10 s regardless), until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let kinds = ["Cluster", "Host", "Plan", "EtcdSnapshot"];
+        // A registry credential a cluster waits for counts as a change of that cluster.
+        let kinds = ["Cluster", "Host", "Plan", "EtcdSnapshot", "CloudCredential"];
         crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
             self.reconcile_all()
         })

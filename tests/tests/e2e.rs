@@ -11,6 +11,7 @@ mod dashboard;
 mod day2;
 mod demo;
 mod directory;
+mod distconfig;
 mod downstream;
 mod durability;
 mod endpoint;

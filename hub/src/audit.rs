@@ -145,6 +145,12 @@ pub fn redact(mut value: serde_json::Value) -> serde_json::Value {
                     walk(item, secret_data);
                 }
             }
+            // A URL's password (a proxy's, in a cluster's agentEnv), wherever it is.
+            serde_json::Value::String(text) => {
+                if let Some((shown, _)) = crate::model::agentconfig::split_url_password(text) {
+                    *text = shown.replacen('@', &format!(":{REDACTED}@"), 1);
+                }
+            }
             _ => {}
         }
     }
@@ -788,6 +794,13 @@ mod tests {
         // A ConfigMap's data is not secret.
         let config = redact(serde_json::json!({"kind": "ConfigMap", "data": {"k": "v"}}));
         assert_eq!(config["data"]["k"], "v");
+        // A proxy's password in a cluster's agentEnv.
+        let cluster = redact(serde_json::json!({"spec": {"agentEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://drover:s3cret@proxy:3128"}]}}));
+        assert_eq!(
+            cluster["spec"]["agentEnv"][0]["value"],
+            format!("http://drover:{REDACTED}@proxy:3128")
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tests::{
 
 const PROXY_NS: &str = "drv-px";
 const USER: &str = "drover";
-const PASSWORD: &str = "s3cret";
+const PASSWORD: &str = "proxy-pass-4711";
 
 /// `tinyproxy` in a namespace of its own on the hosts' switch, asking for basic auth; killed
 /// (with its namespace) on drop.
@@ -103,6 +103,8 @@ async fn hosts_reach_the_hub_through_a_proxy_or_directly_as_no_proxy_says() {
     // Host 1's only way to the hub is the proxy: its direct route is refused.
     sh(&format!("ip -n drv-h1 route add prohibit {hub_address}/32"));
     let good = proxy.url(PASSWORD);
+    // Sent in a cluster's agentEnv: it must reach no audit log (scripts/test checks).
+    tests::note_secret(PASSWORD);
     let hub_host = hub_address.clone();
     let site = Site::start_with(
         &dir,
@@ -127,6 +129,12 @@ async fn hosts_reach_the_hub_through_a_proxy_or_directly_as_no_proxy_says() {
     .await;
     let (hub, admin) = (&site.hub, &site.admin);
     let port = hub.addr.port();
+    // The proxy's password is write-only on the API.
+    let (_, cluster) = site.get("/v1/clusters/edge").await;
+    assert_eq!(
+        cluster["spec"]["agentEnv"][0]["value"],
+        format!("http://{USER}@{PREFIX}.5:8888")
+    );
     let hub_authority = format!("{hub_address}:{port}");
 
     // Direct really is refused on host 1.

@@ -84,6 +84,7 @@ pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, 
     match kind {
         Kind::Setting => {
             crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            crate::model::agentconfig::validate_setting(name, &spec).map_err(ApiError::invalid)?;
             if name == crate::auth::providers::REFRESH_SETTING {
                 let value = spec.get("value").and_then(Value::as_str).unwrap_or("");
                 crate::auth::providers::parse_interval(value).map_err(|e| {
@@ -234,6 +235,7 @@ async fn checked_spec(
     }
     // A secret the caller cannot read back is kept when an update leaves it out.
     if let Some(current) = current {
+        crate::model::agentconfig::keep_env_passwords(&mut spec, &current.spec);
         for pointer in crate::model::SECRET_FIELDS {
             let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
             if let (Some(kept), Some(Value::Object(map))) =

@@ -37,6 +37,72 @@ pub struct AgentImages {
     pub pull_credential: String,
 }
 
+/// `value` without the password of a URL's user (`http://user:secret@proxy:3128` →
+/// `http://user@proxy:3128`) and that password; `None` when it holds none.
+pub fn split_url_password(value: &str) -> Option<(String, String)> {
+    let (scheme, rest) = value.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let (userinfo, host) = authority.rsplit_once('@')?;
+    let (user, password) = userinfo.split_once(':')?;
+    Some((
+        format!("{scheme}://{user}@{host}{path}"),
+        password.to_owned(),
+    ))
+}
+
+/// A cluster spec's `agentEnv` as the API shows it: a proxy URL's password is write-only, as
+/// every secret the API takes.
+pub fn redact_env(spec: &mut serde_json::Value) {
+    for var in spec
+        .get_mut("agentEnv")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(value) = var.get_mut("value")
+            && let Some((shown, _)) = value.as_str().and_then(split_url_password)
+        {
+            *value = serde_json::Value::String(shown);
+        }
+    }
+}
+
+/// An update that gives a variable back as the API showed it (without its URL's password)
+/// keeps the password stored.
+pub fn keep_env_passwords(spec: &mut serde_json::Value, current: &serde_json::Value) {
+    let stored: Vec<(String, String)> = current
+        .get("agentEnv")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?.to_owned(),
+                v["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    for var in spec
+        .get_mut("agentEnv")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let name = var["name"].as_str().unwrap_or_default().to_owned();
+        let Some(value) = var.get_mut("value") else {
+            continue;
+        };
+        let kept = stored.iter().find_map(|(n, v)| {
+            let (shown, _) = split_url_password(v)?;
+            (*n == name && value.as_str() == Some(shown.as_str())).then(|| v.clone())
+        });
+        if let Some(kept) = kept {
+            *value = serde_json::Value::String(kept);
+        }
+    }
+}
+
 /// The variables Drover sets itself in the agents' containers and on hosts.
 fn drovers_own(name: &str) -> bool {
     name.starts_with("DROVER_") || name == "KUBECONFIG"
@@ -102,6 +168,32 @@ pub fn validate_images(images: &AgentImages) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The agents' image settings (`cluster-agent-image`, `node-agent-image`,
+/// `agent-image-pull-policy`), checked as a cluster's `spec.agentImages` is.
+pub fn validate_setting(name: &str, spec: &serde_json::Value) -> Result<(), String> {
+    let value = spec
+        .get("value")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let images = match name {
+        "cluster-agent-image" => AgentImages {
+            cluster_agent: value.into(),
+            ..AgentImages::default()
+        },
+        "node-agent-image" => AgentImages {
+            node_agent: value.into(),
+            ..AgentImages::default()
+        },
+        "agent-image-pull-policy" => AgentImages {
+            pull_policy: value.into(),
+            ..AgentImages::default()
+        },
+        _ => return Ok(()),
+    };
+    validate_images(&images)
+        .map_err(|e| e.replace("spec.agentImages.", &format!("setting {name}: ")))
 }
 
 fn registry_host_ok(host: &str) -> bool {
@@ -184,6 +276,44 @@ mod tests {
         assert!(e.contains("one line"), "{e}");
         let e = validate_env(&[var("A", "1"), var("A", "2")]).unwrap_err();
         assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn a_proxy_password_is_write_only() {
+        assert_eq!(
+            split_url_password("http://drover:s3cr:et@proxy.corp:3128/x"),
+            Some(("http://drover@proxy.corp:3128/x".into(), "s3cr:et".into()))
+        );
+        assert_eq!(split_url_password("http://proxy.corp:3128"), None);
+        assert_eq!(split_url_password("10.0.0.0/8,.svc"), None);
+        let stored = serde_json::json!({"agentEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://drover:s3cret@proxy.corp:3128"},
+            {"name": "NO_PROXY", "value": ".svc"}]});
+        let mut shown = stored.clone();
+        redact_env(&mut shown);
+        assert!(!shown.to_string().contains("s3cret"), "{shown}");
+        assert_eq!(
+            shown["agentEnv"][0]["value"],
+            "http://drover@proxy.corp:3128"
+        );
+        // Given back as shown: kept. Given a new password or another proxy: taken.
+        let mut update = shown.clone();
+        keep_env_passwords(&mut update, &stored);
+        assert_eq!(update, stored);
+        let mut update = serde_json::json!({"agentEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://drover:new@proxy.corp:3128"}]});
+        keep_env_passwords(&mut update, &stored);
+        assert_eq!(
+            update["agentEnv"][0]["value"],
+            "http://drover:new@proxy.corp:3128"
+        );
+        let mut update = serde_json::json!({"agentEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://drover@other.corp:3128"}]});
+        keep_env_passwords(&mut update, &stored);
+        assert_eq!(
+            update["agentEnv"][0]["value"],
+            "http://drover@other.corp:3128"
+        );
     }
 
     #[test]

@@ -386,14 +386,15 @@ impl Kind {
     }
 }
 
-/// The write-only fields of every kind: top-level ones, and an auth provider's secrets
-/// ([`SECRET_FIELDS`]).
+/// The write-only fields of every kind: top-level ones, an auth provider's secrets
+/// ([`SECRET_FIELDS`]), and the password of a proxy URL in a cluster's `agentEnv`.
 fn redact_spec(spec: &mut Value) {
     if let Value::Object(map) = spec {
         for field in ["secretHash", "passwordHash", "password"] {
             map.remove(field);
         }
     }
+    super::agentconfig::redact_env(spec);
     for pointer in SECRET_FIELDS {
         let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
         if let Some(Value::Object(map)) = spec.pointer_mut(parent) {

@@ -6,7 +6,9 @@
 //! resident memory with the fleet less before it), its CPU while the fleet only beats, the time
 //! from writing a new plan for every host (through the API, 32 at a time) until every host has
 //! applied it, and, after the hub is killed and started again on the same port and data, the
-//! time until every agent is back.
+//! time until every agent is back. Before all that, alone on the machine, the same numbers for
+//! the floor ([`crate::floor`]): N bare TLS + WebSocket connections on a minimal server, each
+//! pinging once per beat interval; `vs_floor` is each of the hub's figures over the floor's.
 //!
 //! Each process needs a file descriptor per agent: the fleet raises its soft limit to the hard
 //! one, which must exceed N (plus some).
@@ -63,13 +65,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     );
     let data = std::env::temp_dir().join(format!("drover-bench-fleet-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
+    let open_files = sim::fleet::raise_open_files_limit();
+    // The floor first, alone on the machine: N bare TLS + WebSocket connections.
+    let floor = floor_run(&data.join("floor"), n, args.idle_seconds).await?;
     let prepared = prepare(&data.join("hub")).await?;
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let (hub, url) = start_hub_on(&exe, &data.join("hub"), "10", addr).await?;
     let pid = hub.id().context("hub pid")?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_mib(pid).unwrap_or(0.0);
-    let open_files = sim::fleet::raise_open_files_limit();
 
     let stop = CancellationToken::new();
     let mut cold = Instant::now();
@@ -157,8 +161,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "/dev/shm/drover-bench-fleet-{}",
         std::process::id()
     ));
+    let ratio = |hub: Option<f64>, floor: Option<f64>| match (hub, floor) {
+        (Some(h), Some(f)) if f > 0.0 => Some(round(h / f, 2)),
+        _ => None,
+    };
+    let rss_per_agent_kib = round((rss_after - rss_before) * 1024.0 / n as f64, 1);
+    let vs_floor = json!({
+        "connect": ratio(connect_s, floor.connect_s),
+        "rss_per_agent": ratio(Some(rss_per_agent_kib), Some(floor.rss_per_conn_kib)),
+        "cpu_idle": ratio(Some(idle_cpu), Some(floor.idle_cpu)),
+    });
     Ok(json!({
         "scenario": "fleet",
+        "floor": {
+            "what": "bare TLS + WebSocket connections on a minimal server (tokio, rustls, tungstenite; its own process), a ping per connection per beat interval",
+            "connected": floor.connected,
+            "connect_s": floor.connect_s,
+            "rss_per_conn_kib": floor.rss_per_conn_kib,
+            "cpu_pct_idle": round(floor.idle_cpu * 100.0, 2),
+        },
+        "vs_floor": vs_floor,
         "kind": args.kind,
         "agents": n,
         "connected": connected_then,
@@ -167,7 +189,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "connect_s": connect_s,
         "hub_rss_mib_before": rss_before,
         "hub_rss_mib": rss_after,
-        "rss_per_agent_kib": round((rss_after - rss_before) * 1024.0 / n as f64, 1),
+        "rss_per_agent_kib": rss_per_agent_kib,
         // The restarted hub never saw the registrations: its memory is the fleet's alone.
         "rss_per_agent_kib_after_restart": round((rss_restarted - rss_before) * 1024.0 / n as f64, 1),
         "hub_cpu_pct_idle": round(idle_cpu * 100.0, 2),
@@ -179,6 +201,52 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "heartbeat_seconds": 10,
         "open_files_limit": open_files,
     }))
+}
+
+/// What the floor measured.
+struct FloorFigures {
+    connected: usize,
+    connect_s: Option<f64>,
+    rss_per_conn_kib: f64,
+    idle_cpu: f64,
+}
+
+/// The floor's run: `n` connections from a cold start (200 handshakes at once, as the fleet's
+/// agents), its memory per connection and its CPU over `idle_seconds` of pings.
+async fn floor_run(
+    dir: &std::path::Path,
+    n: usize,
+    idle_seconds: u64,
+) -> anyhow::Result<FloorFigures> {
+    let floor = crate::floor::Floor::start(dir).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_before = rss_mib(floor.pid).unwrap_or(0.0);
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let connected = floor.connect(n, 200, Duration::from_secs(10), &stop);
+    let connect = until(
+        || connected.load(Ordering::Relaxed) >= n,
+        Duration::from_secs(600),
+    )
+    .await;
+    let connect_s = connect.map(|_| round(started.elapsed().as_secs_f64(), 2));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let window = Duration::from_secs(idle_seconds.max(1));
+    let cpu_start = cpu_seconds(floor.pid)?;
+    tokio::time::sleep(window).await;
+    let idle_cpu = (cpu_seconds(floor.pid)? - cpu_start) / window.as_secs_f64();
+    let rss_after = rss_mib(floor.pid).unwrap_or(0.0);
+    let figures = FloorFigures {
+        connected: connected.load(Ordering::Relaxed),
+        connect_s,
+        rss_per_conn_kib: round((rss_after - rss_before) * 1024.0 / n as f64, 1),
+        idle_cpu,
+    };
+    stop.cancel();
+    floor.stop().await;
+    // The clients' sockets close with the server; give the kernel a moment to let them go.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(figures)
 }
 
 /// Waits until `done`; the time it took, or `None` after `limit`.

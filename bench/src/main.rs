@@ -7,6 +7,7 @@ mod audit_scenario;
 mod endpoint_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
+mod floor;
 mod health_scenario;
 mod hub_scenario;
 mod load;
@@ -69,6 +70,10 @@ enum Scenario {
     /// Machine pools: the machine controller making and destroying N EC2 machines against
     /// moto's EC2 server, beside the amazonec2 driver alone (the floor).
     Machines(machines_scenario::Args),
+    /// The floor `fleet` measures against: a minimal TLS + WebSocket server (started by
+    /// `fleet` itself).
+    #[command(hide = true)]
+    FloorServer(floor::ServerArgs),
 }
 
 #[global_allocator]
@@ -102,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
         Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,
         Scenario::Machines(args) => runtime.block_on(machines_scenario::run(args))?,
+        Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     host_plan::{
         Ctx, Join, Settings, Step, existing_manifest, host_plan, join_token, stored_checksum,
+        with_env_removal,
     },
     report::PlanReport,
     rollout::{Action, Removal},

@@ -140,6 +140,33 @@ fn unit(dist: Distribution, server: bool) -> &'static str {
     }
 }
 
+/// `plan` with the removal of the distribution's environment file when the cluster has no
+/// `spec.agentEnv` but `stored` (the host's plan now) wrote one or removes one: a proxy taken
+/// out of the cluster's spec leaves the service's environment too, and the removal stays in
+/// the host's plans so they do not change again after it.
+pub(super) fn with_env_removal(mut plan: Plan, ctx: &Ctx<'_>, stored: Option<&Object>) -> Plan {
+    if !ctx.env.is_empty() {
+        return plan;
+    }
+    let Some(stored) = stored
+        .and_then(|o| o.spec.get("plan"))
+        .and_then(|p| crate::model::parse_plan(p).ok())
+    else {
+        return plan;
+    };
+    let units = [unit(ctx.dist, true), unit(ctx.dist, false)].map(|u| format!("/etc/default/{u}"));
+    for file in stored.files.iter().filter(|f| units.contains(&f.path)) {
+        if !plan.files.iter().any(|f| f.path == file.path) {
+            plan.files.push(File {
+                path: file.path.clone(),
+                delete: true,
+                ..File::default()
+            });
+        }
+    }
+    plan
+}
+
 /// `env` as a systemd environment file: `NAME="value"`, with `"`, `\\`, `$` and `` ` `` escaped.
 fn environment_file(env: &[(String, String)]) -> String {
     let mut text =

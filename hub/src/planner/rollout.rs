@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::{
     Ctx, DRAINED, FINALIZER, Join, PlanReport, Step, host_plan, join_token, stored_checksum,
+    with_env_removal,
 };
 use crate::{
     model::{HostSpec, Status, UpgradeStrategy, concurrency},
@@ -154,6 +155,7 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
                 continue;
             }
         };
+        let target = with_env_removal(target, view.ctx, stored);
         let target_sum = checksum(&target);
         let report = stored.map(PlanReport::of).unwrap_or_default();
         if stored.and_then(stored_checksum).as_deref() == Some(target_sum.as_str()) {

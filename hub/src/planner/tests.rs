@@ -647,6 +647,31 @@ async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
         2
     );
     assert!(manifest.contains("type: kubernetes.io/dockerconfigjson"));
+
+    // The proxy taken out of the spec: the service's environment file goes too (a rollout,
+    // one host at a time), and the removal stays in the plans, which then hold still.
+    f.applied("h-b", "").await;
+    let mut c = f.store().get("Cluster", "edge").await.unwrap();
+    c.spec.as_object_mut().unwrap().remove("agentEnv");
+    f.store().update(c).await.unwrap();
+    for host in ["h-a", "h-b"] {
+        f.planner.reconcile_all().await;
+        f.applied(host, "K10abc::server:secret").await;
+    }
+    f.planner.reconcile_all().await;
+    for (host, unit) in [("h-a", "k3s"), ("h-b", "k3s-agent")] {
+        let plan = f.plan(host).await.unwrap();
+        let env = plan
+            .files
+            .iter()
+            .find(|f| f.path == format!("/etc/default/{unit}"))
+            .expect(host);
+        assert!(env.delete && env.content.is_empty(), "{host}: {env:?}");
+        assert!(!plan.instructions[0].env.iter().any(|e| e.starts_with("HTTPS_PROXY=")));
+        let before = checksum(&plan);
+        f.planner.reconcile_all().await;
+        assert_eq!(checksum(&f.plan(host).await.unwrap()), before, "{host}");
+    }
 }
 
 /// A provisioned cluster: `h-a` (etcd, control plane, worker) and worker `h-b`, both applied.

@@ -667,7 +667,12 @@ async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
             .find(|f| f.path == format!("/etc/default/{unit}"))
             .expect(host);
         assert!(env.delete && env.content.is_empty(), "{host}: {env:?}");
-        assert!(!plan.instructions[0].env.iter().any(|e| e.starts_with("HTTPS_PROXY=")));
+        assert!(
+            !plan.instructions[0]
+                .env
+                .iter()
+                .any(|e| e.starts_with("HTTPS_PROXY="))
+        );
         let before = checksum(&plan);
         f.planner.reconcile_all().await;
         assert_eq!(checksum(&f.plan(host).await.unwrap()), before, "{host}");

@@ -148,17 +148,19 @@ pub(super) fn with_env_removal(mut plan: Plan, ctx: &Ctx<'_>, stored: Option<&Ob
     if !ctx.env.is_empty() {
         return plan;
     }
-    let Some(stored) = stored
-        .and_then(|o| o.spec.get("plan"))
-        .and_then(|p| crate::model::parse_plan(p).ok())
-    else {
-        return plan;
-    };
+    // Only the stored files' paths are read, from the stored JSON: this runs for every host on
+    // every pass, and decoding the whole plan (its files' contents) again is not needed.
+    let stored_paths = stored
+        .and_then(|o| o.spec.pointer("/plan/files"))
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.get("path").and_then(serde_json::Value::as_str));
     let units = [unit(ctx.dist, true), unit(ctx.dist, false)].map(|u| format!("/etc/default/{u}"));
-    for file in stored.files.iter().filter(|f| units.contains(&f.path)) {
-        if !plan.files.iter().any(|f| f.path == file.path) {
+    for path in stored_paths.filter(|p| units.iter().any(|u| u == p)) {
+        if !plan.files.iter().any(|f| f.path == path) {
             plan.files.push(File {
-                path: file.path.clone(),
+                path: path.to_owned(),
                 delete: true,
                 ..File::default()
             });

@@ -615,15 +615,29 @@ pub(super) async fn patch(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let patch = body(body_result)?;
-    let current = super::readable(&api, &principal, kind, &name).await?;
-    // Patch what the caller sees; without a resourceVersion in the patch, the one just read
-    // still guards against a concurrent writer.
-    let mut value =
-        serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    kind.redact_value(&mut value);
-    kubeshape::patch::merge(&mut value, &patch);
-    replace(&api, &principal, kind, current, value).await
+    // A patch that names a resourceVersion is refused if the object moved on; one that does
+    // not applies to the object as it is, so a concurrent write (a controller's status, say)
+    // makes it read again and re-apply, as kube-apiserver does, rather than fail with 409.
+    let guarded = patch.pointer("/metadata/resourceVersion").is_some();
+    let mut attempts = 0;
+    loop {
+        let current = super::readable(&api, &principal, kind, &name).await?;
+        // Patch what the caller sees; the resourceVersion just read guards the write.
+        let mut value =
+            serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        kind.redact_value(&mut value);
+        kubeshape::patch::merge(&mut value, &patch);
+        match replace(&api, &principal, kind, current, value).await {
+            Err(e) if !guarded && e.reason == "Conflict" && attempts < PATCH_ATTEMPTS => {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
 }
+
+/// How often an unguarded patch is re-applied after losing a race to another writer.
+const PATCH_ATTEMPTS: usize = 16;
 
 pub(super) async fn delete(
     State(api): State<Api>,

@@ -34,12 +34,17 @@ impl Drop for TestApi {
 }
 
 async fn setup() -> TestApi {
+    setup_over(|store| store).await
+}
+
+/// [`setup`] over a store that `wrap` makes of the SQLite one.
+async fn setup_over(wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>) -> TestApi {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("drover-api-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+    let sqlite: Arc<dyn Store> = wrap(Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap()));
     // As the hub runs it: callers are remembered between requests, so revocations, logouts
     // and role changes below also check that nothing stale is served from memory.
     let known = Arc::new(Known::default());
@@ -950,3 +955,125 @@ mod holes;
 mod lifetimes;
 mod machines;
 mod signin;
+
+/// A store that, before three of every four writes of cluster `busy`'s spec, writes the
+/// cluster's status itself: the controller that races a user's edit, every time.
+#[derive(Debug)]
+struct Meddler {
+    inner: Arc<dyn Store>,
+    spec_writes: std::sync::atomic::AtomicU32,
+    meddled: std::sync::atomic::AtomicU32,
+}
+
+impl Store for Meddler {
+    fn get(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> crate::store::BoxFuture<'_, Result<crate::store::Object, crate::store::StoreError>> {
+        self.inner.get(kind, name)
+    }
+
+    fn list(
+        &self,
+        kind: &str,
+        selector: &crate::store::LabelSelector,
+    ) -> crate::store::BoxFuture<
+        '_,
+        Result<(Vec<crate::store::Object>, u64), crate::store::StoreError>,
+    > {
+        self.inner.list(kind, selector)
+    }
+
+    fn transact(
+        &self,
+        ops: Vec<crate::store::Op>,
+    ) -> crate::store::BoxFuture<'_, Result<Vec<crate::store::Object>, crate::store::StoreError>>
+    {
+        Box::pin(async move {
+            let spec_write = matches!(&ops[..], [crate::store::Op::Update(o)]
+                if o.kind == "Cluster" && o.metadata.name == "busy" && o.spec.get("description").is_some());
+            if spec_write
+                && self
+                    .spec_writes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    % 4
+                    != 3
+            {
+                let mut object = self.inner.get("Cluster", "busy").await?;
+                object.status = json!({"beat": self.meddled.fetch_add(1, std::sync::atomic::Ordering::Relaxed)});
+                self.inner.update(object).await?;
+            }
+            self.inner.transact(ops).await
+        })
+    }
+
+    fn watch(
+        &self,
+        kind: Option<&str>,
+        from: Option<u64>,
+    ) -> crate::store::BoxFuture<'_, Result<crate::store::WatchStream, crate::store::StoreError>>
+    {
+        self.inner.watch(kind, from)
+    }
+
+    fn revision(&self) -> crate::store::BoxFuture<'_, Result<u64, crate::store::StoreError>> {
+        self.inner.revision()
+    }
+}
+
+/// A dashboard's "Pause" is a merge patch without a resourceVersion; a controller writing the
+/// cluster's status at the same moment must not turn it into a 409 (kube-apiserver re-applies
+/// such a patch), while a patch that names a stale resourceVersion still is one.
+#[tokio::test]
+async fn a_patch_without_a_resource_version_survives_a_concurrent_status_writer() {
+    let meddler = Arc::new(std::sync::OnceLock::<Arc<Meddler>>::new());
+    let t = setup_over({
+        let meddler = meddler.clone();
+        move |inner| {
+            let m = Arc::new(Meddler {
+                inner,
+                spec_writes: Default::default(),
+                meddled: Default::default(),
+            });
+            meddler.set(m.clone()).unwrap();
+            m
+        }
+    })
+    .await;
+    let created = t.create(&t.admin, "clusters", imported("busy")).await;
+    for i in 0..5 {
+        let (status, body) = t
+            .call(
+                Method::PATCH,
+                "/v1/clusters/busy",
+                Some(&t.admin),
+                Some(json!({"spec": {"description": format!("d{i}")}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "patch {i}: {body}");
+        assert_eq!(body["spec"]["description"], format!("d{i}"));
+    }
+    let meddled = meddler
+        .get()
+        .unwrap()
+        .meddled
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(meddled, 15, "the controller raced each patch three times");
+    let (status, body) = t
+        .call(
+            Method::PATCH,
+            "/v1/clusters/busy",
+            Some(&t.admin),
+            Some(json!({"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}, "spec": {"description": "late"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("changed by someone else"),
+        "{body}"
+    );
+}

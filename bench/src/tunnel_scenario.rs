@@ -41,6 +41,10 @@ pub(crate) struct Args {
     /// Runs of each throughput figure per path; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// KiB of window a session's streams may grow into beyond their 256 KiB each (both ends;
+    /// default: the tunnel's own).
+    #[arg(long)]
+    window_growth_kib: Option<usize>,
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -188,8 +192,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let roots = tls::roots_from_pem(testing::ca_pem().as_bytes())?;
     let tls = TlsConnector::from(tls::client_config(roots));
 
-    let hub = testing::TestHub::start(AcceptorConfig::default()).await;
+    let mut settings = tunnel::SessionSettings::default();
+    if let Some(kib) = args.window_growth_kib {
+        settings.window_growth = kib * 1024;
+    }
+    let hub = testing::TestHub::start(AcceptorConfig {
+        settings,
+        ..AcceptorConfig::default()
+    })
+    .await;
     let mut agent_config = testing::agent_config(&hub, "bench");
+    agent_config.settings = settings;
     agent_config.services = Services::default().add("bench", |stream| async move {
         let _ = load::serve(stream).await;
     });
@@ -279,29 +292,54 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "dial_path_rtt_p99_us": round1(percentile_us(dial_rtt, 99.0)),
         "tunnel_rtt_p50_under_load_us": round1(percentile_us(&mut loaded, 50.0)),
         "tunnel_rtt_p99_under_load_us": round1(percentile_us(&mut loaded, 99.0)),
+        "window_growth_kib": settings.window_growth / 1024,
         "streams": args.streams,
         "streams_each_mib": args.stream_mib,
-        "direct_streams100_mib_s": round1(mib_per_s(total, many[0])),
-        "streams100_mib_s": round1(mib_per_s(total, many[1])),
+        "direct_streams100_mib_s": round1(mib_per_s(total, many[0].wall)),
+        "streams100_mib_s": round1(mib_per_s(total, many[1].wall)),
+        // Fairness: when the first and the last of the concurrent streams finished.
+        "direct_streams_fastest_s": round3(many[0].fastest.as_secs_f64()),
+        "direct_streams_slowest_s": round3(many[0].slowest.as_secs_f64()),
+        "streams_fastest_s": round3(many[1].fastest.as_secs_f64()),
+        "streams_slowest_s": round3(many[1].slowest.as_secs_f64()),
+        "streams_slowest_over_fastest": round3(
+            many[1].slowest.as_secs_f64() / many[1].fastest.as_secs_f64().max(1e-9)
+        ),
     }))
 }
 
-/// `n` downloads of `bytes` each at once over `path`; returns the wall time until all finished.
+/// How `n` concurrent downloads went: the wall time until all finished, and when the first
+/// and the last of them finished (a fair session finishes them together).
+struct Concurrent {
+    wall: Duration,
+    fastest: Duration,
+    slowest: Duration,
+}
+
+/// `n` downloads of `bytes` each at once over `path`.
 async fn concurrent(
     n: usize,
     ends: Arc<Endpoints>,
     path: Path,
     bytes: u64,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<Concurrent> {
     let start = std::time::Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|_| {
             let ends = ends.clone();
-            tokio::spawn(async move { load::download(ends.open(path).await?, bytes).await })
+            tokio::spawn(async move {
+                load::download(ends.open(path).await?, bytes).await?;
+                anyhow::Ok(start.elapsed())
+            })
         })
         .collect();
+    let mut finished = Vec::with_capacity(n);
     for task in tasks {
-        task.await??;
+        finished.push(task.await??);
     }
-    Ok(start.elapsed())
+    Ok(Concurrent {
+        wall: start.elapsed(),
+        fastest: finished.iter().copied().min().unwrap_or_default(),
+        slowest: finished.iter().copied().max().unwrap_or_default(),
+    })
 }

@@ -285,7 +285,8 @@ fn node_agents(
     Ok(connected)
 }
 
-/// Writes one plan for every host of `fleet` through the API (32 requests at a time) and waits
+/// Writes one plan for every host of `fleet` through the API (32 writers, each on a connection
+/// of its own) and waits
 /// until every host has applied it: seconds to write them all, and from the first write until
 /// the last host applied its plan.
 async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64, f64)> {
@@ -295,6 +296,8 @@ async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64
         .system_agents()
         .map(|(host, agent)| Ok((host.to_owned(), agent.record.clone().context("a record")?)))
         .collect::<anyhow::Result<_>>()?;
+    // For a profiler attached to the hub for this phase only (RUST_LOG=info).
+    tracing::info!("fleet: writing a plan for every host");
     let started = Instant::now();
     let bodies: Vec<Value> = hosts
         .iter()
@@ -308,13 +311,22 @@ async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64
     let writers = (0..32).map(|_| {
         let (next, bodies) = (next.clone(), bodies.clone());
         async move {
+            // Each writer keeps its connection, as an HTTP client does (a TLS handshake per
+            // request would be most of what is measured, on both ends).
+            let mut connection = api.keep().await?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(body) = bodies.get(i) else {
                     return anyhow::Ok(());
                 };
-                api.call("POST", "/v1/plans", Some(body.clone()), 201)
-                    .await?;
+                api.call_on(
+                    &mut connection,
+                    "POST",
+                    "/v1/plans",
+                    Some(body.clone()),
+                    201,
+                )
+                .await?;
             }
         }
     });

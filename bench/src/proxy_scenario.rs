@@ -150,7 +150,24 @@ impl Target {
         want: u16,
     ) -> anyhow::Result<Value> {
         let mut sender = self.connect().await?;
-        let (status, bytes) = self.send(&mut sender, method, path, body.as_ref()).await?;
+        self.call_on(&mut sender, method, path, body, want).await
+    }
+
+    /// A connection for many requests ([`Target::call_on`]), as an HTTP client keeps one.
+    pub(crate) async fn keep(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+        self.connect().await
+    }
+
+    /// One request on `sender`, expecting `want`; the body as JSON.
+    pub(crate) async fn call_on(
+        &self,
+        sender: &mut SendRequest<Full<Bytes>>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        want: u16,
+    ) -> anyhow::Result<Value> {
+        let (status, bytes) = self.send(sender, method, path, body.as_ref()).await?;
         if status != want {
             bail!(
                 "{method} {path}: HTTP {status}: {}",

@@ -1,15 +1,11 @@
 //! The embedded store: one SQLite file in the data directory, in WAL mode with full sync, so a
 //! write is on disk before it is acknowledged. Writes are serialised on one connection (a hub's
 //! write rate is modest; durability and order matter more), and the change log that watches
-//! replay lives in the same transaction as the change itself. Reads run on connections of their
-//! own, so they never wait behind a commit's fsync.
+//! replay lives in the same transaction as the change itself.
 
 use std::{
     path::Path,
-    sync::{
-        Arc, Mutex, MutexGuard,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 use futures::StreamExt;
@@ -40,17 +36,9 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
-/// Read-only connections beside the writer's (WAL readers see every commit made before their
-/// read starts, and do not block the writer nor wait for it).
-const READERS: usize = 4;
-
 #[derive(Debug)]
 struct Inner {
     conn: Mutex<Connection>,
-    /// For `get`, `list` and `revision`; empty for an in-memory database (which a second
-    /// connection would not see), whose reads then share the writer's connection.
-    readers: Vec<Mutex<Connection>>,
-    next_reader: AtomicUsize,
     /// Writers waiting for the next commit.
     queue: Mutex<Vec<Pending>>,
     live: broadcast::Sender<Arc<Change>>,
@@ -105,33 +93,9 @@ impl SqliteStore {
              INSERT OR IGNORE INTO meta VALUES ('revision', 0), ('compacted', 0);",
         )
         .map_err(backend)?;
-        let in_memory = path.as_os_str() == ":memory:";
-        let readers = if in_memory { 0 } else { READERS };
-        let readers = (0..readers)
-            .map(|_| {
-                let reader = Connection::open_with_flags(
-                    path,
-                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-                .map_err(backend)?;
-                reader
-                    .busy_timeout(std::time::Duration::from_secs(10))
-                    .map_err(backend)?;
-                // A small page cache each (the writer keeps SQLite's 2 MiB): a reader's pages
-                // are the operating system's cached file pages anyway, and the hub's memory
-                // per agent is counted.
-                reader
-                    .pragma_update(None, "cache_size", -512)
-                    .map_err(backend)?;
-                Ok(Mutex::new(reader))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(Self {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
-                readers,
-                next_reader: AtomicUsize::new(0),
                 queue: Mutex::default(),
                 live: broadcast::channel(WATCH_BUFFER).0,
                 retain: retain.max(1),
@@ -150,35 +114,6 @@ impl SqliteStore {
             let started = std::time::Instant::now();
             let mut conn = inner.lock();
             let result = f(&inner, &mut conn);
-            crate::metrics::STORE_SECONDS.observe(started.elapsed());
-            result
-        })
-        .await
-        .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
-    }
-
-    /// Runs `f` on a reader connection (a free one if any) on a blocking thread.
-    async fn reading<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
-    {
-        if self.inner.readers.is_empty() {
-            return self.blocking(move |_, conn| f(conn)).await;
-        }
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            let readers = &inner.readers;
-            let first = inner.next_reader.fetch_add(1, Ordering::Relaxed);
-            let mut conn = (0..readers.len())
-                .find_map(|i| readers[(first + i) % readers.len()].try_lock().ok())
-                .unwrap_or_else(|| {
-                    readers[first % readers.len()]
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                });
-            let result = f(&mut conn);
             crate::metrics::STORE_SECONDS.observe(started.elapsed());
             result
         })
@@ -377,7 +312,7 @@ fn commit(inner: &Inner, conn: &mut Connection, batch: Vec<Pending>) {
 impl Store for SqliteStore {
     fn get(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Object, StoreError>> {
         let (kind, name) = (kind.to_owned(), name.to_owned());
-        Box::pin(self.reading(move |conn| {
+        Box::pin(self.blocking(move |_, conn| {
             load(conn, &kind, &name)?.ok_or(StoreError::NotFound { kind, name })
         }))
     }
@@ -388,9 +323,7 @@ impl Store for SqliteStore {
         selector: &LabelSelector,
     ) -> BoxFuture<'_, Result<(Vec<Object>, u64), StoreError>> {
         let (kind, selector) = (kind.to_owned(), selector.clone());
-        Box::pin(self.reading(move |conn| {
-            // One read transaction: the objects are those at `revision`, as a watch from it
-            // expects.
+        Box::pin(self.blocking(move |_, conn| {
             let tx = conn.transaction().map_err(backend)?;
             let revision = meta(&tx, "revision")?;
             let mut objects = Vec::new();
@@ -530,56 +463,6 @@ impl Store for SqliteStore {
     }
 
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.reading(|conn| meta(conn, "revision")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A commit holds the writer's connection through its fsync (milliseconds on a real disk);
-    /// reads, the API's most common request, must not queue behind it.
-    #[tokio::test]
-    async fn reads_go_on_while_the_writer_is_busy() {
-        let dir =
-            std::env::temp_dir().join(format!("drover-sqlite-readers-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = SqliteStore::open(&dir.join("state.db")).unwrap();
-        let dyn_store: &dyn Store = &store;
-        dyn_store
-            .create(Object::new(
-                "Host",
-                "a",
-                serde_json::json!({"cluster": "c"}),
-            ))
-            .await
-            .unwrap();
-        // The writer's connection held by another thread, as during a commit.
-        let (locked, is_locked) = std::sync::mpsc::channel();
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let inner = store.inner.clone();
-        let writer = std::thread::spawn(move || {
-            let _conn = inner.lock();
-            locked.send(()).unwrap();
-            let _ = released.recv();
-        });
-        is_locked.recv().unwrap();
-        let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-            let host = dyn_store.get("Host", "a").await.unwrap();
-            let (hosts, revision) = dyn_store
-                .list("Host", &LabelSelector::everything())
-                .await
-                .unwrap();
-            (host, hosts.len(), revision)
-        })
-        .await;
-        drop(release);
-        writer.join().unwrap();
-        let (host, listed, revision) = read.expect("a read waited for the writer");
-        assert_eq!(host.spec["cluster"], "c");
-        assert_eq!((listed, revision), (1, 1));
-        let _ = std::fs::remove_dir_all(&dir);
+        Box::pin(self.blocking(|_, conn| meta(conn, "revision")))
     }
 }

@@ -286,9 +286,8 @@ fn node_agents(
 }
 
 /// Writes one plan for every host of `fleet` through the API (32 writers, each on a connection
-/// of its own) and waits
-/// until every host has applied it: seconds to write them all, and from the first write until
-/// the last host applied its plan.
+/// of its own) and waits until every host has applied it: seconds to write them all, and from
+/// the first write until the last host applied its plan.
 async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64, f64)> {
     let plan = json!({"instructions": [{"name": "noop", "command": "true"}]});
     let target = proto::plan::v1::checksum(&serde_json::from_value(plan.clone())?);

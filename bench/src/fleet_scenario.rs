@@ -46,6 +46,10 @@ pub(crate) struct Args {
     /// node-agent sessions that only beat (no plan fan-out).
     #[arg(long, default_value = "system")]
     kind: String,
+    /// The fanned-out plan asks for nothing (instead of running `true`): the simulated hosts
+    /// share the bench's CPUs, and a process started per host is theirs to pay, not the hub's.
+    #[arg(long)]
+    fanout_without_process: bool,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
@@ -130,7 +134,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                 addr,
                 token: prepared.api_token.clone(),
             };
-            let (write, fanout) = fan_out(fleet, &api).await?;
+            let (write, fanout) = fan_out(fleet, &api, args.fanout_without_process).await?;
             (Some(round(write, 2)), Some(round(fanout, 2)))
         }
         None => (None, None),
@@ -288,8 +292,16 @@ fn node_agents(
 /// Writes one plan for every host of `fleet` through the API (32 writers, each on a connection
 /// of its own) and waits until every host has applied it: seconds to write them all, and from
 /// the first write until the last host applied its plan.
-async fn fan_out(fleet: &sim::fleet::Fleet, api: &Target) -> anyhow::Result<(f64, f64)> {
-    let plan = json!({"instructions": [{"name": "noop", "command": "true"}]});
+async fn fan_out(
+    fleet: &sim::fleet::Fleet,
+    api: &Target,
+    without_process: bool,
+) -> anyhow::Result<(f64, f64)> {
+    let plan = if without_process {
+        json!({"maxFailures": 1})
+    } else {
+        json!({"instructions": [{"name": "noop", "command": "true"}]})
+    };
     let target = proto::plan::v1::checksum(&serde_json::from_value(plan.clone())?);
     let hosts: Vec<(String, Arc<system_agent::record::Record>)> = fleet
         .system_agents()

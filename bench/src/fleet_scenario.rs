@@ -324,7 +324,7 @@ async fn fan_out(
         async move {
             // Each writer keeps its connection, as an HTTP client does (a TLS handshake per
             // request would be most of what is measured, on both ends).
-            let mut connection = api.keep().await?;
+            let mut connection = api.connect().await?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(body) = bodies.get(i) else {

@@ -67,7 +67,8 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    /// A new connection, for one request or many ([`Target::call_on`]).
+    pub(crate) async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
         let tcp = tokio::net::TcpStream::connect(self.addr).await?;
         tcp.set_nodelay(true)?;
         // Both servers are on loopback with certificates from CAs made for this run; what is
@@ -151,11 +152,6 @@ impl Target {
     ) -> anyhow::Result<Value> {
         let mut sender = self.connect().await?;
         self.call_on(&mut sender, method, path, body, want).await
-    }
-
-    /// A connection for many requests ([`Target::call_on`]), as an HTTP client keeps one.
-    pub(crate) async fn keep(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-        self.connect().await
     }
 
     /// One request on `sender`, expecting `want`; the body as JSON.

@@ -586,11 +586,7 @@ async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
     f.planner.reconcile_all().await;
     for (host, unit) in [("h-a", "k3s"), ("h-b", "k3s-agent")] {
         let plan = f.plan(host).await.unwrap();
-        let env = plan
-            .files
-            .iter()
-            .find(|f| f.path == format!("/etc/default/{unit}"))
-            .expect(host);
+        let env = env_file(&plan, unit).expect(host);
         assert_eq!(env.permissions, "0600");
         assert_eq!(
             String::from_utf8_lossy(&env.content)
@@ -661,11 +657,7 @@ async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
     f.planner.reconcile_all().await;
     for (host, unit) in [("h-a", "k3s"), ("h-b", "k3s-agent")] {
         let plan = f.plan(host).await.unwrap();
-        let env = plan
-            .files
-            .iter()
-            .find(|f| f.path == format!("/etc/default/{unit}"))
-            .expect(host);
+        let env = env_file(&plan, unit).expect(host);
         assert!(env.delete && env.content.is_empty(), "{host}: {env:?}");
         assert!(
             !plan.instructions[0]
@@ -677,6 +669,12 @@ async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
         f.planner.reconcile_all().await;
         assert_eq!(checksum(&f.plan(host).await.unwrap()), before, "{host}");
     }
+}
+
+/// The distribution's environment file for service `unit` in `plan`, if it has one.
+fn env_file<'a>(plan: &'a Plan, unit: &str) -> Option<&'a proto::plan::v1::File> {
+    let path = format!("/etc/default/{unit}");
+    plan.files.iter().find(|f| f.path == path)
 }
 
 /// A provisioned cluster: `h-a` (etcd, control plane, worker) and worker `h-b`, both applied.

@@ -15,7 +15,7 @@ use super::*;
 use crate::{
     auth::known::{Known, Tracked},
     bootstrap,
-    store::{Store, sqlite::SqliteStore},
+    store::{self as st, Store, sqlite::SqliteStore},
 };
 
 struct TestApi {
@@ -966,32 +966,24 @@ struct Meddler {
 }
 
 impl Store for Meddler {
-    fn get(
-        &self,
-        kind: &str,
-        name: &str,
-    ) -> crate::store::BoxFuture<'_, Result<crate::store::Object, crate::store::StoreError>> {
+    fn get(&self, kind: &str, name: &str) -> st::BoxFuture<'_, Result<st::Object, st::StoreError>> {
         self.inner.get(kind, name)
     }
 
     fn list(
         &self,
         kind: &str,
-        selector: &crate::store::LabelSelector,
-    ) -> crate::store::BoxFuture<
-        '_,
-        Result<(Vec<crate::store::Object>, u64), crate::store::StoreError>,
-    > {
+        selector: &st::LabelSelector,
+    ) -> st::BoxFuture<'_, Result<(Vec<st::Object>, u64), st::StoreError>> {
         self.inner.list(kind, selector)
     }
 
     fn transact(
         &self,
-        ops: Vec<crate::store::Op>,
-    ) -> crate::store::BoxFuture<'_, Result<Vec<crate::store::Object>, crate::store::StoreError>>
-    {
+        ops: Vec<st::Op>,
+    ) -> st::BoxFuture<'_, Result<Vec<st::Object>, st::StoreError>> {
         Box::pin(async move {
-            let spec_write = matches!(&ops[..], [crate::store::Op::Update(o)]
+            let spec_write = matches!(&ops[..], [st::Op::Update(o)]
                 if o.kind == "Cluster" && o.metadata.name == "busy" && o.spec.get("description").is_some());
             if spec_write
                 && self
@@ -1012,12 +1004,11 @@ impl Store for Meddler {
         &self,
         kind: Option<&str>,
         from: Option<u64>,
-    ) -> crate::store::BoxFuture<'_, Result<crate::store::WatchStream, crate::store::StoreError>>
-    {
+    ) -> st::BoxFuture<'_, Result<st::WatchStream, st::StoreError>> {
         self.inner.watch(kind, from)
     }
 
-    fn revision(&self) -> crate::store::BoxFuture<'_, Result<u64, crate::store::StoreError>> {
+    fn revision(&self) -> st::BoxFuture<'_, Result<u64, st::StoreError>> {
         self.inner.revision()
     }
 }

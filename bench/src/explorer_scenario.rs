@@ -29,7 +29,7 @@ use tokio::{
 
 use crate::{
     health_scenario::round,
-    proxy_scenario::{Target, part_cpu, setup},
+    proxy_scenario::{Setup, Target, part_cpu, setup},
 };
 
 #[derive(clap::Args, Debug)]
@@ -325,6 +325,17 @@ fn numbers(values: &Value) -> Vec<f64> {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let setup = setup(args.pods).await?;
+    let measured = measure(&setup, &args).await;
+    setup.shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&setup.data_dir);
+    // Dropping a runtime inside this async context would panic (and hide `measured`'s error).
+    for runtime in setup.runtimes {
+        runtime.shutdown_background();
+    }
+    measured
+}
+
+async fn measure(setup: &Setup, args: &Args) -> anyhow::Result<Value> {
     let dir = setup.data_dir.join("explorer");
     std::fs::create_dir_all(&dir)?;
     let base = format!("https://{}", setup.hub.addr);
@@ -335,7 +346,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         &setup.hub.token,
     )?;
     let Target { addr, token } = &setup.direct;
-    let direct = kubeconfig(&dir, "direct", &format!("https://{addr}"), token)?;
+    let direct = kubeconfig(&dir, "direct", &format!("https://{addr}"), token.as_str())?;
 
     let driver = Driver::start(&dir).await;
     let browser = driver.browser("bench", 1280, 900).await;
@@ -438,11 +449,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     .await?;
     let kubectl_lines = kubectl_exec_round_trips(&through_hub, args.round_trips).await?;
     browser.close().await;
-    setup.shutdown.cancel();
-    let _ = std::fs::remove_dir_all(&setup.data_dir);
-    for runtime in setup.runtimes {
-        runtime.shutdown_background();
-    }
 
     Ok(json!({
         "scenario": "explorer",

@@ -397,11 +397,29 @@ pub(crate) async fn setup(pods: usize) -> anyhow::Result<Setup> {
 
 /// As [`setup`], with the hub's audit log on or off.
 pub(crate) async fn setup_with(pods: usize, audit: bool) -> anyhow::Result<Setup> {
-    let shutdown = CancellationToken::new();
     let runtimes = PARTS
         .iter()
         .map(|p| runtime(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    match start_parts(&runtimes, pods, audit).await {
+        Ok(setup) => Ok(Setup { runtimes, ..setup }),
+        Err(e) => {
+            // Dropping a runtime inside this async context would panic and hide `e`.
+            for runtime in runtimes {
+                runtime.shutdown_background();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The parts of [`setup_with`] on their runtimes (`Setup::runtimes` left empty).
+async fn start_parts(
+    runtimes: &[tokio::runtime::Runtime],
+    pods: usize,
+    audit: bool,
+) -> anyhow::Result<Setup> {
+    let shutdown = CancellationToken::new();
     let [api_rt, hub_rt, agent_rt] = [&runtimes[0], &runtimes[1], &runtimes[2]];
     let sim = api_rt
         .spawn(SimCluster::start(
@@ -455,6 +473,7 @@ pub(crate) async fn setup_with(pods: usize, audit: bool) -> anyhow::Result<Setup
         .lines()
         .find_map(|l| l.trim().strip_prefix("token: "))
         .context("the kubeconfig has a token")?
+        .trim_matches('"')
         .to_owned();
     let hub_proxy = Target {
         addr: hub.local_addr(),
@@ -477,14 +496,17 @@ pub(crate) async fn setup_with(pods: usize, audit: bool) -> anyhow::Result<Setup
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut sender = hub_proxy.connect().await?;
-        let (status, _) = hub_proxy
+        let (status, body) = hub_proxy
             .send(&mut sender, "GET", &proxied(POD), None)
             .await?;
         if status == 200 {
             break;
         }
         if Instant::now() > deadline {
-            bail!("the cluster-agent did not connect within 60 s (last answer HTTP {status})");
+            bail!(
+                "the cluster-agent did not connect within 60 s (last answer HTTP {status}: {})",
+                String::from_utf8_lossy(&body)
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -496,7 +518,7 @@ pub(crate) async fn setup_with(pods: usize, audit: bool) -> anyhow::Result<Setup
         admin_password,
         data_dir,
         shutdown,
-        runtimes,
+        runtimes: Vec::new(),
     })
 }
 

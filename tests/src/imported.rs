@@ -384,8 +384,11 @@ pub fn kubeconfig_token(kubeconfig: &Path) -> String {
     std::fs::read_to_string(kubeconfig)
         .unwrap()
         .lines()
-        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
+        .find_map(|l| l.trim().strip_prefix("token: "))
         .unwrap()
+        // The hub quotes the kubeconfig's strings (JSON strings are YAML strings).
+        .trim_matches('"')
+        .to_owned()
 }
 
 /// The kubeconfig the hub issues for cluster `prod` to the holder of `token`, aimed at the

@@ -128,16 +128,23 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let connected_then = connected(&fleet);
 
     // A new plan for every host, through the API; done when every host has applied it.
-    let (plan_write_s, plan_fanout_s) = match &fleet {
+    let (plan_write_s, plan_fanout_s, fanout_cpu_ms) = match &fleet {
         Some(fleet) => {
             let api = Target {
                 addr,
                 token: prepared.api_token.clone(),
             };
+            let cpu_start = cpu_seconds(pid)?;
             let (write, fanout) = fan_out(fleet, &api, args.fanout_without_process).await?;
-            (Some(round(write, 2)), Some(round(fanout, 2)))
+            // The hub's CPU per host: steadier than the time on a shared, noisy machine.
+            let per_host = (cpu_seconds(pid)? - cpu_start) * 1000.0 / n as f64;
+            (
+                Some(round(write, 2)),
+                Some(round(fanout, 2)),
+                Some(round(per_host, 3)),
+            )
         }
-        None => (None, None),
+        None => (None, None, None),
     };
 
     // The hub dies and comes back on the same address: every agent reconnects by itself.
@@ -200,6 +207,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "idle_seconds": window.as_secs(),
         "plan_write_s": plan_write_s,
         "plan_fanout_s": plan_fanout_s,
+        "plan_fanout_hub_cpu_ms_per_host": fanout_cpu_ms,
         "reconnect_s": reconnect_s,
         "hub_rss_mib_after_restart": rss_restarted,
         "heartbeat_seconds": 10,

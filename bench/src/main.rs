@@ -13,6 +13,7 @@ mod hub_scenario;
 mod load;
 mod login_scenario;
 mod machines_scenario;
+mod planner_scenario;
 mod plans_scenario;
 mod proxy_scenario;
 mod rbac_scenario;
@@ -43,6 +44,9 @@ enum Scenario {
     /// A plan written for every one of N hosts (real hub, tunnel and system-agent code in one
     /// process): time until all applied it, and how far the hub's view trails.
     Plans(plans_scenario::Args),
+    /// The planner's own writes: one pass writing every worker's install plan, then every
+    /// worker's upgrade, for N hosts (the planner on its store alone, nothing delivered).
+    Planner(planner_scenario::Args),
     /// Heartbeats: the hub's CPU per 1,000 beats/s (hub as its own process), and the
     /// node-agent's and system-agent's RSS while reporting (needs the release binaries).
     Health(health_scenario::Args),
@@ -99,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Hub(args) => runtime.block_on(hub_scenario::run(args))?,
         Scenario::Proxy(args) => runtime.block_on(proxy_scenario::run(args))?,
         Scenario::Plans(args) => runtime.block_on(plans_scenario::run(args))?,
+        Scenario::Planner(args) => runtime.block_on(planner_scenario::run(args))?,
         Scenario::Health(args) => runtime.block_on(health_scenario::run(args))?,
         Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
         Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,

@@ -9,11 +9,11 @@ use std::{sync::Arc, time::Instant};
 
 use anyhow::Context;
 use hub::{
-    model::{Kind, parse_plan, update_status},
+    model::{Kind, parse_plan},
     planner::Planner,
     store::{Object, Store, sqlite::SqliteStore},
 };
-use proto::plan::v1::checksum;
+use proto::plan::v1::{InstructionResult, PlanState, PlanStatus, ProbeStatus, checksum};
 use serde_json::{Value, json};
 
 use crate::health_scenario::round;
@@ -32,30 +32,43 @@ fn cluster_spec(version: &str) -> Value {
            "upgradeStrategy": {"workerConcurrency": "100%"}})
 }
 
-/// Writes `host`'s current plan as applied, as its system-agent's report would (`output` as
-/// the saved output of the instructions that keep theirs: the server's join token).
-async fn applied(store: &dyn Store, host: &str, output: &str) -> anyhow::Result<()> {
+/// Reports `host`'s current plan applied, as its system-agent would (`output` as the saved
+/// output of the instructions that keep theirs: the server's join token), through the hub's
+/// own report handling. `seq` grows with every report, as an agent's does.
+async fn applied(store: &dyn Store, host: &str, output: &str, seq: u64) -> anyhow::Result<()> {
     let object = store.get(Kind::Plan.name(), host).await?;
     let plan = parse_plan(&object.spec["plan"]).map_err(anyhow::Error::msg)?;
     let sum = checksum(&plan);
-    let probes: Vec<Value> = plan
-        .probes
-        .iter()
-        .map(|p| json!({"name": p.name, "healthy": true}))
-        .collect();
-    let results: Vec<Value> = plan
-        .instructions
-        .iter()
-        .map(|i| json!({"name": i.name, "exitCode": 0, "stdout": if i.save_output { output } else { "" }}))
-        .collect();
-    update_status(store, Kind::Plan, host, |s| {
-        s.extra.insert("checksum".into(), json!(sum));
-        s.extra.insert("appliedChecksum".into(), json!(sum));
-        s.extra.insert("state".into(), json!("applied"));
-        s.extra.insert("probes".into(), json!(probes));
-        s.extra.insert("results".into(), json!(results));
-    })
-    .await?;
+    let status = PlanStatus {
+        checksum: sum.clone(),
+        applied_checksum: sum.clone(),
+        state: PlanState::Applied as i32,
+        results: plan
+            .instructions
+            .iter()
+            .map(|i| InstructionResult {
+                name: i.name.clone(),
+                stdout: if i.save_output {
+                    output.into()
+                } else {
+                    String::new()
+                },
+                ..InstructionResult::default()
+            })
+            .collect(),
+        probes: plan
+            .probes
+            .iter()
+            .map(|p| ProbeStatus {
+                name: p.name.clone(),
+                healthy: true,
+                ..ProbeStatus::default()
+            })
+            .collect(),
+        seq,
+        ..PlanStatus::default()
+    };
+    hub::plans::record(store, host, "", &sum, status).await?;
     Ok(())
 }
 
@@ -102,7 +115,7 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
     // The server first; once it has applied its plan (with the join token), one pass writes
     // every worker's install plan.
     planner.pass().await?;
-    applied(store.as_ref(), SERVER, "join-token").await?;
+    applied(store.as_ref(), SERVER, "join-token", 1).await?;
     let started = Instant::now();
     planner.pass().await?;
     let install = started.elapsed().as_secs_f64();
@@ -112,7 +125,7 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
         "the install pass wrote no plan for the last worker"
     );
     for worker in &workers {
-        applied(store.as_ref(), worker, "").await?;
+        applied(store.as_ref(), worker, "", 1).await?;
     }
     planner.pass().await?;
 
@@ -121,7 +134,7 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
     cluster.spec = cluster_spec("v1.33.5+k3s1");
     store.update(cluster).await?;
     planner.pass().await?;
-    applied(store.as_ref(), SERVER, "join-token").await?;
+    applied(store.as_ref(), SERVER, "join-token", 2).await?;
     let started = Instant::now();
     planner.pass().await?;
     let upgrade = started.elapsed().as_secs_f64();

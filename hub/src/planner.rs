@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use proto::plan::v1::{Plan, checksum};
 use serde_json::{Value, json};
@@ -343,10 +343,8 @@ impl Planner {
             .collect();
         futures::stream::iter(writes)
             .buffer_unordered(PLAN_WRITERS)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<Vec<()>, StoreError>>()?;
+            .try_collect::<Vec<()>>()
+            .await?;
         self.cluster_status(name, |s| decided.status(s, &init_name, &version, &not_yet))
             .await
     }

@@ -378,8 +378,10 @@ fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static st
     }
 }
 
-/// Stores a host's plan status on its Plan and, for the host's plan, its Host.
-async fn record(
+/// Stores a host's plan status on its Plan and, for the host's plan, its Host: what the
+/// `Report` call does with a system-agent's status (`desired`: the checksum of the host's
+/// current plan). Public for `bench planner`, whose hosts report without a tunnel.
+pub async fn record(
     store: &dyn Store,
     host: &str,
     slot: &str,

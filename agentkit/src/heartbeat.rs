@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use prost::Message as _;
 use proto::health::v1::{
     BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient,
 };
@@ -166,44 +167,113 @@ impl Machine {
 /// Beats in this process so far; the first beat a hub sees from a process carries 1.
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Why the hub did not take a beat.
+#[derive(Debug, thiserror::Error)]
+pub enum BeatError {
+    #[error("the hub refused the beat: {0}")]
+    Call(#[from] tonic::Status),
+    #[error(transparent)]
+    Message(#[from] tunnel::NotSent),
+}
+
+/// Sends one heartbeat. Where the hub takes them as messages on the session itself (no
+/// stream, call or task per beat on either end) it is not waited on: the hub answers each
+/// (empty unless the answer changed: a session's first beat, or to ask for the facts), and
+/// [`beat`] takes the answers as they come; `None` then. Else it is a gRPC call and its answer.
+pub async fn send(
+    session: &AgentSession,
+    heartbeat: Heartbeat,
+) -> Result<Option<BeatReply>, BeatError> {
+    match &session.messages {
+        Some(conversation) => {
+            conversation.tell(heartbeat.encode_to_vec())?;
+            Ok(None)
+        }
+        None => Ok(Some(
+            HealthClient::new(session.channel.clone())
+                .beat(heartbeat)
+                .await?
+                .into_inner(),
+        )),
+    }
+}
+
+/// The hub's next answer sent as a message; never, where beats are calls.
+async fn next_answer(session: &AgentSession) -> Option<BeatReply> {
+    let Some(conversation) = &session.messages else {
+        return std::future::pending().await;
+    };
+    loop {
+        let answer = conversation.answer().await?;
+        match BeatReply::decode(answer.as_slice()) {
+            Ok(reply) => return Some(reply),
+            Err(e) => tracing::warn!(error = %e, "the hub's answer to a beat is not a BeatReply"),
+        }
+    }
+}
+
+/// What the hub asks of the beats that follow.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    interval: Duration,
+    send_facts: bool,
+}
+
+impl Asked {
+    fn take(&mut self, reply: BeatReply) {
+        if reply.interval_millis > 0 {
+            self.interval = Duration::from_millis(reply.interval_millis.into());
+        }
+        self.send_facts = reply.send_facts;
+    }
+}
+
 /// Sends heartbeats on `session` until it ends, at the interval the hub asks for. With a
 /// sampler each beat carries the machine's usage, and the session's first beat (and any the hub
 /// asks for) its facts.
 pub async fn beat(session: &AgentSession, sampler: Option<&Sampler>) {
-    let mut client = HealthClient::new(session.channel.clone());
-    let mut interval = DEFAULT_INTERVAL;
-    let mut send_facts = true;
+    let mut asked = Asked {
+        interval: DEFAULT_INTERVAL,
+        send_facts: true,
+    };
     loop {
         let heartbeat = Heartbeat {
             seq: SEQ.fetch_add(1, Ordering::Relaxed) + 1,
-            facts: sampler.filter(|_| send_facts).map(Sampler::facts),
+            facts: sampler.filter(|_| asked.send_facts).map(Sampler::facts),
             usage: sampler.map(Sampler::usage),
         };
-        let pause = match client.beat(heartbeat).await {
-            Ok(reply) => {
-                let BeatReply {
-                    interval_millis,
-                    send_facts: again,
-                } = reply.into_inner();
-                if interval_millis > 0 {
-                    interval = Duration::from_millis(interval_millis.into());
-                }
-                send_facts = again;
-                interval
-            }
+        let sent = tokio::time::Instant::now();
+        let mut retry = false;
+        match send(session, heartbeat).await {
+            Ok(Some(reply)) => asked.take(reply),
+            // Taken as sent; the hub says if it wants the facts again.
+            Ok(None) => asked.send_facts = false,
             Err(e) => {
                 if session.session.is_ended() {
                     return;
                 }
                 tracing::warn!(error = %e, "the hub did not take a heartbeat");
                 // Facts may have been lost with it.
-                send_facts = sampler.is_some();
-                interval.min(Duration::from_secs(1))
+                asked.send_facts = sampler.is_some();
+                retry = true;
             }
-        };
-        tokio::select! {
-            _ = session.session.ended() => return,
-            () = tokio::time::sleep(pause) => {}
+        }
+        loop {
+            let pause = if retry {
+                asked.interval.min(Duration::from_secs(1))
+            } else {
+                asked.interval
+            };
+            tokio::select! {
+                _ = session.session.ended() => return,
+                () = tokio::time::sleep_until(sent + pause) => break,
+                Some(reply) = next_answer(session) => {
+                    asked.take(reply);
+                    if asked.send_facts && sampler.is_some() {
+                        break;
+                    }
+                }
+            }
         }
     }
 }

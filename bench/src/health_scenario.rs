@@ -8,8 +8,11 @@
 //!    default) connect, and the hub's CPU is read over a quiet window (sessions up, no beats)
 //!    and over a window in which every session beats once per interval (10 s by default, as
 //!    agents do), spread over the interval as independent agents would be: with the defaults
-//!    the shape of a 10,000-agent fleet, 1,000 beats/s. The difference, per beat, is the
-//!    figure. The hub is told a 300 s interval so none is marked missed while quiet.
+//!    the shape of a 10,000-agent fleet, 1,000 beats/s. The difference, per beat (beats as the
+//!    hub counted them), is the figure: in one window the beats are gRPC calls (the baseline:
+//!    how agents beat before messages, and still do to a hub without them), in the next
+//!    messages on the session itself, as agents send them now. The hub is told a 300 s
+//!    interval so none is marked missed while quiet.
 //! 2. A second hub process (1 s interval) and the real `drover-node-agent` (against a simulated
 //!    API server; it only needs its address) and `drover-system-agent` (on a paused custom
 //!    cluster: it reports, installs nothing): their RSS after they have reported for a while.
@@ -224,17 +227,106 @@ async fn beats_cost(
     tokio::time::sleep(window).await;
     let quiet = (cpu_seconds(pid)? - quiet_start) / window.as_secs_f64();
 
+    let period = Duration::from_secs(args.interval_seconds.max(1));
+    // The same sessions beat first as gRPC calls (how every agent beat until messages, and
+    // how one still beats on a hub that does not take them), then as messages on the session.
+    let api = api_of(&url, prepared)?;
+    let calls = beating(&sessions, Via::Calls, period, window, (pid, &api)).await?;
+    let messages = beating(&sessions, Via::Messages, period, window, (pid, &api)).await?;
+    let hub_rss = rss_mib(pid);
+    drop(hub);
+    let per_beat = |window: &Beating| {
+        if window.rate > 0.0 {
+            (window.busy - quiet) / window.rate
+        } else {
+            f64::NAN
+        }
+    };
+    let figures = |window: &Beating| {
+        json!({
+            "beats_per_second_taken": round(window.rate, 1),
+            "hub_cpu_us_per_beat": round(per_beat(window) * 1e6, 1),
+            "beat_failures": window.failures,
+            "hub_cpu_cores_beating": round(window.busy, 4),
+        })
+    };
+    Ok(json!({
+        "agents": n,
+        "interval_seconds": period.as_secs(),
+        "connect_s": round(connect_s, 2),
+        "beats_per_second_expected": round(n as f64 / period.as_secs_f64(), 1),
+        "hub_cpu_us_per_beat": round(per_beat(&messages) * 1e6, 1),
+        "hub_cpu_us_per_beat_as_calls": round(per_beat(&calls) * 1e6, 1),
+        "messages_vs_calls": round(per_beat(&messages) / per_beat(&calls), 3),
+        "as_messages": figures(&messages),
+        "as_calls": figures(&calls),
+        "hub_cpu_cores_quiet": round(quiet, 4),
+        "hub_rss_mib_after": hub_rss,
+        "window_seconds": window.as_secs(),
+    }))
+}
+
+/// The hub at `url`'s API, as the prepared admin.
+fn api_of(url: &str, prepared: &Prepared) -> anyhow::Result<Target> {
+    Ok(Target {
+        addr: url
+            .trim_start_matches("https://")
+            .parse()
+            .context("hub address")?,
+        token: prepared.api_token.clone(),
+    })
+}
+
+/// The hub's `drover_heartbeats_total`.
+async fn heartbeats_taken(api: &Target) -> anyhow::Result<u64> {
+    let text = api.call_text("GET", "/metrics", 200).await?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("drover_heartbeats_total "))
+        .context("the hub's metrics have no drover_heartbeats_total")?
+        .trim()
+        .parse()
+        .context("drover_heartbeats_total")
+}
+
+/// How the sessions of a beating window send their beats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Via {
+    Calls,
+    Messages,
+}
+
+/// The hub's CPU (cores) and the beats taken per second over one beating window.
+struct Beating {
+    busy: f64,
+    rate: f64,
+    failures: u64,
+}
+
+async fn beating(
+    sessions: &[tunnel::AgentSession],
+    via: Via,
+    period: Duration,
+    window: Duration,
+    (pid, api): (u32, &Target),
+) -> anyhow::Result<Beating> {
+    let n = sessions.len();
     let beats = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
-    let period = Duration::from_secs(args.interval_seconds.max(1));
     let mut tasks = Vec::with_capacity(n);
     for (i, session) in sessions.iter().enumerate() {
-        let mut client = HealthClient::new(session.channel.clone());
+        if via == Via::Messages {
+            anyhow::ensure!(
+                session.messages.is_some(),
+                "the hub did not take heartbeats as messages"
+            );
+        }
+        let session = session.clone();
         let (beats, failures, stop) = (beats.clone(), failures.clone(), stop.clone());
         // Spread the sessions over the period, as independent agents would be.
         let offset = period.mul_f64(i as f64 / n as f64);
         tasks.push(tokio::spawn(async move {
+            let mut client = HealthClient::new(session.channel.clone());
             tokio::time::sleep(offset).await;
             let mut ticks = tokio::time::interval(period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -252,49 +344,42 @@ async fn beats_cost(
                     }),
                     usage: Some(usage(seq)),
                 };
-                match client.beat(beat).await {
-                    Ok(_) => beats.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => failures.fetch_add(1, Ordering::Relaxed),
+                let taken = match via {
+                    Via::Calls => client.beat(beat).await.is_ok(),
+                    // What agents do (`agentkit::heartbeat::beat`).
+                    Via::Messages => agentkit::heartbeat::send(&session, beat).await.is_ok(),
                 };
+                if taken {
+                    beats.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }));
     }
     // Past every session's first beat (facts, first history points) before measuring.
     tokio::time::sleep(period + Duration::from_secs(1)).await;
-    let (cpu_start, beats_start, started) = (
-        cpu_seconds(pid)?,
-        beats.load(Ordering::Relaxed),
-        Instant::now(),
-    );
+    // Beats as the hub counted them (a message is not answered, so the sender cannot count
+    // them), read before and after the window; the CPU between the two reads.
+    let taken_start = heartbeats_taken(api).await?;
+    let (cpu_start, started) = (cpu_seconds(pid)?, Instant::now());
     tokio::time::sleep(window).await;
     let busy = (cpu_seconds(pid)? - cpu_start) / started.elapsed().as_secs_f64();
-    let rate =
-        (beats.load(Ordering::Relaxed) - beats_start) as f64 / started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed().as_secs_f64();
+    let rate = (heartbeats_taken(api).await? - taken_start) as f64 / elapsed;
+    anyhow::ensure!(
+        beats.load(Ordering::Relaxed) > 0,
+        "no beat was sent in the {via:?} window"
+    );
     stop.cancel();
     for task in tasks {
         let _ = task.await;
     }
-    let hub_rss = rss_mib(pid);
-    drop(hub);
-    let per_beat = if rate > 0.0 {
-        (busy - quiet) / rate
-    } else {
-        f64::NAN
-    };
-    Ok(json!({
-        "agents": n,
-        "interval_seconds": period.as_secs(),
-        "connect_s": round(connect_s, 2),
-        "beats_per_second_expected": round(n as f64 / period.as_secs_f64(), 1),
-        "beats_per_second_taken": round(rate, 1),
-        "hub_cpu_us_per_beat": round(per_beat * 1e6, 1),
-        "beat_failures": failures.load(Ordering::Relaxed),
-        "hub_cpu_cores_quiet": round(quiet, 4),
-        "hub_cpu_cores_beating": round(busy, 4),
-        "hub_cpu_cores_per_1000_beats_per_s": round(per_beat * 1000.0, 4),
-        "hub_rss_mib_after": hub_rss,
-        "window_seconds": window.as_secs(),
-    }))
+    Ok(Beating {
+        busy,
+        rate,
+        failures: failures.load(Ordering::Relaxed),
+    })
 }
 
 pub(crate) fn round(v: f64, digits: i32) -> f64 {
@@ -347,13 +432,7 @@ async fn agents_rss(dir: &Path, data: &Path, prepared: &Prepared) -> anyhow::Res
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
-    let api = Target {
-        addr: url
-            .trim_start_matches("https://")
-            .parse()
-            .context("hub address")?,
-        token: prepared.api_token.clone(),
-    };
+    let api = api_of(&url, prepared)?;
     // Reporting for a while: both seen beating with their usage, then 10 s more.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

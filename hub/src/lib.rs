@@ -199,6 +199,12 @@ impl Hub {
                     files: config.data_dir.join(plans::FILES_DIR),
                 },
             )),
+            messages: Some(tunnel::MessageHandler::new({
+                let health = health.clone();
+                move |info: &tunnel::SessionInfo, message: &[u8], messenger: &tunnel::Messenger| {
+                    health.beat_message(info, message, messenger)
+                }
+            })),
             ..AcceptorConfig::default()
         };
         let acceptor = Acceptor::new(

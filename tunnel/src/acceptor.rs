@@ -29,6 +29,7 @@ use crate::{
     allow::AllowList,
     inbound::{Control, Inbound, Services},
     listener::RemoteAddr,
+    messages::{HEALTH_MESSAGES, MESSAGES_HEADER, MessageHandler, Messenger, OnMessage},
     registry::Registry,
     session::{Peer, Session, SessionInfo, SessionSettings},
     ws::{self, Role},
@@ -87,6 +88,9 @@ pub struct AcceptorConfig {
     pub allow: AllowList,
     /// In-process services agents may open streams to.
     pub services: Services,
+    /// Takes heartbeats sent as messages on the session itself (see `messages`), from agents
+    /// that offer them; `None`: agents beat with calls.
+    pub messages: Option<MessageHandler>,
 }
 
 impl Default for AcceptorConfig {
@@ -98,6 +102,7 @@ impl Default for AcceptorConfig {
             routes: tonic::service::Routes::default(),
             allow: AllowList::none(),
             services: Services::default(),
+            messages: None,
         }
     }
 }
@@ -189,10 +194,25 @@ impl Acceptor {
                 "this listener cannot upgrade connections (serve it with upgrades enabled)",
             );
         };
+        let offered = parts
+            .headers
+            .get(MESSAGES_HEADER)
+            .is_some_and(|v| v.as_bytes() == HEALTH_MESSAGES.as_bytes());
+        let messages = self
+            .inner
+            .config
+            .messages
+            .as_ref()
+            .filter(|_| offered)
+            .map(|handler| handler.0.clone());
+        let accepts_messages = messages.is_some();
         let this = self.clone();
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => this.run_session(TokioIo::new(upgraded), peer, remote).await,
+                Ok(upgraded) => {
+                    this.run_session(TokioIo::new(upgraded), peer, remote, messages)
+                        .await;
+                }
                 Err(e) => tracing::info!(peer = %peer.id, error = %e, "tunnel upgrade failed"),
             }
         });
@@ -207,11 +227,22 @@ impl Acceptor {
         if let Ok(accept) = http::HeaderValue::from_str(&ws::accept_key(&key)) {
             headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
         }
+        if accepts_messages {
+            headers.insert(
+                MESSAGES_HEADER,
+                http::HeaderValue::from_static(HEALTH_MESSAGES),
+            );
+        }
         response
     }
 
-    pub(crate) async fn run_session<S>(&self, io: S, peer: Peer, remote: Option<SocketAddr>)
-    where
+    pub(crate) async fn run_session<S>(
+        &self,
+        io: S,
+        peer: Peer,
+        remote: Option<SocketAddr>,
+        messages: Option<Arc<dyn OnMessage>>,
+    ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let config = &self.inner.config;
@@ -229,7 +260,8 @@ impl Acceptor {
             services: config.services.clone(),
         };
         let info = SessionInfo::new(peer, remote);
-        let session = Session::spawn(io, Role::Server, config.settings, info, inbound);
+        let messages = messages.map(|handler| (handler, Messenger::new()));
+        let session = Session::spawn(io, Role::Server, config.settings, info, inbound, messages);
         let id = session.info().id;
         let peer_id = session.info().peer.id.clone();
 

@@ -571,6 +571,7 @@ mod tests {
             SessionSettings::default(),
             peer("agent"),
             inbound(Some(control)),
+            None,
         );
         let agent = Session::spawn(
             b,
@@ -578,6 +579,7 @@ mod tests {
             SessionSettings::default(),
             peer("hub"),
             inbound(None),
+            None,
         );
         (hub, agent)
     }

@@ -25,6 +25,7 @@ use crate::{
     backoff::Backoff,
     call::Channel,
     inbound::{Control, Inbound, Services},
+    messages::{Conversation, HEALTH_MESSAGES, MESSAGES_HEADER},
     proxy::{ProxyError, ProxySettings},
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
     tls::{self, Trust},
@@ -191,6 +192,8 @@ pub struct AgentSession {
     /// gRPC to the hub; each call is a stream of its own in the session.
     pub channel: Channel,
     pub hello: HelloReply,
+    /// Heartbeats as messages on the session itself, if the hub takes them (see `messages`).
+    pub messages: Option<Conversation>,
 }
 
 /// Connects an agent to the hub. Cheap to clone.
@@ -335,7 +338,7 @@ impl Connector {
             }
         };
 
-        let upgraded = self.upgrade(tls).await?;
+        let (upgraded, hub_takes_messages) = self.upgrade(tls).await?;
 
         let hub = Peer {
             id: target.authority.clone(),
@@ -350,18 +353,26 @@ impl Connector {
             }),
             services: config.services.clone(),
         };
+        let (conversation, messages) = if hub_takes_messages {
+            let (conversation, handler, messenger) = Conversation::new();
+            (Some(conversation), Some((handler, messenger)))
+        } else {
+            (None, None)
+        };
         let session = Session::spawn(
             TokioIo::new(upgraded),
             Role::Client,
             config.settings,
             SessionInfo::new(hub, None),
             inbound,
+            messages,
         );
         match self.hello(&session).await {
             Ok((channel, hello)) => Ok(AgentSession {
                 session,
                 channel,
                 hello,
+                messages: conversation,
             }),
             Err(e) => {
                 session.close();
@@ -371,11 +382,11 @@ impl Connector {
     }
 
     /// Sends the WebSocket upgrade request carrying our credential; returns the upgraded
-    /// connection, or the hub's refusal.
+    /// connection and whether the hub takes messages (see `messages`), or the hub's refusal.
     async fn upgrade(
         &self,
         tls: TlsStream<TcpStream>,
-    ) -> Result<hyper::upgrade::Upgraded, ConnectError> {
+    ) -> Result<(hyper::upgrade::Upgraded, bool), ConnectError> {
         let config = &self.inner.config;
         let target = self.target();
         let failed = |reason: String| ConnectError::Upgrade {
@@ -399,6 +410,7 @@ impl Connector {
             )
             .header(AGENT_ID_HEADER, &config.identity.id)
             .header(AGENT_KIND_HEADER, &config.identity.kind)
+            .header(MESSAGES_HEADER, HEALTH_MESSAGES)
             .body(Empty::<Bytes>::new())
             .map_err(|_| {
                 failed("the credential or identity holds characters not allowed in a header".into())
@@ -431,9 +443,14 @@ impl Connector {
                 "the answer's Sec-WebSocket-Accept does not match our key".into(),
             ));
         }
-        hyper::upgrade::on(response)
+        let takes_messages = response
+            .headers()
+            .get(MESSAGES_HEADER)
+            .is_some_and(|v| v.as_bytes() == HEALTH_MESSAGES.as_bytes());
+        let upgraded = hyper::upgrade::on(response)
             .await
-            .map_err(|e| failed(e.to_string()))
+            .map_err(|e| failed(e.to_string()))?;
+        Ok((upgraded, takes_messages))
     }
 
     async fn hello(&self, session: &Session) -> Result<(Channel, HelloReply), ConnectError> {

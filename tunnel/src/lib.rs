@@ -16,6 +16,7 @@ mod connector;
 mod header;
 mod inbound;
 pub mod listener;
+mod messages;
 pub mod metrics;
 pub mod pool;
 mod proxy;
@@ -38,6 +39,9 @@ pub use call::{CallBody, CallError, Channel};
 pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secret};
 pub use header::decode_header;
 pub use inbound::Services;
+pub use messages::{
+    Conversation, HEALTH_MESSAGES, MESSAGES_HEADER, MessageHandler, Messenger, NotSent, OnMessage,
+};
 pub use proxy::{ProxyError, ProxySettings};
 pub use registry::{Registry, SessionEvent};
 pub use session::{

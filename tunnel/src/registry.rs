@@ -167,7 +167,14 @@ mod tests {
             control: None,
             services: crate::Services::default(),
         };
-        Session::spawn(io, Role::Server, SessionSettings::default(), info, inbound)
+        Session::spawn(
+            io,
+            Role::Server,
+            SessionSettings::default(),
+            info,
+            inbound,
+            None,
+        )
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@ use tokio_util::{
 use crate::{
     header,
     inbound::Inbound,
+    messages::{Messages, Messenger, OnMessage},
     ws::{Role, WsIo, WsSettings},
 };
 
@@ -173,6 +174,7 @@ struct Shared {
     open: mpsc::Sender<OpenReply>,
     close: CancellationToken,
     ended: watch::Receiver<Option<String>>,
+    messenger: Option<Messenger>,
 }
 
 impl fmt::Debug for Session {
@@ -192,6 +194,7 @@ impl Session {
         settings: SessionSettings,
         info: SessionInfo,
         inbound: Inbound,
+        messages: Option<(Arc<dyn OnMessage>, Messenger)>,
     ) -> Self
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -200,7 +203,12 @@ impl Session {
             Role::Client => yamux::Mode::Client,
             Role::Server => yamux::Mode::Server,
         };
-        let io = WsIo::new(io, role, settings.ws).deferring_flushes();
+        let mut io = WsIo::new(io, role, settings.ws).deferring_flushes();
+        let mut messenger = None;
+        if let Some((handler, sender)) = messages {
+            messenger = Some(sender.clone());
+            io = io.with_messages(Messages::new(info.clone(), handler, sender));
+        }
         let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
         let (open_tx, open_rx) = mpsc::channel(64);
         let (ended_tx, ended_rx) = watch::channel(None);
@@ -210,6 +218,7 @@ impl Session {
                 open: open_tx,
                 close: CancellationToken::new(),
                 ended: ended_rx,
+                messenger,
             }),
         };
         let driver = Driver {
@@ -232,6 +241,11 @@ impl Session {
 
     pub fn info(&self) -> &SessionInfo {
         &self.inner.info
+    }
+
+    /// Sends messages on the session's WebSocket itself, where both ends agreed to them.
+    pub fn messenger(&self) -> Option<&Messenger> {
+        self.inner.messenger.as_ref()
     }
 
     /// Asks the driver to close the session: a yamux GoAway, then a WebSocket close.

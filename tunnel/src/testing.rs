@@ -186,7 +186,7 @@ where
         id: id.to_owned(),
         kind: KIND.to_owned(),
     };
-    tokio::spawn(async move { acceptor.run_session(io, peer, None).await })
+    tokio::spawn(async move { acceptor.run_session(io, peer, None, None).await })
 }
 
 /// Feeds `bytes` to the hub's end of a session as if an agent had sent them after the
@@ -251,6 +251,7 @@ pub async fn agent_opening() -> Vec<u8> {
             control: None,
             services: crate::Services::default(),
         },
+        None,
     );
     let hello = proto::tunnel::v1::HelloRequest {
         agent_id: "seed-agent".to_owned(),

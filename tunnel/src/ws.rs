@@ -4,9 +4,10 @@
 //! Only what the tunnel needs, written for its hot path: binary frames carry the byte stream
 //! (their boundaries mean nothing), writes are gathered into one frame per flush with the mask
 //! applied as bytes are buffered (a server's large writes, which carry no mask, go to the stream
-//! without passing through the buffer), and reads unmask straight into yamux's buffer. Text frames,
-//! reserved bits, unmasked client frames, oversized messages and malformed headers end the
-//! session with the reason. Both sides ping every interval and count any inbound byte as a sign
+//! without passing through the buffer), and reads unmask straight into yamux's buffer. Text frames
+//! carry the session's messages (see `messages`) where both ends agreed to them. Other text
+//! frames, reserved bits, unmasked client frames, oversized messages and malformed headers end
+//! the session with the reason. Both sides ping every interval and count any inbound byte as a sign
 //! of life; a peer silent for three intervals is declared dead.
 
 use std::{
@@ -20,6 +21,8 @@ use base64::Engine as _;
 use bytes::{Buf, BytesMut};
 use futures::{AsyncRead, AsyncWrite};
 use ring::rand::{SecureRandom, SystemRandom};
+
+use crate::messages::{self, Messages};
 use tokio::{
     io::{AsyncRead as TokioRead, AsyncWrite as TokioWrite},
     time::{Instant, Sleep},
@@ -106,6 +109,8 @@ const WRITE_THROUGH: usize = 16 * 1024;
 const DEFER_LIMIT: usize = 64 * 1024;
 /// Deferred writes made without yielding after a yield that gained no frame.
 const UNYIELDING: u8 = 16;
+/// Reads handed out while more keep coming before what is owed is written anyway.
+const READS_PER_WRITE: u8 = 4;
 /// Most bytes read at once into the header buffer.
 const HEADER_READ: usize = 4096;
 /// A write buffer larger than this is given back once it has been flushed with little in it.
@@ -268,6 +273,11 @@ pub(crate) struct WsIo<T> {
     masks: Vec<u8>,
     /// Flushes wait for the next read (see `WsIo::deferring_flushes`); `None` if they do not.
     deferral: Option<Deferral>,
+    /// Messages beside the byte stream, in text frames (see `messages`); `None`: a text frame
+    /// ends the session.
+    messages: Option<Messages>,
+    /// Reads handed to yamux since what is owed was last written (see `poll_read`).
+    reads_unpaid: u8,
 }
 
 /// Whether a `WsIo` owes a flush, and whether waiting for more frames has been paying off.
@@ -325,7 +335,15 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             settings,
             masks: Vec::new(),
             deferral: None,
+            messages: None,
+            reads_unpaid: 0,
         }
+    }
+
+    /// Takes the peer's messages and sends ours (see `messages`).
+    pub(crate) fn with_messages(mut self, messages: Messages) -> Self {
+        self.messages = Some(messages);
+        self
     }
 
     /// Makes a flush of a few small frames only mark them as owed; the next read writes
@@ -509,10 +527,21 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
 
     /// Checks liveness, queues a ping when one is due, and pushes queued control frames out.
     fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        self.queue_due(cx)?;
+        self.push_queued(cx)
+    }
+
+    /// Checks liveness; queues a ping when one is due and the messages waiting to be sent.
+    fn queue_due(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if self.keepalive.poll(cx)? {
             self.queue_control(OP_PING, b"");
         }
-        self.push_queued(cx)
+        if let Some(messages) = &self.messages {
+            for message in messages.take_outgoing(cx) {
+                self.queue_control(OP_TEXT, &messages::encode(&message));
+            }
+        }
+        Ok(())
     }
 
     /// Best effort: writes sealed bytes (pings, pongs, a close) now; if the socket is full they
@@ -644,8 +673,38 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
                 }
                 Ok(true)
             }
+            OP_TEXT if self.messages.is_some() => {
+                if !header.fin || self.reader.in_message {
+                    return Err(protocol_error(
+                        "a message fragmented or inside a fragmented one".into(),
+                    ));
+                }
+                if header.len > max {
+                    return Err(protocol_error(format!(
+                        "peer sent a {}-byte message; the limit is {max}",
+                        header.len
+                    )));
+                }
+                let total = header_len + header.len as usize;
+                if self.reader.buf.len() < total {
+                    return Ok(false);
+                }
+                let payload = &mut self.reader.buf[header_len..total];
+                if let Some(key) = header.mask {
+                    apply_mask(payload, key, 0);
+                }
+                let reply = match &self.messages {
+                    Some(messages) => messages.received(payload).map_err(protocol_error)?,
+                    None => None,
+                };
+                self.reader.buf.advance(total);
+                if let Some(reply) = reply {
+                    self.queue_control(OP_TEXT, &messages::encode(&reply));
+                }
+                Ok(true)
+            }
             OP_TEXT => Err(protocol_error(
-                "text frame; the tunnel carries binary frames only".into(),
+                "text frame; this session carries binary frames only".into(),
             )),
             other => Err(protocol_error(format!("unknown opcode {other:#x}"))),
         }
@@ -659,8 +718,42 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
         out: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        this.poll_keepalive(cx)?;
+        this.queue_due(cx)?;
+        let read = this.read_frames(cx, out);
+        if matches!(read, Poll::Ready(Err(_))) {
+            return read;
+        }
+        // What this side owes the peer leaves in one write once yamux has read all there is
+        // (it reads until it would wait): a flush it asked for (its frames, a pong to the
+        // frames just read, its own ping), pongs and answers to what was just read, a ping,
+        // messages. Each in a write of its own had been a TLS record and a system call each
+        // (two to three per heartbeat on the hub). While reads keep coming (bulk data), every
+        // few reads, so that window updates keep the sender going. After the peer's Close,
+        // its socket may already be gone: the reply is a courtesy.
+        if matches!(read, Poll::Ready(Ok(n)) if n > 0) && this.reads_unpaid < READS_PER_WRITE {
+            this.reads_unpaid += 1;
+            return read;
+        }
+        this.reads_unpaid = 0;
+        // Before waiting, the keepalive's timer moves past what was just heard.
+        if read.is_pending() && this.keepalive.poll(cx)? {
+            this.queue_control(OP_PING, b"");
+        }
         this.pay_flush(cx)?;
+        if let Err(e) = this.push_queued(cx)
+            && !this.reader.done
+        {
+            return Poll::Ready(Err(e));
+        }
+        read
+    }
+}
+
+impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
+    /// Reads frames until yamux's bytes or the end of the stream; control frames and messages
+    /// are handled on the way, their answers queued.
+    fn read_frames(&mut self, cx: &mut Context<'_>, out: &mut [u8]) -> Poll<io::Result<usize>> {
+        let this = self;
         loop {
             if this.reader.done {
                 return Poll::Ready(Ok(0));
@@ -699,13 +792,6 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
                 return Poll::Ready(Ok(n));
             }
             if this.next_frame()? {
-                // A ping read just now is answered now, not with the next write. After the
-                // peer's Close, its socket may already be gone: the reply is a courtesy.
-                if let Err(e) = this.push_queued(cx)
-                    && !this.reader.done
-                {
-                    return Poll::Ready(Err(e));
-                }
                 continue;
             }
             if !ready!(this.poll_fill(cx))? {
@@ -850,20 +936,25 @@ impl Keepalive {
                     ),
                 ));
             }
-            if now >= self.next_ping {
-                // Only a quiet peer is pinged: anything heard from it (beats, yamux's own pings)
-                // proves the path as well, and a fleet's pings are otherwise most of an idle
-                // hub's work. Silence is still found at `dead_after`.
-                let quiet_since = self.last_heard + self.interval;
-                if now >= quiet_since {
-                    ping = true;
-                    self.next_ping = now + self.interval;
-                } else {
-                    self.next_ping = quiet_since;
-                }
+            // Only a quiet peer is pinged: anything heard from it (beats, yamux's own pings)
+            // proves the path as well, and a fleet's pings are otherwise most of an idle hub's
+            // work. Quiet means silent for half an interval more than one: agents beat once an
+            // interval, and a beat a little late is no reason to ping. Silence is still found
+            // at `dead_after`.
+            let quiet_since = self.last_heard + self.interval + self.interval / 2;
+            let due = self.next_ping.max(quiet_since);
+            if now >= due {
+                ping = true;
+                self.next_ping = now + self.interval;
+                continue;
             }
-            let wake_at = self.next_ping.min(deadline);
-            if self.timer.deadline() != wake_at {
+            // The timer follows what is heard only once it is within an interval of firing:
+            // re-arming it on every read costs a bulk stream, and a timer that fires while
+            // the peer is not quiet wakes the session for nothing (and yamux, polled then,
+            // sends a ping of its own).
+            let wake_at = due.min(deadline);
+            let armed = self.timer.deadline();
+            if armed > wake_at || (armed != wake_at && armed <= now + self.interval) {
                 self.timer.as_mut().reset(wake_at);
             }
             if self.timer.as_mut().poll(cx).is_pending() {

@@ -852,3 +852,90 @@ async fn a_flood_of_silent_connections_from_one_address_leaves_the_listener_to_e
     shutdown.cancel();
     server.await.unwrap();
 }
+
+/// A hub's message handler for the tests: answers `now…` at once and anything else later,
+/// from a task, and keeps the id of each message's sender.
+fn answering_handler(
+    senders: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> tunnel::MessageHandler {
+    tunnel::MessageHandler::new(
+        move |info: &tunnel::SessionInfo, message: &[u8], messenger: &tunnel::Messenger| {
+            senders.lock().unwrap().push(info.peer.id.clone());
+            if message.starts_with(b"now") {
+                return Some([b"now:".as_slice(), message].concat());
+            }
+            let (answer, messenger) = ([b"later:".as_slice(), message].concat(), messenger.clone());
+            tokio::spawn(async move { messenger.send(answer).unwrap() });
+            None
+        },
+    )
+}
+
+#[tokio::test]
+async fn messages_beside_the_streams_are_answered_at_once_or_later_and_know_their_sender() {
+    init();
+    let senders = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hub = TestHub::start(AcceptorConfig {
+        messages: Some(answering_handler(senders.clone())),
+        ..AcceptorConfig::default()
+    })
+    .await;
+    let mut agent = TestAgent::start(agent_config(&hub, "talker"));
+    let session = agent.next_session().await;
+    let talk = session.messages.clone().expect("the hub takes messages");
+    let wait = Duration::from_secs(10);
+    let ask = |message: Vec<u8>| {
+        let talk = talk.clone();
+        async move {
+            talk.tell(message).unwrap();
+            tokio::time::timeout(wait, talk.answer())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    assert_eq!(ask(b"now 1".to_vec()).await, b"now:now 1");
+    assert_eq!(ask(b"beat".to_vec()).await, b"later:beat");
+    // Large enough to span several reads of the hub's frame buffer.
+    let big = [b"now".as_slice(), &pattern(7, 100_000)].concat();
+    assert_eq!(ask(big.clone()).await, [b"now:".as_slice(), &big].concat());
+    assert_eq!(*senders.lock().unwrap(), ["talker"; 3]);
+    // Streams go on as before, on the same session.
+    let echo = echo_server().await;
+    assert_echoes(&hub.session("talker").await, echo, b"still a tunnel").await;
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn an_agent_beats_with_calls_where_the_hub_takes_no_messages_and_unasked_messages_end_a_session()
+ {
+    init();
+    // A hub without a handler: the agent is told nothing and keeps to calls.
+    let plain = TestHub::start(AcceptorConfig::default()).await;
+    let mut agent = TestAgent::start(agent_config(&plain, "old-hub"));
+    assert!(agent.next_session().await.messages.is_none());
+    agent.stop().await;
+    plain.stop().await;
+
+    // A hub that takes messages, and a peer that never offered them sends one anyway.
+    let senders = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hub_config = AcceptorConfig {
+        messages: Some(answering_handler(senders.clone())),
+        handshake_timeout: Duration::from_secs(120),
+        ..AcceptorConfig::default()
+    };
+    let (hub, agent, good) = connected_pair("good", hub_config, SessionSettings::default()).await;
+    let mut bad = raw_websocket(&hub, "bad").await;
+    bad.send(Message::Text("now".into())).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), assert_closed_by_hub(&mut bad))
+        .await
+        .unwrap();
+    assert!(
+        senders.lock().unwrap().is_empty(),
+        "the hub took an unasked message"
+    );
+    assert!(!good.is_ended());
+    agent.stop().await;
+    hub.stop().await;
+}

@@ -15,9 +15,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use prost::Message as _;
 use proto::health::v1::{BeatReply, Heartbeat, HostFacts, Usage};
 use tokio_util::sync::CancellationToken;
-use tunnel::SessionInfo;
+use tunnel::{Messenger, SessionInfo};
 
 use crate::{
     identity::{self, Belongs},
@@ -56,6 +57,9 @@ struct Agent {
     /// When the last beat came, for people (formatted only when shown: beats are the hot path).
     last_beat_at: Option<SystemTime>,
     missed: bool,
+    /// The session last told the interval and whether to send facts, by an answer to a beat
+    /// sent as a message (an answer to one is empty unless the answer changed).
+    answered: u64,
     facts: Option<HostFacts>,
     usage: Option<Usage>,
     history: Option<History>,
@@ -76,6 +80,27 @@ impl ClusterSummary {
     /// CPU % over all the machines' CPUs, if any machine reported usage.
     pub fn cpu_percent(&self) -> Option<f64> {
         (self.cpus > 0.0).then(|| self.cpu_weighted / self.cpus)
+    }
+}
+
+/// A beat recorded: the answer, whether it differs from the last one this session was given,
+/// and what is left to do.
+struct Recorded {
+    reply: BeatReply,
+    news: bool,
+    after: After,
+}
+
+/// What a beat leaves to do after it is recorded (see `Health::after_beat`).
+struct After {
+    subject: Subject,
+    resumed: bool,
+    new_facts: Option<HostFacts>,
+}
+
+impl After {
+    fn is_some(&self) -> bool {
+        self.resumed || self.new_facts.is_some()
     }
 }
 
@@ -203,53 +228,142 @@ impl Health {
 
     /// Takes one heartbeat.
     pub async fn beat(&self, info: &SessionInfo, beat: Heartbeat) -> BeatReply {
+        let recorded = match self.record(info, beat, None) {
+            Ok(recorded) => recorded,
+            Err(beat) => {
+                let subject = self.subject(&info.peer.id).await.unwrap_or_default();
+                match self.record(info, *beat, Some(subject)) {
+                    Ok(recorded) => recorded,
+                    Err(_) => unreachable!("a beat with its subject is always recorded"),
+                }
+            }
+        };
+        self.after_beat(info, recorded.after).await;
+        recorded.reply
+    }
+
+    /// Takes a heartbeat sent as a message on the session itself (see `tunnel::OnMessage`), on
+    /// the task that drives the session: recorded in the map of agents and answered at once
+    /// (empty unless the answer changed: a new session, facts wanted), with what the store or
+    /// the events need done on a task of its own; a beat from an agent not yet in the map (its subject
+    /// is read from the store) is taken and answered on a task.
+    pub fn beat_message(
+        self: &Arc<Self>,
+        info: &SessionInfo,
+        message: &[u8],
+        messenger: &Messenger,
+    ) -> Option<Vec<u8>> {
+        let beat = match Heartbeat::decode(message) {
+            Ok(beat) => beat,
+            Err(e) => {
+                tracing::warn!(peer = %info.peer.id, error = %e, "a heartbeat message that is not a Heartbeat");
+                return None;
+            }
+        };
+        match self.record(info, beat, None) {
+            Ok(Recorded { reply, news, after }) => {
+                if after.is_some() {
+                    let (this, info) = (self.clone(), info.clone());
+                    tokio::spawn(async move { this.after_beat(&info, after).await });
+                }
+                // Every beat is answered, so that the agent hears from the hub once an
+                // interval (its keepalive then has nothing to ask); an answer that has not
+                // changed since the last is empty.
+                Some(if news {
+                    reply.encode_to_vec()
+                } else {
+                    Vec::new()
+                })
+            }
+            // The first beat of an agent the hub has not met: its subject is read first.
+            Err(beat) => {
+                let (this, info, messenger) = (self.clone(), info.clone(), messenger.clone());
+                tokio::spawn(async move {
+                    let reply = this.beat(&info, *beat).await;
+                    // Not sent only if the session is ending: its agent beats again on the next.
+                    let _ = messenger.send(reply.encode_to_vec());
+                });
+                None
+            }
+        }
+    }
+
+    /// Records a beat in the map of agents; `Err` gives the beat back if the agent is not in
+    /// it and no `subject` was given to add it with.
+    fn record(
+        &self,
+        info: &SessionInfo,
+        beat: Heartbeat,
+        subject: Option<Subject>,
+    ) -> Result<Recorded, Box<Heartbeat>> {
         let now = Instant::now();
-        let subject = self.lock().get(&info.peer.id).map(|a| a.subject.clone());
-        let subject = match subject {
-            Some(s) => s,
-            None => self.subject(&info.peer.id).await.unwrap_or_default(),
-        };
-        let (resumed, new_facts, send_facts) = {
-            let mut agents = self.lock();
-            let agent = agents
+        let mut agents = self.lock();
+        let agent = match (agents.get_mut(&info.peer.id), subject) {
+            (Some(agent), _) => agent,
+            (None, Some(subject)) => agents
                 .entry(info.peer.id.clone())
-                .or_insert_with(|| new_agent(&info.peer.kind, subject.clone()));
-            if let Some(last) = agent.last_beat
-                && agent.session == info.id
-            {
-                let late = now.duration_since(last).saturating_sub(self.interval);
-                crate::metrics::HEARTBEAT_LAG_SECONDS.observe(late);
-            }
-            if agent.session != info.id {
-                agent.session = info.id;
-                agent.connected = true;
-                agent.gone = None;
-                agent.gone_at = None;
-            }
-            agent.last_beat = Some(now);
-            agent.last_beat_at = Some(SystemTime::now());
-            let resumed = std::mem::take(&mut agent.missed);
-            let mut new_facts = None;
-            if let Some(facts) = beat.facts
-                && agent.facts.as_ref() != Some(&facts)
-            {
-                new_facts = Some(facts.clone());
-                agent.facts = Some(facts);
-            }
-            if let Some(usage) = beat.usage {
-                agent
-                    .history
-                    .get_or_insert_with(History::default)
-                    .record(unix_now(), &usage);
-                agent.usage = Some(usage);
-            }
-            (
-                resumed,
-                new_facts,
-                machine(&info.peer.kind) && agent.facts.is_none(),
-            )
+                .or_insert_with(|| new_agent(&info.peer.kind, subject)),
+            (None, None) => return Err(Box::new(beat)),
         };
+        if let Some(last) = agent.last_beat
+            && agent.session == info.id
+        {
+            let late = now.duration_since(last).saturating_sub(self.interval);
+            crate::metrics::HEARTBEAT_LAG_SECONDS.observe(late);
+        }
+        if agent.session != info.id {
+            agent.session = info.id;
+            agent.connected = true;
+            agent.gone = None;
+            agent.gone_at = None;
+        }
+        agent.last_beat = Some(now);
+        agent.last_beat_at = Some(SystemTime::now());
+        let resumed = std::mem::take(&mut agent.missed);
+        let mut new_facts = None;
+        if let Some(facts) = beat.facts
+            && agent.facts.as_ref() != Some(&facts)
+        {
+            new_facts = Some(facts.clone());
+            agent.facts = Some(facts);
+        }
+        if let Some(usage) = beat.usage {
+            agent
+                .history
+                .get_or_insert_with(History::default)
+                .record(unix_now(), &usage);
+            agent.usage = Some(usage);
+        }
+        let reply = BeatReply {
+            interval_millis: u32::try_from(self.interval.as_millis()).unwrap_or(u32::MAX),
+            send_facts: machine(&info.peer.kind) && agent.facts.is_none(),
+        };
+        // The interval is the hub's, fixed while it runs: only a new session needs telling,
+        // and an agent whose facts the hub lacks.
+        let news = agent.answered != info.id || reply.send_facts;
+        agent.answered = info.id;
+        let after = After {
+            subject: if resumed || new_facts.is_some() {
+                agent.subject.clone()
+            } else {
+                Subject::default()
+            },
+            resumed,
+            new_facts,
+        };
+        drop(agents);
         crate::metrics::HEARTBEATS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Recorded { reply, news, after })
+    }
+
+    /// What a recorded beat leaves to do: an event and the `Connected` condition when beats
+    /// resumed, a host's new facts to the store.
+    async fn after_beat(&self, info: &SessionInfo, after: After) {
+        let After {
+            subject,
+            resumed,
+            new_facts,
+        } = after;
         if resumed {
             self.events.normal(
                 "HeartbeatsResumed",
@@ -277,10 +391,6 @@ impl Health {
             {
                 tracing::warn!(%host, error = %e, "cannot store the host's facts");
             }
-        }
-        BeatReply {
-            interval_millis: u32::try_from(self.interval.as_millis()).unwrap_or(u32::MAX),
-            send_facts,
         }
     }
 
@@ -393,6 +503,7 @@ fn new_agent(kind: &str, subject: Subject) -> Agent {
         last_beat: None,
         last_beat_at: None,
         missed: false,
+        answered: 0,
         facts: None,
         usage: None,
         history: None,

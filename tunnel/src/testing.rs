@@ -186,7 +186,11 @@ where
         id: id.to_owned(),
         kind: KIND.to_owned(),
     };
-    tokio::spawn(async move { acceptor.run_session(io, peer, None, None).await })
+    // Messages too, as the hub takes them: the intake reads text frames for them.
+    let echo: Arc<dyn crate::OnMessage> = Arc::new(
+        |_: &crate::SessionInfo, message: &[u8], _: &crate::Messenger| Some(message.to_vec()),
+    );
+    tokio::spawn(async move { acceptor.run_session(io, peer, None, Some(echo)).await })
 }
 
 /// Feeds `bytes` to the hub's end of a session as if an agent had sent them after the

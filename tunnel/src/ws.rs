@@ -7,8 +7,8 @@
 //! without passing through the buffer), and reads unmask straight into yamux's buffer. Text frames
 //! carry the session's messages (see `messages`) where both ends agreed to them. Other text
 //! frames, reserved bits, unmasked client frames, oversized messages and malformed headers end
-//! the session with the reason. Both sides ping every interval and count any inbound byte as a sign
-//! of life; a peer silent for three intervals is declared dead.
+//! the session with the reason. Both sides ping a peer silent for an interval and a half and
+//! count any inbound byte as a sign of life; a peer silent for three intervals is declared dead.
 
 use std::{
     io::{self, IoSlice},
@@ -21,17 +21,18 @@ use base64::Engine as _;
 use bytes::{Buf, BytesMut};
 use futures::{AsyncRead, AsyncWrite};
 use ring::rand::{SecureRandom, SystemRandom};
-
-use crate::messages::{self, Messages};
 use tokio::{
     io::{AsyncRead as TokioRead, AsyncWrite as TokioWrite},
     time::{Instant, Sleep},
 };
 
+use crate::messages::{self, Messages};
+
 /// Limits and timing of the WebSocket under a session.
 #[derive(Debug, Clone, Copy)]
 pub struct WsSettings {
-    /// Interval between keepalive pings; a peer silent for three of these is declared dead.
+    /// Interval between keepalive pings, which go only to a peer silent for one and a half of
+    /// these; a peer silent for three is declared dead.
     pub ping_interval: Duration,
     /// Largest WebSocket message accepted from the peer; a larger one ends the session.
     pub max_message_size: usize,

@@ -174,7 +174,6 @@ struct Shared {
     open: mpsc::Sender<OpenReply>,
     close: CancellationToken,
     ended: watch::Receiver<Option<String>>,
-    messenger: Option<Messenger>,
 }
 
 impl fmt::Debug for Session {
@@ -204,10 +203,8 @@ impl Session {
             Role::Server => yamux::Mode::Server,
         };
         let mut io = WsIo::new(io, role, settings.ws).deferring_flushes();
-        let mut messenger = None;
-        if let Some((handler, sender)) = messages {
-            messenger = Some(sender.clone());
-            io = io.with_messages(Messages::new(info.clone(), handler, sender));
+        if let Some((handler, messenger)) = messages {
+            io = io.with_messages(Messages::new(info.clone(), handler, messenger));
         }
         let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
         let (open_tx, open_rx) = mpsc::channel(64);
@@ -218,7 +215,6 @@ impl Session {
                 open: open_tx,
                 close: CancellationToken::new(),
                 ended: ended_rx,
-                messenger,
             }),
         };
         let driver = Driver {
@@ -241,11 +237,6 @@ impl Session {
 
     pub fn info(&self) -> &SessionInfo {
         &self.inner.info
-    }
-
-    /// Sends messages on the session's WebSocket itself, where both ends agreed to them.
-    pub fn messenger(&self) -> Option<&Messenger> {
-        self.inner.messenger.as_ref()
     }
 
     /// Asks the driver to close the session: a yamux GoAway, then a WebSocket close.

@@ -674,7 +674,12 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
                 }
                 Ok(true)
             }
-            OP_TEXT if self.messages.is_some() => {
+            OP_TEXT => {
+                let Some(inbox) = &self.messages else {
+                    return Err(protocol_error(
+                        "text frame; this session carries binary frames only".into(),
+                    ));
+                };
                 if !header.fin || self.reader.in_message {
                     return Err(protocol_error(
                         "a message fragmented or inside a fragmented one".into(),
@@ -694,19 +699,13 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
                 if let Some(key) = header.mask {
                     apply_mask(payload, key, 0);
                 }
-                let reply = match &self.messages {
-                    Some(messages) => messages.received(payload).map_err(protocol_error)?,
-                    None => None,
-                };
+                let reply = inbox.received(payload).map_err(protocol_error)?;
                 self.reader.buf.advance(total);
                 if let Some(reply) = reply {
                     self.queue_control(OP_TEXT, &messages::encode(&reply));
                 }
                 Ok(true)
             }
-            OP_TEXT => Err(protocol_error(
-                "text frame; this session carries binary frames only".into(),
-            )),
             other => Err(protocol_error(format!("unknown opcode {other:#x}"))),
         }
     }
@@ -736,9 +735,10 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncRead for WsIo<T> {
             return read;
         }
         this.reads_unpaid = 0;
-        // Before waiting, the keepalive's timer moves past what was just heard.
-        if read.is_pending() && this.keepalive.poll(cx)? {
-            this.queue_control(OP_PING, b"");
+        // Before waiting, the keepalive's timer moves past what was just heard (and what a
+        // handler sent meanwhile goes along).
+        if read.is_pending() {
+            this.queue_due(cx)?;
         }
         this.pay_flush(cx)?;
         if let Err(e) = this.push_queued(cx)

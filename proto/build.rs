@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/drover/cluster/v1/cluster.proto",
         "proto/drover/plan/v1/plan.proto",
         "proto/drover/health/v1/health.proto",
+        "proto/drover/session/v1/session.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

@@ -13,8 +13,10 @@ use std::{
 };
 
 use prost::Message as _;
-use proto::health::v1::{
-    BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient,
+use proto::{
+    health::v1::{BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient},
+    plan::v1::{PlanDelivery, WatchPlan},
+    session::v1::{AgentMessage, HubMessage, agent_message, hub_message},
 };
 use sysinfo::{Disks, Networks, System};
 use tunnel::AgentSession;
@@ -186,7 +188,10 @@ pub async fn send(
 ) -> Result<Option<BeatReply>, BeatError> {
     match &session.messages {
         Some(conversation) => {
-            conversation.tell(heartbeat.encode_to_vec())?;
+            let message = AgentMessage {
+                body: Some(agent_message::Body::Heartbeat(heartbeat)),
+            };
+            conversation.tell(message.encode_to_vec())?;
             Ok(None)
         }
         None => Ok(Some(
@@ -198,16 +203,38 @@ pub async fn send(
     }
 }
 
-/// The hub's next answer sent as a message; never, where beats are calls.
-async fn next_answer(session: &AgentSession) -> Option<BeatReply> {
+/// Asks the hub to send this host's plan for `slot` ("" or "task") as session messages, the
+/// current one and every change, for as long as the session lasts; they come to
+/// [`beat_and_take_plans`]'s `on_plan`.
+pub fn follow_plan(conversation: &tunnel::Conversation, slot: &str) -> Result<(), tunnel::NotSent> {
+    let message = AgentMessage {
+        body: Some(agent_message::Body::WatchPlan(WatchPlan {
+            slot: slot.to_owned(),
+        })),
+    };
+    conversation.tell(message.encode_to_vec())
+}
+
+/// The hub's next answer to a beat sent as a message (`Some(None)`: an empty one, nothing
+/// changed); never, where beats are calls. Its other messages (plans) go to `on_plan`.
+async fn next_answer(
+    session: &AgentSession,
+    on_plan: &mut impl FnMut(PlanDelivery),
+) -> Option<Option<BeatReply>> {
     let Some(conversation) = &session.messages else {
         return std::future::pending().await;
     };
     loop {
         let answer = conversation.answer().await?;
-        match BeatReply::decode(answer.as_slice()) {
-            Ok(reply) => return Some(reply),
-            Err(e) => tracing::warn!(error = %e, "the hub's answer to a beat is not a BeatReply"),
+        match HubMessage::decode(answer.as_slice()) {
+            Ok(HubMessage { body: None }) => return Some(None),
+            Ok(HubMessage {
+                body: Some(hub_message::Body::BeatReply(reply)),
+            }) => return Some(Some(reply)),
+            Ok(HubMessage {
+                body: Some(hub_message::Body::Plan(delivery)),
+            }) => on_plan(delivery),
+            Err(e) => tracing::warn!(error = %e, "a message from the hub that is not a HubMessage"),
         }
     }
 }
@@ -232,6 +259,19 @@ impl Asked {
 /// sampler each beat carries the machine's usage, and the session's first beat (and any the hub
 /// asks for) its facts.
 pub async fn beat(session: &AgentSession, sampler: Option<&Sampler>) {
+    beat_and_take_plans(session, sampler, |delivery| {
+        tracing::warn!(slot = %delivery.slot, "the hub sent a plan to an agent that follows none");
+    })
+    .await;
+}
+
+/// [`beat`], for the agent that follows plans with messages on the same session (the
+/// system-agent): the hub's plan deliveries, which come between its answers, go to `on_plan`.
+pub async fn beat_and_take_plans(
+    session: &AgentSession,
+    sampler: Option<&Sampler>,
+    mut on_plan: impl FnMut(PlanDelivery),
+) {
     let mut asked = Asked {
         interval: DEFAULT_INTERVAL,
         send_facts: true,
@@ -267,8 +307,10 @@ pub async fn beat(session: &AgentSession, sampler: Option<&Sampler>) {
             tokio::select! {
                 _ = session.session.ended() => return,
                 () = tokio::time::sleep_until(sent + pause) => break,
-                Some(reply) = next_answer(session) => {
-                    asked.take(reply);
+                Some(reply) = next_answer(session, &mut on_plan) => {
+                    if let Some(reply) = reply {
+                        asked.take(reply);
+                    }
                     if asked.send_facts && sampler.is_some() {
                         break;
                     }

@@ -30,6 +30,7 @@ mod fsutil;
 pub mod health;
 pub mod identity;
 pub mod machines;
+pub mod messages;
 pub mod metrics;
 pub mod model;
 pub mod pki;
@@ -195,15 +196,13 @@ impl Hub {
             .add_service(proto::plan::v1::plans_server::PlansServer::new(
                 plans::PlansService {
                     store: store.clone(),
-                    dispatch,
+                    dispatch: dispatch.clone(),
                     files: config.data_dir.join(plans::FILES_DIR),
                 },
             )),
-            messages: Some(tunnel::MessageHandler::new({
-                let health = health.clone();
-                move |info: &tunnel::SessionInfo, message: &[u8], messenger: &tunnel::Messenger| {
-                    health.beat_message(info, message, messenger)
-                }
+            messages: Some(tunnel::MessageHandler::new(messages::SessionMessages {
+                health: health.clone(),
+                dispatch: dispatch.clone(),
             })),
             ..AcceptorConfig::default()
         };

@@ -13,20 +13,23 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
+use prost::Message as _;
 use proto::plan::v1::{
     DownloadRequest, FileChunk, Plan, PlanDelivery, PlanState, PlanStatus, StatusAck, UploadAck,
     WatchPlan, checksum, plans_server,
 };
+use proto::session::v1::{HubMessage, hub_message::Body};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tunnel::{Messenger, SessionInfo};
 
 mod files;
 
 pub use files::DIR as FILES_DIR;
 
 use crate::{
-    identity::{Belongs, SYSTEM_AGENT, caller_of},
+    identity::{Belongs, SYSTEM_AGENT, belongs, caller_of},
     model::update_status,
     model::{Kind, Status, parse_plan},
     store::{EventType, LabelSelector, Object, Store},
@@ -41,41 +44,132 @@ pub struct Pushed {
 
 type Current = Option<Arc<Pushed>>;
 
+/// Largest plan delivery sent as a session message, encoded: its base64 must fit well inside
+/// an agent's largest WebSocket message (1 MiB). A larger plan is announced without its body
+/// and taken with the `Watch` call.
+const MAX_PLAN_MESSAGE: usize = 512 * 1024;
+
 /// Every host's current plan, kept from one watch on the store.
 #[derive(Debug)]
 pub struct Dispatch {
-    hosts: Mutex<HashMap<String, watch::Sender<Current>>>,
-    /// True once the store's plans have been read.
+    state: Mutex<State>,
+    /// True once the store's plans have been read (for `Watch` calls, which wait on it).
     ready: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The store's plans have been read: followers are told of them.
+    ready: bool,
+    /// By [`slot_key`].
+    slots: HashMap<String, Slot>,
+}
+
+/// One host's slot: its plan and who follows it.
+#[derive(Debug, Default)]
+struct Slot {
+    current: Current,
+    /// The session following it with messages (the newest, when a reconnect overlaps).
+    follower: Option<Follower>,
+    /// For `Watch` calls (agents that follow with calls), made when the first is.
+    calls: Option<watch::Sender<Current>>,
+}
+
+#[derive(Debug)]
+struct Follower {
+    session: u64,
+    slot: String,
+    messenger: Messenger,
+}
+
+impl Follower {
+    /// Sends `current`; a follower whose session has ended (or ends now, not reading) is dropped.
+    fn tell(&self, current: &Current) -> bool {
+        let message = delivery_message(&self.slot, current).encode_to_vec();
+        self.messenger.send(message).is_ok()
+    }
+}
+
+/// The message that delivers `current` on `slot`.
+fn delivery_message(slot: &str, current: &Current) -> HubMessage {
+    let mut delivery = match current.as_deref() {
+        Some(p) => PlanDelivery {
+            checksum: p.checksum.clone(),
+            plan: Some(p.plan.clone()),
+            ..PlanDelivery::default()
+        },
+        None => PlanDelivery::default(),
+    };
+    delivery.slot = slot.to_owned();
+    if delivery.encoded_len() > MAX_PLAN_MESSAGE {
+        delivery.plan = None;
+        delivery.too_large = true;
+    }
+    HubMessage {
+        body: Some(Body::Plan(delivery)),
+    }
 }
 
 impl Default for Dispatch {
     fn default() -> Self {
         Self {
-            hosts: Mutex::default(),
+            state: Mutex::default(),
             ready: watch::Sender::new(false),
         }
     }
 }
 
 impl Dispatch {
-    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<Current>>> {
-        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Each change to a slot is whole before the lock is let go.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Follows a host's slot (see [`slot_key`]; waits until the store has been read).
-    pub async fn subscribe(&self, host: &str) -> watch::Receiver<Current> {
+    /// Follows a host's slot with a `Watch` call (see [`slot_key`]; waits until the store has
+    /// been read).
+    pub async fn subscribe(&self, key: &str) -> watch::Receiver<Current> {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
-        self.hosts()
-            .entry(host.to_owned())
-            .or_insert_with(|| watch::Sender::new(None))
+        let mut state = self.state();
+        let slot = state.slots.entry(key.to_owned()).or_default();
+        let current = slot.current.clone();
+        slot.calls
+            .get_or_insert_with(|| watch::Sender::new(current))
             .subscribe()
+    }
+
+    /// Follows a host's slot with session messages: the session `session` is sent every
+    /// change of `host`'s `slot` from now on, until it ends; the current plan is returned to
+    /// send at once (`None` while the store has not been read: it is sent once it has).
+    pub fn follow(
+        &self,
+        session: u64,
+        host: &str,
+        slot: &str,
+        messenger: &Messenger,
+    ) -> Option<HubMessage> {
+        let mut state = self.state();
+        let ready = state.ready;
+        let entry = state.slots.entry(slot_key(host, slot)).or_default();
+        // A reconnect can overlap the session it replaces; the older one is on its way out.
+        if entry
+            .follower
+            .as_ref()
+            .is_some_and(|f| f.session > session && !f.messenger.is_closed())
+        {
+            return None;
+        }
+        entry.follower = Some(Follower {
+            session,
+            slot: slot.to_owned(),
+            messenger: messenger.clone(),
+        });
+        ready.then(|| delivery_message(slot, &entry.current))
     }
 
     /// A host's slot's current plan (see [`slot_key`]).
     pub fn current(&self, key: &str) -> Current {
-        self.hosts().get(key).and_then(|s| s.borrow().clone())
+        self.state().slots.get(key).and_then(|s| s.current.clone())
     }
 
     /// The checksum of `host`'s current plan (empty: none).
@@ -87,18 +181,49 @@ impl Dispatch {
 
     /// Sets `host`'s plan; followers hear of it only if its checksum changed (a status write
     /// on the Plan is not a new plan).
-    fn set(&self, host: &str, current: Current) {
-        let mut hosts = self.hosts();
-        let sender = hosts
-            .entry(host.to_owned())
-            .or_insert_with(|| watch::Sender::new(None));
-        sender.send_if_modified(|now| {
-            let same = now.as_ref().map(|p| &p.checksum) == current.as_ref().map(|p| &p.checksum);
-            if !same {
-                *now = current;
+    fn set(&self, key: &str, current: Current) {
+        let mut state = self.state();
+        let ready = state.ready;
+        if current.is_none() && !state.slots.contains_key(key) {
+            return;
+        }
+        let slot = state.slots.entry(key.to_owned()).or_default();
+        if slot.current.as_ref().map(|p| &p.checksum) == current.as_ref().map(|p| &p.checksum) {
+            return;
+        }
+        slot.current = current;
+        if let Some(calls) = &slot.calls {
+            calls.send_replace(slot.current.clone());
+            if calls.receiver_count() == 0 {
+                slot.calls = None;
             }
-            !same
-        });
+        }
+        if ready
+            && let Some(follower) = &slot.follower
+            && !follower.tell(&slot.current)
+        {
+            slot.follower = None;
+        }
+        if slot.current.is_none() && slot.follower.is_none() && slot.calls.is_none() {
+            state.slots.remove(key);
+        }
+    }
+
+    /// The store's plans have been read: followers waiting for them are told theirs.
+    pub(crate) fn set_ready(&self) {
+        let mut state = self.state();
+        if !state.ready {
+            state.ready = true;
+            for slot in state.slots.values_mut() {
+                if let Some(follower) = &slot.follower
+                    && !follower.tell(&slot.current)
+                {
+                    slot.follower = None;
+                }
+            }
+        }
+        drop(state);
+        self.ready.send_replace(true);
     }
 
     fn take(&self, object: &Object) {
@@ -130,11 +255,12 @@ impl Dispatch {
                     continue;
                 }
             };
-            let names: Vec<String> = plans.iter().map(plan_key).collect();
+            let names: std::collections::HashSet<String> = plans.iter().map(plan_key).collect();
             let gone: Vec<String> = self
-                .hosts()
+                .state()
+                .slots
                 .keys()
-                .filter(|h| !names.contains(h))
+                .filter(|h| !names.contains(*h))
                 .cloned()
                 .collect();
             for host in gone {
@@ -143,7 +269,7 @@ impl Dispatch {
             for plan in &plans {
                 self.take(plan);
             }
-            self.ready.send_replace(true);
+            self.set_ready();
             let mut changes = match store.watch(Some(Kind::Plan.name()), Some(revision)).await {
                 Ok(w) => w,
                 Err(e) => {
@@ -247,6 +373,31 @@ impl PlansService {
     }
 }
 
+/// A `WatchPlan` sent as a session message (see `crate::messages`): the session follows its
+/// host's slot; the answer to send at once is its current plan. Only a system-agent's session
+/// may; a refused one is logged and not answered.
+pub fn watch_message(
+    dispatch: &Dispatch,
+    info: &SessionInfo,
+    watch: &WatchPlan,
+    messenger: &Messenger,
+) -> Option<HubMessage> {
+    let host = match (info.peer.kind.as_str(), belongs(&info.peer.id)) {
+        (SYSTEM_AGENT, Some(Belongs::Host(host))) => host,
+        _ => {
+            tracing::warn!(peer = %info.peer.id, "a plan watch from an agent that is not a host's system-agent");
+            return None;
+        }
+    };
+    match slot_of(&watch.slot) {
+        Ok(slot) => dispatch.follow(info.id, &host, slot, messenger),
+        Err(e) => {
+            tracing::warn!(peer = %info.peer.id, error = %e.message(), "a plan watch refused");
+            None
+        }
+    }
+}
+
 /// The host a request's session belongs to; only system-agents have one.
 fn host_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Status> {
     match caller_of(request)? {
@@ -278,6 +429,7 @@ impl plans_server::Plans for PlansService {
                 Some(p) => PlanDelivery {
                     checksum: p.checksum.clone(),
                     plan: Some(p.plan.clone()),
+                    ..PlanDelivery::default()
                 },
                 None => PlanDelivery::default(),
             };
@@ -529,5 +681,167 @@ mod tests {
         ] {
             assert!(files::path_of(root, bad).is_err(), "{bad}");
         }
+    }
+
+    fn pushed(instruction: &str) -> Current {
+        let plan = Plan {
+            instructions: vec![proto::plan::v1::Instruction {
+                name: instruction.into(),
+                command: "/bin/true".into(),
+                ..Default::default()
+            }],
+            ..Plan::default()
+        };
+        Some(Arc::new(Pushed {
+            checksum: checksum(&plan),
+            plan,
+        }))
+    }
+
+    fn system_agent(session: u64, host: &str) -> SessionInfo {
+        SessionInfo {
+            id: session,
+            peer: tunnel::Peer {
+                id: format!("host/{host}"),
+                kind: SYSTEM_AGENT.into(),
+            },
+            remote_addr: None,
+            connected_at: std::time::SystemTime::now(),
+        }
+    }
+
+    fn watch(slot: &str) -> WatchPlan {
+        WatchPlan { slot: slot.into() }
+    }
+
+    /// The deliveries a messenger was sent: (slot, checksum, first instruction's name).
+    fn delivered(messenger: &Messenger) -> Vec<(String, String, String)> {
+        messenger
+            .take_sent()
+            .iter()
+            .map(|bytes| deliveries_of(HubMessage::decode(bytes.as_slice()).unwrap()))
+            .collect()
+    }
+
+    fn deliveries_of(message: HubMessage) -> (String, String, String) {
+        let Some(Body::Plan(delivery)) = message.body else {
+            panic!("not a plan delivery: {message:?}");
+        };
+        let first = delivery
+            .plan
+            .and_then(|p| p.instructions.first().map(|i| i.name.clone()))
+            .unwrap_or_default();
+        (delivery.slot, delivery.checksum, first)
+    }
+
+    fn sum(current: &Current) -> String {
+        current.as_ref().unwrap().checksum.clone()
+    }
+
+    #[test]
+    fn a_session_following_a_slot_by_messages_is_sent_its_plan_and_every_change() {
+        let dispatch = Dispatch::default();
+        let (one, two) = (pushed("install"), pushed("upgrade"));
+        let messenger = Messenger::detached();
+        let agent = system_agent(7, "h-a");
+
+        // Before the store has been read nothing is said; once it has, the plan read is sent.
+        assert!(watch_message(&dispatch, &agent, &watch(""), &messenger).is_none());
+        dispatch.set("h-a", one.clone());
+        assert!(messenger.take_sent().is_empty());
+        dispatch.set_ready();
+        assert_eq!(
+            delivered(&messenger),
+            [("".into(), sum(&one), "install".into())]
+        );
+
+        // Later watches are answered at once; a slot with no plan gets an empty delivery.
+        let now = watch_message(&dispatch, &agent, &watch(TASK), &messenger).unwrap();
+        assert_eq!(deliveries_of(now), (TASK.into(), "".into(), "".into()));
+
+        // A rewrite of the same plan (a status update) says nothing; a new plan is sent, to
+        // its slot only; a deleted one is an empty delivery.
+        dispatch.set("h-a", one.clone());
+        assert!(messenger.take_sent().is_empty());
+        dispatch.set("h-a", two.clone());
+        dispatch.set(&slot_key("h-a", TASK), one.clone());
+        dispatch.set("h-b", one.clone());
+        dispatch.set("h-a", None);
+        assert_eq!(
+            delivered(&messenger),
+            [
+                ("".into(), sum(&two), "upgrade".into()),
+                (TASK.into(), sum(&one), "install".into()),
+                ("".into(), "".into(), "".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_newest_session_of_a_host_follows_its_plan_and_an_ended_one_is_forgotten() {
+        let dispatch = Dispatch::default();
+        dispatch.set_ready();
+        let (old, new) = (Messenger::detached(), Messenger::detached());
+        let watched = |session, messenger: &Messenger| {
+            watch_message(
+                &dispatch,
+                &system_agent(session, "h-a"),
+                &watch(""),
+                messenger,
+            )
+        };
+        assert!(watched(9, &new).is_some());
+        // The session it replaced, its watch late: not answered, and not sent the next plan.
+        assert!(watched(8, &old).is_none());
+        dispatch.set("h-a", pushed("install"));
+        assert!(old.take_sent().is_empty());
+        assert_eq!(delivered(&new).len(), 1);
+        // Once the newest has ended, another session follows (and the ended one is sent no more).
+        new.close();
+        assert!(watched(8, &old).is_some());
+        dispatch.set("h-a", pushed("upgrade"));
+        assert_eq!(delivered(&old).len(), 1);
+        assert!(new.take_sent().is_empty());
+    }
+
+    #[test]
+    fn only_a_hosts_system_agent_follows_its_plans_and_a_plan_too_large_for_a_message_is_announced()
+    {
+        let dispatch = Dispatch::default();
+        dispatch.set_ready();
+        let messenger = Messenger::detached();
+        let mut node = system_agent(3, "h-a");
+        node.peer = tunnel::Peer {
+            id: "node/c-1/h-a".into(),
+            kind: crate::identity::NODE_AGENT.into(),
+        };
+        assert!(watch_message(&dispatch, &node, &watch(""), &messenger).is_none());
+        let agent = system_agent(4, "h-a");
+        assert!(watch_message(&dispatch, &agent, &watch("kubelet"), &messenger).is_none());
+        dispatch.set("h-a", pushed("install"));
+        assert!(messenger.take_sent().is_empty(), "nobody may follow");
+
+        // A plan past the limit: its checksum is sent, without the plan, to take by call.
+        let big = Plan {
+            files: vec![proto::plan::v1::File {
+                path: "/etc/big".into(),
+                content: vec![7; MAX_PLAN_MESSAGE],
+                ..Default::default()
+            }],
+            ..Plan::default()
+        };
+        let big = Some(Arc::new(Pushed {
+            checksum: checksum(&big),
+            plan: big,
+        }));
+        dispatch.set("h-a", big.clone());
+        let Some(Body::Plan(delivery)) = watch_message(&dispatch, &agent, &watch(""), &messenger)
+            .unwrap()
+            .body
+        else {
+            panic!("not a delivery");
+        };
+        assert!(delivery.too_large && delivery.plan.is_none());
+        assert_eq!(delivery.checksum, sum(&big));
     }
 }

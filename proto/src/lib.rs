@@ -32,6 +32,14 @@ pub mod health {
     }
 }
 
+/// Messages on a session's WebSocket beside its streams: heartbeats and plans.
+pub mod session {
+    /// Version 1.
+    pub mod v1 {
+        tonic::include_proto!("drover.session.v1");
+    }
+}
+
 /// Install plans and their status, between the hub and system-agents.
 pub mod plan {
     /// Version 1.

@@ -1,10 +1,12 @@
 //! The system-agent's side of a session with the hub: for each plan slot (the host's plan and
-//! its task) it takes plans from the hub's `Watch` stream into the slot's record and sends the
-//! record's status until the hub acknowledges it; and it beats, with the host's facts and usage.
+//! its task) it takes the hub's plans into the slot's record (sent as session messages, or
+//! where the hub takes none from the `Watch` stream) and sends the record's status until the
+//! hub acknowledges it; and it beats, with the host's facts and usage.
 
 use std::{sync::Arc, time::Duration};
 
-use proto::plan::v1::{WatchPlan, checksum, plans_client::PlansClient};
+use proto::plan::v1::{PlanDelivery, WatchPlan, checksum, plans_client::PlansClient};
+use tokio::sync::watch;
 use tunnel::AgentSession;
 
 use crate::record::Record;
@@ -22,6 +24,37 @@ pub(crate) const TASK: &str = "task";
 /// Serves one session until it ends.
 pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<agentkit::Sampler>) {
     let client = PlansClient::new(session.channel.clone());
+    if let Some(conversation) = &session.messages {
+        // Plans come as messages beside the hub's answers to beats: no stream or call is held
+        // open for them on either end.
+        let (plan, plans) = watch::channel(None);
+        let (task, tasks) = watch::channel(None);
+        for slot in ["", TASK] {
+            if agentkit::heartbeat::follow_plan(conversation, slot).is_err() {
+                return;
+            }
+        }
+        let sort = |delivery: PlanDelivery| {
+            let slot = match delivery.slot.as_str() {
+                "" => &plan,
+                TASK => &task,
+                other => {
+                    tracing::warn!(slot = %other, "the hub sent a plan for a slot this agent does not have");
+                    return;
+                }
+            };
+            slot.send_replace(Some(delivery));
+        };
+        tokio::select! {
+            _ = session.session.ended() => {}
+            () = take_delivered(client.clone(), "", plans, &slots.plan) => {}
+            () = take_delivered(client.clone(), TASK, tasks, &slots.task) => {}
+            () = report(client.clone(), "", &slots.plan) => {}
+            () = report(client, TASK, &slots.task) => {}
+            () = agentkit::heartbeat::beat_and_take_plans(&session, sampler.as_ref(), sort) => {}
+        }
+        return;
+    }
     tokio::select! {
         _ = session.session.ended() => {}
         () = take_plans(client.clone(), "", &slots.plan) => {}
@@ -32,7 +65,41 @@ pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<a
     }
 }
 
-/// Follows the hub's plan for this host's `slot`; a broken stream is opened again after a pause.
+/// Takes the plans the hub sends for `slot` as session messages (the newest, if several came
+/// while one was being kept); one too large for a message is taken with the `Watch` call.
+async fn take_delivered(
+    mut client: PlansClient<tunnel::Channel>,
+    slot: &str,
+    mut deliveries: watch::Receiver<Option<PlanDelivery>>,
+    record: &Record,
+) {
+    while deliveries.changed().await.is_ok() {
+        let Some(mut delivery) = deliveries.borrow_and_update().clone() else {
+            continue;
+        };
+        while delivery.too_large {
+            // The Watch call's first delivery is the current plan.
+            let first = match client.watch(WatchPlan { slot: slot.into() }).await {
+                Ok(stream) => stream.into_inner().message().await,
+                Err(e) => Err(e),
+            };
+            match first {
+                Ok(Some(current)) => delivery = current,
+                Ok(None) => tracing::warn!(%slot, "the hub's plan stream ended before its plan"),
+                Err(e) => {
+                    tracing::warn!(%slot, error = %e, "cannot take a large plan from the hub")
+                }
+            }
+            if delivery.too_large {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        take(slot, record, delivery);
+    }
+}
+
+/// Follows the hub's plan for this host's `slot` with the `Watch` call, where the hub takes no
+/// session messages; a broken stream is opened again after a pause.
 async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record: &Record) {
     loop {
         let watch = WatchPlan {
@@ -43,34 +110,7 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
                 let mut stream = stream.into_inner();
                 loop {
                     match stream.message().await {
-                        Ok(Some(delivery)) => {
-                            let plan = delivery.plan.unwrap_or_default();
-                            let (sum, plan) = if delivery.checksum.is_empty() {
-                                (String::new(), None)
-                            } else {
-                                // The agent's own sum is the plan's identity; a different one
-                                // from the hub means the two builds encode differently.
-                                let sum = checksum(&plan);
-                                if sum != delivery.checksum {
-                                    tracing::warn!(hub = %delivery.checksum, agent = %sum, "the hub and this agent compute different plan checksums");
-                                }
-                                (sum, Some(plan))
-                            };
-                            let kept =
-                                (!sum.is_empty()).then(|| sum.get(..12).unwrap_or(&sum).to_owned());
-                            match record.set_desired(sum, plan) {
-                                // Said, because it is why nothing runs after a restart.
-                                Ok(false) => {
-                                    if let Some(plan) = kept {
-                                        tracing::info!(%slot, %plan, "the hub's plan is the one this agent already has");
-                                    }
-                                }
-                                Ok(true) => {}
-                                Err(e) => {
-                                    tracing::error!(error = %e, "cannot keep the plan on disk")
-                                }
-                            }
-                        }
+                        Ok(Some(delivery)) => take(slot, record, delivery),
                         Ok(None) => break,
                         Err(e) => {
                             tracing::warn!(error = %e, "the plan stream broke");
@@ -82,6 +122,33 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
             Err(e) => tracing::warn!(error = %e, "cannot follow the hub's plan"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Keeps the hub's plan for `slot` as the one to apply.
+fn take(slot: &str, record: &Record, delivery: PlanDelivery) {
+    let plan = delivery.plan.unwrap_or_default();
+    let (sum, plan) = if delivery.checksum.is_empty() {
+        (String::new(), None)
+    } else {
+        // The agent's own sum is the plan's identity; a different one from the hub means the
+        // two builds encode differently.
+        let sum = checksum(&plan);
+        if sum != delivery.checksum {
+            tracing::warn!(hub = %delivery.checksum, agent = %sum, "the hub and this agent compute different plan checksums");
+        }
+        (sum, Some(plan))
+    };
+    let kept = (!sum.is_empty()).then(|| sum.get(..12).unwrap_or(&sum).to_owned());
+    match record.set_desired(sum, plan) {
+        // Said, because it is why nothing runs after a restart.
+        Ok(false) => {
+            if let Some(plan) = kept {
+                tracing::info!(%slot, %plan, "the hub's plan is the one this agent already has");
+            }
+        }
+        Ok(true) => {}
+        Err(e) => tracing::error!(error = %e, "cannot keep the plan on disk"),
     }
 }
 

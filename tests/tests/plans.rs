@@ -1,7 +1,8 @@
 //! Plans end to end: the real hub and the real `drover-system-agent` process. A plan written
 //! through the API reaches the host at once, is applied exactly once per checksum (also across
 //! `kill -9` and restarts), failures show on the Host with the instruction's stderr and stop at
-//! max-failures, and a plan written while the agent is away arrives when it reconnects.
+//! max-failures, a plan written while the agent is away arrives when it reconnects, and one too
+//! large to send as a session message arrives all the same.
 
 #![allow(clippy::unwrap_used)]
 
@@ -227,5 +228,25 @@ async fn plans_reach_the_host_apply_once_and_report_back() {
     host.start();
     until(&hub, &admin, &plan_path, Duration::from_secs(30), applied).await;
     assert_eq!(runs(&later), 1);
+
+    // A plan too large for one session message (its base64 past an agent's 1 MiB WebSocket
+    // message): the hub announces it without its body and the agent takes it with a call.
+    use base64::Engine as _;
+    let (large, large_runs) = (dir.join("host-root/opt/large.bin"), dir.join("large"));
+    let content: Vec<u8> = (0..900 * 1024).map(|i| (i % 251) as u8).collect();
+    put_plan(
+        &hub,
+        &admin,
+        &name,
+        json!({
+            "files": [{"path": large.display().to_string(),
+                       "content": base64::engine::general_purpose::STANDARD.encode(&content)}],
+            "instructions": [counted("large", &large_runs, "true")],
+        }),
+    )
+    .await;
+    until(&hub, &admin, &plan_path, Duration::from_secs(30), applied).await;
+    assert_eq!(std::fs::read(&large).unwrap(), content);
+    assert_eq!(runs(&large_runs), 1);
     host.kill().await;
 }

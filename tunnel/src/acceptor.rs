@@ -29,7 +29,7 @@ use crate::{
     allow::AllowList,
     inbound::{Control, Inbound, Services},
     listener::RemoteAddr,
-    messages::{HEALTH_MESSAGES, MESSAGES_HEADER, MessageHandler, Messenger, OnMessage},
+    messages::{MESSAGES_HEADER, MessageHandler, Messenger, OnMessage, SESSION_MESSAGES},
     registry::Registry,
     session::{Peer, Session, SessionInfo, SessionSettings},
     ws::{self, Role},
@@ -197,7 +197,7 @@ impl Acceptor {
         let offered = parts
             .headers
             .get(MESSAGES_HEADER)
-            .is_some_and(|v| v.as_bytes() == HEALTH_MESSAGES.as_bytes());
+            .is_some_and(|v| v.as_bytes() == SESSION_MESSAGES.as_bytes());
         let messages = self
             .inner
             .config
@@ -230,7 +230,7 @@ impl Acceptor {
         if accepts_messages {
             headers.insert(
                 MESSAGES_HEADER,
-                http::HeaderValue::from_static(HEALTH_MESSAGES),
+                http::HeaderValue::from_static(SESSION_MESSAGES),
             );
         }
         response

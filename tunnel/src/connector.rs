@@ -25,7 +25,7 @@ use crate::{
     backoff::Backoff,
     call::Channel,
     inbound::{Control, Inbound, Services},
-    messages::{Conversation, HEALTH_MESSAGES, MESSAGES_HEADER},
+    messages::{Conversation, MESSAGES_HEADER, SESSION_MESSAGES},
     proxy::{ProxyError, ProxySettings},
     session::{DialError, Peer, Session, SessionInfo, SessionSettings},
     tls::{self, Trust},
@@ -410,7 +410,7 @@ impl Connector {
             )
             .header(AGENT_ID_HEADER, &config.identity.id)
             .header(AGENT_KIND_HEADER, &config.identity.kind)
-            .header(MESSAGES_HEADER, HEALTH_MESSAGES)
+            .header(MESSAGES_HEADER, SESSION_MESSAGES)
             .body(Empty::<Bytes>::new())
             .map_err(|_| {
                 failed("the credential or identity holds characters not allowed in a header".into())
@@ -446,7 +446,7 @@ impl Connector {
         let takes_messages = response
             .headers()
             .get(MESSAGES_HEADER)
-            .is_some_and(|v| v.as_bytes() == HEALTH_MESSAGES.as_bytes());
+            .is_some_and(|v| v.as_bytes() == SESSION_MESSAGES.as_bytes());
         let upgraded = hyper::upgrade::on(response)
             .await
             .map_err(|e| failed(e.to_string()))?;

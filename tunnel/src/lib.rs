@@ -40,7 +40,7 @@ pub use connector::{AgentSession, ConnectError, Connector, ConnectorConfig, Secr
 pub use header::decode_header;
 pub use inbound::Services;
 pub use messages::{
-    Conversation, HEALTH_MESSAGES, MESSAGES_HEADER, MessageHandler, Messenger, NotSent, OnMessage,
+    Conversation, MESSAGES_HEADER, MessageHandler, Messenger, NotSent, OnMessage, SESSION_MESSAGES,
 };
 pub use proxy::{ProxyError, ProxySettings};
 pub use registry::{Registry, SessionEvent};

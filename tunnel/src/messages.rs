@@ -27,13 +27,17 @@ use tokio::sync::mpsc;
 use crate::session::SessionInfo;
 
 /// Header by which an agent offers messages and the hub accepts them; its value names what
-/// the messages are (`health.v1`: heartbeats one way, their replies the other).
+/// the messages are.
 pub const MESSAGES_HEADER: &str = "x-drover-session-messages";
-/// The one kind of messages there is.
-pub const HEALTH_MESSAGES: &str = "health.v1";
+/// The one kind of messages there is: `drover.session.v1` in the proto crate (an agent's
+/// heartbeats and plan watches one way, the hub's replies and plans the other). Its
+/// predecessor, `health.v1` (bare heartbeats), is no longer offered or accepted: a peer that
+/// knows only it makes calls instead.
+pub const SESSION_MESSAGES: &str = "session.v1";
 
-/// Most messages queued to send; past that, [`Messenger::send`] fails (the session is not
-/// being written: it is ending, or its peer stopped reading).
+/// Most messages queued to send; past that, [`Messenger::send`] fails and the session ends
+/// (it is not being written: its peer stopped reading), so that nothing sent on it is silently
+/// lost: its agent connects again and is told afresh.
 const MAX_QUEUED: usize = 64;
 
 /// Takes the peer's messages, on the task that drives the session (so it must not block).
@@ -70,9 +74,18 @@ pub struct Messenger {
 
 #[derive(Default)]
 struct Outbox {
-    queue: Mutex<VecDeque<Vec<u8>>>,
+    queue: Mutex<Queue>,
     /// The session's driver, which writes what is queued whenever it runs.
     driver: AtomicWaker,
+}
+
+#[derive(Default)]
+struct Queue {
+    messages: VecDeque<Vec<u8>>,
+    /// A message was refused for want of room: the driver ends the session.
+    overflowed: bool,
+    /// The session's driver is gone: nothing queued will be written.
+    closed: bool,
 }
 
 impl fmt::Debug for Messenger {
@@ -81,7 +94,7 @@ impl fmt::Debug for Messenger {
     }
 }
 
-/// The session's message queue is full: it is not being written.
+/// The session is ended, or ends because its peer stopped reading.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the session is not sending messages (ended, or its peer stopped reading)")]
 pub struct NotSent;
@@ -93,17 +106,35 @@ impl Messenger {
         }
     }
 
-    /// Queues `message` and wakes the session's driver, which writes it.
+    /// Queues `message` and wakes the session's driver, which writes it. A session whose
+    /// queue is full is ended (see [`MAX_QUEUED`]).
     pub fn send(&self, message: Vec<u8>) -> Result<(), NotSent> {
-        {
+        let sent = {
             let mut queue = self.lock();
-            if queue.len() >= MAX_QUEUED {
+            if queue.closed {
                 return Err(NotSent);
             }
-            queue.push_back(message);
-        }
+            let room = queue.messages.len() < MAX_QUEUED;
+            if room {
+                queue.messages.push_back(message);
+            } else {
+                queue.overflowed = true;
+            }
+            room
+        };
         self.outbox.driver.wake();
-        Ok(())
+        if sent { Ok(()) } else { Err(NotSent) }
+    }
+
+    /// Whether the session has ended (or is ending, having failed to send).
+    pub fn is_closed(&self) -> bool {
+        let queue = self.lock();
+        queue.closed || queue.overflowed
+    }
+
+    /// Two messengers of the same session.
+    pub fn same(&self, other: &Messenger) -> bool {
+        Arc::ptr_eq(&self.outbox, &other.outbox)
     }
 
     /// A messenger on no session, for tests of an [`OnMessage`]: what is sent stays queued
@@ -116,10 +147,16 @@ impl Messenger {
     /// What was sent and not yet written, taken (tests only, see [`Messenger::detached`]).
     #[cfg(any(test, feature = "testing"))]
     pub fn take_sent(&self) -> Vec<Vec<u8>> {
-        self.lock().drain(..).collect()
+        self.lock().messages.drain(..).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Vec<u8>>> {
+    /// Ends a detached messenger's pretend session (tests only).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         // Only whole messages are pushed and popped: a panic cannot leave one half-queued.
         self.outbox.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -145,15 +182,21 @@ impl Messages {
         }
     }
 
-    /// Takes the messages queued to send; `cx` is woken when more are.
-    pub(crate) fn take_outgoing(&self, cx: &mut Context<'_>) -> Vec<Vec<u8>> {
+    /// Takes the messages queued to send; `cx` is woken when more are. An error once a
+    /// message found the queue full: the session must end.
+    pub(crate) fn take_outgoing(&self, cx: &mut Context<'_>) -> Result<Vec<Vec<u8>>, String> {
         self.messenger.outbox.driver.register(cx.waker());
         let mut queue = self.messenger.lock();
-        if queue.is_empty() {
+        if queue.overflowed {
+            return Err(format!(
+                "more than {MAX_QUEUED} messages waited to be sent: the peer does not read"
+            ));
+        }
+        Ok(if queue.messages.is_empty() {
             Vec::new()
         } else {
-            queue.drain(..).collect()
-        }
+            queue.messages.drain(..).collect()
+        })
     }
 
     /// A text frame's payload from the peer; what to send back at once, if anything.
@@ -164,6 +207,15 @@ impl Messages {
         Ok(self
             .handler
             .on_message(&self.info, &message, &self.messenger))
+    }
+}
+
+impl Drop for Messages {
+    fn drop(&mut self) {
+        // The driver is gone with the session: senders learn it from `send` and `is_closed`.
+        let mut queue = self.messenger.lock();
+        queue.closed = true;
+        queue.messages.clear();
     }
 }
 

@@ -538,7 +538,7 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             self.queue_control(OP_PING, b"");
         }
         if let Some(messages) = &self.messages {
-            for message in messages.take_outgoing(cx) {
+            for message in messages.take_outgoing(cx).map_err(protocol_error)? {
                 self.queue_control(OP_TEXT, &messages::encode(&message));
             }
         }

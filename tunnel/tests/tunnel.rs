@@ -861,6 +861,15 @@ fn answering_handler(
     tunnel::MessageHandler::new(
         move |info: &tunnel::SessionInfo, message: &[u8], messenger: &tunnel::Messenger| {
             senders.lock().unwrap().push(info.peer.id.clone());
+            if message == b"flood" {
+                // More than a session queues before its driver runs again.
+                for n in 0..100 {
+                    if messenger.send(format!("flood {n}").into_bytes()).is_err() {
+                        break;
+                    }
+                }
+                return None;
+            }
             if message.starts_with(b"now") {
                 return Some([b"now:".as_slice(), message].concat());
             }
@@ -903,6 +912,41 @@ async fn messages_beside_the_streams_are_answered_at_once_or_later_and_know_thei
     // Streams go on as before, on the same session.
     let echo = echo_server().await;
     assert_echoes(&hub.session("talker").await, echo, b"still a tunnel").await;
+    agent.stop().await;
+    hub.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_whose_messages_overflow_ends_and_its_agent_connects_again() {
+    init();
+    let senders = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hub = TestHub::start(AcceptorConfig {
+        messages: Some(answering_handler(senders)),
+        ..AcceptorConfig::default()
+    })
+    .await;
+    let mut agent = TestAgent::start(agent_config(&hub, "flooded"));
+    let first = agent.next_session().await;
+    let talk = first.messages.clone().expect("the hub takes messages");
+    talk.tell(b"flood".to_vec()).unwrap();
+    // Rather than lose what did not fit, the hub ends the session...
+    let why = tokio::time::timeout(Duration::from_secs(30), first.session.ended())
+        .await
+        .expect("the session ended");
+    assert!(!why.is_empty());
+    // ...and none of the flood's messages was written before that: they would have come whole.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), talk.answer())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The agent is back on a new session, whose messages are answered.
+    let second = agent.next_session().await;
+    let talk = second.messages.clone().unwrap();
+    talk.tell(b"now again".to_vec()).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), talk.answer()).await;
+    assert_eq!(answer.unwrap().unwrap(), b"now:now again");
     agent.stop().await;
     hub.stop().await;
 }

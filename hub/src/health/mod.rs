@@ -16,7 +16,10 @@ use std::{
 };
 
 use prost::Message as _;
-use proto::health::v1::{BeatReply, Heartbeat, HostFacts, Usage};
+use proto::{
+    health::v1::{BeatReply, Heartbeat, HostFacts, Usage},
+    session::v1::{HubMessage, hub_message::Body},
+};
 use tokio_util::sync::CancellationToken;
 use tunnel::{Messenger, SessionInfo};
 
@@ -242,24 +245,18 @@ impl Health {
         recorded.reply
     }
 
-    /// Takes a heartbeat sent as a message on the session itself (see `tunnel::OnMessage`), on
+    /// Takes a heartbeat sent as a message on the session itself (see `crate::messages`), on
     /// the task that drives the session: recorded in the map of agents and answered at once
-    /// (empty unless the answer changed: a new session, facts wanted), with what the store or
-    /// the events need done on a task of its own; a beat from an agent not yet in the map (its subject
-    /// is read from the store) is taken and answered on a task.
+    /// (an empty message unless the answer changed: a new session, facts wanted), with what the
+    /// store or the events need done on a task of its own; a beat from an agent not yet in the
+    /// map (its subject is read from the store) is taken on a task and answered through
+    /// `messenger`.
     pub fn beat_message(
         self: &Arc<Self>,
         info: &SessionInfo,
-        message: &[u8],
+        beat: Heartbeat,
         messenger: &Messenger,
-    ) -> Option<Vec<u8>> {
-        let beat = match Heartbeat::decode(message) {
-            Ok(beat) => beat,
-            Err(e) => {
-                tracing::warn!(peer = %info.peer.id, error = %e, "a heartbeat message that is not a Heartbeat");
-                return None;
-            }
-        };
+    ) -> Option<HubMessage> {
         match self.record(info, beat, None) {
             Ok(Recorded { reply, news, after }) => {
                 if after.is_some() {
@@ -269,10 +266,8 @@ impl Health {
                 // Every beat is answered, so that the agent hears from the hub once an
                 // interval (its keepalive then has nothing to ask); an answer that has not
                 // changed since the last is empty.
-                Some(if news {
-                    reply.encode_to_vec()
-                } else {
-                    Vec::new()
+                Some(HubMessage {
+                    body: news.then_some(Body::BeatReply(reply)),
                 })
             }
             // The first beat of an agent the hub has not met: its subject is read first.
@@ -280,8 +275,11 @@ impl Health {
                 let (this, info, messenger) = (self.clone(), info.clone(), messenger.clone());
                 tokio::spawn(async move {
                     let reply = this.beat(&info, *beat).await;
+                    let answer = HubMessage {
+                        body: Some(Body::BeatReply(reply)),
+                    };
                     // Not sent only if the session is ending: its agent beats again on the next.
-                    let _ = messenger.send(reply.encode_to_vec());
+                    let _ = messenger.send(answer.encode_to_vec());
                 });
                 None
             }

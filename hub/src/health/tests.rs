@@ -272,16 +272,18 @@ async fn state_changes_and_plan_outcomes_become_events() {
 
 #[tokio::test]
 async fn a_beat_sent_as_a_message_is_answered_at_once_and_its_answer_is_empty_unless_it_changed() {
-    use prost::Message as _;
+    use proto::session::v1::{HubMessage, hub_message::Body};
     let f = fixture(Duration::from_millis(50)).await;
     let messenger = tunnel::Messenger::detached();
-    let answer = |bytes: Option<Vec<u8>>| BeatReply::decode(bytes.unwrap().as_slice()).unwrap();
+    let reply_in = |message: HubMessage| match message.body {
+        Some(Body::BeatReply(reply)) => reply,
+        other => panic!("not a beat reply: {other:?}"),
+    };
+    let empty = Some(HubMessage { body: None });
 
     // An agent the hub has not met: its Host is read first, so the answer comes later.
     let first = session(7, identity::SYSTEM_AGENT, "host/h-one");
-    let now = f
-        .health
-        .beat_message(&first, &beat_with_facts().encode_to_vec(), &messenger);
+    let now = f.health.beat_message(&first, beat_with_facts(), &messenger);
     assert!(now.is_none());
     let sent = loop {
         let sent = messenger.take_sent();
@@ -290,7 +292,7 @@ async fn a_beat_sent_as_a_message_is_answered_at_once_and_its_answer_is_empty_un
         }
         tokio::task::yield_now().await;
     };
-    let reply = BeatReply::decode(sent[0].as_slice()).unwrap();
+    let reply = reply_in(HubMessage::decode(sent[0].as_slice()).unwrap());
     assert_eq!((reply.interval_millis, reply.send_facts), (50, false));
     let host = f.health.store().get("Host", "h-one").await.unwrap();
     assert_eq!(host.status["facts"]["cpus"], 4);
@@ -303,41 +305,35 @@ async fn a_beat_sent_as_a_message_is_answered_at_once_and_its_answer_is_empty_un
     };
     let now = f
         .health
-        .beat_message(&first, &usage_only.encode_to_vec(), &messenger);
-    assert_eq!(now, Some(Vec::new()));
+        .beat_message(&first, usage_only.clone(), &messenger);
+    assert_eq!(now, empty);
     assert_eq!(f.health.usage("host/h-one").unwrap()["state"], "active");
 
     // A new session of the same agent is told the interval again.
     let second = session(8, identity::SYSTEM_AGENT, "host/h-one");
-    let reply = answer(
+    let reply = reply_in(
         f.health
-            .beat_message(&second, &usage_only.encode_to_vec(), &messenger),
+            .beat_message(&second, usage_only.clone(), &messenger)
+            .unwrap(),
     );
     assert_eq!(reply.interval_millis, 50);
 
     // A node-agent the hub has no facts for is asked for them on every beat until it sends them.
     let node = session(9, identity::NODE_AGENT, "node/c/n1");
     f.health.connected(&node).await;
-    let reply = answer(
+    let reply = reply_in(
         f.health
-            .beat_message(&node, &usage_only.encode_to_vec(), &messenger),
+            .beat_message(&node, usage_only.clone(), &messenger)
+            .unwrap(),
     );
     assert!(reply.send_facts);
-    let reply = answer(
+    let reply = reply_in(
         f.health
-            .beat_message(&node, &usage_only.encode_to_vec(), &messenger),
+            .beat_message(&node, usage_only.clone(), &messenger)
+            .unwrap(),
     );
     assert!(reply.send_facts, "asked again");
-    let now = f
-        .health
-        .beat_message(&node, &beat_with_facts().encode_to_vec(), &messenger);
-    assert_eq!(now, Some(Vec::new()), "facts taken: nothing new to say");
-
-    // What is not a Heartbeat is answered with nothing.
-    assert!(
-        f.health
-            .beat_message(&node, b"\xff\xff\xff", &messenger)
-            .is_none()
-    );
+    let now = f.health.beat_message(&node, beat_with_facts(), &messenger);
+    assert_eq!(now, empty, "facts taken: nothing new to say");
     assert!(messenger.take_sent().is_empty());
 }

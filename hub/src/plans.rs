@@ -1,7 +1,9 @@
 //! Plan delivery and plan status. One watch on the store's Plans keeps, per host and slot (the
 //! host's plan, and its task: a one-time operation beside the plan), the current plan and its
-//! checksum; each connected system-agent follows its host's entries over the `Watch` stream, so
-//! a plan reaches its host the moment it is written (and again on every reconnect). Agents
+//! checksum; each connected system-agent follows its host's entries, with `WatchPlan` session
+//! messages (the dispatch sends each change on the session itself) or, where either end takes
+//! no messages, over the `Watch` stream, so a plan reaches its host the moment it is written
+//! (and again on every reconnect). Agents
 //! report status with `Report`; the hub acknowledges a status only once it is stored, on the
 //! Plan (`status`) and, for the host's plan, on the Host (condition `Provisioned`).
 

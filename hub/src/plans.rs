@@ -54,17 +54,11 @@ const MAX_PLAN_MESSAGE: usize = 512 * 1024;
 /// Every host's current plan, kept from one watch on the store.
 #[derive(Debug)]
 pub struct Dispatch {
-    state: Mutex<State>,
-    /// True once the store's plans have been read (for `Watch` calls, which wait on it).
-    ready: watch::Sender<bool>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// The store's plans have been read: followers are told of them.
-    ready: bool,
     /// By [`slot_key`].
-    slots: HashMap<String, Slot>,
+    slots: Mutex<HashMap<String, Slot>>,
+    /// True once the store's plans have been read: followers are told of them, and `Watch`
+    /// calls wait on it. Set and read with `slots` locked, so that a follower is told once.
+    ready: watch::Sender<bool>,
 }
 
 /// One host's slot: its plan and who follows it.
@@ -115,16 +109,16 @@ fn delivery_message(slot: &str, current: &Current) -> HubMessage {
 impl Default for Dispatch {
     fn default() -> Self {
         Self {
-            state: Mutex::default(),
+            slots: Mutex::default(),
             ready: watch::Sender::new(false),
         }
     }
 }
 
 impl Dispatch {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
         // Each change to a slot is whole before the lock is let go.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Follows a host's slot with a `Watch` call (see [`slot_key`]; waits until the store has
@@ -132,8 +126,8 @@ impl Dispatch {
     pub async fn subscribe(&self, key: &str) -> watch::Receiver<Current> {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
-        let mut state = self.state();
-        let slot = state.slots.entry(key.to_owned()).or_default();
+        let mut slots = self.slots();
+        let slot = slots.entry(key.to_owned()).or_default();
         let current = slot.current.clone();
         slot.calls
             .get_or_insert_with(|| watch::Sender::new(current))
@@ -150,9 +144,9 @@ impl Dispatch {
         slot: &str,
         messenger: &Messenger,
     ) -> Option<HubMessage> {
-        let mut state = self.state();
-        let ready = state.ready;
-        let entry = state.slots.entry(slot_key(host, slot)).or_default();
+        let mut slots = self.slots();
+        let ready = *self.ready.borrow();
+        let entry = slots.entry(slot_key(host, slot)).or_default();
         // A reconnect can overlap the session it replaces; the older one is on its way out.
         if entry
             .follower
@@ -171,7 +165,7 @@ impl Dispatch {
 
     /// A host's slot's current plan (see [`slot_key`]).
     pub fn current(&self, key: &str) -> Current {
-        self.state().slots.get(key).and_then(|s| s.current.clone())
+        self.slots().get(key).and_then(|s| s.current.clone())
     }
 
     /// The checksum of `host`'s current plan (empty: none).
@@ -184,12 +178,12 @@ impl Dispatch {
     /// Sets `host`'s plan; followers hear of it only if its checksum changed (a status write
     /// on the Plan is not a new plan).
     fn set(&self, key: &str, current: Current) {
-        let mut state = self.state();
-        let ready = state.ready;
-        if current.is_none() && !state.slots.contains_key(key) {
+        let mut slots = self.slots();
+        let ready = *self.ready.borrow();
+        if current.is_none() && !slots.contains_key(key) {
             return;
         }
-        let slot = state.slots.entry(key.to_owned()).or_default();
+        let slot = slots.entry(key.to_owned()).or_default();
         if slot.current.as_ref().map(|p| &p.checksum) == current.as_ref().map(|p| &p.checksum) {
             return;
         }
@@ -207,25 +201,23 @@ impl Dispatch {
             slot.follower = None;
         }
         if slot.current.is_none() && slot.follower.is_none() && slot.calls.is_none() {
-            state.slots.remove(key);
+            slots.remove(key);
         }
     }
 
     /// The store's plans have been read: followers waiting for them are told theirs.
     pub(crate) fn set_ready(&self) {
-        let mut state = self.state();
-        if !state.ready {
-            state.ready = true;
-            for slot in state.slots.values_mut() {
-                if let Some(follower) = &slot.follower
-                    && !follower.tell(&slot.current)
-                {
-                    slot.follower = None;
-                }
+        let mut slots = self.slots();
+        if self.ready.send_replace(true) {
+            return;
+        }
+        for slot in slots.values_mut() {
+            if let Some(follower) = &slot.follower
+                && !follower.tell(&slot.current)
+            {
+                slot.follower = None;
             }
         }
-        drop(state);
-        self.ready.send_replace(true);
     }
 
     fn take(&self, object: &Object) {
@@ -259,8 +251,7 @@ impl Dispatch {
             };
             let names: std::collections::HashSet<String> = plans.iter().map(plan_key).collect();
             let gone: Vec<String> = self
-                .state()
-                .slots
+                .slots()
                 .keys()
                 .filter(|h| !names.contains(*h))
                 .cloned()

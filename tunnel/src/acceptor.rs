@@ -88,8 +88,8 @@ pub struct AcceptorConfig {
     pub allow: AllowList,
     /// In-process services agents may open streams to.
     pub services: Services,
-    /// Takes heartbeats sent as messages on the session itself (see `messages`), from agents
-    /// that offer them; `None`: agents beat with calls.
+    /// Takes messages on the session itself (see `messages`: heartbeats, plan watches) from
+    /// agents that offer them; `None`: agents make calls instead.
     pub messages: Option<MessageHandler>,
 }
 

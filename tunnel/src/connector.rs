@@ -192,7 +192,8 @@ pub struct AgentSession {
     /// gRPC to the hub; each call is a stream of its own in the session.
     pub channel: Channel,
     pub hello: HelloReply,
-    /// Heartbeats as messages on the session itself, if the hub takes them (see `messages`).
+    /// Messages on the session itself (heartbeats, plans), if the hub takes them (see
+    /// `messages`).
     pub messages: Option<Conversation>,
 }
 

@@ -1,5 +1,6 @@
-//! Messages on the session's WebSocket itself, beside yamux: for what every agent sends all
-//! the time and that needs no stream (heartbeats).
+//! Messages on the session's WebSocket itself, beside yamux: for what needs no stream — what
+//! every agent sends all the time (heartbeats), and what a system-agent would otherwise hold a
+//! stream open for all session long (its plans).
 //!
 //! A heartbeat as a gRPC call opens a yamux stream, routes a request through tonic on a task of
 //! its own and closes the stream: at 1,000 beats a second that was most of an idle hub's work
@@ -130,11 +131,6 @@ impl Messenger {
     pub fn is_closed(&self) -> bool {
         let queue = self.lock();
         queue.closed || queue.overflowed
-    }
-
-    /// Two messengers of the same session.
-    pub fn same(&self, other: &Messenger) -> bool {
-        Arc::ptr_eq(&self.outbox, &other.outbox)
     }
 
     /// A messenger on no session, for tests of an [`OnMessage`]: what is sent stays queued

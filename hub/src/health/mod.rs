@@ -182,14 +182,26 @@ impl Health {
 
     /// A session has started: the agent is connected, and its beats are due from now.
     pub async fn connected(&self, info: &SessionInfo) {
-        let Some(subject) = self.subject(&info.peer.id).await else {
-            return;
+        // An agent's subject does not change: read only for one not yet in the map (or there
+        // without one, its first read having failed).
+        let known = self
+            .lock()
+            .get(&info.peer.id)
+            .map(|a| a.subject.clone())
+            .filter(|s| !s.cluster.is_empty());
+        let subject = match known {
+            Some(subject) => subject,
+            None => match self.subject(&info.peer.id).await {
+                Some(subject) => subject,
+                None => return,
+            },
         };
         {
             let mut agents = self.lock();
             let agent = agents
                 .entry(info.peer.id.clone())
                 .or_insert_with(|| new_agent(&info.peer.kind, subject.clone()));
+            agent.subject = subject.clone();
             agent.session = info.id;
             agent.connected = true;
             agent.gone = None;

@@ -394,7 +394,8 @@ async fn record_connected(
     };
     // Looks at this agent's copies only, not every session: a fleet connecting at once would
     // make a scan quadratic.
-    let written = update_status(store, kind, name, |status| {
+    let registry = registry.clone();
+    let written = update_status(store, kind, name, move |status| {
         if registry.any_of(&home, |s| s.peer.kind == agent) {
             let message = format!("{agent} connected");
             status.set_condition("Connected", true, "AgentConnected", &message);
@@ -448,39 +449,44 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
     ) -> Result<tonic::Response<proto::cluster::v1::FactsAck>, tonic::Status> {
         let cluster = cluster_agent_of(&request)?;
         let facts = request.into_inner();
-        update_status(self.store.as_ref(), Kind::Cluster, &cluster, |status| {
-            status
-                .extra
-                .insert("kubernetesVersion".into(), json!(facts.kubernetes_version));
-            status.extra.insert(
-                "nodes".into(),
-                json!({"total": facts.nodes_total, "ready": facts.nodes_ready}),
-            );
-            status.extra.insert(
+        update_status(
+            self.store.as_ref(),
+            Kind::Cluster,
+            &cluster,
+            move |status| {
+                status
+                    .extra
+                    .insert("kubernetesVersion".into(), json!(facts.kubernetes_version));
+                status.extra.insert(
+                    "nodes".into(),
+                    json!({"total": facts.nodes_total, "ready": facts.nodes_ready}),
+                );
+                status.extra.insert(
                 "capacity".into(),
                 json!({"cpuMillicores": facts.cpu_millicores, "memoryBytes": facts.memory_bytes}),
             );
-            // The cluster's own CA, for the authorized endpoint's kubeconfig contexts.
-            if !facts.ca_pem.is_empty() {
-                status
-                    .extra
-                    .insert("apiServerCA".into(), json!(facts.ca_pem));
-            }
-            // The cluster is only as well as its nodes: one not ready makes it `unavailable`.
-            if facts.nodes_ready >= facts.nodes_total {
-                status.set_condition("NodesReady", true, "NodesReady", "");
-            } else {
-                status.set_condition(
-                    "NodesReady",
-                    false,
-                    "NodesNotReady",
-                    &format!(
-                        "{} of {} nodes are ready",
-                        facts.nodes_ready, facts.nodes_total
-                    ),
-                );
-            }
-        })
+                // The cluster's own CA, for the authorized endpoint's kubeconfig contexts.
+                if !facts.ca_pem.is_empty() {
+                    status
+                        .extra
+                        .insert("apiServerCA".into(), json!(facts.ca_pem));
+                }
+                // The cluster is only as well as its nodes: one not ready makes it `unavailable`.
+                if facts.nodes_ready >= facts.nodes_total {
+                    status.set_condition("NodesReady", true, "NodesReady", "");
+                } else {
+                    status.set_condition(
+                        "NodesReady",
+                        false,
+                        "NodesNotReady",
+                        &format!(
+                            "{} of {} nodes are ready",
+                            facts.nodes_ready, facts.nodes_total
+                        ),
+                    );
+                }
+            },
+        )
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
         Ok(tonic::Response::new(proto::cluster::v1::FactsAck {}))

@@ -189,14 +189,17 @@ impl Controller {
             Action::Provision { machine } => self.provision(cluster, pools, &machine).await,
             Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
             Action::Link { machine, host } => {
-                let mut token = None;
-                update_status(self.store.as_ref(), Kind::Machine, &machine, |s| {
-                    token = s.extra.remove(TOKEN_FIELD);
+                // The bootstrap token's name, as the write found it.
+                let found = Arc::new(std::sync::Mutex::new(None));
+                let token = found.clone();
+                update_status(self.store.as_ref(), Kind::Machine, &machine, move |s| {
+                    *token.lock().unwrap_or_else(|p| p.into_inner()) = s.extra.remove(TOKEN_FIELD);
                     s.extra.insert("host".into(), json!(host));
                     s.extra.insert("phase".into(), json!(phase::RUNNING));
                     s.extra.insert("message".into(), json!(""));
                 })
                 .await?;
+                let token = found.lock().unwrap_or_else(|p| p.into_inner()).take();
                 // Its host has its own credential now: the bootstrap token has done its job.
                 match token.as_ref().and_then(Value::as_str) {
                     Some(token) => self.forget_token(token).await,
@@ -205,7 +208,7 @@ impl Controller {
             }
             Action::Replace { machine, why } => {
                 tracing::warn!(cluster, %machine, "replacing an unhealthy machine: {why}");
-                update_status(self.store.as_ref(), Kind::Machine, &machine, |s| {
+                update_status(self.store.as_ref(), Kind::Machine, &machine, move |s| {
                     s.extra.insert(UNHEALTHY.into(), json!(true));
                     s.extra.insert("phase".into(), json!(phase::DELETING));
                     s.extra
@@ -303,9 +306,10 @@ impl Controller {
 
     /// Sets a machine's phase and message.
     async fn set(&self, machine: &str, to: &str, message: &str) -> Result<(), StoreError> {
-        update_status(self.store.as_ref(), Kind::Machine, machine, |s| {
-            s.extra.insert("phase".into(), json!(to));
-            s.extra.insert("message".into(), json!(message));
+        let (to, message) = (json!(to), json!(message));
+        update_status(self.store.as_ref(), Kind::Machine, machine, move |s| {
+            s.extra.insert("phase".into(), to.clone());
+            s.extra.insert("message".into(), message.clone());
         })
         .await
     }
@@ -436,7 +440,7 @@ impl Controller {
             };
             return match driver.create(&request).await {
                 Ok(made) => {
-                    update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+                    update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
                         s.extra.insert("addresses".into(), json!(made.addresses));
                         s.extra.insert("providerId".into(), json!(made.id));
                         s.extra.insert("phase".into(), json!(phase::PROVISIONING));
@@ -489,7 +493,7 @@ impl Controller {
             }
         };
         tracing::info!(cluster, machine = %name, id = %made.id, "machine made");
-        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
+        update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
             s.extra.insert("addresses".into(), json!(made.addresses));
             s.extra.insert("providerId".into(), json!(made.id));
             s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
@@ -521,8 +525,9 @@ impl Controller {
             .get(TOKEN_FIELD)
             .and_then(Value::as_str)
             .map(str::to_owned);
-        update_status(self.store.as_ref(), Kind::Machine, name, |s| {
-            s.extra.insert(TOKEN_FIELD.into(), json!(token.name));
+        let name_of_token = json!(token.name);
+        update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+            s.extra.insert(TOKEN_FIELD.into(), name_of_token.clone());
         })
         .await?;
         if let Some(previous) = previous {
@@ -606,8 +611,9 @@ impl Controller {
         .await;
         match ran {
             Ok(outcome) if outcome.exit_code == 0 => {
-                update_status(self.store.as_ref(), Kind::Machine, name, |s| {
-                    s.extra.insert("hostKey".into(), json!(outcome.host_key));
+                let host_key = json!(outcome.host_key);
+                update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+                    s.extra.insert("hostKey".into(), host_key.clone());
                     s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
                     s.extra.insert(
                         "message".into(),
@@ -625,15 +631,14 @@ impl Controller {
                     .collect::<Vec<_>>()
                     .join(" | ");
                 // The key is recorded even so: the machine answered with it.
-                update_status(self.store.as_ref(), Kind::Machine, name, |s| {
-                    s.extra.insert("hostKey".into(), json!(outcome.host_key));
-                    s.extra.insert(
-                        "message".into(),
-                        json!(format!(
-                            "bootstrap: the host command exited with {}: {tail}",
-                            outcome.exit_code
-                        )),
-                    );
+                let host_key = json!(outcome.host_key);
+                let message = json!(format!(
+                    "bootstrap: the host command exited with {}: {tail}",
+                    outcome.exit_code
+                ));
+                update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+                    s.extra.insert("hostKey".into(), host_key.clone());
+                    s.extra.insert("message".into(), message.clone());
                 })
                 .await
             }

@@ -178,7 +178,7 @@ impl Planner {
         let name = &cluster.metadata.name;
         if spec.paused {
             return self
-                .cluster_status(name, |s| {
+                .cluster_status(name, move |s| {
                     s.set_condition_to(
                         "Provisioned",
                         None,
@@ -209,7 +209,7 @@ impl Planner {
                 Err(why) => {
                     // No host gets a registries.yaml without the credentials it needs.
                     return self
-                        .cluster_status(name, |s| {
+                        .cluster_status(name, move |s| {
                             s.set_condition_to("Provisioned", None, "RegistryCredential", &why);
                         })
                         .await;
@@ -234,7 +234,7 @@ impl Planner {
                     .to_owned()
             };
             return self
-                .cluster_status(name, |s| {
+                .cluster_status(name, move |s| {
                     s.set_condition_to("Provisioned", None, "WaitingForHosts", &message);
                 })
                 .await;
@@ -276,7 +276,7 @@ impl Planner {
                     // What to fix is the cluster's: say so on it, and try again when it changes.
                     Err(StoreError::Invalid(why)) => {
                         return self
-                            .cluster_status(name, |s| {
+                            .cluster_status(name, move |s| {
                                 s.set_condition_to("Provisioned", None, "AgentImages", &why);
                             })
                             .await;
@@ -304,8 +304,9 @@ impl Planner {
         for action in &decided.actions {
             match action {
                 Action::RecordJoinToken { host, token } => {
-                    update_status(self.store.as_ref(), Kind::Plan, host, |s| {
-                        s.extra.insert("joinToken".into(), json!(token));
+                    let token = json!(token);
+                    update_status(self.store.as_ref(), Kind::Plan, host, move |s| {
+                        s.extra.insert("joinToken".into(), token.clone());
                     })
                     .await?;
                 }
@@ -317,7 +318,7 @@ impl Planner {
                             continue;
                         }
                         let sum = checksum(plan);
-                        update_status(self.store.as_ref(), Kind::Plan, host, |s| {
+                        update_status(self.store.as_ref(), Kind::Plan, host, move |s| {
                             s.extra.insert(DRAINED.into(), json!(sum));
                         })
                         .await?;
@@ -345,8 +346,10 @@ impl Planner {
             .buffer_unordered(PLAN_WRITERS)
             .try_collect::<Vec<()>>()
             .await?;
-        self.cluster_status(name, |s| decided.status(s, &init_name, &version, &not_yet))
-            .await
+        self.cluster_status(name, move |s| {
+            decided.status(s, &init_name, &version, &not_yet)
+        })
+        .await
     }
 
     /// The registry credentials `registries` names, by name, or why one cannot be had.
@@ -530,7 +533,7 @@ impl Planner {
     async fn cluster_status(
         &self,
         name: &str,
-        change: impl FnMut(&mut Status),
+        change: impl Fn(&mut Status) + Send + Sync + 'static,
     ) -> Result<(), StoreError> {
         update_status(self.store.as_ref(), Kind::Cluster, name, change).await
     }

@@ -10,7 +10,10 @@
 use std::{
     collections::HashMap,
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -32,9 +35,8 @@ pub use files::DIR as FILES_DIR;
 
 use crate::{
     identity::{Belongs, SYSTEM_AGENT, belongs, caller_of},
-    model::update_status,
-    model::{Kind, Status, parse_plan},
-    store::{EventType, LabelSelector, Object, Store},
+    model::{self, Kind, Status, parse_plan},
+    store::{EventType, LabelSelector, Object, Store, StoreError},
 };
 
 /// A host's current plan as pushed.
@@ -535,35 +537,50 @@ pub async fn record(
 ) -> Result<(), crate::store::StoreError> {
     let (ok, reason, message) = provisioned(desired, &status);
     let body = serde_json::to_value(&status).unwrap_or(Value::Null);
-    let mut stale = false;
     let plan = if slot.is_empty() {
         host.to_owned()
     } else {
         task_plan_name(host)
     };
-    update_status(store, Kind::Plan, &plan, |s: &mut Status| {
-        // Reports can cross on a reconnect; an older one never overwrites a newer.
-        let kept = s.extra.get("seq").and_then(Value::as_u64).unwrap_or(0);
-        if kept > status.seq {
-            stale = true;
-            return;
-        }
-        if let Value::Object(fields) = &body {
-            for (k, v) in fields {
-                s.extra.insert(k.clone(), v.clone());
+    // Whether the report is newer than the one the Plan keeps: set by the Plan's change, read
+    // by the Host's after it in the same transaction (each run of them, if the store retries).
+    let fresh = Arc::new(AtomicBool::new(false));
+    let seq = status.seq;
+    let plan_op = {
+        let (fresh, message) = (fresh.clone(), message.clone());
+        model::modify_status(Kind::Plan, &plan, move |s: &mut Status| {
+            // Reports can cross on a reconnect; an older one never overwrites a newer.
+            let kept = s.extra.get("seq").and_then(Value::as_u64).unwrap_or(0);
+            fresh.store(kept <= seq, Ordering::Relaxed);
+            if kept > seq {
+                return;
             }
-        }
-        s.set_condition_to("Provisioned", ok, reason, &message);
-    })
-    .await?;
-    if stale || !slot.is_empty() {
-        return Ok(());
+            if let Value::Object(fields) = &body {
+                for (k, v) in fields {
+                    s.extra.insert(k.clone(), v.clone());
+                }
+            }
+            s.set_condition_to("Provisioned", ok, reason, &message);
+        })
+    };
+    if !slot.is_empty() {
+        return model::unless_gone(store, vec![plan_op]).await;
     }
-    // The host shows the same (written only when it changes: hosts are read by many).
-    update_status(store, Kind::Host, host, |s| {
-        s.set_condition_to("Provisioned", ok, reason, &message)
-    })
-    .await
+    // The host shows the same, in the same transaction (written only when it changes: hosts
+    // are read by many).
+    let host_op = model::modify_status(Kind::Host, host, move |s| {
+        if fresh.load(Ordering::Relaxed) {
+            s.set_condition_to("Provisioned", ok, reason, &message);
+        }
+    });
+    match store.transact(vec![plan_op.clone(), host_op.clone()]).await {
+        // One of the two is gone (a host being removed): the other is still kept.
+        Err(StoreError::NotFound { .. }) => {
+            model::unless_gone(store, vec![plan_op]).await?;
+            model::unless_gone(store, vec![host_op]).await
+        }
+        other => other.map(drop),
+    }
 }
 
 #[cfg(test)]

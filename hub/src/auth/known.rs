@@ -241,10 +241,7 @@ impl Store for Tracked {
 
     fn transact(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Object>, StoreError>> {
         let relevant = ops.iter().any(|op| {
-            let kind = match op {
-                Op::Create(o) | Op::Update(o) => o.kind.as_str(),
-                Op::Delete { kind, .. } => kind.as_str(),
-            };
+            let (kind, _) = op.key();
             WATCHED.iter().any(|k| k.name() == kind)
         });
         Box::pin(async move {

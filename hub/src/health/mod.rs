@@ -394,7 +394,7 @@ impl Health {
             && info.peer.kind == identity::SYSTEM_AGENT
         {
             let facts = facts_json(&facts);
-            if let Err(e) = model::update_status(self.store.as_ref(), Kind::Host, &host, |s| {
+            if let Err(e) = model::update_status(self.store.as_ref(), Kind::Host, &host, move |s| {
                 s.extra.insert("facts".into(), facts.clone());
             })
             .await

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::Kind;
-use crate::store::{Object, ObjectMeta, Store, StoreError};
+use crate::store::{Modifier, Object, ObjectMeta, Op, Store, StoreError};
 
 /// A condition, as Kubernetes shapes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -204,42 +204,55 @@ pub async fn set_condition(
     reason: &str,
     message: &str,
 ) -> Result<(), StoreError> {
-    update_status(store, kind, name, |status| {
-        status.set_condition(condition, value, reason, message)
+    let (condition, reason, message) =
+        (condition.to_owned(), reason.to_owned(), message.to_owned());
+    update_status(store, kind, name, move |status| {
+        status.set_condition(&condition, value, &reason, &message)
     })
     .await
 }
 
-/// Changes an object's status, retrying on concurrent writes; a missing object is left alone,
-/// and so is one the change leaves as it was (no write, so no watch event: controllers that
-/// watch what they write do not wake themselves).
+/// Changes an object's status as stored (in the transaction that writes it, so there is no
+/// conflict to retry); a missing object is left alone, and so is one the change leaves as it
+/// was (no write, so no watch event: controllers that watch what they write do not wake
+/// themselves).
 pub async fn update_status(
     store: &dyn Store,
     kind: Kind,
     name: &str,
-    mut change: impl FnMut(&mut Status),
+    change: impl Fn(&mut Status) + Send + Sync + 'static,
 ) -> Result<(), StoreError> {
-    for _ in 0..10 {
-        let mut object = match store.get(kind.name(), name).await {
-            Ok(o) => o,
-            Err(StoreError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let before = Status::of(&object);
-        let mut status = before.clone();
-        change(&mut status);
-        if status == before {
-            return Ok(());
-        }
-        object.status =
-            serde_json::to_value(status).map_err(|e| StoreError::Backend(e.to_string()))?;
-        match store.update(object).await {
-            Err(StoreError::Conflict { .. }) => continue,
-            other => return other.map(drop),
-        }
+    unless_gone(store, vec![modify_status(kind, name, change)]).await
+}
+
+/// Commits `ops`, or nothing if an object they change is gone (not an error: a status for an
+/// object deleted meanwhile has nowhere to go).
+pub async fn unless_gone(store: &dyn Store, ops: Vec<Op>) -> Result<(), StoreError> {
+    match store.transact(ops).await {
+        Err(StoreError::NotFound { .. }) => Ok(()),
+        other => other.map(drop),
     }
-    Err(StoreError::Backend(format!(
-        "{} {name}: too many concurrent writers",
-        kind.name()
-    )))
+}
+
+/// The op that changes an object's status as stored, for a transaction with other ops (a
+/// missing object fails it with `NotFound`).
+pub fn modify_status(
+    kind: Kind,
+    name: &str,
+    change: impl Fn(&mut Status) + Send + Sync + 'static,
+) -> Op {
+    Op::Modify {
+        kind: kind.name().to_owned(),
+        name: name.to_owned(),
+        change: Modifier::new(move |object| {
+            let before = Status::of(object);
+            let mut status = before.clone();
+            change(&mut status);
+            if status != before
+                && let Ok(value) = serde_json::to_value(status)
+            {
+                object.status = value;
+            }
+        }),
+    }
 }

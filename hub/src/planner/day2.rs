@@ -74,9 +74,10 @@ impl Planner {
                 Some(false) => "RestoreFailed",
                 None => "Restoring",
             };
-            update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
+            let (done, message) = (update.done, update.message.clone());
+            update_status(self.store.as_ref(), Kind::Cluster, c.name(), move |s| {
                 s.extra.insert("restore".into(), value.clone());
-                s.set_condition_to("Restored", update.done, reason, &update.message);
+                s.set_condition_to("Restored", done, reason, &message);
             })
             .await?;
         }
@@ -119,9 +120,10 @@ impl Planner {
             tracing::info!(cluster = %c.name(), hosts = pass.rotation.done.len(), "certificates rotated");
         }
         let value = serde_json::to_value(&pass.rotation).unwrap_or(Value::Null);
-        update_status(self.store.as_ref(), Kind::Cluster, c.name(), |s| {
+        let (done, reason, message) = (pass.done, pass.reason, pass.message.clone());
+        update_status(self.store.as_ref(), Kind::Cluster, c.name(), move |s| {
             s.extra.insert("certificateRotation".into(), value.clone());
-            s.set_condition_to("CertificatesRotated", pass.done, pass.reason, &pass.message);
+            s.set_condition_to("CertificatesRotated", done, reason, &message);
         })
         .await?;
         Ok(pass.rotation.phase == "Rotating")
@@ -193,14 +195,19 @@ impl Planner {
                     None => "Saving",
                 };
                 let record = record.map(|r| serde_json::to_value(r).unwrap_or(Value::Null));
-                update_status(self.store.as_ref(), Kind::EtcdSnapshot, &snapshot, |s| {
-                    if let Some(Value::Object(fields)) = &record {
-                        for (k, v) in fields {
-                            s.extra.insert(k.clone(), v.clone());
+                update_status(
+                    self.store.as_ref(),
+                    Kind::EtcdSnapshot,
+                    &snapshot,
+                    move |s| {
+                        if let Some(Value::Object(fields)) = &record {
+                            for (k, v) in fields {
+                                s.extra.insert(k.clone(), v.clone());
+                            }
                         }
-                    }
-                    s.set_condition_to("Saved", saved, reason, &message);
-                })
+                        s.set_condition_to("Saved", saved, reason, &message);
+                    },
+                )
                 .await?;
             }
             Step::DeleteFile { task } => self.write_task(c, task).await?,

@@ -91,7 +91,7 @@ impl Planner {
                 "removing: waiting for {} host(s) to run their uninstall plan",
                 hosts.len()
             );
-            return update_status(self.store.as_ref(), Kind::Cluster, name, |s| {
+            return update_status(self.store.as_ref(), Kind::Cluster, name, move |s| {
                 s.set_condition_to("Removed", None, "Removing", &message);
             })
             .await;
@@ -118,9 +118,14 @@ impl Planner {
                 if let Err(why) = cleaned {
                     match after_failed_cleaning(cluster, &why, OffsetDateTime::now_utc()) {
                         Err(message) => {
-                            return update_status(self.store.as_ref(), Kind::Cluster, name, |s| {
-                                s.set_condition_to("Removed", None, "Removing", &message);
-                            })
+                            return update_status(
+                                self.store.as_ref(),
+                                Kind::Cluster,
+                                name,
+                                move |s| {
+                                    s.set_condition_to("Removed", None, "Removing", &message);
+                                },
+                            )
                             .await;
                         }
                         Ok(left) => {

@@ -93,7 +93,7 @@ impl Fixture {
             .iter()
             .map(|i| json!({"name": i.name, "exitCode": 0, "stdout": if i.save_output { output } else { "" }}))
             .collect();
-        update_status(self.store(), Kind::Plan, host, |s| {
+        update_status(self.store(), Kind::Plan, host, move |s| {
             s.extra.insert("checksum".into(), json!(sum));
             s.extra.insert("appliedChecksum".into(), json!(sum));
             s.extra.insert("state".into(), json!("applied"));
@@ -309,7 +309,7 @@ async fn a_failing_host_shows_why_on_the_cluster() {
     f.cluster("v1", json!({})).await;
     f.host("h-a", true, true, "10.0.0.1").await;
     f.planner.reconcile_all().await;
-    update_status(f.store(), Kind::Plan, "h-a", |s| {
+    update_status(f.store(), Kind::Plan, "h-a", move |s| {
         s.extra.insert("checksum".into(), json!(""));
         s.extra.insert("state".into(), json!("failed"));
         s.extra.insert("failureCount".into(), json!(1));
@@ -323,7 +323,7 @@ async fn a_failing_host_shows_why_on_the_cluster() {
     .unwrap();
     // The failure is about this plan.
     let sum = checksum(&f.plan("h-a").await.unwrap());
-    update_status(f.store(), Kind::Plan, "h-a", |s| {
+    update_status(f.store(), Kind::Plan, "h-a", move |s| {
         s.extra.insert("checksum".into(), json!(sum));
     })
     .await
@@ -724,9 +724,10 @@ impl Fixture {
             .map(|p| json!({"name": p.name, "healthy": true}))
             .collect();
         let name = crate::plans::task_plan_name(host);
-        update_status(self.store(), Kind::Plan, &name, |s| {
+        let outcome = outcome.map(str::to_owned).map_err(str::to_owned);
+        update_status(self.store(), Kind::Plan, &name, move |s| {
             s.extra.insert("checksum".into(), json!(sum));
-            match outcome {
+            match &outcome {
                 Ok(stdout) => {
                     let results: Vec<Value> = plan
                         .instructions
@@ -1076,7 +1077,7 @@ async fn an_operation_under_way_goes_on_while_the_hosts_restart() {
     );
     // Its service restarting, h-a's probes fail: the cluster is no longer settled, yet the
     // rotation goes on and its task stays.
-    update_status(f.store(), Kind::Plan, "h-a", |s| {
+    update_status(f.store(), Kind::Plan, "h-a", move |s| {
         s.extra.insert(
             "probes".into(),
             json!([{"name": "kubelet", "healthy": false}]),

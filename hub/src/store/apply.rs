@@ -18,9 +18,10 @@ pub(super) struct Applied {
     pub(super) written: Vec<Object>,
     /// One change per op, in op order.
     pub(super) events: Vec<WatchEvent>,
-    /// Every object the ops touched, as it was before them (`None`: absent).
+    /// Every object the ops read, as it was before them (`None`: absent).
     pub(super) before: BTreeMap<Key, Option<Object>>,
-    /// Every object the ops touched, as it is after them (`None`: gone).
+    /// Every object the ops wrote, as it is after them (`None`: gone). An object read but
+    /// left as it was (an [`Op::Modify`] that changed nothing) is not here.
     pub(super) after: BTreeMap<Key, Option<Object>>,
 }
 
@@ -28,12 +29,9 @@ pub(super) struct Applied {
 pub(super) fn keys(ops: &[Op]) -> Vec<Key> {
     let mut keys: Vec<Key> = Vec::with_capacity(ops.len());
     for op in ops {
-        let key = match op {
-            Op::Create(o) | Op::Update(o) => (o.kind.clone(), o.metadata.name.clone()),
-            Op::Delete { kind, name, .. } => (kind.clone(), name.clone()),
-        };
-        if !keys.contains(&key) {
-            keys.push(key);
+        let (kind, name) = op.key();
+        if !keys.iter().any(|(k, n)| k == kind && n == name) {
+            keys.push((kind.to_owned(), name.to_owned()));
         }
     }
     keys
@@ -50,14 +48,14 @@ pub(super) fn apply(
 ) -> Result<Applied, StoreError> {
     let rv = revision.map(|r| r.to_string()).unwrap_or_default();
     let mut applied = Applied::default();
+    // The object as the ops so far left it: written by an earlier op, or read (once).
     let mut current = |applied: &mut Applied, kind: &str, name: &str| {
         let key = (kind.to_owned(), name.to_owned());
-        if let Some(object) = applied.after.get(&key) {
+        if let Some(object) = applied.after.get(&key).or_else(|| applied.before.get(&key)) {
             return Ok(object.clone());
         }
         let object = load(kind, name)?;
-        applied.before.insert(key.clone(), object.clone());
-        applied.after.insert(key, object.clone());
+        applied.before.insert(key, object.clone());
         Ok::<_, StoreError>(object)
     };
     for op in ops {
@@ -82,7 +80,7 @@ pub(super) fn apply(
                 m.deletion_timestamp = None;
                 (EventType::Added, object, true)
             }
-            Op::Update(mut object) => {
+            Op::Update(object) => {
                 check_name(&object)?;
                 let Some(stored) = current(&mut applied, &object.kind, &object.metadata.name)?
                 else {
@@ -100,25 +98,22 @@ pub(super) fn apply(
                         current: stored.metadata.resource_version,
                     });
                 }
-                let spec_changed = object.spec != stored.spec;
-                let m = &mut object.metadata;
-                // Identity and history are the store's, whatever the caller sent.
-                m.uid = stored.metadata.uid.clone();
-                m.creation_timestamp = stored.metadata.creation_timestamp.clone();
-                m.deletion_timestamp = stored.metadata.deletion_timestamp.clone();
-                // What an object was created for never changes; an object stored before
-                // references existed gets them once (`refs::backfill`).
-                if !stored.metadata.owner_references.is_empty() {
-                    m.owner_references = stored.metadata.owner_references.clone();
+                update(&stored, object, &rv)
+            }
+            Op::Modify { kind, name, change } => {
+                let Some(stored) = current(&mut applied, &kind, &name)? else {
+                    return Err(StoreError::NotFound { kind, name });
+                };
+                let mut object = stored.clone();
+                (change.0)(&mut object);
+                if object == stored {
+                    // Nothing to write: the op's object is the stored one, unchanged.
+                    applied.written.push(stored);
+                    continue;
                 }
-                m.generation = stored.metadata.generation + u64::from(spec_changed);
-                m.resource_version = rv.clone();
-                if m.deletion_timestamp.is_some() && m.finalizers.is_empty() {
-                    // The last finalizer is gone: the deletion asked for earlier happens now.
-                    (EventType::Deleted, object, false)
-                } else {
-                    (EventType::Modified, object, true)
-                }
+                object.kind = kind;
+                object.metadata.name = name;
+                update(&stored, object, &rv)
             }
             Op::Delete {
                 kind,
@@ -159,6 +154,29 @@ pub(super) fn apply(
         applied.written.push(object);
     }
     Ok(applied)
+}
+
+/// `object` written over `stored`: identity and history stay the store's, whatever the caller
+/// sent; (the change it makes, the object as written, whether it is still stored after).
+fn update(stored: &Object, mut object: Object, rv: &str) -> (EventType, Object, bool) {
+    let spec_changed = object.spec != stored.spec;
+    let m = &mut object.metadata;
+    m.uid = stored.metadata.uid.clone();
+    m.creation_timestamp = stored.metadata.creation_timestamp.clone();
+    m.deletion_timestamp = stored.metadata.deletion_timestamp.clone();
+    // What an object was created for never changes; an object stored before references
+    // existed gets them once (`refs::backfill`).
+    if !stored.metadata.owner_references.is_empty() {
+        m.owner_references = stored.metadata.owner_references.clone();
+    }
+    m.generation = stored.metadata.generation + u64::from(spec_changed);
+    m.resource_version = rv.to_owned();
+    if m.deletion_timestamp.is_some() && m.finalizers.is_empty() {
+        // The last finalizer is gone: the deletion asked for earlier happens now.
+        (EventType::Deleted, object, false)
+    } else {
+        (EventType::Modified, object, true)
+    }
 }
 
 pub fn new_uid() -> String {

@@ -5,7 +5,7 @@
 //! write gets the store-wide revision that follows the last one, so the revision orders all
 //! changes and a watcher can resume exactly where it stopped.
 
-use std::{collections::BTreeMap, fmt, pin::Pin};
+use std::{collections::BTreeMap, fmt, pin::Pin, sync::Arc};
 
 use futures::Stream;
 use serde::{Deserialize, Serialize};
@@ -128,6 +128,42 @@ pub enum Op {
         name: String,
         resource_version: Option<u64>,
     },
+    /// Changes the object as the transaction reads it, so no other write can come between
+    /// the read and the write and there is no conflict to retry (a status written by the hub
+    /// itself). An object the change leaves as it was is not written: no new revision, no
+    /// event. Fails with `NotFound` if there is no such object.
+    Modify {
+        kind: String,
+        name: String,
+        change: Modifier,
+    },
+}
+
+impl Op {
+    /// The kind and name of the object this op writes.
+    pub fn key(&self) -> (&str, &str) {
+        match self {
+            Op::Create(o) | Op::Update(o) => (&o.kind, &o.metadata.name),
+            Op::Delete { kind, name, .. } | Op::Modify { kind, name, .. } => (kind, name),
+        }
+    }
+}
+
+/// What an [`Op::Modify`] does to its object. A backend may run it more than once (etcd, when
+/// another writer got there first), each time on the object as then stored.
+#[derive(Clone)]
+pub struct Modifier(pub Arc<dyn Fn(&mut Object) + Send + Sync>);
+
+impl Modifier {
+    pub fn new(change: impl Fn(&mut Object) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(change))
+    }
+}
+
+impl fmt::Debug for Modifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Modifier(..)")
+    }
 }
 
 /// Why a store operation failed. Messages say what to do.

@@ -254,8 +254,11 @@ fn commit(inner: &Inner, conn: &mut Connection, batch: Vec<Pending>) {
             match apply_one(&savepoint, ops, revision + 1, &now) {
                 Ok((written, events)) => {
                     savepoint.commit().map_err(backend)?;
-                    revision += 1;
-                    changes.push((revision, events));
+                    // Writers that changed nothing take no revision.
+                    if !events.is_empty() {
+                        revision += 1;
+                        changes.push((revision, events));
+                    }
                     outcomes.push((pending, Ok(written)));
                 }
                 // Dropping the savepoint rolls this writer's ops back; the others stand.

@@ -121,6 +121,7 @@ on_both_backends!(
     everything_acknowledged_survives_reopening,
     concurrent_writers_to_one_object_each_win_or_conflict,
     writers_committed_together_each_get_their_own_outcome,
+    a_modification_changes_the_object_as_stored_and_one_that_changes_nothing_writes_nothing,
 );
 
 fn cluster(name: &str) -> Object {
@@ -505,4 +506,84 @@ async fn writers_committed_together_each_get_their_own_outcome(backend: Backend)
     // A failed writer's host was not created with it.
     assert_eq!((clusters.len(), hosts.len()), (30, 30));
     assert_eq!(rv, *revisions.last().unwrap());
+}
+
+/// `Op::Modify` with the counter of the test above: the change runs on the object as stored,
+/// so concurrent writers need no retry and lose nothing.
+fn add_one() -> Op {
+    Op::Modify {
+        kind: "Counter".into(),
+        name: "n".into(),
+        change: Modifier::new(|o| {
+            let value = o.spec["value"].as_u64().unwrap_or(0);
+            o.spec = json!({"value": value + 1});
+        }),
+    }
+}
+
+async fn a_modification_changes_the_object_as_stored_and_one_that_changes_nothing_writes_nothing(
+    backend: Backend,
+) {
+    let t = backend.open(DEFAULT_RETAIN).await;
+    let missing = t.store.transact(vec![add_one()]).await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound { .. })),
+        "{missing:?}"
+    );
+    let created = t
+        .store
+        .create(Object::new("Counter", "n", json!({"value": 0})))
+        .await
+        .unwrap();
+    let mut watch = t
+        .store
+        .watch(Some("Counter"), Some(created.revision()))
+        .await
+        .unwrap();
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = t.store.clone();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    store.transact(vec![add_one()]).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let counter = t.store.get("Counter", "n").await.unwrap();
+    assert_eq!(counter.spec["value"], 80);
+    assert_eq!(counter.metadata.generation, 81);
+    assert_eq!(counter.metadata.uid, created.metadata.uid);
+    for expected in 1..=80 {
+        let event = watch.next().await.unwrap().unwrap();
+        assert_eq!(event.kind, EventType::Modified);
+        assert_eq!(event.object.spec["value"], expected);
+    }
+
+    // A change that leaves the object as it was: the stored object back, no new revision,
+    // no event; beside a real write in one transaction, only that one is written.
+    let before = t.store.revision().await.unwrap();
+    let unchanged = Op::Modify {
+        kind: "Counter".into(),
+        name: "n".into(),
+        change: Modifier::new(|o| o.spec["value"] = json!(80)),
+    };
+    let written = t.store.transact(vec![unchanged.clone()]).await.unwrap();
+    assert_eq!(written, [counter.clone()]);
+    assert_eq!(t.store.revision().await.unwrap(), before);
+    let written = t
+        .store
+        .transact(vec![unchanged, Op::Create(cluster("beside"))])
+        .await
+        .unwrap();
+    assert_eq!(written[0], counter);
+    let created = t.store.get("Cluster", "beside").await.unwrap();
+    assert!(created.revision() > before);
+    // The counter's watch was shown nothing for them: its next change is a later write.
+    t.store.transact(vec![add_one()]).await.unwrap();
+    let event = watch.next().await.unwrap().unwrap();
+    assert_eq!(event.object.spec["value"], 81);
 }

@@ -30,6 +30,7 @@ fn ops(ops: &[Op]) -> Vec<String> {
                 o.metadata.finalizers.join(",")
             ),
             Op::Create(o) => format!("create {}/{}", o.kind, o.metadata.name),
+            Op::Modify { kind, name, .. } => format!("modify {kind}/{name}"),
         })
         .collect()
 }

@@ -31,6 +31,10 @@ impl EtcdStore {
         let applied = apply::apply(ops, None, &now_rfc3339(), |kind, name| {
             Ok(current.remove(&(kind.to_owned(), name.to_owned())))
         })?;
+        if applied.after.is_empty() {
+            // Nothing changed (each op a modification that left its object as it was).
+            return Ok(Some(applied.written));
+        }
         let mut compare: Vec<Compare> = applied
             .before
             .iter()
@@ -92,7 +96,11 @@ impl EtcdStore {
         }
         let revision = revision_of(response.header.as_ref());
         let mut written = applied.written;
-        for object in &mut written {
+        // Objects left as they were keep their own revision.
+        for object in written
+            .iter_mut()
+            .filter(|o| o.metadata.resource_version.is_empty())
+        {
             object.metadata.resource_version = revision.to_string();
         }
         self.compact_if_due(revision).await;

@@ -572,7 +572,7 @@ async fn a_modification_changes_the_object_as_stored_and_one_that_changes_nothin
         change: Modifier::new(|o| o.spec["value"] = json!(80)),
     };
     let written = t.store.transact(vec![unchanged.clone()]).await.unwrap();
-    assert_eq!(written, [counter.clone()]);
+    assert_eq!(written, std::slice::from_ref(&counter));
     assert_eq!(t.store.revision().await.unwrap(), before);
     let written = t
         .store

@@ -128,23 +128,29 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let connected_then = connected(&fleet);
 
     // A new plan for every host, through the API; done when every host has applied it.
-    let (plan_write_s, plan_fanout_s, fanout_cpu_ms) = match &fleet {
+    let (plan_write_s, plan_fanout_s, fanout_cpu_ms, fanout_writes) = match &fleet {
         Some(fleet) => {
             let api = Target {
                 addr,
                 token: prepared.api_token.clone(),
             };
+            let revision_before = store_revision(&api).await?;
             let cpu_start = cpu_seconds(pid)?;
             let (write, fanout) = fan_out(fleet, &api, args.fanout_without_process).await?;
             // The hub's CPU per host: steadier than the time on a shared, noisy machine.
             let per_host = (cpu_seconds(pid)? - cpu_start) * 1000.0 / n as f64;
+            // The store's writes per host (each a revision): the plan's, and the reports'
+            // acknowledged after the host applied it, so read once they have settled.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let writes = (store_revision(&api).await? - revision_before) as f64 / n as f64;
             (
                 Some(round(write, 2)),
                 Some(round(fanout, 2)),
                 Some(round(per_host, 3)),
+                Some(round(writes, 2)),
             )
         }
-        None => (None, None, None),
+        None => (None, None, None, None),
     };
 
     // The hub dies and comes back on the same address: every agent reconnects by itself.
@@ -208,6 +214,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "plan_write_s": plan_write_s,
         "plan_fanout_s": plan_fanout_s,
         "plan_fanout_hub_cpu_ms_per_host": fanout_cpu_ms,
+        "plan_fanout_store_writes_per_host": fanout_writes,
         "reconnect_s": reconnect_s,
         "hub_rss_mib_after_restart": rss_restarted,
         "heartbeat_seconds": 10,
@@ -295,6 +302,15 @@ fn node_agents(
         });
     }
     Ok(connected)
+}
+
+/// The hub store's revision (a list's resourceVersion; clusters are few).
+async fn store_revision(api: &Target) -> anyhow::Result<u64> {
+    let list = api.call("GET", "/v1/clusters", None, 200).await?;
+    list.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|rv| rv.parse().ok())
+        .context("a list without a resourceVersion")
 }
 
 /// Writes one plan for every host of `fleet` through the API (32 writers, each on a connection

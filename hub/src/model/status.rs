@@ -38,7 +38,8 @@ pub struct Status {
 
 impl Status {
     pub fn of(object: &Object) -> Status {
-        serde_json::from_value(object.status.clone()).unwrap_or_default()
+        // Read from the value in place: a status is read far more often than written.
+        Status::deserialize(&object.status).unwrap_or_default()
     }
 
     /// Sets a condition; `lastTransitionTime` moves only when the status changes.

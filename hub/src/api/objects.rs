@@ -13,7 +13,7 @@ use crate::{
     auth::{Principal, Verb, secret},
     model::{ClusterSpec, Kind, validate_name},
     registration,
-    store::{Object, ObjectMeta, Op, StoreError},
+    store::{Object, ObjectMeta, Op, ReadOnce, Store, StoreError},
 };
 
 type JsonBody = Result<Json<Value>, axum::extract::rejection::JsonRejection>;
@@ -192,8 +192,13 @@ fn kind_matches(value: &Value, kind: Kind) -> Result<(), ApiError> {
     }
 }
 
-async fn must_exist(api: &Api, kind: Kind, name: &str, field: &str) -> Result<(), ApiError> {
-    match api.store.get(kind.name(), name).await {
+async fn must_exist(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    field: &str,
+) -> Result<(), ApiError> {
+    match store.get(kind.name(), name).await {
         Ok(_) => Ok(()),
         Err(StoreError::NotFound { .. }) => Err(ApiError::invalid(format!(
             "{field}: {} {name:?} does not exist; create it first",
@@ -218,7 +223,7 @@ async fn hash_password(password: String) -> Result<String, ApiError> {
 /// Kind-specific rules for a new or replaced spec: references must exist, passwords are hashed,
 /// secret hashes are kept from `current`. Returns the spec to store.
 async fn checked_spec(
-    api: &Api,
+    store: &dyn Store,
     kind: Kind,
     name: &str,
     spec: Value,
@@ -259,8 +264,7 @@ async fn checked_spec(
         Kind::MachineTemplate => {
             let parsed: crate::model::MachineTemplateSpec = serde_json::from_value(spec.clone())
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
-            match api
-                .store
+            match store
                 .get(Kind::CloudCredential.name(), &parsed.credential)
                 .await
             {
@@ -312,7 +316,7 @@ async fn checked_spec(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            must_exist(api, Kind::Cluster, &cluster, "spec.cluster").await?;
+            must_exist(store, Kind::Cluster, &cluster, "spec.cluster").await?;
         }
         Kind::Plan => {
             // One plan per host and slot, named after them: the host's own plan as the host, its
@@ -335,8 +339,8 @@ async fn checked_spec(
                     if task { "host's task" } else { "plan" }
                 )));
             }
-            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
-            match api.store.get(Kind::Host.name(), host).await {
+            must_exist(store, Kind::Cluster, cluster, "spec.cluster").await?;
+            match store.get(Kind::Host.name(), host).await {
                 Ok(h) if h.spec.get("cluster").and_then(Value::as_str) == Some(cluster) => {}
                 Ok(_) => {
                     return Err(ApiError::invalid(format!(
@@ -353,27 +357,27 @@ async fn checked_spec(
         }
         Kind::RoleBinding => {
             if let Some(cluster) = spec.get("cluster").and_then(Value::as_str) {
-                must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+                must_exist(store, Kind::Cluster, cluster, "spec.cluster").await?;
             }
             if let Some(user) = spec.get("user").and_then(Value::as_str) {
-                must_exist(api, Kind::User, user, "spec.user").await?;
+                must_exist(store, Kind::User, user, "spec.user").await?;
             }
             if let Some(project) = spec.get("project").and_then(Value::as_str) {
-                in_project(api, &spec, project).await?;
+                in_project(store, &spec, project).await?;
             }
         }
         Kind::Project => {
             let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
-            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
+            must_exist(store, Kind::Cluster, cluster, "spec.cluster").await?;
         }
         Kind::ProjectSecret => {
             let project = spec.get("project").and_then(Value::as_str).unwrap_or("");
-            in_project(api, &spec, project).await?;
+            in_project(store, &spec, project).await?;
         }
         Kind::EtcdSnapshot => {
             let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
-            must_exist(api, Kind::Cluster, cluster, "spec.cluster").await?;
-            let found = api.store.get(Kind::Cluster.name(), cluster).await?;
+            must_exist(store, Kind::Cluster, cluster, "spec.cluster").await?;
+            let found = store.get(Kind::Cluster.name(), cluster).await?;
             if found.spec.get("type").and_then(Value::as_str) != Some("custom") {
                 return Err(ApiError::invalid(format!(
                     "spec.cluster: {cluster:?} is an imported cluster; Drover snapshots the etcd of clusters it provisioned (custom clusters) only"
@@ -393,9 +397,9 @@ async fn checked_spec(
 }
 
 /// `project` exists and belongs to the cluster `spec` names.
-async fn in_project(api: &Api, spec: &Value, project: &str) -> Result<(), ApiError> {
+async fn in_project(store: &dyn Store, spec: &Value, project: &str) -> Result<(), ApiError> {
     let cluster = spec.get("cluster").and_then(Value::as_str).unwrap_or("");
-    match api.store.get(Kind::Project.name(), project).await {
+    match store.get(Kind::Project.name(), project).await {
         Ok(p) if p.spec.get("cluster").and_then(Value::as_str) == Some(cluster) => Ok(()),
         Ok(p) => Err(ApiError::invalid(format!(
             "spec.cluster: project {project:?} is in cluster {}, not {cluster:?}",
@@ -471,7 +475,9 @@ pub(super) async fn create(
         kind,
         &Object::new(kind.name(), &name, shaped),
     )?;
-    let mut spec = checked_spec(&api, kind, &name, spec, None).await?;
+    // Each object the new one names is read once, for its checks and for its references.
+    let reads = ReadOnce::new(api.store.clone());
+    let mut spec = checked_spec(&reads, kind, &name, spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
         shown_once.insert("token".into(), Value::String(token.value.clone()));
@@ -505,7 +511,7 @@ pub(super) async fn create(
                 .get("cluster")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let cluster = api.store.get(Kind::Cluster.name(), cluster_name).await?;
+            let cluster = reads.get(Kind::Cluster.name(), cluster_name).await?;
             let cluster: ClusterSpec = serde_json::from_value(cluster.spec)
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
             let value = shown_once
@@ -523,7 +529,7 @@ pub(super) async fn create(
 
     let mut ops = vec![Op::Create(object)];
     ops.extend(also);
-    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
+    crate::refs::stamp_all(&reads, &mut ops).await?;
     let written = api.store.transact(ops).await?;
     let Some(created) = written.into_iter().next() else {
         return Err(StoreError::Backend("creation returned nothing".into()).into());
@@ -556,7 +562,7 @@ async fn replace(
     hub_owned_unchanged(&value, Some(&current.metadata))?;
     metadata.finalizers = current.metadata.finalizers.clone();
     metadata.owner_references = current.metadata.owner_references.clone();
-    let spec = checked_spec(api, kind, &name, spec, Some(&current)).await?;
+    let spec = checked_spec(api.store.as_ref(), kind, &name, spec, Some(&current)).await?;
     // As Cluster API's: machines made from a template are what it says, for good.
     if kind == Kind::MachineTemplate && spec != current.spec {
         return Err(ApiError::invalid(

@@ -14,6 +14,8 @@ use serde_json::Value;
 mod apply;
 mod passes;
 pub use passes::on_changes;
+mod read_once;
+pub use read_once::ReadOnce;
 pub mod etcd;
 // Starts a real etcd on loopback: for the tests of this store and the HA tests, not the hub.
 #[cfg(any(test, feature = "testing"))]

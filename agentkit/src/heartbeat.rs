@@ -15,7 +15,7 @@ use std::{
 use prost::Message as _;
 use proto::{
     health::v1::{BeatReply, Disk, Heartbeat, HostFacts, Usage, health_client::HealthClient},
-    plan::v1::{PlanDelivery, WatchPlan},
+    plan::v1::{PlanDelivery, PlanStatus, StatusAck, WatchPlan},
     session::v1::{AgentMessage, HubMessage, agent_message, hub_message},
 };
 use sysinfo::{Disks, Networks, System};
@@ -215,11 +215,32 @@ pub fn follow_plan(conversation: &tunnel::Conversation, slot: &str) -> Result<()
     conversation.tell(message.encode_to_vec())
 }
 
+/// Sends a plan slot's status to the hub as a session message; the hub's acknowledgement comes
+/// to [`beat_and_take_plans`]'s `on_plan` once it is stored.
+pub fn report(
+    conversation: &tunnel::Conversation,
+    status: PlanStatus,
+) -> Result<(), tunnel::NotSent> {
+    let message = AgentMessage {
+        body: Some(agent_message::Body::Report(status)),
+    };
+    conversation.tell(message.encode_to_vec())
+}
+
+/// What the hub sends a system-agent about its plans, beside its answers to beats.
+#[derive(Debug)]
+pub enum PlanMessage {
+    /// A slot's plan (see [`follow_plan`]).
+    Delivery(PlanDelivery),
+    /// A status stored (see [`report`]).
+    ReportAck(StatusAck),
+}
+
 /// The hub's next answer to a beat sent as a message (`Some(None)`: an empty one, nothing
-/// changed); never, where beats are calls. Its other messages (plans) go to `on_plan`.
+/// changed); never, where beats are calls. Its other messages (about plans) go to `on_plan`.
 async fn next_answer(
     session: &AgentSession,
-    on_plan: &mut impl FnMut(PlanDelivery),
+    on_plan: &mut impl FnMut(PlanMessage),
 ) -> Option<Option<BeatReply>> {
     let Some(conversation) = &session.messages else {
         return std::future::pending().await;
@@ -233,7 +254,10 @@ async fn next_answer(
             }) => return Some(Some(reply)),
             Ok(HubMessage {
                 body: Some(hub_message::Body::Plan(delivery)),
-            }) => on_plan(delivery),
+            }) => on_plan(PlanMessage::Delivery(delivery)),
+            Ok(HubMessage {
+                body: Some(hub_message::Body::ReportAck(ack)),
+            }) => on_plan(PlanMessage::ReportAck(ack)),
             Err(e) => tracing::warn!(error = %e, "a message from the hub that is not a HubMessage"),
         }
     }
@@ -259,18 +283,22 @@ impl Asked {
 /// sampler each beat carries the machine's usage, and the session's first beat (and any the hub
 /// asks for) its facts.
 pub async fn beat(session: &AgentSession, sampler: Option<&Sampler>) {
-    beat_and_take_plans(session, sampler, |delivery| {
-        tracing::warn!(slot = %delivery.slot, "the hub sent a plan to an agent that follows none");
+    beat_and_take_plans(session, sampler, |message| {
+        tracing::warn!(
+            ?message,
+            "the hub sent a plan message to an agent that has no plans"
+        );
     })
     .await;
 }
 
-/// [`beat`], for the agent that follows plans with messages on the same session (the
-/// system-agent): the hub's plan deliveries, which come between its answers, go to `on_plan`.
+/// [`beat`], for the agent that follows and reports plans with messages on the same session
+/// (the system-agent): the hub's plan deliveries and report acknowledgements, which come
+/// between its answers, go to `on_plan`.
 pub async fn beat_and_take_plans(
     session: &AgentSession,
     sampler: Option<&Sampler>,
-    mut on_plan: impl FnMut(PlanDelivery),
+    mut on_plan: impl FnMut(PlanMessage),
 ) {
     let mut asked = Asked {
         interval: DEFAULT_INTERVAL,

@@ -203,6 +203,7 @@ impl Hub {
             messages: Some(tunnel::MessageHandler::new(messages::SessionMessages {
                 health: health.clone(),
                 dispatch: dispatch.clone(),
+                store: store.clone(),
             })),
             ..AcceptorConfig::default()
         };

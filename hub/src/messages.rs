@@ -1,6 +1,7 @@
 //! The hub's side of session messages (`proto::session::v1`, carried by `tunnel::messages`):
-//! an agent's heartbeats go to health, a system-agent's plan watches to the plan dispatch. Each
-//! is taken on the task that drives its session, so nothing here waits.
+//! an agent's heartbeats go to health, a system-agent's plan watches to the plan dispatch and
+//! its reports to the store. Each is taken on the task that drives its session, so nothing
+//! here waits (a report is stored on a task of its own).
 
 use std::sync::Arc;
 
@@ -8,13 +9,14 @@ use prost::Message as _;
 use proto::session::v1::{AgentMessage, agent_message::Body};
 use tunnel::{Messenger, OnMessage, SessionInfo};
 
-use crate::{health::Health, plans};
+use crate::{health::Health, plans, store::Store};
 
 /// Takes every session's messages (see `tunnel::AcceptorConfig::messages`).
 #[derive(Debug)]
 pub struct SessionMessages {
     pub health: Arc<Health>,
     pub dispatch: Arc<plans::Dispatch>,
+    pub store: Arc<dyn Store>,
 }
 
 impl OnMessage for SessionMessages {
@@ -34,6 +36,10 @@ impl OnMessage for SessionMessages {
         let answer = match message.body? {
             Body::Heartbeat(beat) => self.health.beat_message(info, beat, messenger),
             Body::WatchPlan(watch) => plans::watch_message(&self.dispatch, info, &watch, messenger),
+            Body::Report(status) => {
+                plans::report_message(&self.store, &self.dispatch, info, status, messenger);
+                None
+            }
         };
         answer.map(|answer| answer.encode_to_vec())
     }
@@ -45,7 +51,7 @@ mod tests {
 
     use proto::{
         health::v1::Heartbeat,
-        plan::v1::WatchPlan,
+        plan::v1::{PlanStatus, WatchPlan},
         session::v1::{HubMessage, hub_message},
     };
 
@@ -63,15 +69,64 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn beats_go_to_health_plan_watches_to_the_dispatch_and_garbage_nowhere() {
-        let store = Arc::new(
+    fn handler() -> SessionMessages {
+        let store: Arc<dyn Store> = Arc::new(
             crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap(),
         );
-        let handler = SessionMessages {
-            health: Arc::new(Health::new(store, Duration::from_secs(3))),
+        SessionMessages {
+            health: Arc::new(Health::new(store.clone(), Duration::from_secs(3))),
             dispatch: Arc::new(plans::Dispatch::default()),
+            store,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hosts_report_is_stored_then_acknowledged_and_another_agents_is_refused() {
+        let handler = handler();
+        for kind in ["Plan", "Host"] {
+            handler
+                .store
+                .create(crate::store::Object::new(
+                    kind,
+                    "h-1",
+                    serde_json::json!({}),
+                ))
+                .await
+                .unwrap();
+        }
+        let report = |seq: u64| {
+            AgentMessage {
+                body: Some(Body::Report(PlanStatus {
+                    seq,
+                    applied_checksum: "sum".into(),
+                    ..PlanStatus::default()
+                })),
+            }
+            .encode_to_vec()
         };
+        let messenger = Messenger::detached();
+
+        // A cluster-agent may not report a host's plan: nothing stored, nothing answered.
+        let agent = session(crate::identity::CLUSTER_AGENT, "cluster/c-1");
+        assert!(handler.on_message(&agent, &report(7), &messenger).is_none());
+
+        let host = session(crate::identity::SYSTEM_AGENT, "host/h-1");
+        assert!(handler.on_message(&host, &report(3), &messenger).is_none());
+        let ack = HubMessage::decode(messenger.next_sent().await.as_slice()).unwrap();
+        let Some(hub_message::Body::ReportAck(ack)) = ack.body else {
+            panic!("not an acknowledgement: {ack:?}");
+        };
+        assert_eq!((ack.seq, ack.slot.as_str()), (3, ""));
+        // Acknowledged once stored: the plan shows the report, and only this one.
+        let plan = handler.store.get("Plan", "h-1").await.unwrap();
+        assert_eq!(plan.status["seq"], 3);
+        assert_eq!(plan.status["appliedChecksum"], "sum");
+        assert!(messenger.take_sent().is_empty());
+    }
+
+    #[tokio::test]
+    async fn beats_go_to_health_plan_watches_to_the_dispatch_and_garbage_nowhere() {
+        let handler = handler();
         let messenger = Messenger::detached();
         let agent = session(crate::identity::CLUSTER_AGENT, "cluster/c-1");
         let ask = |info: &SessionInfo, body: Body| {

@@ -377,17 +377,59 @@ pub fn watch_message(
     watch: &WatchPlan,
     messenger: &Messenger,
 ) -> Option<HubMessage> {
-    let host = match (info.peer.kind.as_str(), belongs(&info.peer.id)) {
-        (SYSTEM_AGENT, Some(Belongs::Host(host))) => host,
-        _ => {
-            tracing::warn!(peer = %info.peer.id, "a plan watch from an agent that is not a host's system-agent");
-            return None;
-        }
-    };
+    let host = session_host(info, "a plan watch")?;
     match slot_of(&watch.slot) {
         Ok(slot) => dispatch.follow(info.id, &host, slot, messenger),
         Err(e) => {
             tracing::warn!(peer = %info.peer.id, error = %e.message(), "a plan watch refused");
+            None
+        }
+    }
+}
+
+/// A system-agent's status report sent as a session message: stored as `Plans.Report` stores
+/// it, on a task of its own (the session's driver does not wait on the store), then
+/// acknowledged on the session. One that cannot be stored is not acknowledged: the agent sends
+/// it again.
+pub fn report_message(
+    store: &Arc<dyn Store>,
+    dispatch: &Dispatch,
+    info: &SessionInfo,
+    status: PlanStatus,
+    messenger: &Messenger,
+) {
+    let Some(host) = session_host(info, "a plan report") else {
+        return;
+    };
+    let slot = match slot_of(&status.slot) {
+        Ok(slot) => slot.to_owned(),
+        Err(e) => {
+            tracing::warn!(peer = %info.peer.id, error = %e.message(), "a plan report refused");
+            return;
+        }
+    };
+    let desired = dispatch.checksum(&slot_key(&host, &slot));
+    let (store, messenger) = (store.clone(), messenger.clone());
+    tokio::spawn(async move {
+        let seq = status.seq;
+        if let Err(e) = record(store.as_ref(), &host, &slot, &desired, status).await {
+            tracing::warn!(%host, error = %e, "cannot store a plan report; the agent sends it again");
+            return;
+        }
+        let ack = HubMessage {
+            body: Some(Body::ReportAck(StatusAck { seq, slot })),
+        };
+        // A session gone meanwhile: its agent reports again on the next.
+        let _ = messenger.send(ack.encode_to_vec());
+    });
+}
+
+/// The host whose system-agent `info`'s session is; others may not follow or report plans.
+fn session_host(info: &SessionInfo, what: &str) -> Option<String> {
+    match (info.peer.kind.as_str(), belongs(&info.peer.id)) {
+        (SYSTEM_AGENT, Some(Belongs::Host(host))) => Some(host),
+        _ => {
+            tracing::warn!(peer = %info.peer.id, "{what} from an agent that is not a host's system-agent");
             None
         }
     }
@@ -445,7 +487,7 @@ impl plans_server::Plans for PlansService {
         record(self.store.as_ref(), &host, &slot, &desired, status)
             .await
             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        Ok(tonic::Response::new(StatusAck { seq }))
+        Ok(tonic::Response::new(StatusAck { seq, slot }))
     }
 
     async fn upload(

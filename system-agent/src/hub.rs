@@ -1,10 +1,11 @@
 //! The system-agent's side of a session with the hub: for each plan slot (the host's plan and
-//! its task) it takes the hub's plans into the slot's record (sent as session messages, or
-//! where the hub takes none from the `Watch` stream) and sends the record's status until the
-//! hub acknowledges it; and it beats, with the host's facts and usage.
+//! its task) it takes the hub's plans into the slot's record and sends the record's status
+//! until the hub acknowledges it (both as session messages, or where the hub takes none with
+//! the `Watch` stream and `Report` calls); and it beats, with the host's facts and usage.
 
 use std::{sync::Arc, time::Duration};
 
+use agentkit::heartbeat::PlanMessage;
 use proto::plan::v1::{PlanDelivery, WatchPlan, checksum, plans_client::PlansClient};
 use tokio::sync::watch;
 use tunnel::AgentSession;
@@ -25,32 +26,50 @@ pub(crate) const TASK: &str = "task";
 pub(crate) async fn serve(session: AgentSession, slots: Slots, sampler: Option<agentkit::Sampler>) {
     let client = PlansClient::new(session.channel.clone());
     if let Some(conversation) = &session.messages {
-        // Plans come as messages beside the hub's answers to beats: no stream or call is held
-        // open for them on either end.
+        // Plans come as messages beside the hub's answers to beats, and reports go as
+        // messages: no stream or call is held open or opened for them on either end.
         let (plan, plans) = watch::channel(None);
         let (task, tasks) = watch::channel(None);
+        // The highest seq the hub acknowledged, per slot.
+        let (plan_ack, plan_acks) = watch::channel(0);
+        let (task_ack, task_acks) = watch::channel(0);
         for slot in ["", TASK] {
             if agentkit::heartbeat::follow_plan(conversation, slot).is_err() {
                 return;
             }
         }
-        let sort = |delivery: PlanDelivery| {
-            let slot = match delivery.slot.as_str() {
-                "" => &plan,
-                TASK => &task,
+        let sort = |message: PlanMessage| {
+            let slot = match &message {
+                PlanMessage::Delivery(delivery) => &delivery.slot,
+                PlanMessage::ReportAck(ack) => &ack.slot,
+            };
+            let (deliveries, acks) = match slot.as_str() {
+                "" => (&plan, &plan_ack),
+                TASK => (&task, &task_ack),
                 other => {
-                    tracing::warn!(slot = %other, "the hub sent a plan for a slot this agent does not have");
+                    tracing::warn!(slot = %other, "the hub sent a message about a slot this agent does not have");
                     return;
                 }
             };
-            slot.send_replace(Some(delivery));
+            match message {
+                PlanMessage::Delivery(delivery) => {
+                    deliveries.send_replace(Some(delivery));
+                }
+                PlanMessage::ReportAck(ack) => {
+                    acks.send_if_modified(|acked| {
+                        let newer = ack.seq > *acked;
+                        *acked = (*acked).max(ack.seq);
+                        newer
+                    });
+                }
+            }
         };
         tokio::select! {
             _ = session.session.ended() => {}
             () = take_delivered(client.clone(), "", plans, &slots.plan) => {}
-            () = take_delivered(client.clone(), TASK, tasks, &slots.task) => {}
-            () = report(client.clone(), "", &slots.plan) => {}
-            () = report(client, TASK, &slots.task) => {}
+            () = take_delivered(client, TASK, tasks, &slots.task) => {}
+            () = report_by_messages(conversation, "", &slots.plan, plan_acks) => {}
+            () = report_by_messages(conversation, TASK, &slots.task, task_acks) => {}
             () = agentkit::heartbeat::beat_and_take_plans(&session, sampler.as_ref(), sort) => {}
         }
         return;
@@ -149,6 +168,49 @@ fn take(slot: &str, record: &Record, delivery: PlanDelivery) {
         }
         Ok(true) => {}
         Err(e) => tracing::error!(error = %e, "cannot keep the plan on disk"),
+    }
+}
+
+/// How long a status sent as a message waits for the hub's acknowledgement before it is sent
+/// again (the hub could not store it, or the acknowledgement was lost with a session).
+const RESEND_AFTER: Duration = Duration::from_secs(10);
+
+/// Sends each new status of `slot` as a session message, one at a time (statuses recorded
+/// meanwhile are sent as the newest of them), each until the hub acknowledges it.
+async fn report_by_messages(
+    conversation: &tunnel::Conversation,
+    slot: &str,
+    record: &Record,
+    mut acks: watch::Receiver<u64>,
+) {
+    let mut changes = record.watch_status();
+    loop {
+        changes.borrow_and_update();
+        if let Some(mut status) = record.unacked() {
+            status.slot = slot.to_owned();
+            let seq = status.seq;
+            if agentkit::heartbeat::report(conversation, status).is_err() {
+                // The session is ending; the next one sends it.
+                return;
+            }
+            tokio::select! {
+                acked = acks.wait_for(|acked| *acked >= seq) => {
+                    if acked.is_err() {
+                        return;
+                    }
+                    if let Err(e) = record.ack(seq) {
+                        tracing::warn!(error = %e, "cannot record the hub's acknowledgement");
+                    }
+                }
+                () = tokio::time::sleep(RESEND_AFTER) => {
+                    tracing::warn!(%slot, seq, "the hub did not acknowledge the plan's status; sending it again");
+                }
+            }
+            continue;
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
     }
 }
 

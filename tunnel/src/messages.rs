@@ -146,6 +146,20 @@ impl Messenger {
         self.lock().messages.drain(..).collect()
     }
 
+    /// The next message sent, once one is (tests only, see [`Messenger::detached`]: the test
+    /// stands where the session's driver would).
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn next_sent(&self) -> Vec<u8> {
+        std::future::poll_fn(|cx| {
+            self.outbox.driver.register(cx.waker());
+            match self.lock().messages.pop_front() {
+                Some(message) => std::task::Poll::Ready(message),
+                None => std::task::Poll::Pending,
+            }
+        })
+        .await
+    }
+
     /// Ends a detached messenger's pretend session (tests only).
     #[cfg(any(test, feature = "testing"))]
     pub fn close(&self) {

@@ -23,6 +23,7 @@ use std::{
 };
 
 use anyhow::Context;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -128,7 +129,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let connected_then = connected(&fleet);
 
     // A new plan for every host, through the API; done when every host has applied it.
-    let (plan_write_s, plan_fanout_s, fanout_cpu_ms, fanout_writes) = match &fleet {
+    let (plan_write_s, plan_fanout_s, fanout_cpu_ms, fanout_writes, hosts_work_s) = match &fleet {
         Some(fleet) => {
             let api = Target {
                 addr,
@@ -143,14 +144,24 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             // acknowledged after the host applied it, so read once they have settled.
             tokio::time::sleep(Duration::from_secs(2)).await;
             let writes = (store_revision(&api).await? - revision_before) as f64 / n as f64;
+            // What the plan asks of the hosts, alone: as many `true` processes started from
+            // this process (its open files and memory are the fleet's, which an exec pays
+            // for), 200 at a time. Simulated hosts share this machine's cores; real ones would
+            // each pay their own.
+            let hosts_work = if args.fanout_without_process {
+                None
+            } else {
+                Some(round(run_true(n).await?, 2))
+            };
             (
                 Some(round(write, 2)),
                 Some(round(fanout, 2)),
                 Some(round(per_host, 3)),
                 Some(round(writes, 2)),
+                hosts_work,
             )
         }
-        None => (None, None, None, None),
+        None => (None, None, None, None, None),
     };
 
     // The hub dies and comes back on the same address: every agent reconnects by itself.
@@ -215,6 +226,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "plan_fanout_s": plan_fanout_s,
         "plan_fanout_hub_cpu_ms_per_host": fanout_cpu_ms,
         "plan_fanout_store_writes_per_host": fanout_writes,
+        "plan_hosts_work_alone_s": hosts_work_s,
         "reconnect_s": reconnect_s,
         "hub_rss_mib_after_restart": rss_restarted,
         "heartbeat_seconds": 10,
@@ -302,6 +314,21 @@ fn node_agents(
         });
     }
     Ok(connected)
+}
+
+/// Seconds to run `true` `n` times, 200 at once, from this process.
+async fn run_true(n: usize) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let runs = futures::stream::iter(0..n).map(|_| async {
+        let status = tokio::process::Command::new("true").status().await?;
+        anyhow::ensure!(status.success(), "true failed: {status}");
+        anyhow::Ok(())
+    });
+    let mut runs = runs.buffer_unordered(200);
+    while let Some(run) = runs.next().await {
+        run?;
+    }
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// The hub store's revision (a list's resourceVersion; clusters are few).

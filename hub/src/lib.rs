@@ -203,7 +203,7 @@ impl Hub {
             messages: Some(tunnel::MessageHandler::new(messages::SessionMessages {
                 health: health.clone(),
                 dispatch: dispatch.clone(),
-                store: store.clone(),
+                reports: Arc::new(plans::Reports::new(store.clone())),
             })),
             ..AcceptorConfig::default()
         };

@@ -9,14 +9,14 @@ use prost::Message as _;
 use proto::session::v1::{AgentMessage, agent_message::Body};
 use tunnel::{Messenger, OnMessage, SessionInfo};
 
-use crate::{health::Health, plans, store::Store};
+use crate::{health::Health, plans};
 
 /// Takes every session's messages (see `tunnel::AcceptorConfig::messages`).
 #[derive(Debug)]
 pub struct SessionMessages {
     pub health: Arc<Health>,
     pub dispatch: Arc<plans::Dispatch>,
-    pub store: Arc<dyn Store>,
+    pub reports: Arc<plans::Reports>,
 }
 
 impl OnMessage for SessionMessages {
@@ -37,7 +37,7 @@ impl OnMessage for SessionMessages {
             Body::Heartbeat(beat) => self.health.beat_message(info, beat, messenger),
             Body::WatchPlan(watch) => plans::watch_message(&self.dispatch, info, &watch, messenger),
             Body::Report(status) => {
-                plans::report_message(&self.store, &self.dispatch, info, status, messenger);
+                self.reports.take(&self.dispatch, info, status, messenger);
                 None
             }
         };
@@ -70,22 +70,22 @@ mod tests {
     }
 
     fn handler() -> SessionMessages {
-        let store: Arc<dyn Store> = Arc::new(
+        let store: Arc<dyn crate::store::Store> = Arc::new(
             crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap(),
         );
         SessionMessages {
             health: Arc::new(Health::new(store.clone(), Duration::from_secs(3))),
             dispatch: Arc::new(plans::Dispatch::default()),
-            store,
+            reports: Arc::new(plans::Reports::new(store)),
         }
     }
 
     #[tokio::test]
     async fn a_hosts_report_is_stored_then_acknowledged_and_another_agents_is_refused() {
         let handler = handler();
+        let store = handler.health.store().clone();
         for kind in ["Plan", "Host"] {
-            handler
-                .store
+            store
                 .create(crate::store::Object::new(
                     kind,
                     "h-1",
@@ -118,7 +118,7 @@ mod tests {
         };
         assert_eq!((ack.seq, ack.slot.as_str()), (3, ""));
         // Acknowledged once stored: the plan shows the report, and only this one.
-        let plan = handler.store.get("Plan", "h-1").await.unwrap();
+        let plan = store.get("Plan", "h-1").await.unwrap();
         assert_eq!(plan.status["seq"], 3);
         assert_eq!(plan.status["appliedChecksum"], "sum");
         assert!(messenger.take_sent().is_empty());

@@ -387,41 +387,88 @@ pub fn watch_message(
     }
 }
 
-/// A system-agent's status report sent as a session message: stored as `Plans.Report` stores
-/// it, on a task of its own (the session's driver does not wait on the store), then
-/// acknowledged on the session. One that cannot be stored is not acknowledged: the agent sends
-/// it again.
-pub fn report_message(
-    store: &Arc<dyn Store>,
-    dispatch: &Dispatch,
-    info: &SessionInfo,
-    status: PlanStatus,
-    messenger: &Messenger,
-) {
-    let Some(host) = session_host(info, "a plan report") else {
-        return;
-    };
-    let slot = match slot_of(&status.slot) {
-        Ok(slot) => slot.to_owned(),
-        Err(e) => {
-            tracing::warn!(peer = %info.peer.id, error = %e.message(), "a plan report refused");
-            return;
+/// Reports a session may have waiting on the store at once: an agent keeps one in flight per
+/// slot (two, if it sent one again while the hub was slow); more are dropped unacknowledged,
+/// so an agent that floods the hub only has its own reports wait (it sends them again).
+const REPORTS_IN_FLIGHT: usize = 4;
+
+/// Stores the status reports system-agents send as session messages.
+#[derive(Debug)]
+pub struct Reports {
+    store: Arc<dyn Store>,
+    /// Reports being stored, per session.
+    in_flight: Mutex<HashMap<u64, usize>>,
+}
+
+impl Reports {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            in_flight: Mutex::default(),
         }
-    };
-    let desired = dispatch.checksum(&slot_key(&host, &slot));
-    let (store, messenger) = (store.clone(), messenger.clone());
-    tokio::spawn(async move {
-        let seq = status.seq;
-        if let Err(e) = record(store.as_ref(), &host, &slot, &desired, status).await {
-            tracing::warn!(%host, error = %e, "cannot store a plan report; the agent sends it again");
+    }
+
+    /// Stores a report as `Plans.Report` stores it, on a task of its own (the session's driver
+    /// does not wait on the store), then acknowledges it on the session. One that cannot be
+    /// stored, or finds too many of its session's before it, is not acknowledged: the agent
+    /// sends it again.
+    pub fn take(
+        self: &Arc<Self>,
+        dispatch: &Dispatch,
+        info: &SessionInfo,
+        status: PlanStatus,
+        messenger: &Messenger,
+    ) {
+        let Some(host) = session_host(info, "a plan report") else {
             return;
-        }
-        let ack = HubMessage {
-            body: Some(Body::ReportAck(StatusAck { seq, slot })),
         };
-        // A session gone meanwhile: its agent reports again on the next.
-        let _ = messenger.send(ack.encode_to_vec());
-    });
+        let slot = match slot_of(&status.slot) {
+            Ok(slot) => slot.to_owned(),
+            Err(e) => {
+                tracing::warn!(peer = %info.peer.id, error = %e.message(), "a plan report refused");
+                return;
+            }
+        };
+        if !self.count(info.id, true) {
+            tracing::warn!(%host, "too many plan reports at once from one session; dropped one");
+            return;
+        }
+        let desired = dispatch.checksum(&slot_key(&host, &slot));
+        let (reports, messenger, session) = (self.clone(), messenger.clone(), info.id);
+        tokio::spawn(async move {
+            let seq = status.seq;
+            let stored = record(reports.store.as_ref(), &host, &slot, &desired, status).await;
+            reports.count(session, false);
+            if let Err(e) = stored {
+                tracing::warn!(%host, error = %e, "cannot store a plan report; the agent sends it again");
+                return;
+            }
+            let ack = HubMessage {
+                body: Some(Body::ReportAck(StatusAck { seq, slot })),
+            };
+            // A session gone meanwhile: its agent reports again on the next.
+            let _ = messenger.send(ack.encode_to_vec());
+        });
+    }
+
+    /// One more (`start`) or one fewer report of `session` in flight; false if there is no
+    /// room for one more.
+    fn count(&self, session: u64, start: bool) -> bool {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let n = in_flight.entry(session).or_default();
+        if start {
+            if *n >= REPORTS_IN_FLIGHT {
+                return false;
+            }
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                in_flight.remove(&session);
+            }
+        }
+        true
+    }
 }
 
 /// The host whose system-agent `info`'s session is; others may not follow or report plans.
@@ -638,6 +685,29 @@ mod tests {
             message: "instruction \"install\" exited with 1: no disk".into(),
             ..PlanStatus::default()
         }
+    }
+
+    #[test]
+    fn a_session_has_a_few_reports_in_flight_and_no_more() {
+        let store: Arc<dyn Store> = Arc::new(
+            crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap(),
+        );
+        let reports = Reports::new(store);
+        for _ in 0..REPORTS_IN_FLIGHT {
+            assert!(reports.count(1, true));
+        }
+        assert!(!reports.count(1, true), "a fifth while four are stored");
+        assert!(reports.count(2, true), "another session's own room");
+        reports.count(1, false);
+        assert!(reports.count(1, true), "room again once one is stored");
+        for _ in 0..REPORTS_IN_FLIGHT {
+            reports.count(1, false);
+        }
+        reports.count(2, false);
+        assert!(
+            reports.in_flight.lock().unwrap().is_empty(),
+            "ended sessions leave nothing"
+        );
     }
 
     #[test]

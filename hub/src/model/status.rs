@@ -195,7 +195,7 @@ pub fn expired(spec: &Value) -> bool {
         .is_some_and(|t| t <= time::OffsetDateTime::now_utc())
 }
 
-/// Sets one condition on an object, retrying on concurrent writes.
+/// Sets one condition on an object (see [`update_status`]).
 pub async fn set_condition(
     store: &dyn Store,
     kind: Kind,

@@ -83,10 +83,8 @@ mod tests {
 
     #[tokio::test]
     async fn each_object_is_read_from_the_store_once_and_writes_go_through() {
-        let dir = std::env::temp_dir().join(format!("drover-read-once-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(std::path::Path::new(":memory:")).unwrap());
         store
             .create(Object::new("Host", "h-one", json!({"cluster": "edge"})))
             .await
@@ -117,6 +115,5 @@ mod tests {
         let fresh = ReadOnce::new(store);
         assert!(fresh.get("Host", "h-one").await.is_err());
         assert!(fresh.get("Host", "h-two").await.is_ok());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

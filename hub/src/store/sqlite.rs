@@ -55,6 +55,12 @@ fn backend(e: rusqlite::Error) -> StoreError {
 }
 
 impl SqliteStore {
+    /// Changes kept for a watcher that has not read them yet (the oldest unread by any).
+    #[cfg(test)]
+    pub(crate) fn unread_changes(&self) -> usize {
+        self.inner.live.len()
+    }
+
     /// Opens (creating if needed) the store in `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Self::open_with_retention(path, DEFAULT_RETAIN)

@@ -237,6 +237,24 @@ impl Dispatch {
         }
     }
 
+    /// Takes every stored plan, and forgets the slots of those no longer stored. The objects
+    /// go when it returns: the watch that follows lasts as long as the hub.
+    fn take_all(&self, plans: Vec<Object>) {
+        let names: std::collections::HashSet<String> = plans.iter().map(plan_key).collect();
+        let gone: Vec<String> = self
+            .slots()
+            .keys()
+            .filter(|h| !names.contains(*h))
+            .cloned()
+            .collect();
+        for host in gone {
+            self.set(&host, None);
+        }
+        for plan in &plans {
+            self.take(plan);
+        }
+    }
+
     /// Keeps the dispatch true to the store until `shutdown`.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, shutdown: CancellationToken) {
         loop {
@@ -251,19 +269,7 @@ impl Dispatch {
                     continue;
                 }
             };
-            let names: std::collections::HashSet<String> = plans.iter().map(plan_key).collect();
-            let gone: Vec<String> = self
-                .slots()
-                .keys()
-                .filter(|h| !names.contains(*h))
-                .cloned()
-                .collect();
-            for host in gone {
-                self.set(&host, None);
-            }
-            for plan in &plans {
-                self.take(plan);
-            }
+            self.take_all(plans);
             self.set_ready();
             let mut changes = match store.watch(Some(Kind::Plan.name()), Some(revision)).await {
                 Ok(w) => w,

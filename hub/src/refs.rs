@@ -251,11 +251,7 @@ impl<'a> Liveness<'a> {
         if let Some(uid) = self.uids.get(&key) {
             return Ok(uid.clone());
         }
-        let uid = match self.store.get(kind.name(), name).await {
-            Ok(o) => Some(o.metadata.uid),
-            Err(StoreError::NotFound { .. }) => None,
-            Err(e) => return Err(e),
-        };
+        let uid = self.store.uid(kind.name(), name).await?;
         self.uids.insert(key, uid.clone());
         Ok(uid)
     }

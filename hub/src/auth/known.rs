@@ -264,4 +264,8 @@ impl Store for Tracked {
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.revision()
     }
+
+    fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        self.inner.uid(kind, name)
+    }
 }

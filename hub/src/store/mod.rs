@@ -228,6 +228,19 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// The latest revision.
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The uid `kind`/`name` is stored with now (`None`: no such object). What a liveness
+    /// check reads: a backend that can answer without the whole object (a host's facts) does.
+    fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let read = self.get(kind, name);
+        Box::pin(async move {
+            match read.await {
+                Ok(object) => Ok(Some(object.metadata.uid)),
+                Err(StoreError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+    }
 }
 
 /// A boxed future, as the trait's methods return (the trait is used as `dyn Store`).

@@ -157,11 +157,32 @@ fn encode(object: &Object) -> Result<String, StoreError> {
 }
 
 fn load(conn: &Connection, kind: &str, name: &str) -> Result<Option<Object>, StoreError> {
-    let body: Option<String> = conn
-        .prepare_cached("SELECT body FROM objects WHERE kind = ?1 AND name = ?2")
+    load_body(conn, kind, name)?
+        .as_deref()
+        .map(decode)
+        .transpose()
+}
+
+fn load_body(conn: &Connection, kind: &str, name: &str) -> Result<Option<String>, StoreError> {
+    conn.prepare_cached("SELECT body FROM objects WHERE kind = ?1 AND name = ?2")
         .and_then(|mut stmt| stmt.query_row(params![kind, name], |r| r.get(0)).optional())
-        .map_err(backend)?;
-    body.as_deref().map(decode).transpose()
+        .map_err(backend)
+}
+
+/// An object's uid alone, read from its stored body without building the rest.
+fn decode_uid(body: &str) -> Result<String, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        metadata: Uid,
+    }
+    #[derive(serde::Deserialize)]
+    struct Uid {
+        #[serde(default)]
+        uid: String,
+    }
+    serde_json::from_str::<Stored>(body)
+        .map(|s| s.metadata.uid)
+        .map_err(|e| StoreError::Backend(format!("unreadable object in the store: {e}")))
 }
 
 /// Writes what the transaction's ops made of each object they touched.
@@ -473,5 +494,15 @@ impl Store for SqliteStore {
 
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(self.blocking(|_, conn| meta(conn, "revision")))
+    }
+
+    fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        let (kind, name) = (kind.to_owned(), name.to_owned());
+        Box::pin(self.blocking(move |_, conn| {
+            load_body(conn, &kind, &name)?
+                .as_deref()
+                .map(decode_uid)
+                .transpose()
+        }))
     }
 }

@@ -110,6 +110,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     create_sets_identity_and_get_and_list_return_it,
     names_are_unique_per_kind_and_missing_objects_are_not_found,
+    a_uid_is_read_as_stored_and_a_name_given_again_has_another,
     a_stale_resource_version_is_a_conflict_and_changes_nothing,
     generation_counts_spec_changes_only,
     deletion_waits_for_finalizers,
@@ -161,6 +162,33 @@ async fn names_are_unique_per_kind_and_missing_objects_are_not_found(backend: Ba
         .unwrap();
     let err = t.store.get("Cluster", "b").await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+}
+
+async fn a_uid_is_read_as_stored_and_a_name_given_again_has_another(backend: Backend) {
+    let t = backend.open(DEFAULT_RETAIN).await;
+    let first = t.store.create(cluster("a")).await.unwrap();
+    let host = t
+        .store
+        .create(Object::new("Host", "a", json!({"facts": {"cpus": 4}})))
+        .await
+        .unwrap();
+    assert_eq!(
+        t.store.uid("Cluster", "a").await.unwrap(),
+        Some(first.metadata.uid.clone())
+    );
+    assert_eq!(
+        t.store.uid("Host", "a").await.unwrap(),
+        Some(host.metadata.uid)
+    );
+    assert_eq!(t.store.uid("Cluster", "b").await.unwrap(), None);
+    t.store.delete("Cluster", "a", None).await.unwrap();
+    assert_eq!(t.store.uid("Cluster", "a").await.unwrap(), None);
+    let second = t.store.create(cluster("a")).await.unwrap();
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+    assert_eq!(
+        t.store.uid("Cluster", "a").await.unwrap(),
+        Some(second.metadata.uid)
+    );
 }
 
 async fn a_stale_resource_version_is_a_conflict_and_changes_nothing(backend: Backend) {

@@ -235,4 +235,8 @@ impl Store for FencedStore {
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.store.revision()
     }
+
+    fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
+        self.store.uid(kind, name)
+    }
 }

@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use agentkit::heartbeat::PlanMessage;
-use proto::plan::v1::{PlanDelivery, WatchPlan, checksum, plans_client::PlansClient};
+use proto::plan::v1::{PlanDelivery, PlanStatus, WatchPlan, checksum, plans_client::PlansClient};
 use tokio::sync::watch;
 use tunnel::AgentSession;
 
@@ -175,36 +175,36 @@ fn take(slot: &str, record: &Record, delivery: PlanDelivery) {
 /// again (the hub could not store it, or the acknowledgement was lost with a session).
 const RESEND_AFTER: Duration = Duration::from_secs(10);
 
-/// Sends each new status of `slot` as a session message, one at a time (statuses recorded
-/// meanwhile are sent as the newest of them), each until the hub acknowledges it.
-async fn report_by_messages(
-    conversation: &tunnel::Conversation,
-    slot: &str,
-    record: &Record,
-    mut acks: watch::Receiver<u64>,
-) {
+/// What became of one status sent to the hub.
+enum Sent {
+    /// The hub acknowledged statuses up to this seq.
+    Acked(u64),
+    /// Not taken, or not acknowledged in time: it is sent again.
+    Again,
+    /// The session is over; the next one sends it.
+    Ended,
+}
+
+/// Sends each new status of `slot` with `send`, one at a time (statuses recorded meanwhile go
+/// as the newest of them), each until the hub acknowledges it.
+async fn send_statuses<F, Fut>(slot: &str, record: &Record, mut send: F)
+where
+    F: FnMut(PlanStatus) -> Fut,
+    Fut: Future<Output = Sent>,
+{
     let mut changes = record.watch_status();
     loop {
         changes.borrow_and_update();
         if let Some(mut status) = record.unacked() {
             status.slot = slot.to_owned();
-            let seq = status.seq;
-            if agentkit::heartbeat::report(conversation, status).is_err() {
-                // The session is ending; the next one sends it.
-                return;
-            }
-            tokio::select! {
-                acked = acks.wait_for(|acked| *acked >= seq) => {
-                    if acked.is_err() {
-                        return;
-                    }
+            match send(status).await {
+                Sent::Acked(seq) => {
                     if let Err(e) = record.ack(seq) {
                         tracing::warn!(error = %e, "cannot record the hub's acknowledgement");
                     }
                 }
-                () = tokio::time::sleep(RESEND_AFTER) => {
-                    tracing::warn!(%slot, seq, "the hub did not acknowledge the plan's status; sending it again");
-                }
+                Sent::Again => {}
+                Sent::Ended => return,
             }
             continue;
         }
@@ -214,29 +214,50 @@ async fn report_by_messages(
     }
 }
 
-/// Sends each new status of `slot`; what the hub did not acknowledge is sent again.
-async fn report(mut client: PlansClient<tunnel::Channel>, slot: &str, record: &Record) {
-    let mut changes = record.watch_status();
-    loop {
-        changes.borrow_and_update();
-        if let Some(mut status) = record.unacked() {
-            status.slot = slot.to_owned();
-            match client.report(status).await {
-                Ok(ack) => {
-                    if let Err(e) = record.ack(ack.into_inner().seq) {
-                        tracing::warn!(error = %e, "cannot record the hub's acknowledgement");
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the hub did not take the plan's status; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+/// Reports `slot`'s statuses as session messages; the hub's acknowledgements come in `acks`.
+async fn report_by_messages(
+    conversation: &tunnel::Conversation,
+    slot: &str,
+    record: &Record,
+    acks: watch::Receiver<u64>,
+) {
+    send_statuses(slot, record, |status| {
+        let seq = status.seq;
+        let sent = agentkit::heartbeat::report(conversation, status);
+        let mut acks = acks.clone();
+        async move {
+            if sent.is_err() {
+                return Sent::Ended;
+            }
+            tokio::select! {
+                acked = acks.wait_for(|acked| *acked >= seq) => match acked {
+                    Ok(_) => Sent::Acked(seq),
+                    Err(_) => Sent::Ended,
+                },
+                () = tokio::time::sleep(RESEND_AFTER) => {
+                    tracing::warn!(%slot, seq, "the hub did not acknowledge the plan's status; sending it again");
+                    Sent::Again
                 }
             }
         }
-        if changes.changed().await.is_err() {
-            return;
+    })
+    .await;
+}
+
+/// Reports `slot`'s statuses with `Report` calls (a hub without session messages).
+async fn report(client: PlansClient<tunnel::Channel>, slot: &str, record: &Record) {
+    send_statuses(slot, record, |status| {
+        let mut client = client.clone();
+        async move {
+            match client.report(status).await {
+                Ok(ack) => Sent::Acked(ack.into_inner().seq),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the hub did not take the plan's status; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Sent::Again
+                }
+            }
         }
-    }
+    })
+    .await;
 }

@@ -35,6 +35,13 @@ const RESIZE: u8 = 4;
 /// v5: `[255, channel]` says the peer has closed that stream (stdin's end).
 const CLOSE: u8 = 255;
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+/// How long a container's process takes to start before it can write anything: on a real
+/// node the kubelet and the runtime take milliseconds to start an exec. The stand-in waits
+/// as long because kubectl 1.32 (client-go's WebSocket executor) reads the socket before it
+/// has registered its streams and drops what arrives on a stream not yet registered ("Unknown
+/// stream id 1, discarding message"): answering in the instant of the upgrade lost an exec's
+/// whole output about once in 200 runs on a loaded machine.
+const PROCESS_START: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What the session runs.
 #[derive(Debug)]
@@ -151,6 +158,7 @@ impl Session {
     }
 
     async fn session(&self, socket: Socket, v5: bool) {
+        tokio::time::sleep(PROCESS_START).await;
         let (mut tx, mut rx) = socket.split();
         let code = match &self.job {
             Job::Attach => {

@@ -495,7 +495,12 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
 
 async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: CancellationToken) {
     loop {
-        let mut watch = match store.watch(Some(Kind::Token.name()), None).await {
+        // Only deletions matter: the watch starts now, without replaying every credential.
+        let watch = match store.revision().await {
+            Ok(now) => store.watch(Some(Kind::Token.name()), Some(now)).await,
+            Err(e) => Err(e),
+        };
+        let mut watch = match watch {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch credentials; retrying");

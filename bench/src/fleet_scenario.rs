@@ -83,6 +83,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let stop = CancellationToken::new();
     let mut cold = Instant::now();
     let mut register_s = None;
+    let connect_cpu;
     // Counts sessions up now: the fleet's own for system-agents, per session for node-agents.
     let (fleet, node_connected) = if args.kind == "system" {
         let shm = PathBuf::from("/dev/shm");
@@ -107,8 +108,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         let _ = tokio::time::timeout(Duration::from_secs(60), registering.wait()).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         cold = Instant::now();
+        connect_cpu = cpu_at_start(pid)?;
         (Some(sim::fleet::start(config, stop.clone()).await?), None)
     } else {
+        connect_cpu = cpu_at_start(pid)?;
         (None, Some(node_agents(&prepared, &url, n, &stop)?))
     };
     let connected = |fleet: &Option<sim::fleet::Fleet>| match (fleet, &node_connected) {
@@ -118,6 +121,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     };
     let connect = until(|| connected(&fleet) >= n, Duration::from_secs(600)).await;
     let connect_s = connect.map(|_| round(cold.elapsed().as_secs_f64(), 2));
+    let (connect_hub_cpu_s, connect_clients_cpu_s) = cpu_since(pid, connect_cpu)?;
 
     // Quiet: the fleet only beats (every 10 s each).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -205,6 +209,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             "what": "bare TLS + WebSocket connections on a minimal server (tokio, rustls, tungstenite; its own process), a ping per connection per beat interval",
             "connected": floor.connected,
             "connect_s": floor.connect_s,
+            "connect_server_cpu_s": floor.connect_server_cpu_s,
+            "connect_clients_cpu_s": floor.connect_clients_cpu_s,
             "rss_per_conn_kib": floor.rss_per_conn_kib,
             "cpu_pct_idle": round(floor.idle_cpu * 100.0, 2),
         },
@@ -215,6 +221,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "connected_after_restart": connected_end,
         "register_s": register_s,
         "connect_s": connect_s,
+        "connect_hub_cpu_s": connect_hub_cpu_s,
+        "connect_clients_cpu_s": connect_clients_cpu_s,
         "hub_rss_mib_before": rss_before,
         "hub_rss_mib": rss_after,
         "rss_per_agent_kib": rss_per_agent_kib,
@@ -238,6 +246,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
 struct FloorFigures {
     connected: usize,
     connect_s: Option<f64>,
+    connect_server_cpu_s: f64,
+    connect_clients_cpu_s: f64,
     rss_per_conn_kib: f64,
     idle_cpu: f64,
 }
@@ -253,6 +263,7 @@ async fn floor_run(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_mib(floor.pid).unwrap_or(0.0);
     let stop = CancellationToken::new();
+    let connect_cpu = cpu_at_start(floor.pid)?;
     let started = Instant::now();
     let connected = floor.connect(n, 200, Duration::from_secs(10), &stop);
     let connect = until(
@@ -261,6 +272,7 @@ async fn floor_run(
     )
     .await;
     let connect_s = connect.map(|_| round(started.elapsed().as_secs_f64(), 2));
+    let (connect_server_cpu_s, connect_clients_cpu_s) = cpu_since(floor.pid, connect_cpu)?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let window = Duration::from_secs(idle_seconds.max(1));
     let cpu_start = cpu_seconds(floor.pid)?;
@@ -270,6 +282,8 @@ async fn floor_run(
     let figures = FloorFigures {
         connected: connected.load(Ordering::Relaxed),
         connect_s,
+        connect_server_cpu_s,
+        connect_clients_cpu_s,
         rss_per_conn_kib: round((rss_after - rss_before) * 1024.0 / n as f64, 1),
         idle_cpu,
     };
@@ -278,6 +292,18 @@ async fn floor_run(
     // The clients' sockets close with the server; give the kernel a moment to let them go.
     tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(figures)
+}
+
+/// The CPU seconds of the server `pid` and of this process (the clients) so far.
+fn cpu_at_start(pid: u32) -> anyhow::Result<(f64, f64)> {
+    Ok((cpu_seconds(pid)?, cpu_seconds(std::process::id())?))
+}
+
+/// The CPU the server `pid` and this process (the clients) spent since `start`: where a
+/// connect's time went, since both share the machine's cores.
+fn cpu_since(pid: u32, start: (f64, f64)) -> anyhow::Result<(f64, f64)> {
+    let (server, clients) = cpu_at_start(pid)?;
+    Ok((round(server - start.0, 2), round(clients - start.1, 2)))
 }
 
 /// Waits until `done`; the time it took, or `None` after `limit`.

@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod audit_scenario;
+mod charts_scenario;
 mod endpoint_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
@@ -74,6 +75,9 @@ enum Scenario {
     /// Machine pools: the machine controller making and destroying N EC2 machines against
     /// moto's EC2 server, beside the amazonec2 driver alone (the floor).
     Machines(machines_scenario::Args),
+    /// Usage charts on disk: a day of minutes for N machines written as the hub writes them,
+    /// beside the same minutes in memory as the hub kept them before.
+    Charts(charts_scenario::Args),
     /// The floor `fleet` measures against: a minimal TLS + WebSocket server (started by
     /// `fleet` itself).
     #[command(hide = true)]
@@ -112,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
         Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,
         Scenario::Machines(args) => runtime.block_on(machines_scenario::run(args))?,
+        Scenario::Charts(args) => runtime.block_on(charts_scenario::run(args))?,
         Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
     };
     let text = if cli.json {

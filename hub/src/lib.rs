@@ -178,7 +178,16 @@ impl Hub {
                 .and_then(|exe| exe.parent().map(std::path::Path::to_path_buf))
                 .unwrap_or_default(),
         };
-        let health = Arc::new(health::Health::new(store.clone(), config.heartbeat));
+        let charts_file = config.data_dir.join(health::charts::FILE);
+        let charts = health::charts::Charts::open(&charts_file).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "usage charts are kept in memory until the hub restarts");
+            health::charts::Charts::in_memory()
+        });
+        let health = Arc::new(health::Health::with_charts(
+            store.clone(),
+            config.heartbeat,
+            charts,
+        ));
         tasks.spawn(health.clone().run(shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
         tasks.spawn(dispatch.clone().run(store.clone(), shutdown.clone()));

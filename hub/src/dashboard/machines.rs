@@ -24,7 +24,7 @@ use crate::{
 
 /// The sparkline and memory cells of a machine.
 fn usage_cells(health: &Health, peer_id: &str, now: u32) -> String {
-    let (points, usage) = health.history(peer_id).unwrap_or_default();
+    let (points, usage) = health.last_hour(peer_id).unwrap_or_default();
     let memory = usage.map_or_else(
         || "–".to_owned(),
         |u| gib(u.memory_used_bytes, u.memory_total_bytes),
@@ -259,8 +259,8 @@ fn facts_list(facts: &Value) -> String {
 }
 
 /// The four charts of a machine: CPU and memory, over the last hour and day.
-fn charts_of(health: &Health, peer_id: &str) -> String {
-    let (points, usage) = health.history(peer_id).unwrap_or_default();
+async fn charts_of(health: &Health, peer_id: &str) -> String {
+    let (points, usage) = health.history(peer_id).await.unwrap_or_default();
     let total = usage.map_or(0, |u| u.memory_total_bytes);
     let now = charts::now_minute();
     [
@@ -293,6 +293,7 @@ pub(super) async fn host(
     };
     let shown = present(Kind::Host, object);
     let now = charts::now_minute();
+    let charts = charts_of(&dash.health, &format!("host/{name}")).await;
     let content = format!(
         r#"<div class="bar"><h1>Host {title}</h1></div>
 <table class="list" id="host" data-watch="/v1/hosts?watch=true" data-rows="/hosts?part=rows" data-only="{title}" data-poll="10">
@@ -303,7 +304,6 @@ pub(super) async fn host(
         title = escape(&name),
         row = row(&shown, plan.as_ref(), &dash.health, now, true),
         facts = facts_list(&shown["status"]["facts"]),
-        charts = charts_of(&dash.health, &format!("host/{name}")),
     );
     page(&format!("Host {name}"), Some(&principal), "hosts", &content)
 }
@@ -319,12 +319,13 @@ pub(super) async fn node(
         Err(response) => return response,
     };
     let peer = format!("node/{cluster}/{node}");
-    let Some(shown) = dash.health.usage(&peer) else {
+    let Some(shown) = dash.health.usage(&peer).await else {
         return ApiError::not_found(format!(
             "no node-agent of cluster {cluster:?} runs on node {node:?}"
         ))
         .into_response();
     };
+    let charts = charts_of(&dash.health, &peer).await;
     let content = format!(
         r#"<div class="bar"><h1>Node {title} of <a href="/clusters/{c}">{c}</a></h1></div>
 <p>{state}</p>
@@ -334,7 +335,6 @@ pub(super) async fn node(
         c = escape(&cluster),
         state = state_cell(&text(&shown["state"]), &text(&shown["message"])),
         facts = facts_list(&shown["facts"]),
-        charts = charts_of(&dash.health, &peer),
     );
     page(
         &format!("Node {node}"),

@@ -51,6 +51,7 @@ pub async fn host_usage(
     state
         .health
         .usage(&format!("host/{host}"))
+        .await
         .map(Json)
         .ok_or_else(|| {
             ApiError::not_found(format!(
@@ -77,6 +78,7 @@ pub async fn node_usage(
     state
         .health
         .usage(&format!("node/{cluster}/{node}"))
+        .await
         .map(Json)
         .ok_or_else(|| {
             ApiError::not_found(format!(

@@ -31,16 +31,21 @@ use crate::{
 
 pub mod api;
 mod changes;
+pub mod charts;
 pub mod events;
 pub mod history;
 mod views;
 
+use charts::Charts;
 pub use events::{Event, Events, Subject};
 use history::History;
 pub use views::facts_json;
 
 /// Beats missed before an agent is shown disconnected.
 pub const MISSED: u32 = 3;
+
+/// How often closed minutes of usage go to the charts' file.
+const CHARTS_FLUSH: Duration = Duration::from_secs(15);
 
 /// How long a gone agent's node and chart stay visible.
 const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -94,6 +99,14 @@ struct Recorded {
     after: After,
 }
 
+/// What the store says of an agent the hub has not met since it started.
+#[derive(Debug, Default)]
+struct Met {
+    subject: Subject,
+    /// A host's facts as last stored.
+    facts: Option<HostFacts>,
+}
+
 /// What a beat leaves to do after it is recorded (see `Health::after_beat`).
 struct After {
     subject: Subject,
@@ -118,18 +131,28 @@ pub struct Health {
     interval: Duration,
     store: Arc<dyn Store>,
     pub events: Events,
-    agents: Mutex<HashMap<String, Agent>>,
+    /// Boxed: an agent is 720 bytes, and a map's spare slots (up to half of them, as it
+    /// grows by doubling) would each cost as much inline.
+    agents: Mutex<HashMap<String, Box<Agent>>>,
+    /// The machines' closed minutes of usage.
+    charts: Arc<Charts>,
     /// True while the state-change events follow the store (their watch is open).
     following: tokio::sync::watch::Sender<bool>,
 }
 
 impl Health {
+    /// With charts kept in memory (see [`Health::with_charts`]).
     pub fn new(store: Arc<dyn Store>, interval: Duration) -> Self {
+        Self::with_charts(store, interval, Charts::in_memory())
+    }
+
+    pub fn with_charts(store: Arc<dyn Store>, interval: Duration, charts: Charts) -> Self {
         Self {
             interval,
             store,
             events: Events::default(),
             agents: Mutex::default(),
+            charts: Arc::new(charts),
             following: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -149,32 +172,39 @@ impl Health {
         &self.store
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Agent>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Box<Agent>>> {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cluster, host and node an agent identity is about; a host's cluster is read from
-    /// its Host.
-    async fn subject(&self, peer_id: &str) -> Option<Subject> {
+    /// its Host, and with it the facts its agent last sent (which the agent sends again on
+    /// every new session: known, they are not written again).
+    async fn subject(&self, peer_id: &str) -> Option<Met> {
         match identity::belongs(peer_id)? {
-            Belongs::Cluster(cluster) => Some(Subject {
-                node: peer_id
-                    .strip_prefix("node/")
-                    .and_then(|rest| rest.split_once('/'))
-                    .map(|(_, node)| node.to_owned())
-                    .unwrap_or_default(),
-                cluster,
-                host: String::new(),
+            Belongs::Cluster(cluster) => Some(Met {
+                subject: Subject {
+                    node: peer_id
+                        .strip_prefix("node/")
+                        .and_then(|rest| rest.split_once('/'))
+                        .map(|(_, node)| node.to_owned())
+                        .unwrap_or_default(),
+                    cluster,
+                    host: String::new(),
+                },
+                facts: None,
             }),
             Belongs::Host(host) => {
                 let object = self.store.get(Kind::Host.name(), &host).await.ok()?;
-                Some(Subject {
-                    cluster: object.spec["cluster"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    host,
-                    node: String::new(),
+                Some(Met {
+                    subject: Subject {
+                        cluster: object.spec["cluster"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        host,
+                        node: String::new(),
+                    },
+                    facts: object.status.get("facts").and_then(views::facts_from_json),
                 })
             }
         }
@@ -189,10 +219,13 @@ impl Health {
             .get(&info.peer.id)
             .map(|a| a.subject.clone())
             .filter(|s| !s.cluster.is_empty());
-        let subject = match known {
-            Some(subject) => subject,
+        let Met { subject, facts } = match known {
+            Some(subject) => Met {
+                subject,
+                facts: None,
+            },
             None => match self.subject(&info.peer.id).await {
-                Some(subject) => subject,
+                Some(met) => met,
                 None => return,
             },
         };
@@ -200,8 +233,11 @@ impl Health {
             let mut agents = self.lock();
             let agent = agents
                 .entry(info.peer.id.clone())
-                .or_insert_with(|| new_agent(&info.peer.kind, subject.clone()));
+                .or_insert_with(|| Box::new(new_agent(&info.peer.kind, subject.clone())));
             agent.subject = subject.clone();
+            if agent.facts.is_none() {
+                agent.facts = facts;
+            }
             agent.session = info.id;
             agent.connected = true;
             agent.gone = None;
@@ -246,8 +282,8 @@ impl Health {
         let recorded = match self.record(info, beat, None) {
             Ok(recorded) => recorded,
             Err(beat) => {
-                let subject = self.subject(&info.peer.id).await.unwrap_or_default();
-                match self.record(info, *beat, Some(subject)) {
+                let met = self.subject(&info.peer.id).await.unwrap_or_default();
+                match self.record(info, *beat, Some(met)) {
                     Ok(recorded) => recorded,
                     Err(_) => unreachable!("a beat with its subject is always recorded"),
                 }
@@ -299,20 +335,25 @@ impl Health {
     }
 
     /// Records a beat in the map of agents; `Err` gives the beat back if the agent is not in
-    /// it and no `subject` was given to add it with.
+    /// it and was not `met` (read from the store) to add it with.
     fn record(
         &self,
         info: &SessionInfo,
         beat: Heartbeat,
-        subject: Option<Subject>,
+        met: Option<Met>,
     ) -> Result<Recorded, Box<Heartbeat>> {
         let now = Instant::now();
         let mut agents = self.lock();
-        let agent = match (agents.get_mut(&info.peer.id), subject) {
+        let agent = match (agents.get_mut(&info.peer.id), met) {
             (Some(agent), _) => agent,
-            (None, Some(subject)) => agents
-                .entry(info.peer.id.clone())
-                .or_insert_with(|| new_agent(&info.peer.kind, subject)),
+            (None, Some(Met { subject, facts })) => {
+                agents.entry(info.peer.id.clone()).or_insert_with(|| {
+                    Box::new(Agent {
+                        facts,
+                        ..new_agent(&info.peer.kind, subject)
+                    })
+                })
+            }
             (None, None) => return Err(Box::new(beat)),
         };
         if let Some(last) = agent.last_beat
@@ -338,10 +379,13 @@ impl Health {
             agent.facts = Some(facts);
         }
         if let Some(usage) = beat.usage {
-            agent
+            let closed = agent
                 .history
                 .get_or_insert_with(History::default)
                 .record(unix_now(), &usage);
+            if let Some(minute) = closed {
+                self.charts.keep(&info.peer.id, minute);
+            }
             agent.usage = Some(usage);
         }
         let reply = BeatReply {
@@ -483,7 +527,8 @@ impl Health {
         marked.into_iter().map(|m| m.0).collect()
     }
 
-    /// Runs the missed-beat check and the state-change events until `shutdown`.
+    /// Runs the missed-beat check, the state-change events and the charts' writes until
+    /// `shutdown`, then writes the charts' last minutes.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let every = (self.interval / 4).max(Duration::from_millis(100));
         let checks = async {
@@ -494,11 +539,30 @@ impl Health {
                 self.check().await;
             }
         };
+        let charts = async {
+            let mut flushes = tokio::time::interval(CHARTS_FLUSH);
+            flushes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                flushes.tick().await;
+                self.write_charts().await;
+            }
+        };
         tokio::select! {
+            biased;
             () = shutdown.cancelled() => {}
             () = checks => {}
+            () = charts => {}
             () = self.watch_states() => {}
         }
+        // The minutes closed since the last flush are kept for the next hub.
+        self.write_charts().await;
+    }
+
+    /// Writes the charts' closed minutes, and forgets those older than a day, on a blocking
+    /// thread.
+    async fn write_charts(&self) {
+        let charts = self.charts.clone();
+        let _ = tokio::task::spawn_blocking(move || charts.flush(unix_now())).await;
     }
 }
 

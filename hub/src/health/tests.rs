@@ -34,10 +34,36 @@ async fn fixture(interval: Duration) -> Fixture {
         .create(Object::new("Host", "h-one", json!({"cluster": "c"})))
         .await
         .unwrap();
+    let charts = Charts::open(&dir.join(charts::FILE)).unwrap();
     Fixture {
-        health: Arc::new(Health::new(store, interval)),
+        health: Arc::new(Health::with_charts(store, interval, charts)),
         dir,
     }
+}
+
+#[tokio::test]
+async fn a_stopping_hub_writes_its_charts_minutes_for_the_next() {
+    let f = fixture(Duration::from_secs(10)).await;
+    let minute = u32::try_from(unix_now() / 60 - 1).unwrap();
+    let kept = history::Kept::of(&history::Point {
+        minute,
+        cpu_percent: 42.0,
+        memory_used_bytes: 0,
+        disk_used_bytes: 0,
+        load1: 0.0,
+        net_rx_rate: 0.0,
+        net_tx_rate: 0.0,
+    });
+    // Closed just now: the next flush is seconds away when the hub stops.
+    f.health.charts.keep("host/h-one", kept);
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(f.health.clone().run(shutdown.clone()));
+    shutdown.cancel();
+    running.await.unwrap();
+    let next = Charts::open(&f.dir.join(charts::FILE)).unwrap();
+    let points = next.points("host/h-one", unix_now());
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].cpu_percent, 42.0);
 }
 
 fn session(id: u64, kind: &str, peer: &str) -> SessionInfo {
@@ -93,7 +119,7 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
     // The facts reach the Host; the usage starts its chart.
     let host = f.health.store().get("Host", "h-one").await.unwrap();
     assert_eq!(host.status["facts"]["cpus"], 4);
-    let usage = f.health.usage("host/h-one").unwrap();
+    let usage = f.health.usage("host/h-one").await.unwrap();
     assert_eq!(usage["points"].as_array().unwrap().len(), 1);
     assert_eq!(usage["state"], "active");
 
@@ -123,7 +149,7 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
         "disconnected"
     );
     assert_eq!(
-        f.health.usage("host/h-one").unwrap()["state"],
+        f.health.usage("host/h-one").await.unwrap()["state"],
         "disconnected"
     );
 
@@ -141,6 +167,110 @@ async fn a_host_that_stops_beating_is_disconnected_until_it_beats_again() {
         reasons,
         ["AgentConnected", "HeartbeatsMissed", "HeartbeatsResumed"]
     );
+}
+
+/// A store that counts the transactions asked of it (a write that changes nothing is still
+/// one: its object is read and compared under the store's write lock).
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn Store>,
+    transactions: std::sync::atomic::AtomicU32,
+}
+
+impl Counting {
+    fn transactions(&self) -> u32 {
+        self.transactions.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Store for Counting {
+    fn get(
+        &self,
+        kind: &str,
+        name: &str,
+    ) -> crate::store::BoxFuture<'_, Result<Object, crate::store::StoreError>> {
+        self.inner.get(kind, name)
+    }
+
+    fn list(
+        &self,
+        kind: &str,
+        selector: &crate::store::LabelSelector,
+    ) -> crate::store::BoxFuture<'_, Result<(Vec<Object>, u64), crate::store::StoreError>> {
+        self.inner.list(kind, selector)
+    }
+
+    fn transact(
+        &self,
+        ops: Vec<crate::store::Op>,
+    ) -> crate::store::BoxFuture<'_, Result<Vec<Object>, crate::store::StoreError>> {
+        self.transactions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.transact(ops)
+    }
+
+    fn watch(
+        &self,
+        kind: Option<&str>,
+        from: Option<u64>,
+    ) -> crate::store::BoxFuture<'_, Result<crate::store::WatchStream, crate::store::StoreError>>
+    {
+        self.inner.watch(kind, from)
+    }
+
+    fn revision(&self) -> crate::store::BoxFuture<'_, Result<u64, crate::store::StoreError>> {
+        self.inner.revision()
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_hub_takes_a_hosts_facts_from_its_host_and_writes_only_new_ones() {
+    let f = fixture(Duration::from_secs(10)).await;
+    let first = session(1, identity::SYSTEM_AGENT, "host/h-one");
+    f.health.connected(&first).await;
+    let mut facts = beat_with_facts();
+    if let Some(sent) = facts.facts.as_mut() {
+        sent.os = "Debian GNU/Linux 13 (trixie)".into();
+        sent.boot_time = 1_764_000_000;
+        sent.disks = vec![proto::health::v1::Disk {
+            mount_point: "/".into(),
+            file_system: "ext4".into(),
+            total_bytes: 64 << 30,
+        }];
+        sent.agent_version = "0.1.0".into();
+    }
+    f.health.beat(&first, facts.clone()).await;
+
+    // The hub restarts on the same store; the agent's first beat on its new session brings
+    // its facts again, as every first beat does.
+    let store = Arc::new(Counting {
+        inner: f.health.store().clone(),
+        transactions: Default::default(),
+    });
+    let restarted = Health::new(store.clone(), Duration::from_secs(10));
+    let again = session(2, identity::SYSTEM_AGENT, "host/h-one");
+    restarted.connected(&again).await;
+    let reply = restarted.beat(&again, facts.clone()).await;
+    assert!(!reply.send_facts);
+    assert_eq!(store.transactions(), 0, "the same facts written again");
+    let shown = restarted.usage("host/h-one").await.unwrap();
+    assert_eq!(
+        shown["facts"],
+        views::facts_json(facts.facts.as_ref().unwrap())
+    );
+
+    // Facts that changed while the hub was away are written.
+    let mut changed = facts;
+    if let Some(sent) = changed.facts.as_mut() {
+        sent.kernel = "6.12.48".into();
+    }
+    let third = session(3, identity::SYSTEM_AGENT, "host/h-one");
+    let other = Health::new(store.clone(), Duration::from_secs(10));
+    other.beat(&third, changed).await;
+    assert_eq!(store.transactions(), 1);
+    let host = store.get("Host", "h-one").await.unwrap();
+    assert_eq!(host.status["facts"]["kernel"], "6.12.48");
+    assert_eq!(host.status["facts"]["disks"][0]["fileSystem"], "ext4");
 }
 
 #[tokio::test]
@@ -185,7 +315,7 @@ async fn node_agents_show_as_their_clusters_nodes() {
         "read: connection reset",
         false,
     );
-    let n1 = f.health.usage("node/c/n1").unwrap();
+    let n1 = f.health.usage("node/c/n1").await.unwrap();
     assert_eq!(n1["state"], "disconnected");
     assert!(
         n1["message"].as_str().unwrap().contains("connection reset"),
@@ -199,7 +329,10 @@ async fn node_agents_show_as_their_clusters_nodes() {
         "replaced",
         false,
     );
-    assert_eq!(f.health.usage("node/c/n2").unwrap()["state"], "active");
+    assert_eq!(
+        f.health.usage("node/c/n2").await.unwrap()["state"],
+        "active"
+    );
     let states = f.health.agent_states();
     assert!(
         states.contains(&((identity::NODE_AGENT.into(), "active"), 2)),
@@ -307,7 +440,10 @@ async fn a_beat_sent_as_a_message_is_answered_at_once_and_its_answer_is_empty_un
         .health
         .beat_message(&first, usage_only.clone(), &messenger);
     assert_eq!(now, empty);
-    assert_eq!(f.health.usage("host/h-one").unwrap()["state"], "active");
+    assert_eq!(
+        f.health.usage("host/h-one").await.unwrap()["state"],
+        "active"
+    );
 
     // A new session of the same agent is told the interval again.
     let second = session(8, identity::SYSTEM_AGENT, "host/h-one");

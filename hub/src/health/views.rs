@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use proto::health::v1::{HostFacts, Usage};
+use proto::health::v1::{Disk, HostFacts, Usage};
 use serde_json::{Value, json};
 
 use super::{Agent, ClusterSummary, Health, MISSED, history, rfc3339, time_text, unix_now};
@@ -22,21 +22,24 @@ impl Health {
     }
 
     /// One node-agent's node, or one system-agent's host, with its usage history.
-    pub fn usage(&self, peer_id: &str) -> Option<Value> {
-        let agents = self.lock();
-        let agent = agents.get(peer_id)?;
+    pub async fn usage(&self, peer_id: &str) -> Option<Value> {
         let now = unix_now();
-        let points: Vec<Value> = agent
-            .history
-            .iter()
-            .flat_map(|h| h.points(now))
+        let (mut out, open) = {
+            let agents = self.lock();
+            let agent = agents.get(peer_id)?;
+            let open = agent.history.as_ref().and_then(|h| h.open_point(now));
+            (self.present(agent), open)
+        };
+        let points: Vec<Value> = self
+            .day_of(peer_id, now, open)
+            .await
+            .into_iter()
             .map(|p| {
                 let mut v = serde_json::to_value(p).unwrap_or_default();
                 v["time"] = json!(rfc3339(u64::from(p.minute) * 60));
                 v
             })
             .collect();
-        let mut out = self.present(agent);
         out["resolutionSeconds"] = json!(60);
         out["windowSeconds"] = json!(history::MINUTES * 60);
         out["points"] = json!(points);
@@ -65,16 +68,47 @@ impl Health {
         sums
     }
 
-    /// One machine's points of the last 24 h (oldest first) and its latest usage, for charts.
-    pub fn history(&self, peer_id: &str) -> Option<(Vec<history::Point>, Option<Usage>)> {
+    /// One machine's CPU over the last hour (points with `cpu_percent` only, oldest first) and
+    /// its latest usage, from memory: for the rows of a list of machines.
+    pub fn last_hour(&self, peer_id: &str) -> Option<(Vec<history::Point>, Option<Usage>)> {
         let agents = self.lock();
         let agent = agents.get(peer_id)?;
         let points = agent
             .history
-            .iter()
-            .flat_map(|h| h.points(unix_now()))
-            .collect();
+            .as_ref()
+            .map(|h| h.last_hour_cpu(unix_now()))
+            .unwrap_or_default();
         Some((points, agent.usage))
+    }
+
+    /// A machine's closed minutes of the 24 hours before `now`, read from the charts' file on
+    /// a blocking thread (a day is 1,440 lookups), then `open`, the minute being filled when
+    /// the caller looked (unless it closed meanwhile and is among them).
+    async fn day_of(
+        &self,
+        peer_id: &str,
+        now: u64,
+        open: Option<history::Point>,
+    ) -> Vec<history::Point> {
+        let (charts, peer) = (self.charts.clone(), peer_id.to_owned());
+        let mut points = tokio::task::spawn_blocking(move || charts.points(&peer, now))
+            .await
+            .unwrap_or_default();
+        let newest = points.last().map(|p| p.minute);
+        points.extend(open.filter(|o| newest.is_none_or(|n| o.minute > n)));
+        points
+    }
+
+    /// One machine's points of the last 24 h (oldest first) and its latest usage, for charts.
+    pub async fn history(&self, peer_id: &str) -> Option<(Vec<history::Point>, Option<Usage>)> {
+        let now = unix_now();
+        let (open, usage) = {
+            let agents = self.lock();
+            let agent = agents.get(peer_id)?;
+            let open = agent.history.as_ref().and_then(|h| h.open_point(now));
+            (open, agent.usage)
+        };
+        Some((self.day_of(peer_id, now, open).await, usage))
     }
 
     fn present(&self, agent: &Agent) -> Value {
@@ -145,6 +179,40 @@ pub fn facts_json(f: &HostFacts) -> Value {
         })).collect::<Vec<_>>(),
         "bootTime": rfc3339(f.boot_time),
         "agentVersion": f.agent_version,
+    })
+}
+
+/// Facts as [`facts_json`] wrote them into a Host's status, read back; `None` for any other
+/// shape. A restarted hub takes a host's facts from its Host, so that the same facts sent
+/// again by the reconnecting agent are not written again.
+pub(super) fn facts_from_json(v: &Value) -> Option<HostFacts> {
+    let text = |v: &Value, key: &str| v.get(key)?.as_str().map(str::to_owned);
+    let boot = v.get("bootTime")?.as_str()?;
+    let boot = time::OffsetDateTime::parse(boot, &time::format_description::well_known::Rfc3339)
+        .ok()?
+        .unix_timestamp();
+    let disks = v
+        .get("disks")?
+        .as_array()?
+        .iter()
+        .map(|d| {
+            Some(Disk {
+                mount_point: text(d, "mountPoint")?,
+                file_system: text(d, "fileSystem")?,
+                total_bytes: d.get("totalBytes")?.as_u64()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(HostFacts {
+        hostname: text(v, "hostname")?,
+        os: text(v, "os")?,
+        kernel: text(v, "kernel")?,
+        arch: text(v, "arch")?,
+        cpus: u32::try_from(v.get("cpus")?.as_u64()?).ok()?,
+        memory_bytes: v.get("memoryBytes")?.as_u64()?,
+        disks,
+        boot_time: u64::try_from(boot).ok()?,
+        agent_version: text(v, "agentVersion")?,
     })
 }
 

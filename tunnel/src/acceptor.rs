@@ -31,7 +31,7 @@ use crate::{
     listener::RemoteAddr,
     messages::{MESSAGES_HEADER, MessageHandler, Messenger, OnMessage, SESSION_MESSAGES},
     registry::Registry,
-    session::{Peer, Session, SessionInfo, SessionSettings},
+    session::{Ending, Peer, Session, SessionInfo, SessionSettings},
     ws::{self, Role},
 };
 
@@ -236,13 +236,17 @@ impl Acceptor {
         response
     }
 
+    /// Starts the session and waits for its `Hello`; returns it once registered. From then on
+    /// the session's own driver takes it out of the registry when it ends, and the hub's
+    /// shutdown closes it: no task per connected agent waits for that.
     pub(crate) async fn run_session<S>(
         &self,
         io: S,
         peer: Peer,
         remote: Option<SocketAddr>,
         messages: Option<Arc<dyn OnMessage>>,
-    ) where
+    ) -> Option<Session>
+    where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let config = &self.inner.config;
@@ -261,7 +265,20 @@ impl Acceptor {
         };
         let info = SessionInfo::new(peer, remote);
         let messages = messages.map(|handler| (handler, Messenger::new()));
-        let session = Session::spawn(io, Role::Server, config.settings, info, inbound, messages);
+        let registry = self.inner.registry.clone();
+        let ending = Ending {
+            close: shutdown.child_token(),
+            then: Box::new(move |info, reason| registry.remove(info, reason)),
+        };
+        let session = Session::spawn_ending(
+            io,
+            Role::Server,
+            config.settings,
+            info,
+            inbound,
+            messages,
+            Some(ending),
+        );
         let id = session.info().id;
         let peer_id = session.info().peer.id.clone();
 
@@ -269,12 +286,10 @@ impl Acceptor {
             hello = tokio::time::timeout(config.handshake_timeout, hello_rx) => hello,
             reason = session.ended() => {
                 tracing::info!(session = id, peer = %peer_id, %reason, "tunnel session ended before Hello");
-                return;
+                return None;
             }
-            () = shutdown.cancelled() => {
-                session.close();
-                return;
-            }
+            // The session's close token is a child of `shutdown`: it is closing already.
+            () = shutdown.cancelled() => return None,
         };
         let Ok(Ok(hello)) = hello else {
             tracing::warn!(
@@ -282,21 +297,21 @@ impl Acceptor {
                 "no valid Hello within {:?}; closing the session", config.handshake_timeout
             );
             session.close();
-            return;
+            return None;
         };
         tracing::info!(
             session = id, peer = %peer_id, kind = %hello.kind, agent_version = %hello.agent_version,
             remote = ?remote, "tunnel session connected"
         );
         self.inner.registry.insert(session.clone());
-        let reason = tokio::select! {
-            reason = session.ended() => reason,
-            () = shutdown.cancelled() => {
-                session.close();
-                session.ended().await
-            }
-        };
-        self.inner.registry.remove(&session, &reason);
+        // The driver marks the session ended before it removes it: an end that came before
+        // the insert above found nothing to remove, so it is removed here.
+        if session.is_ended() {
+            let reason = session.ended().await;
+            self.inner.registry.remove(session.info(), &reason);
+            return None;
+        }
+        Some(session)
     }
 }
 

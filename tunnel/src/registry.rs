@@ -104,8 +104,7 @@ impl Registry {
     }
 
     /// Forgets `session` if it is still the agent's route (a replaced one is already gone).
-    pub(crate) fn remove(&self, session: &Session, reason: &str) {
-        let info = session.info();
+    pub(crate) fn remove(&self, info: &SessionInfo, reason: &str) {
         let mut sessions = self.lock();
         if sessions
             .get(&info.peer.id)
@@ -217,10 +216,10 @@ mod tests {
             Some("cluster/edge/pod-a")
         );
         let b = registry.get("cluster/edge/pod-b").unwrap();
-        registry.remove(&b, "gone");
+        registry.remove(b.info(), "gone");
 
         let copy = registry.get("cluster/edge/pod-a").unwrap();
-        registry.remove(&copy, "gone");
+        registry.remove(copy.info(), "gone");
         assert!(!any("cluster/edge"), "cluster/edge-2 is another cluster");
         assert!(any("cluster/edge-2"));
     }

@@ -163,6 +163,18 @@ impl DialError {
 
 type OpenReply = oneshot::Sender<Result<yamux::Stream, yamux::ConnectionError>>;
 
+/// How a session ends besides its peer going away: the token that closes it, and what its
+/// driver does last, once the session is marked ended. The hub uses it to take the session out
+/// of the registry from the driver task itself, so that a connected agent costs no task that
+/// only waits for its end.
+pub(crate) struct Ending {
+    pub close: CancellationToken,
+    pub then: OnEnd,
+}
+
+/// Called with the ended session and why it ended.
+pub(crate) type OnEnd = Box<dyn FnOnce(&SessionInfo, &str) + Send>;
+
 /// A handle on a live (or ended) session. Cheap to clone.
 #[derive(Clone)]
 pub struct Session {
@@ -198,6 +210,22 @@ impl Session {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        Self::spawn_ending(io, role, settings, info, inbound, messages, None)
+    }
+
+    /// [`Session::spawn`], closed by `ending.close` and finished by `ending.then`.
+    pub(crate) fn spawn_ending<S>(
+        io: S,
+        role: Role,
+        settings: SessionSettings,
+        info: SessionInfo,
+        inbound: Inbound,
+        messages: Option<(Arc<dyn OnMessage>, Messenger)>,
+        ending: Option<Ending>,
+    ) -> Self
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let mode = match role {
             Role::Client => yamux::Mode::Client,
             Role::Server => yamux::Mode::Server,
@@ -209,11 +237,15 @@ impl Session {
         let conn = yamux::Connection::new(io, settings.yamux_config(), mode);
         let (open_tx, open_rx) = mpsc::channel(64);
         let (ended_tx, ended_rx) = watch::channel(None);
+        let (close, then) = match ending {
+            Some(Ending { close, then }) => (close, Some(then)),
+            None => (CancellationToken::new(), None),
+        };
         let session = Session {
             inner: Arc::new(Shared {
                 info,
                 open: open_tx,
-                close: CancellationToken::new(),
+                close,
                 ended: ended_rx,
             }),
         };
@@ -225,12 +257,15 @@ impl Session {
             info: session.inner.info.clone(),
         };
         let close = session.inner.close.clone();
-        let id = session.inner.info.id;
-        let peer = session.inner.info.peer.id.clone();
         tokio::spawn(async move {
-            let reason = driver.run(close).await;
-            tracing::info!(session = id, peer = %peer, %reason, "tunnel session ended");
-            let _ = ended_tx.send(Some(reason));
+            let (reason, info) = driver.run(close).await;
+            tracing::info!(session = info.id, peer = %info.peer.id, %reason, "tunnel session ended");
+            // Marked ended before `then` runs: whoever registers the session after its
+            // handshake checks this flag, so an end that comes first is never missed.
+            let _ = ended_tx.send(Some(reason.clone()));
+            if let Some(then) = then {
+                then(&info, &reason);
+            }
         });
         session
     }
@@ -339,7 +374,14 @@ impl<S> Driver<S>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    async fn run(mut self, close: CancellationToken) -> String {
+    /// Drives the session until it ends; returns why, and the session's info (kept in the
+    /// driver rather than copied, as its end is logged and reported with it).
+    async fn run(mut self, close: CancellationToken) -> (String, SessionInfo) {
+        let reason = self.drive(close).await;
+        (reason, self.info)
+    }
+
+    async fn drive(&mut self, close: CancellationToken) -> String {
         let closing = close.cancelled();
         tokio::pin!(closing);
         let reason = poll_fn(|cx| {

@@ -190,7 +190,11 @@ where
     let echo: Arc<dyn crate::OnMessage> = Arc::new(
         |_: &crate::SessionInfo, message: &[u8], _: &crate::Messenger| Some(message.to_vec()),
     );
-    tokio::spawn(async move { acceptor.run_session(io, peer, None, Some(echo)).await })
+    tokio::spawn(async move {
+        if let Some(session) = acceptor.run_session(io, peer, None, Some(echo)).await {
+            session.ended().await;
+        }
+    })
 }
 
 /// Feeds `bytes` to the hub's end of a session as if an agent had sent them after the

@@ -61,6 +61,36 @@ pub struct Dispatch {
     /// True once the store's plans have been read: followers are told of them, and `Watch`
     /// calls wait on it. Set and read with `slots` locked, so that a follower is told once.
     ready: watch::Sender<bool>,
+    /// The plans in `slots` by checksum, so that hosts given the same plan (a pool's hosts,
+    /// a fleet-wide change) share one copy of it.
+    plans: Mutex<Interned>,
+}
+
+/// Plans by checksum (sha256: equal checksums are equal plans), held weakly: a plan goes when
+/// the last slot lets it go, and its entry at the next sweep.
+#[derive(Debug, Default)]
+struct Interned {
+    by_checksum: HashMap<String, std::sync::Weak<Pushed>>,
+    /// Entries after the last sweep; the next comes when there are twice as many, so sweeping
+    /// costs a constant per plan taken.
+    swept: usize,
+}
+
+impl Interned {
+    fn get(&mut self, plan: Plan) -> Arc<Pushed> {
+        let checksum = checksum(&plan);
+        if let Some(shared) = self.by_checksum.get(&checksum).and_then(|w| w.upgrade()) {
+            return shared;
+        }
+        if self.by_checksum.len() >= 2 * self.swept.max(64) {
+            self.by_checksum.retain(|_, w| w.strong_count() > 0);
+            self.swept = self.by_checksum.len();
+        }
+        let pushed = Arc::new(Pushed { checksum, plan });
+        self.by_checksum
+            .insert(pushed.checksum.clone(), Arc::downgrade(&pushed));
+        pushed
+    }
 }
 
 /// One host's slot: its plan and who follows it.
@@ -113,6 +143,7 @@ impl Default for Dispatch {
         Self {
             slots: Mutex::default(),
             ready: watch::Sender::new(false),
+            plans: Mutex::default(),
         }
     }
 }
@@ -225,13 +256,14 @@ impl Dispatch {
     fn take(&self, object: &Object) {
         let host = &plan_key(object);
         match parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)) {
-            Ok(plan) => self.set(
-                host,
-                Some(Arc::new(Pushed {
-                    checksum: checksum(&plan),
-                    plan,
-                })),
-            ),
+            Ok(plan) => {
+                let pushed = self
+                    .plans
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(plan);
+                self.set(host, Some(pushed));
+            }
             // The API refuses such plans; one in the store anyway is not pushed.
             Err(e) => tracing::error!(%host, error = %e, "a stored plan does not parse"),
         }
@@ -691,6 +723,34 @@ mod tests {
             message: "instruction \"install\" exited with 1: no disk".into(),
             ..PlanStatus::default()
         }
+    }
+
+    #[test]
+    fn hosts_given_the_same_plan_share_one_copy_and_a_plan_no_host_has_is_forgotten() {
+        let plan = |command: &str| Plan {
+            instructions: vec![proto::plan::v1::Instruction {
+                name: "install".into(),
+                command: command.into(),
+                ..Default::default()
+            }],
+            ..Plan::default()
+        };
+        let mut interned = Interned::default();
+        let a = interned.get(plan("/bin/true"));
+        let b = interned.get(plan("/bin/true"));
+        let c = interned.get(plan("/bin/false"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(a.checksum, checksum(&plan("/bin/true")));
+        drop((a, b, c));
+        for i in 0..1000 {
+            drop(interned.get(plan(&format!("/bin/step-{i}"))));
+        }
+        assert!(
+            interned.by_checksum.len() <= 128,
+            "{} entries kept for plans no one holds",
+            interned.by_checksum.len()
+        );
     }
 
     #[test]

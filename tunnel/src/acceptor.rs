@@ -270,7 +270,7 @@ impl Acceptor {
             close: shutdown.child_token(),
             then: Box::new(move |info, reason| registry.remove(info, reason)),
         };
-        let session = Session::spawn_ending(
+        let session = Session::spawn(
             io,
             Role::Server,
             config.settings,

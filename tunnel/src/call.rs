@@ -572,6 +572,7 @@ mod tests {
             peer("agent"),
             inbound(Some(control)),
             None,
+            None,
         );
         let agent = Session::spawn(
             b,
@@ -579,6 +580,7 @@ mod tests {
             SessionSettings::default(),
             peer("hub"),
             inbound(None),
+            None,
             None,
         );
         (hub, agent)

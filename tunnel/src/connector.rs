@@ -367,6 +367,7 @@ impl Connector {
             SessionInfo::new(hub, None),
             inbound,
             messages,
+            None,
         );
         match self.hello(&session).await {
             Ok((channel, hello)) => Ok(AgentSession {

@@ -173,6 +173,7 @@ mod tests {
             info,
             inbound,
             None,
+            None,
         )
     }
 

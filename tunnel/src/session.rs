@@ -198,23 +198,9 @@ impl fmt::Debug for Session {
 }
 
 impl Session {
-    /// Starts the driver task on a connection whose WebSocket upgrade has completed.
+    /// Starts the driver task on a connection whose WebSocket upgrade has completed; with an
+    /// `ending`, closed by its token and finished by its `then`.
     pub(crate) fn spawn<S>(
-        io: S,
-        role: Role,
-        settings: SessionSettings,
-        info: SessionInfo,
-        inbound: Inbound,
-        messages: Option<(Arc<dyn OnMessage>, Messenger)>,
-    ) -> Self
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        Self::spawn_ending(io, role, settings, info, inbound, messages, None)
-    }
-
-    /// [`Session::spawn`], closed by `ending.close` and finished by `ending.then`.
-    pub(crate) fn spawn_ending<S>(
         io: S,
         role: Role,
         settings: SessionSettings,

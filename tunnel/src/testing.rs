@@ -260,6 +260,7 @@ pub async fn agent_opening() -> Vec<u8> {
             services: crate::Services::default(),
         },
         None,
+        None,
     );
     let hello = proto::tunnel::v1::HelloRequest {
         agent_id: "seed-agent".to_owned(),

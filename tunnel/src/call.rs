@@ -488,7 +488,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::{AllowList, Peer, SessionSettings, inbound::Inbound, ws::Role};
+    use crate::{session::spawn_for_test, ws::Role};
 
     /// A service whose every response sends one message and then never ends; it reports when
     /// its response body is dropped.
@@ -546,43 +546,12 @@ mod tests {
 
     fn sessions(routes: tonic::service::Routes) -> (Session, Session) {
         let (a, b) = tokio::io::duplex(64 * 1024);
-        let peer = |id: &str| {
-            SessionInfo::new(
-                Peer {
-                    id: id.to_owned(),
-                    kind: "test".to_owned(),
-                },
-                None,
-            )
-        };
-        let inbound = |control| Inbound {
-            allow: AllowList::none(),
-            dial_timeout: Duration::from_secs(1),
-            control,
-            services: crate::Services::default(),
-        };
         let control = crate::inbound::Control {
             routes,
             extensions: http::Extensions::new(),
         };
-        let hub = Session::spawn(
-            a,
-            Role::Server,
-            SessionSettings::default(),
-            peer("agent"),
-            inbound(Some(control)),
-            None,
-            None,
-        );
-        let agent = Session::spawn(
-            b,
-            Role::Client,
-            SessionSettings::default(),
-            peer("hub"),
-            inbound(None),
-            None,
-            None,
-        );
+        let hub = spawn_for_test(a, Role::Server, "agent", "test", Some(control));
+        let agent = spawn_for_test(b, Role::Client, "hub", "test", None);
         (hub, agent)
     }
 

@@ -144,37 +144,14 @@ fn copies_of<'a>(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::{AllowList, Peer, SessionSettings, inbound::Inbound, ws::Role};
+    use crate::ws::Role;
 
     fn session(id: &str, kind: &str) -> Session {
         // The far end is never read: only the session's identity matters here.
         let (io, far) = tokio::io::duplex(1024);
         std::mem::forget(far);
-        let info = SessionInfo::new(
-            Peer {
-                id: id.to_owned(),
-                kind: kind.to_owned(),
-            },
-            None,
-        );
-        let inbound = Inbound {
-            allow: AllowList::none(),
-            dial_timeout: Duration::from_secs(1),
-            control: None,
-            services: crate::Services::default(),
-        };
-        Session::spawn(
-            io,
-            Role::Server,
-            SessionSettings::default(),
-            info,
-            inbound,
-            None,
-            None,
-        )
+        crate::session::spawn_for_test(io, Role::Server, id, kind, None)
     }
 
     #[tokio::test]

@@ -574,40 +574,51 @@ impl AsyncWrite for TunnelStream {
     }
 }
 
+/// A session on `io` with default settings, allowed to dial nothing, as unit tests use it.
+#[cfg(test)]
+pub(crate) fn spawn_for_test<S>(
+    io: S,
+    role: Role,
+    id: &str,
+    kind: &str,
+    control: Option<crate::inbound::Control>,
+) -> Session
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let info = SessionInfo::new(
+        Peer {
+            id: id.to_owned(),
+            kind: kind.to_owned(),
+        },
+        None,
+    );
+    let inbound = Inbound {
+        allow: crate::AllowList::none(),
+        dial_timeout: Duration::from_secs(1),
+        control,
+        services: crate::Services::default(),
+    };
+    Session::spawn(
+        io,
+        role,
+        SessionSettings::default(),
+        info,
+        inbound,
+        None,
+        None,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allow::AllowList;
 
     fn pair() -> (Session, Session) {
         let (a, b) = tokio::io::duplex(64 * 1024);
-        let spawn = |io, role, id: &str| {
-            let info = SessionInfo::new(
-                Peer {
-                    id: id.to_owned(),
-                    kind: "test".to_owned(),
-                },
-                None,
-            );
-            let inbound = Inbound {
-                allow: AllowList::none(),
-                dial_timeout: Duration::from_secs(1),
-                control: None,
-                services: crate::Services::default(),
-            };
-            Session::spawn(
-                io,
-                role,
-                SessionSettings::default(),
-                info,
-                inbound,
-                None,
-                None,
-            )
-        };
         (
-            spawn(a, Role::Server, "agent"),
-            spawn(b, Role::Client, "hub"),
+            spawn_for_test(a, Role::Server, "agent", "test", None),
+            spawn_for_test(b, Role::Client, "hub", "test", None),
         )
     }
 

@@ -4,7 +4,7 @@
 //! credential ends its session within a moment. Connected agents show on their Cluster or Host
 //! as condition `Connected`.
 
-use std::sync::Arc;
+use std::{collections::HashSet, sync::Arc};
 
 use axum::{
     Json,
@@ -24,7 +24,7 @@ use crate::{
     identity::{Belongs, CLUSTER_AGENT, SYSTEM_AGENT, belongs, caller_of, cluster_agent_id},
     model::update_status,
     model::{AgentRef, ClusterType, Kind},
-    store::{Object, Op, Store, StoreError},
+    store::{LabelSelector, Object, Op, Store, StoreError},
 };
 
 /// Whether a session may claim `claimed` under a credential issued for `issued`: the same id,
@@ -494,13 +494,22 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
 }
 
 async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: CancellationToken) {
+    // Whether the watch is started again after it fell behind (or failed): deletions in the
+    // gap were missed, so the stored credentials are compared with the sessions.
+    let mut again = false;
     loop {
         // Only deletions matter: the watch starts now, without replaying every credential.
         let watch = match store.revision().await {
             Ok(now) => store.watch(Some(Kind::Token.name()), Some(now)).await,
             Err(e) => Err(e),
         };
-        let mut watch = match watch {
+        let swept = match watch {
+            // Listed after the watch starts: a deletion is in the list or in the watch.
+            Ok(w) if again => sweep(store.as_ref(), &registry).await.map(|()| w),
+            other => other,
+        };
+        again = true;
+        let mut watch = match swept {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot watch credentials; retrying");
@@ -538,9 +547,75 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
     }
 }
 
+/// Closes the sessions that no stored agent credential covers.
+async fn sweep(store: &dyn Store, registry: &Registry) -> Result<(), StoreError> {
+    let (credentials, _) = store
+        .list(Kind::Token.name(), &LabelSelector::everything())
+        .await?;
+    let sessions = registry.sessions();
+    let revoked: HashSet<&str> = uncovered(
+        &credentials,
+        sessions.iter().map(|s| s.info().peer.id.as_str()),
+    )
+    .into_iter()
+    .collect();
+    for session in &sessions {
+        if revoked.contains(session.info().peer.id.as_str()) {
+            tracing::info!(peer = %session.info().peer.id, "credential revoked while the revocation watch was behind; closing its session");
+            session.close();
+        }
+    }
+    Ok(())
+}
+
+/// The peers that no credential among `credentials` covers (see [`covers`]): the credential
+/// names an agent id, and covers that id and its copies (`id/…`), so a peer's candidates are
+/// itself and the parts of it before each '/'.
+fn uncovered<'a>(credentials: &[Object], peers: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let issued: HashSet<&str> = credentials
+        .iter()
+        .filter_map(|c| c.spec.pointer("/agent/id").and_then(Value::as_str))
+        .collect();
+    peers
+        .into_iter()
+        .filter(|peer| {
+            !issued.contains(peer)
+                && !peer
+                    .match_indices('/')
+                    .any(|(i, _)| i + 1 < peer.len() && issued.contains(&peer[..i]))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_a_gap_the_sessions_no_stored_credential_covers_are_found() {
+        let credential = |id: &str| {
+            Object::new(
+                "Token",
+                "t",
+                json!({"agent": {"kind": "cluster-agent", "id": id}}),
+            )
+        };
+        let user_token = Object::new("Token", "u", json!({"user": "alice"}));
+        let stored = [credential("cluster/a"), credential("host/h1"), user_token];
+        let peers = [
+            "cluster/a",
+            "cluster/a/pod-1",
+            "cluster/ab",
+            "cluster/a/",
+            "host/h1",
+            "host/h2",
+            "cluster/b/pod-1",
+        ];
+        assert_eq!(
+            uncovered(&stored, peers),
+            ["cluster/ab", "cluster/a/", "host/h2", "cluster/b/pod-1"]
+        );
+    }
 
     #[test]
     fn identities_map_to_what_they_belong_to() {

@@ -591,6 +591,105 @@ fn uncovered<'a>(credentials: &[Object], peers: impl IntoIterator<Item = &'a str
 mod tests {
     use super::*;
 
+    /// A store whose first watch falls behind at once, as a watch does under a burst.
+    #[derive(Debug)]
+    struct BehindOnce {
+        inner: Arc<dyn Store>,
+        fell_behind: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for BehindOnce {
+        fn get(
+            &self,
+            kind: &str,
+            name: &str,
+        ) -> crate::store::BoxFuture<'_, Result<Object, StoreError>> {
+            self.inner.get(kind, name)
+        }
+
+        fn list(
+            &self,
+            kind: &str,
+            selector: &LabelSelector,
+        ) -> crate::store::BoxFuture<'_, Result<(Vec<Object>, u64), StoreError>> {
+            self.inner.list(kind, selector)
+        }
+
+        fn transact(
+            &self,
+            ops: Vec<Op>,
+        ) -> crate::store::BoxFuture<'_, Result<Vec<Object>, StoreError>> {
+            self.inner.transact(ops)
+        }
+
+        fn watch(
+            &self,
+            kind: Option<&str>,
+            from: Option<u64>,
+        ) -> crate::store::BoxFuture<'_, Result<crate::store::WatchStream, StoreError>> {
+            if self
+                .fell_behind
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                return self.inner.watch(kind, from);
+            }
+            let gone = StoreError::Gone {
+                requested: from.unwrap_or_default(),
+                oldest: from.unwrap_or_default() + 1,
+            };
+            let stream: crate::store::WatchStream = Box::pin(futures::stream::iter([Err(gone)]));
+            Box::pin(async move { Ok(stream) })
+        }
+
+        fn revision(&self) -> crate::store::BoxFuture<'_, Result<u64, StoreError>> {
+            self.inner.revision()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_credential_went_while_the_watch_was_behind_is_closed() {
+        use tunnel::testing::{TestHub, agent_config};
+        let sqlite =
+            crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap();
+        let kept = Object::new(
+            "Token",
+            "t-kept",
+            json!({"agent": {"kind": "cluster-agent", "id": "cluster/kept"}}),
+        );
+        sqlite.transact(vec![Op::Create(kept)]).await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(BehindOnce {
+            inner: Arc::new(sqlite),
+            fell_behind: std::sync::atomic::AtomicBool::new(false),
+        });
+        let hub = TestHub::start(tunnel::AcceptorConfig::default()).await;
+        let kept = tunnel::Connector::new(agent_config(&hub, "cluster/kept"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        // Its credential was deleted in the gap (it was never stored here).
+        let revoked = tunnel::Connector::new(agent_config(&hub, "cluster/revoked"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        hub.session("cluster/kept").await;
+        hub.session("cluster/revoked").await;
+
+        let shutdown = CancellationToken::new();
+        let controller = tokio::spawn(revocations(store, hub.registry.clone(), shutdown.clone()));
+        // Bounded, so that a hub that never closes it fails here rather than hangs the suite.
+        tokio::time::timeout(std::time::Duration::from_secs(30), revoked.session.ended())
+            .await
+            .expect("the session of the revoked credential is still open after 30 s");
+        assert!(!kept.session.is_ended());
+        assert!(hub.registry.get("cluster/kept").is_some());
+        shutdown.cancel();
+        controller.await.unwrap();
+        kept.session.close();
+        hub.stop().await;
+    }
+
     #[test]
     fn after_a_gap_the_sessions_no_stored_credential_covers_are_found() {
         let credential = |id: &str| {

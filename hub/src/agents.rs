@@ -568,9 +568,9 @@ async fn sweep(store: &dyn Store, registry: &Registry) -> Result<(), StoreError>
     Ok(())
 }
 
-/// The peers that no credential among `credentials` covers (see [`covers`]): the credential
-/// names an agent id, and covers that id and its copies (`id/…`), so a peer's candidates are
-/// itself and the parts of it before each '/'.
+/// The peers that no credential among `credentials` covers. Only a peer's own id and the
+/// parts of it before each '/' can be a covering id, so each peer costs a few lookups, not a
+/// pass over every credential; [`covers`] still decides.
 fn uncovered<'a>(credentials: &[Object], peers: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let issued: HashSet<&str> = credentials
         .iter()
@@ -579,10 +579,10 @@ fn uncovered<'a>(credentials: &[Object], peers: impl IntoIterator<Item = &'a str
     peers
         .into_iter()
         .filter(|peer| {
-            !issued.contains(peer)
-                && !peer
-                    .match_indices('/')
-                    .any(|(i, _)| i + 1 < peer.len() && issued.contains(&peer[..i]))
+            let prefixes = peer.match_indices('/').map(|(i, _)| &peer[..i]);
+            !std::iter::once(*peer)
+                .chain(prefixes)
+                .any(|id| issued.contains(id) && covers(id, peer))
         })
         .collect()
 }

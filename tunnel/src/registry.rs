@@ -103,7 +103,8 @@ impl Registry {
         let _ = self.inner.events.send(SessionEvent::Connected(info));
     }
 
-    /// Forgets `session` if it is still the agent's route (a replaced one is already gone).
+    /// Forgets the session `info` names if it is still its agent's route (a replaced one is
+    /// already gone).
     pub(crate) fn remove(&self, info: &SessionInfo, reason: &str) {
         let mut sessions = self.lock();
         if sessions

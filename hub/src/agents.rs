@@ -310,8 +310,9 @@ pub async fn run_controllers(
 }
 
 /// Writes of `Connected` conditions in flight at once: a fleet reconnecting together is
-/// thousands of them, and SQLite commits writers that wait together in one transaction.
-const CONDITION_WRITERS: usize = 16;
+/// thousands of them, and SQLite commits writers that wait together in one transaction (one
+/// fsync), so more in flight means fewer, larger commits.
+const CONDITION_WRITERS: usize = 256;
 
 async fn connected_conditions(
     store: Arc<dyn Store>,

@@ -39,8 +39,8 @@ pub struct SqliteStore {
 #[derive(Debug)]
 struct Inner {
     conn: Mutex<Connection>,
-    /// Writers waiting for the next commit.
-    queue: Mutex<Vec<Pending>>,
+    /// Writers waiting for the next commit, and whether a committer is on its way for them.
+    queue: Mutex<Queue>,
     live: broadcast::Sender<Arc<Change>>,
     retain: u64,
 }
@@ -129,7 +129,7 @@ impl SqliteStore {
 }
 
 impl Inner {
-    fn lock_queue(&self) -> MutexGuard<'_, Vec<Pending>> {
+    fn lock_queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -223,6 +223,50 @@ fn event_kind(name: &str) -> Result<EventType, StoreError> {
         other => Err(StoreError::Backend(format!(
             "unknown change type {other:?} in the log"
         ))),
+    }
+}
+
+/// The writers waiting for the next commit. `committing` is set while a committer runs (or is
+/// about to): it commits what is queued until the queue is empty, so writers that arrive
+/// meanwhile join its next batch instead of each taking a thread that would only wait for the
+/// connection (with a fleet's writes in flight, a fifth of the commits' CPU went to futex
+/// waits and context switches, and a commit, with its fsync, for every few writers).
+#[derive(Debug, Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    committing: bool,
+}
+
+/// Runs on a blocking thread while writers are queued: each pass takes the connection, then
+/// everything queued by then, and commits it in one transaction.
+fn committer(inner: &Inner) {
+    // Should a commit panic, the writers still queued hear that their writer went away and
+    // the next writer starts a committer again (none would otherwise).
+    struct OnPanic<'a>(&'a Inner);
+    impl Drop for OnPanic<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let mut queue = self.0.lock_queue();
+                queue.committing = false;
+                queue.pending.clear();
+            }
+        }
+    }
+    let _on_panic = OnPanic(inner);
+    loop {
+        let mut conn = inner.lock();
+        let batch = {
+            let mut queue = inner.lock_queue();
+            if queue.pending.is_empty() {
+                // Under the queue's lock: a writer queued after this starts a new committer.
+                queue.committing = false;
+                return;
+            }
+            std::mem::take(&mut queue.pending)
+        };
+        let started = std::time::Instant::now();
+        commit(inner, &mut conn, batch);
+        crate::metrics::STORE_SECONDS.observe(started.elapsed());
     }
 }
 
@@ -381,19 +425,19 @@ impl Store for SqliteStore {
             if ops.is_empty() {
                 return Ok(Vec::new());
             }
-            // Group commit: queue the ops, then whichever writer gets the connection first
-            // commits everything queued by then in one SQLite transaction (one fsync), each
+            // Group commit: queue the ops; one committer at a time commits everything queued
+            // when it takes the connection in one SQLite transaction (one fsync), each
             // writer's ops in a savepoint of their own with a revision of their own.
             let (done, result) = tokio::sync::oneshot::channel();
-            self.inner.lock_queue().push(Pending { ops, done });
-            self.blocking(|inner, conn| {
-                let batch = std::mem::take(&mut *inner.lock_queue());
-                if !batch.is_empty() {
-                    commit(inner, conn, batch);
-                }
-                Ok(())
-            })
-            .await?;
+            let start = {
+                let mut queue = self.inner.lock_queue();
+                queue.pending.push(Pending { ops, done });
+                !std::mem::replace(&mut queue.committing, true)
+            };
+            if start {
+                let inner = self.inner.clone();
+                tokio::task::spawn_blocking(move || committer(&inner));
+            }
             result
                 .await
                 .map_err(|_| StoreError::Backend("the store's writer went away".into()))?

@@ -615,3 +615,41 @@ async fn a_modification_changes_the_object_as_stored_and_one_that_changes_nothin
     let event = watch.next().await.unwrap().unwrap();
     assert_eq!(event.object.spec["value"], 81);
 }
+
+/// One committer at a time commits SQLite's queued writes: should a commit panic (here a
+/// change that panics as the transaction applies it), its writer is told so, nothing of it is
+/// stored, and later writes are committed by a committer of their own (none would start while
+/// the store still believed one was running, and every later write would wait for ever).
+#[tokio::test]
+async fn sqlite_writes_go_on_after_a_commit_panicked() {
+    let t = Backend::Sqlite.open(DEFAULT_RETAIN).await;
+    t.store.create(cluster("before")).await.unwrap();
+    let panicking = Op::Modify {
+        kind: "Cluster".into(),
+        name: "before".into(),
+        change: Modifier::new(|_| panic!("a change that panics (expected in this test)")),
+    };
+    let failed = t
+        .store
+        .transact(vec![panicking, Op::Create(cluster("with-it"))])
+        .await;
+    assert!(matches!(failed, Err(StoreError::Backend(_))), "{failed:?}");
+    let after = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        t.store.create(cluster("after")),
+    )
+    .await
+    .expect("a write after the panic was committed");
+    after.unwrap();
+    assert!(matches!(
+        t.store.get("Cluster", "with-it").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let (clusters, _) = t
+        .store
+        .list("Cluster", &LabelSelector::everything())
+        .await
+        .unwrap();
+    let names: Vec<_> = clusters.iter().map(|c| c.metadata.name.as_str()).collect();
+    assert_eq!(names, ["after", "before"]);
+}

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tunnel::Connector;
 
 use crate::{
-    health_scenario::{cpu_seconds, prepare, round, start_hub_on},
+    health_scenario::{cpu_seconds, cpu_seconds_in, prepare, round, start_hub_on},
     hub_scenario::rss_mib,
     proxy_scenario::Target,
 };
@@ -133,6 +133,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let connected_then = connected(&fleet);
 
     // A new plan for every host, through the API; done when every host has applied it.
+    let mut fanout_cpu = None;
     let (plan_write_s, plan_fanout_s, fanout_cpu_ms, fanout_writes, hosts_work_s) = match &fleet {
         Some(fleet) => {
             let api = Target {
@@ -140,10 +141,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                 token: prepared.api_token.clone(),
             };
             let revision_before = store_revision(&api).await?;
-            let cpu_start = cpu_seconds(pid)?;
-            let (write, fanout) = fan_out(fleet, &api, args.fanout_without_process).await?;
+            let cpu_start = cpu_at_start(pid)?;
+            let (write, fanout, writers_cpu) =
+                fan_out(fleet, &api, args.fanout_without_process).await?;
+            let (hub_cpu, bench_cpu) = cpu_since(pid, cpu_start)?;
             // The hub's CPU per host: steadier than the time on a shared, noisy machine.
-            let per_host = (cpu_seconds(pid)? - cpu_start) * 1000.0 / n as f64;
+            let per_host = hub_cpu * 1000.0 / n as f64;
+            // What else drew on the same cores: the API clients (the writers' thread) and the
+            // simulated hosts' agents (the rest of this process).
+            fanout_cpu = Some(json!({
+                "hub_s": hub_cpu,
+                "writers_s": round(writers_cpu, 2),
+                "agents_s": round(bench_cpu - writers_cpu, 2),
+            }));
             // The store's writes per host (each a revision): the plan's, and the reports'
             // acknowledged after the host applied it, so read once they have settled.
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -233,6 +243,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "plan_write_s": plan_write_s,
         "plan_fanout_s": plan_fanout_s,
         "plan_fanout_hub_cpu_ms_per_host": fanout_cpu_ms,
+        "plan_fanout_cpu": fanout_cpu,
         "plan_fanout_store_writes_per_host": fanout_writes,
         "plan_hosts_work_alone_s": hosts_work_s,
         "reconnect_s": reconnect_s,
@@ -373,7 +384,7 @@ async fn fan_out(
     fleet: &sim::fleet::Fleet,
     api: &Target,
     without_process: bool,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, f64, f64)> {
     let plan = if without_process {
         json!({"maxFailures": 1})
     } else {
@@ -394,33 +405,23 @@ async fn fan_out(
                    "spec": {"host": host, "cluster": "edge", "plan": plan}})
         })
         .collect();
-    let next = Arc::new(AtomicUsize::new(0));
-    let bodies = Arc::new(bodies);
-    let writers = (0..32).map(|_| {
-        let (next, bodies) = (next.clone(), bodies.clone());
-        async move {
-            // Each writer keeps its connection, as an HTTP client does (a TLS handshake per
-            // request would be most of what is measured, on both ends).
-            let mut connection = api.connect().await?;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(body) = bodies.get(i) else {
-                    return anyhow::Ok(());
-                };
-                api.call_on(
-                    &mut connection,
-                    "POST",
-                    "/v1/plans",
-                    Some(body.clone()),
-                    201,
-                )
-                .await?;
-            }
-        }
+    let api = api.clone();
+    // The writers run on a thread of their own, so that their CPU (what API clients pay, on
+    // their own machines in real life) can be told from the simulated hosts'.
+    let (done, written) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let result = (|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let cpu_start = thread_cpu_seconds()?;
+            runtime.block_on(write_all(&api, bodies))?;
+            Ok(thread_cpu_seconds()? - cpu_start)
+        })();
+        let _ = done.send(result);
     });
-    for written in futures::future::join_all(writers).await {
-        written?;
-    }
+    let writers_cpu: anyhow::Result<f64> = written.await.context("the writers' thread")?;
+    let writers_cpu = writers_cpu?;
     let write_s = started.elapsed().as_secs_f64();
     let applied = until(
         || {
@@ -435,5 +436,38 @@ async fn fan_out(
         applied.is_some(),
         "not every host applied the plan within 600 s"
     );
-    Ok((write_s, started.elapsed().as_secs_f64()))
+    Ok((write_s, started.elapsed().as_secs_f64(), writers_cpu))
+}
+
+/// POSTs every body in `bodies` to `/v1/plans`, 32 at a time, each writer on a connection it
+/// keeps, as an HTTP client does (a TLS handshake per request would be most of what is
+/// measured, on both ends).
+async fn write_all(api: &Target, bodies: Vec<Value>) -> anyhow::Result<()> {
+    let next = AtomicUsize::new(0);
+    let writers = (0..32).map(|_| async {
+        let mut connection = api.connect().await?;
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(body) = bodies.get(i) else {
+                return anyhow::Ok(());
+            };
+            api.call_on(
+                &mut connection,
+                "POST",
+                "/v1/plans",
+                Some(body.clone()),
+                201,
+            )
+            .await?;
+        }
+    });
+    for written in futures::future::join_all(writers).await {
+        written?;
+    }
+    Ok(())
+}
+
+/// The CPU seconds the calling thread has spent.
+fn thread_cpu_seconds() -> anyhow::Result<f64> {
+    cpu_seconds_in("/proc/thread-self/stat")
 }

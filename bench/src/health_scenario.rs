@@ -56,7 +56,12 @@ pub(crate) struct Args {
 /// CPU seconds `pid` has used (user + system). Linux counts them in USER_HZ ticks, which is
 /// 100 on every configuration these machines run.
 pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    cpu_seconds_in(&format!("/proc/{pid}/stat"))
+}
+
+/// The user and system CPU seconds in a `/proc` `stat` file (a process's or a thread's).
+pub(crate) fn cpu_seconds_in(path: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(path)?;
     // Fields after the command name (which may hold spaces) in parentheses.
     let rest = stat.rsplit_once(')').context("/proc stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();

@@ -16,7 +16,9 @@ use futures::StreamExt;
 use proto::register::{RegisterReply, RegisterRequest};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tunnel::{AuthError as TunnelAuthError, AuthFuture, Peer, Registry, SessionEvent};
+use tunnel::{
+    AuthError as TunnelAuthError, AuthFuture, Authenticated, Peer, Registry, SessionEvent,
+};
 
 use crate::{
     api::{error::ApiError, state::Api},
@@ -115,9 +117,12 @@ pub fn authenticator(
                             agent.kind, agent.id
                         ));
                     }
-                    Ok(Peer {
-                        id: claimed_id,
-                        kind: claimed_kind,
+                    Ok(Authenticated {
+                        peer: Peer {
+                            id: claimed_id,
+                            kind: claimed_kind,
+                        },
+                        credential: Some(name.into()),
                     })
                 }
                 None => refuse("malformed agent credential"),
@@ -527,16 +532,11 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
             };
             match event {
                 Some(Ok(event)) if event.kind == crate::store::EventType::Deleted => {
-                    let Some(id) = event
-                        .object
-                        .spec
-                        .pointer("/agent/id")
-                        .and_then(Value::as_str)
-                    else {
-                        continue;
-                    };
+                    // The sessions this very credential opened: not those of another
+                    // credential for the same agent (one issued when it registered again).
+                    let name = event.object.metadata.name.as_str();
                     for session in registry.sessions() {
-                        if covers(id, &session.info().peer.id) {
+                        if session.info().credential.as_deref() == Some(name) {
                             tracing::info!(peer = %session.info().peer.id, "credential revoked; closing its session");
                             session.close();
                         }
@@ -550,44 +550,28 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
     }
 }
 
-/// Closes the sessions that no stored agent credential covers.
+/// Closes the sessions whose own credential is no longer stored (whatever other credentials
+/// the same agent holds).
 async fn sweep(store: &dyn Store, registry: &Registry) -> Result<(), StoreError> {
     let (credentials, _) = store
         .list(Kind::Token.name(), &LabelSelector::everything())
         .await?;
-    let sessions = registry.sessions();
-    let revoked: HashSet<&str> = uncovered(
-        &credentials,
-        sessions.iter().map(|s| s.info().peer.id.as_str()),
-    )
-    .into_iter()
-    .collect();
-    for session in &sessions {
-        if revoked.contains(session.info().peer.id.as_str()) {
-            tracing::info!(peer = %session.info().peer.id, "credential revoked while the revocation watch was behind; closing its session");
+    let stored: HashSet<&str> = credentials
+        .iter()
+        .map(|c| c.metadata.name.as_str())
+        .collect();
+    for session in registry.sessions() {
+        let info = session.info();
+        if info
+            .credential
+            .as_deref()
+            .is_some_and(|name| !stored.contains(name))
+        {
+            tracing::info!(peer = %info.peer.id, "credential revoked while the revocation watch was behind; closing its session");
             session.close();
         }
     }
     Ok(())
-}
-
-/// The peers that no credential among `credentials` covers. Only a peer's own id and the
-/// parts of it before each '/' can be a covering id, so each peer costs a few lookups, not a
-/// pass over every credential; [`covers`] still decides.
-fn uncovered<'a>(credentials: &[Object], peers: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    let issued: HashSet<&str> = credentials
-        .iter()
-        .filter_map(|c| c.spec.pointer("/agent/id").and_then(Value::as_str))
-        .collect();
-    peers
-        .into_iter()
-        .filter(|peer| {
-            let prefixes = peer.match_indices('/').map(|(i, _)| &peer[..i]);
-            !std::iter::once(*peer)
-                .chain(prefixes)
-                .any(|id| issued.contains(id) && covers(id, peer))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -649,74 +633,107 @@ mod tests {
         }
     }
 
+    /// Revoking a credential closes the sessions it opened, and no other: not those of
+    /// another credential the same agent holds (as after it registered again). Both when the
+    /// deletion is seen by the watch and when it went while the watch was behind.
     #[tokio::test]
-    async fn a_session_whose_credential_went_while_the_watch_was_behind_is_closed() {
-        use tunnel::testing::{TestHub, agent_config};
+    async fn revoking_a_credential_closes_exactly_the_sessions_it_opened() {
+        use tunnel::testing::{KIND, TestHub, agent_config};
         let sqlite =
             crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap();
-        let kept = Object::new(
-            "Token",
-            "t-kept",
-            json!({"agent": {"kind": "cluster-agent", "id": "cluster/kept"}}),
-        );
-        sqlite.transact(vec![Op::Create(kept)]).await.unwrap();
+        let inner: Arc<dyn Store> = Arc::new(sqlite);
+        // Two credentials for cluster a's agent and for b's; one for c's.
+        let mut ops: Vec<Op> = ["a", "b", "c"]
+            .into_iter()
+            .map(|c| Op::Create(Object::new("Cluster", c, json!({}))))
+            .collect();
+        let mut credentials = Vec::new();
+        for cluster in ["a", "a", "b", "b", "c"] {
+            let token = secret::new_token(TokenKind::Token);
+            let agent =
+                json!({"kind": KIND, "id": format!("cluster/{cluster}"), "cluster": cluster});
+            ops.push(Op::Create(Object::new(
+                "Token",
+                &token.name,
+                json!({"secretHash": token.hash, "agent": agent}),
+            )));
+            credentials.push(token);
+        }
+        crate::refs::stamp_all(inner.as_ref(), &mut ops)
+            .await
+            .unwrap();
+        inner.transact(ops).await.unwrap();
+        let [a_used, _a_other, b_used, b_other, c_used] = credentials.as_slice() else {
+            unreachable!()
+        };
         let store: Arc<dyn Store> = Arc::new(BehindOnce {
-            inner: Arc::new(sqlite),
+            inner: inner.clone(),
             fell_behind: std::sync::atomic::AtomicBool::new(false),
         });
-        let hub = TestHub::start(tunnel::AcceptorConfig::default()).await;
-        let kept = tunnel::Connector::new(agent_config(&hub, "cluster/kept"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        // Its credential was deleted in the gap (it was never stored here).
-        let revoked = tunnel::Connector::new(agent_config(&hub, "cluster/revoked"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        hub.session("cluster/kept").await;
-        hub.session("cluster/revoked").await;
+        let hub = TestHub::start_with(
+            "127.0.0.1:0".parse().unwrap(),
+            tunnel::AcceptorConfig::default(),
+            authenticator(store.clone()),
+        )
+        .await;
+        let connect = |id: &str, credential: &secret::NewToken| {
+            let mut config = agent_config(&hub, id);
+            config.credential = tunnel::Secret::new(credential.value.clone());
+            async move {
+                tunnel::Connector::new(config)
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap()
+            }
+        };
+        let a = connect("cluster/a", a_used).await;
+        let b = connect("cluster/b", b_used).await;
+        let c = connect("cluster/c", c_used).await;
+        for id in ["cluster/a", "cluster/b", "cluster/c"] {
+            hub.session(id).await;
+        }
+        let delete = |token: &secret::NewToken| {
+            let (inner, name) = (inner.clone(), token.name.clone());
+            async move { inner.delete("Token", &name, None).await.unwrap() }
+        };
+        // Bounded, so that a hub that never closes a session fails here rather than hangs.
+        let ends = |agent: &tunnel::AgentSession| {
+            let session = agent.session.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(30), session.ended())
+                    .await
+                    .is_ok()
+            }
+        };
 
+        // While the watch is behind (before it runs, and its first attempt falls behind):
+        // `cluster/a`'s credential in use goes, its other one stays.
+        delete(a_used).await;
         let shutdown = CancellationToken::new();
         let controller = tokio::spawn(revocations(store, hub.registry.clone(), shutdown.clone()));
-        // Bounded, so that a hub that never closes it fails here rather than hangs the suite.
-        tokio::time::timeout(std::time::Duration::from_secs(30), revoked.session.ended())
-            .await
-            .expect("the session of the revoked credential is still open after 30 s");
-        assert!(!kept.session.is_ended());
-        assert!(hub.registry.get("cluster/kept").is_some());
+        assert!(
+            ends(&a).await,
+            "the session of the revoked credential is still open after 30 s"
+        );
+        assert!(!b.session.is_ended() && !c.session.is_ended());
+
+        // The watch runs again (it started before the sweep that closed `a`): `cluster/b`'s
+        // unused credential goes, then `cluster/c`'s in use. The watch sees them in that order,
+        // so once `c` is closed the first deletion has been handled too.
+        delete(b_other).await;
+        delete(c_used).await;
+        assert!(
+            ends(&c).await,
+            "the session of the revoked credential is still open after 30 s"
+        );
+        assert!(!b.session.is_ended());
+        assert!(hub.registry.get("cluster/b").is_some());
+
         shutdown.cancel();
         controller.await.unwrap();
-        kept.session.close();
+        b.session.close();
         hub.stop().await;
-    }
-
-    #[test]
-    fn after_a_gap_the_sessions_no_stored_credential_covers_are_found() {
-        let credential = |id: &str| {
-            Object::new(
-                "Token",
-                "t",
-                json!({"agent": {"kind": "cluster-agent", "id": id}}),
-            )
-        };
-        let user_token = Object::new("Token", "u", json!({"user": "alice"}));
-        let stored = [credential("cluster/a"), credential("host/h1"), user_token];
-        let peers = [
-            "cluster/a",
-            "cluster/a/pod-1",
-            "cluster/ab",
-            "cluster/a/",
-            "host/h1",
-            "host/h2",
-            "cluster/b/pod-1",
-        ];
-        assert_eq!(
-            uncovered(&stored, peers),
-            ["cluster/ab", "cluster/a/", "host/h2", "cluster/b/pod-1"]
-        );
     }
 
     #[test]

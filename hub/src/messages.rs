@@ -64,6 +64,7 @@ mod tests {
                 id: peer.into(),
                 kind: kind.into(),
             },
+            credential: None,
             remote_addr: None,
             connected_at: std::time::SystemTime::now(),
         }

@@ -893,6 +893,7 @@ mod tests {
                 id: format!("host/{host}"),
                 kind: SYSTEM_AGENT.into(),
             },
+            credential: None,
             remote_addr: None,
             connected_at: std::time::SystemTime::now(),
         }

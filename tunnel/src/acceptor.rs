@@ -41,8 +41,26 @@ use crate::{
 #[error("{0}")]
 pub struct AuthError(pub String);
 
+/// Whom an upgrade request comes from, and which credential proved it.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    pub peer: Peer,
+    /// The name of the credential that proved it (never its secret): revoking that credential
+    /// closes the sessions it opened, and only those ([`SessionInfo::credential`]).
+    pub credential: Option<Arc<str>>,
+}
+
+impl From<Peer> for Authenticated {
+    fn from(peer: Peer) -> Self {
+        Self {
+            peer,
+            credential: None,
+        }
+    }
+}
+
 /// The boxed future an [`Authenticate`] implementation returns.
-pub type AuthFuture = Pin<Box<dyn Future<Output = Result<Peer, AuthError>> + Send>>;
+pub type AuthFuture = Pin<Box<dyn Future<Output = Result<Authenticated, AuthError>> + Send>>;
 
 /// Decides who an upgrade request comes from, by its headers (the agent sends
 /// `Authorization: Bearer <credential>`, `X-Drover-Agent-Id` and `X-Drover-Agent-Kind`).
@@ -181,8 +199,8 @@ impl Acceptor {
             Err(response) => return *response,
         };
         let remote = parts.extensions.get::<RemoteAddr>().map(|r| r.0);
-        let peer = match self.inner.auth.authenticate(&parts).await {
-            Ok(peer) => peer,
+        let authenticated = match self.inner.auth.authenticate(&parts).await {
+            Ok(authenticated) => authenticated,
             Err(e) => {
                 tracing::info!(remote = ?remote, reason = %e, "tunnel credential refused");
                 return reply(StatusCode::UNAUTHORIZED, &e.0);
@@ -210,10 +228,12 @@ impl Acceptor {
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(upgraded) => {
-                    this.run_session(TokioIo::new(upgraded), peer, remote, messages)
+                    this.run_session(TokioIo::new(upgraded), authenticated, remote, messages)
                         .await;
                 }
-                Err(e) => tracing::info!(peer = %peer.id, error = %e, "tunnel upgrade failed"),
+                Err(e) => {
+                    tracing::info!(peer = %authenticated.peer.id, error = %e, "tunnel upgrade failed")
+                }
             }
         });
         let mut response = Response::new(Full::new(Bytes::new()));
@@ -242,7 +262,7 @@ impl Acceptor {
     pub(crate) async fn run_session<S>(
         &self,
         io: S,
-        peer: Peer,
+        authenticated: Authenticated,
         remote: Option<SocketAddr>,
         messages: Option<Arc<dyn OnMessage>>,
     ) -> Option<Session>
@@ -263,7 +283,8 @@ impl Acceptor {
             }),
             services: config.services.clone(),
         };
-        let info = SessionInfo::new(peer, remote);
+        let mut info = SessionInfo::new(authenticated.peer, remote);
+        info.credential = authenticated.credential;
         let messages = messages.map(|handler| (handler, Messenger::new()));
         let registry = self.inner.registry.clone();
         let ending = Ending {

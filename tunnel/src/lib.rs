@@ -31,7 +31,7 @@ mod ws;
 
 pub use acceptor::{
     AGENT_ID_HEADER, AGENT_KIND_HEADER, Acceptor, AcceptorConfig, AuthError, AuthFuture,
-    Authenticate, bearer_token,
+    Authenticate, Authenticated, bearer_token,
 };
 pub use allow::{AllowList, BadEntry};
 pub use backoff::Backoff;

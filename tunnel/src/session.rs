@@ -110,6 +110,9 @@ pub struct SessionInfo {
     /// Unique within this process.
     pub id: u64,
     pub peer: Peer,
+    /// The name of the credential the hub accepted for this session, if its authenticator
+    /// names one.
+    pub credential: Option<Arc<str>>,
     /// The TCP peer address, where known.
     pub remote_addr: Option<SocketAddr>,
     pub connected_at: SystemTime,
@@ -122,6 +125,7 @@ impl SessionInfo {
         Self {
             id: NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed),
             peer,
+            credential: None,
             remote_addr,
             connected_at: SystemTime::now(),
         }

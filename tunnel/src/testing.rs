@@ -54,7 +54,8 @@ fn authenticate(parts: &http::request::Parts) -> AuthFuture {
             Some(id) => Ok(Peer {
                 id: id.to_owned(),
                 kind,
-            }),
+            }
+            .into()),
             None => Err(AuthError(
                 "unknown agent credential; register the agent again".into(),
             )),
@@ -78,6 +79,15 @@ impl TestHub {
     }
 
     pub async fn start_on(addr: SocketAddr, config: AcceptorConfig) -> Self {
+        Self::start_with(addr, config, authenticate).await
+    }
+
+    /// A test hub whose credentials `auth` checks (instead of `token-for-<id>`).
+    pub async fn start_with(
+        addr: SocketAddr,
+        config: AcceptorConfig,
+        auth: impl crate::Authenticate,
+    ) -> Self {
         let listener = TcpListener::bind(addr).await.expect("test fixture");
         let addr = listener.local_addr().expect("test fixture");
         let leaf = ca()
@@ -87,7 +97,7 @@ impl TestHub {
             server_config(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).expect("test fixture");
         let shutdown = CancellationToken::new();
         let registry = Registry::default();
-        let acceptor = Acceptor::new(config, authenticate, registry.clone(), shutdown.clone());
+        let acceptor = Acceptor::new(config, auth, registry.clone(), shutdown.clone());
         let cacerts_served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let served = cacerts_served.clone();
         let service = tower::service_fn(move |req: Request<hyper::body::Incoming>| {
@@ -191,7 +201,10 @@ where
         |_: &crate::SessionInfo, message: &[u8], _: &crate::Messenger| Some(message.to_vec()),
     );
     tokio::spawn(async move {
-        if let Some(session) = acceptor.run_session(io, peer, None, Some(echo)).await {
+        if let Some(session) = acceptor
+            .run_session(io, peer.into(), None, Some(echo))
+            .await
+        {
             session.ended().await;
         }
     })

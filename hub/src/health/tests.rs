@@ -73,6 +73,7 @@ fn session(id: u64, kind: &str, peer: &str) -> SessionInfo {
             id: peer.into(),
             kind: kind.into(),
         },
+        credential: None,
         remote_addr: None,
         connected_at: SystemTime::now(),
     }

@@ -28,10 +28,21 @@ const MAX_PENDING: usize = 500_000;
 /// Minutes written per transaction: readers wait for one batch at most.
 const BATCH: usize = 2_000;
 
+/// A machine's last minute is written to the file at most this often (in minutes), not with
+/// every minute: a machine is forgotten a day and at most this long after its last minute.
+const LAST_EVERY: u32 = 60;
+
 struct Db {
     conn: Connection,
-    /// Each machine's id in the file, by peer id, once looked up.
-    ids: HashMap<String, i64>,
+    /// Each machine as the file has it, by peer id, once looked up.
+    ids: HashMap<String, Machine>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Machine {
+    id: i64,
+    /// The last minute the file records for it (see [`LAST_EVERY`]).
+    last: u32,
 }
 
 /// See the module's comment.
@@ -80,13 +91,15 @@ impl Charts {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS machines (
-                 id INTEGER PRIMARY KEY, peer TEXT NOT NULL UNIQUE);
+                 id INTEGER PRIMARY KEY, peer TEXT NOT NULL UNIQUE,
+                 last INTEGER NOT NULL DEFAULT 0);
              CREATE TABLE IF NOT EXISTS minutes (
                  machine INTEGER NOT NULL, minute INTEGER NOT NULL,
                  cpu INTEGER NOT NULL, load INTEGER NOT NULL, memory INTEGER NOT NULL,
                  disk INTEGER NOT NULL, rx INTEGER NOT NULL, tx INTEGER NOT NULL,
                  PRIMARY KEY (minute, machine)) WITHOUT ROWID;",
         )?;
+        add_last_minutes(&conn)?;
         Ok(Self {
             db: Mutex::new(Db {
                 conn,
@@ -137,13 +150,7 @@ impl Charts {
                 tracing::warn!(error = %e, minutes = batch.len(), "cannot write usage charts; these minutes are lost");
             }
         }
-        // Minutes are keyed by time first, so the day's oldest are the file's first pages.
-        let forgot = self
-            .lock_db()
-            .conn
-            .prepare_cached("DELETE FROM minutes WHERE minute < ?1")
-            .and_then(|mut stmt| stmt.execute([oldest]));
-        if let Err(e) = forgot {
+        if let Err(e) = forget(&mut self.lock_db(), oldest) {
             tracing::warn!(error = %e, "cannot forget old usage minutes");
         }
     }
@@ -179,32 +186,91 @@ impl Charts {
     }
 }
 
-/// The machine's id in the file, made if `create` and it has none.
-fn machine_id(db: &mut Db, peer: &str, create: bool) -> rusqlite::Result<Option<i64>> {
-    if let Some(id) = db.ids.get(peer) {
-        return Ok(Some(*id));
+/// Files written before machines had a last minute: each machine counts as seen now, so it
+/// is forgotten a day after it last sent a minute from now on.
+fn add_last_minutes(conn: &Connection) -> rusqlite::Result<()> {
+    let has_last: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('machines') WHERE name = 'last'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_last {
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u32::try_from(d.as_secs() / 60).unwrap_or(u32::MAX));
+    conn.execute_batch("BEGIN")?;
+    let added = conn
+        .execute_batch("ALTER TABLE machines ADD COLUMN last INTEGER NOT NULL DEFAULT 0")
+        .and_then(|()| conn.execute("UPDATE machines SET last = ?1", [now]));
+    end_transaction(conn, added).map(drop)
+}
+
+/// Commits the transaction begun on `conn` if `done` is a success, else rolls it back.
+fn end_transaction<T>(conn: &Connection, done: rusqlite::Result<T>) -> rusqlite::Result<T> {
+    match done {
+        Ok(value) => conn.execute_batch("COMMIT").map(|()| value),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// Forgets every minute before `oldest`, and the machines that sent none since (a machine
+/// removed, or replaced under another name, would otherwise keep its row and its id in memory
+/// for as long as the hub runs). A machine's recorded last minute may be [`LAST_EVERY`]
+/// behind its true one.
+fn forget(db: &mut Db, oldest: u32) -> rusqlite::Result<()> {
+    // Minutes are keyed by time first, so the day's oldest are the file's first pages.
+    db.conn
+        .prepare_cached("DELETE FROM minutes WHERE minute < ?1")?
+        .execute([oldest])?;
+    let gone = db
+        .conn
+        .prepare_cached("DELETE FROM machines WHERE last < ?1 RETURNING peer")?
+        .query_map([oldest.saturating_sub(LAST_EVERY)], |r| {
+            r.get::<_, String>(0)
+        })?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    for peer in gone {
+        db.ids.remove(&peer);
+    }
+    Ok(())
+}
+
+/// The machine in the file, made if `create` and it has none.
+fn machine(db: &mut Db, peer: &str, create: bool) -> rusqlite::Result<Option<Machine>> {
+    if let Some(machine) = db.ids.get(peer) {
+        return Ok(Some(*machine));
     }
     if create {
         db.conn
             .prepare_cached("INSERT OR IGNORE INTO machines (peer) VALUES (?1)")?
             .execute([peer])?;
     }
-    let id: Option<i64> = db
+    let machine = db
         .conn
-        .prepare_cached("SELECT id FROM machines WHERE peer = ?1")?
-        .query_row([peer], |r| r.get(0))
+        .prepare_cached("SELECT id, last FROM machines WHERE peer = ?1")?
+        .query_row([peer], |r| {
+            Ok(Machine {
+                id: r.get(0)?,
+                last: r.get(1)?,
+            })
+        })
         .optional()?;
-    if let Some(id) = id {
-        db.ids.insert(peer.to_owned(), id);
+    if let Some(machine) = machine {
+        db.ids.insert(peer.to_owned(), machine);
     }
-    Ok(id)
+    Ok(machine)
 }
 
 fn write(db: &mut Db, batch: &[(String, Kept)]) -> rusqlite::Result<()> {
     db.conn.execute_batch("BEGIN")?;
     let written = (|| {
         for (peer, k) in batch {
-            let Some(id) = machine_id(db, peer, true)? else {
+            let Some(Machine { id, last }) = machine(db, peer, true)? else {
                 continue;
             };
             db.conn
@@ -221,23 +287,25 @@ fn write(db: &mut Db, batch: &[(String, Kept)]) -> rusqlite::Result<()> {
                     i64::try_from(k.net_rx_rate).unwrap_or(i64::MAX),
                     i64::try_from(k.net_tx_rate).unwrap_or(i64::MAX),
                 ])?;
+            if k.minute >= last.saturating_add(LAST_EVERY) {
+                db.conn
+                    .prepare_cached("UPDATE machines SET last = ?2 WHERE id = ?1")?
+                    .execute(params![id, k.minute])?;
+                if let Some(machine) = db.ids.get_mut(peer) {
+                    machine.last = k.minute;
+                }
+            }
         }
         Ok(())
     })();
-    match written {
-        Ok(()) => db.conn.execute_batch("COMMIT"),
-        Err(e) => {
-            let _ = db.conn.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    end_transaction(&db.conn, written)
 }
 
 /// One machine's minutes from `oldest` to `newest`: a lookup a minute. Minutes are keyed by
 /// time first so that a flush appends to the file's end instead of touching a page per machine
 /// (at 10,000 machines that was 40 MB written a minute for 240 KB of figures).
 fn read(db: &mut Db, peer: &str, oldest: u32, newest: u32) -> rusqlite::Result<Vec<Kept>> {
-    let Some(id) = machine_id(db, peer, false)? else {
+    let Some(Machine { id, .. }) = machine(db, peer, false)? else {
         return Ok(Vec::new());
     };
     let mut stmt = db.conn.prepare_cached(
@@ -405,5 +473,77 @@ mod tests {
             .unwrap();
         assert_eq!(rows, 1);
         assert!(charts.points("host/gone", later).is_empty());
+        // An hour on (its last minute in the file may be that late), nor does the file keep a
+        // row for it, nor the hub its id.
+        let later = later + 3600;
+        charts.keep("host/other", kept(later, 3.0));
+        charts.flush(later);
+        let machines: Vec<String> = {
+            let db = charts.lock_db();
+            let mut stmt = db.conn.prepare("SELECT peer FROM machines").unwrap();
+            stmt.query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        assert_eq!(machines, ["host/other"]);
+        assert!(!charts.lock_db().ids.contains_key("host/gone"));
+        // Should it come back, its chart starts afresh.
+        charts.keep("host/gone", kept(later + 60, 4.0));
+        charts.flush(later + 120);
+        let cpu: Vec<f32> = charts
+            .points("host/gone", later + 120)
+            .iter()
+            .map(|p| p.cpu_percent)
+            .collect();
+        assert_eq!(cpu, [4.0]);
+    }
+
+    /// A file written before machines had a last minute keeps its charts, and its machines
+    /// are forgotten a day after they stop sending minutes, as any.
+    #[test]
+    fn a_file_from_before_last_minutes_keeps_its_charts() {
+        let dir = Dir::new("upgrade");
+        let path = dir.0.join(FILE);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 60
+            * 60;
+        let minute = u32::try_from(now / 60).unwrap() - 10;
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE machines (id INTEGER PRIMARY KEY, peer TEXT NOT NULL UNIQUE);
+                 CREATE TABLE minutes (
+                     machine INTEGER NOT NULL, minute INTEGER NOT NULL,
+                     cpu INTEGER NOT NULL, load INTEGER NOT NULL, memory INTEGER NOT NULL,
+                     disk INTEGER NOT NULL, rx INTEGER NOT NULL, tx INTEGER NOT NULL,
+                     PRIMARY KEY (minute, machine)) WITHOUT ROWID;
+                 INSERT INTO machines VALUES (1, 'host/old');",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO minutes VALUES (1, ?1, 2500, 0, 0, 0, 0, 0)",
+                [minute],
+            )
+            .unwrap();
+        }
+        let charts = Charts::open(&path).unwrap();
+        let points = charts.points("host/old", now);
+        assert_eq!(points.len(), 1);
+        assert_eq!(points[0].cpu_percent, 25.0);
+        // A flush now keeps it (it counts as seen when the file was opened) ...
+        charts.flush(now);
+        assert_eq!(charts.points("host/old", now).len(), 1);
+        // ... and a flush a day (and the hour a last minute may lag) after that forgets it.
+        charts.flush(now + 25 * 3600 + 60);
+        let machines: i64 = charts
+            .lock_db()
+            .conn
+            .query_row("SELECT count(*) FROM machines", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(machines, 0);
     }
 }

@@ -55,6 +55,12 @@ fn backend(e: rusqlite::Error) -> StoreError {
 }
 
 impl SqliteStore {
+    /// Writers queued for the next commit.
+    #[cfg(test)]
+    pub(crate) fn queued_writers(&self) -> usize {
+        self.inner.lock_queue().pending.len()
+    }
+
     /// Changes kept for a watcher that has not read them yet (the oldest unread by any).
     #[cfg(test)]
     pub(crate) fn unread_changes(&self) -> usize {
@@ -240,19 +246,6 @@ struct Queue {
 /// Runs on a blocking thread while writers are queued: each pass takes the connection, then
 /// everything queued by then, and commits it in one transaction.
 fn committer(inner: &Inner) {
-    // Should a commit panic, the writers still queued hear that their writer went away and
-    // the next writer starts a committer again (none would otherwise).
-    struct OnPanic<'a>(&'a Inner);
-    impl Drop for OnPanic<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                let mut queue = self.0.lock_queue();
-                queue.committing = false;
-                queue.pending.clear();
-            }
-        }
-    }
-    let _on_panic = OnPanic(inner);
     loop {
         let mut conn = inner.lock();
         let batch = {
@@ -265,7 +258,16 @@ fn committer(inner: &Inner) {
             std::mem::take(&mut queue.pending)
         };
         let started = std::time::Instant::now();
-        commit(inner, &mut conn, batch);
+        // A commit that panics (a bug in some writer's change) fails its own batch — the
+        // writers' channels go as it unwinds and its transaction rolls back — and the
+        // committer goes on with the writers queued meanwhile: were it to stop, they (and
+        // every later writer) would wait for a committer the queue believes is running.
+        let committed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            commit(inner, &mut conn, batch);
+        }));
+        if committed.is_err() {
+            tracing::error!("a store commit panicked: its writers were told it failed");
+        }
         crate::metrics::STORE_SECONDS.observe(started.elapsed());
     }
 }

@@ -618,8 +618,9 @@ async fn a_modification_changes_the_object_as_stored_and_one_that_changes_nothin
 
 /// One committer at a time commits SQLite's queued writes: should a commit panic (here a
 /// change that panics as the transaction applies it), its writer is told so, nothing of it is
-/// stored, and later writes are committed by a committer of their own (none would start while
-/// the store still believed one was running, and every later write would wait for ever).
+/// stored, and later writes are still committed (were the committer gone while the store
+/// believed one was running, every later write would wait for ever; were the writers queued
+/// meanwhile failed with the batch, the next write could fail too).
 #[tokio::test]
 async fn sqlite_writes_go_on_after_a_commit_panicked() {
     let t = Backend::Sqlite.open(DEFAULT_RETAIN).await;
@@ -652,4 +653,43 @@ async fn sqlite_writes_go_on_after_a_commit_panicked() {
         .unwrap();
     let names: Vec<_> = clusters.iter().map(|c| c.metadata.name.as_str()).collect();
     assert_eq!(names, ["after", "before"]);
+}
+
+/// A writer that queues while a commit is panicking is committed, not failed with the batch
+/// that panicked (the change below waits, mid-commit, until the other write is queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_write_queued_while_a_commit_panics_is_committed() {
+    let sqlite =
+        Arc::new(super::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap());
+    let store: Arc<dyn Store> = sqlite.clone();
+    store.create(cluster("before")).await.unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+    let panicking = {
+        let (store, sqlite) = (store.clone(), sqlite.clone());
+        Op::Modify {
+            kind: "Cluster".into(),
+            name: "before".into(),
+            change: Modifier::new(move |_| {
+                let store = store.clone();
+                let meanwhile =
+                    runtime.spawn(async move { store.create(cluster("meanwhile")).await });
+                // Only this writer runs a commit, so the other one can only queue.
+                while sqlite.queued_writers() == 0 {
+                    std::thread::yield_now();
+                }
+                let _ = queued_tx.send(meanwhile);
+                panic!("a change that panics (expected in this test)")
+            }),
+        }
+    };
+    let failed = store.transact(vec![panicking]).await;
+    assert!(matches!(failed, Err(StoreError::Backend(_))), "{failed:?}");
+    let meanwhile = queued_rx.recv().unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), meanwhile)
+        .await
+        .expect("the write queued meanwhile was committed within 30 s")
+        .unwrap()
+        .unwrap();
+    store.get("Cluster", "meanwhile").await.unwrap();
 }

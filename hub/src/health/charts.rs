@@ -298,7 +298,12 @@ fn write(db: &mut Db, batch: &[(String, Kept)]) -> rusqlite::Result<()> {
         }
         Ok(())
     })();
-    end_transaction(&db.conn, written)
+    let ended = end_transaction(&db.conn, written);
+    if ended.is_err() {
+        // What was learned of machines inside the transaction went with it.
+        db.ids.clear();
+    }
+    ended
 }
 
 /// One machine's minutes from `oldest` to `newest`: a lookup a minute. Minutes are keyed by

@@ -638,13 +638,8 @@ pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec
             };
             let wanted = query.user.as_ref().is_none_or(|u| *u == record.user)
                 && query.cluster.as_ref().is_none_or(|c| *c == record.cluster)
-                && since.is_none_or(|s| {
-                    time::OffsetDateTime::parse(
-                        &record.time,
-                        &time::format_description::well_known::Rfc3339,
-                    )
-                    .is_ok_and(|t| t >= s)
-                });
+                && since
+                    .is_none_or(|s| crate::model::parse_time(&record.time).is_some_and(|t| t >= s));
             if wanted {
                 out.push_back(record);
                 if out.len() > limit {

@@ -177,9 +177,7 @@ pub(crate) async fn principal_until(
         .spec
         .get("expiresAt")
         .and_then(Value::as_str)
-        .and_then(|t| {
-            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-        });
+        .and_then(crate::model::parse_time);
     Ok((
         Principal {
             user,

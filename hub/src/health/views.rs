@@ -188,9 +188,7 @@ pub fn facts_json(f: &HostFacts) -> Value {
 pub(super) fn facts_from_json(v: &Value) -> Option<HostFacts> {
     let text = |v: &Value, key: &str| v.get(key)?.as_str().map(str::to_owned);
     let boot = v.get("bootTime")?.as_str()?;
-    let boot = time::OffsetDateTime::parse(boot, &time::format_description::well_known::Rfc3339)
-        .ok()?
-        .unix_timestamp();
+    let boot = crate::model::parse_time(boot)?.unix_timestamp();
     let disks = v
         .get("disks")?
         .as_array()?

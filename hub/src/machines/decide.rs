@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::OffsetDateTime;
 
 use crate::{
-    model::{MachinePool, Status, phase},
+    model::{MachinePool, Status, parse_time, phase},
     store::Object,
 };
 
@@ -74,10 +74,6 @@ fn host_of<'a>(machine: &Object, hosts: &'a [&'a Object]) -> Option<&'a Object> 
         .iter()
         .copied()
         .find(|h| h.metadata.name == recorded || text(h, "/nodeName") == machine.metadata.name)
-}
-
-fn parse_time(text: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(text, &Rfc3339).ok()
 }
 
 /// Since when a host's agent has been disconnected, if it is.

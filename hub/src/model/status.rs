@@ -189,10 +189,14 @@ pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value
 pub fn expired(spec: &Value) -> bool {
     spec.get("expiresAt")
         .and_then(Value::as_str)
-        .and_then(|t| {
-            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-        })
+        .and_then(parse_time)
         .is_some_and(|t| t <= time::OffsetDateTime::now_utc())
+}
+
+/// A time as objects hold them (RFC 3339, as [`crate::store::now_rfc3339`] writes them), if
+/// `text` is one.
+pub fn parse_time(text: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
 }
 
 /// Sets one condition on an object (see [`update_status`]).

@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+use time::OffsetDateTime;
 
 use super::{Ctx, FINALIZER, Planner};
 use crate::{
@@ -224,7 +224,7 @@ fn after_failed_cleaning(
         .metadata
         .deletion_timestamp
         .as_deref()
-        .and_then(|t| OffsetDateTime::parse(t, &Rfc3339).ok());
+        .and_then(crate::model::parse_time);
     match since {
         Some(since) if now - since > DOWNSTREAM_WAIT => Ok(LEFT_IMPORTED),
         _ => Err(format!("removing: cleaning the cluster: {why}")),

@@ -40,9 +40,7 @@ pub(super) fn schedule(c: &Cluster<'_>, now: OffsetDateTime) -> Option<Scheduled
         .as_ref()
         .filter(|k| k["schedule"] == schedule.schedule.as_str())
         .and_then(|k| k["last"].as_str())
-        .and_then(|t| {
-            OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-        });
+        .and_then(crate::model::parse_time);
     let progress =
         |last: OffsetDateTime| json!({"schedule": schedule.schedule, "last": rfc3339(last)});
     let Some(last) = last else {

@@ -459,9 +459,7 @@ pub async fn refresh_due(store: &dyn Store, interval: Duration) -> Result<usize,
         let due = spec
             .groups_refreshed_at
             .as_deref()
-            .and_then(|t| {
-                time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-            })
+            .and_then(crate::model::parse_time)
             .is_none_or(|at| now - at >= interval);
         if !due || spec.disabled {
             continue;

@@ -531,7 +531,12 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
                 event = watch.next() => event,
             };
             match event {
-                Some(Ok(event)) if event.kind == crate::store::EventType::Deleted => {
+                // Users' tokens (login sessions expire all day) open no session: no pass over
+                // every session for them.
+                Some(Ok(event))
+                    if event.kind == crate::store::EventType::Deleted
+                        && event.object.spec.get("agent").is_some() =>
+                {
                     // The sessions this very credential opened: not those of another
                     // credential for the same agent (one issued when it registered again).
                     let name = event.object.metadata.name.as_str();

@@ -620,7 +620,7 @@ pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec
     let since = query
         .since
         .as_deref()
-        .map(|s| time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339))
+        .map(|s| crate::model::parse_time(s).ok_or(()))
         .transpose()
         .map_err(|_| {
             std::io::Error::new(

@@ -191,12 +191,24 @@ fn decode_uid(body: &str) -> Result<String, StoreError> {
         .map_err(|e| StoreError::Backend(format!("unreadable object in the store: {e}")))
 }
 
-/// Writes what the transaction's ops made of each object they touched.
-fn write(tx: &Connection, applied: &Applied) -> Result<(), StoreError> {
+/// Writes what the transaction's ops made of each object they touched. `bodies` are the
+/// events' objects as stored text: an object's last event carries what it became, so that
+/// text is its row too (each object encoded once, not once for the row and again for the log).
+fn write(tx: &Connection, applied: &Applied, bodies: &[String]) -> Result<(), StoreError> {
     for ((kind, name), after) in &applied.after {
         match after {
             Some(object) => {
-                let body = encode(object)?;
+                let last = applied
+                    .events
+                    .iter()
+                    .zip(bodies)
+                    .rev()
+                    .find(|(e, _)| e.object.kind == *kind && e.object.metadata.name == *name);
+                let body = match last {
+                    Some((event, body)) if event.object == *object => body,
+                    // Not so today (`apply` logs what it writes); were it ever, encode anew.
+                    _ => &encode(object)?,
+                };
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO objects (kind, name, body) VALUES (?1, ?2, ?3)",
                 )
@@ -287,7 +299,12 @@ fn apply_one(
     now: &str,
 ) -> Result<(Vec<Object>, Vec<WatchEvent>), StoreError> {
     let applied = apply(ops, Some(revision), now, |kind, name| load(tx, kind, name))?;
-    write(tx, &applied)?;
+    let bodies = applied
+        .events
+        .iter()
+        .map(|event| encode(&event.object))
+        .collect::<Result<Vec<_>, _>>()?;
+    write(tx, &applied, &bodies)?;
     let Applied {
         written, events, ..
     } = applied;
@@ -296,13 +313,13 @@ fn apply_one(
             "INSERT INTO changes (revision, seq, kind, type, body) VALUES (?1, ?2, ?3, ?4, ?5)",
         )
         .map_err(backend)?;
-    for (seq, event) in events.iter().enumerate() {
+    for (seq, (event, body)) in events.iter().zip(&bodies).enumerate() {
         log.execute(params![
             revision as i64,
             seq as i64,
             event.object.kind,
             event_name(event.kind),
-            encode(&event.object)?
+            body
         ])
         .map_err(backend)?;
     }

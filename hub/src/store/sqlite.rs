@@ -191,34 +191,27 @@ fn decode_uid(body: &str) -> Result<String, StoreError> {
         .map_err(|e| StoreError::Backend(format!("unreadable object in the store: {e}")))
 }
 
-/// Writes what the transaction's ops made of each object they touched. `bodies` are the
-/// events' objects as stored text: an object's last event carries what it became, so that
-/// text is its row too (each object encoded once, not once for the row and again for the log).
-fn write(tx: &Connection, applied: &Applied, bodies: &[String]) -> Result<(), StoreError> {
-    for ((kind, name), after) in &applied.after {
-        match after {
-            Some(object) => {
-                let last = applied
-                    .events
-                    .iter()
-                    .zip(bodies)
-                    .rev()
-                    .find(|(e, _)| e.object.kind == *kind && e.object.metadata.name == *name);
-                let body = match last {
-                    Some((event, body)) if event.object == *object => body,
-                    // Not so today (`apply` logs what it writes); were it ever, encode anew.
-                    _ => &encode(object)?,
-                };
-                tx.prepare_cached(
+/// Writes what the transaction's ops made of each object they touched: an object's last
+/// change says what it became (gone, if deleted), and `bodies` holds each change's object as
+/// stored text, so a row is the very text its change-log entry has (encoded once, not twice).
+fn write(tx: &Connection, events: &[WatchEvent], bodies: &[String]) -> Result<(), StoreError> {
+    for (i, (event, body)) in events.iter().zip(bodies).enumerate() {
+        let (kind, name) = (&event.object.kind, &event.object.metadata.name);
+        if events[i + 1..]
+            .iter()
+            .any(|later| later.object.kind == *kind && later.object.metadata.name == *name)
+        {
+            continue;
+        }
+        match event.kind {
+            EventType::Deleted => tx
+                .prepare_cached("DELETE FROM objects WHERE kind = ?1 AND name = ?2")
+                .and_then(|mut stmt| stmt.execute(params![kind, name])),
+            EventType::Added | EventType::Modified => tx
+                .prepare_cached(
                     "INSERT OR REPLACE INTO objects (kind, name, body) VALUES (?1, ?2, ?3)",
                 )
-                .and_then(|mut stmt| stmt.execute(params![kind, name, body]))
-                .map(drop)
-            }
-            None => tx
-                .prepare_cached("DELETE FROM objects WHERE kind = ?1 AND name = ?2")
-                .and_then(|mut stmt| stmt.execute(params![kind, name]))
-                .map(drop),
+                .and_then(|mut stmt| stmt.execute(params![kind, name, body])),
         }
         .map_err(backend)?;
     }
@@ -304,7 +297,7 @@ fn apply_one(
         .iter()
         .map(|event| encode(&event.object))
         .collect::<Result<Vec<_>, _>>()?;
-    write(tx, &applied, &bodies)?;
+    write(tx, &applied.events, &bodies)?;
     let Applied {
         written, events, ..
     } = applied;

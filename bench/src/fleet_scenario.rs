@@ -51,6 +51,10 @@ pub(crate) struct Args {
     /// share the bench's CPUs, and a process started per host is theirs to pay, not the hub's.
     #[arg(long)]
     fanout_without_process: bool,
+    /// Plans per request in the fan-out: 1 posts each plan alone; more post `PlanList`s of
+    /// that many (each list one transaction).
+    #[arg(long, default_value_t = 1)]
+    plan_list: usize,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
@@ -143,7 +147,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             let revision_before = store_revision(&api).await?;
             let cpu_start = cpu_at_start(pid)?;
             let (write, fanout, writers_cpu) =
-                fan_out(fleet, &api, args.fanout_without_process).await?;
+                fan_out(fleet, &api, args.fanout_without_process, args.plan_list).await?;
             let (hub_cpu, bench_cpu) = cpu_since(pid, cpu_start)?;
             // The hub's CPU per host: steadier than the time on a shared, noisy machine.
             let per_host = hub_cpu * 1000.0 / n as f64;
@@ -154,8 +158,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                 "writers_s": round(writers_cpu, 2),
                 "agents_s": round(bench_cpu - writers_cpu, 2),
             }));
-            // The store's writes per host (each a revision): the plan's, and the reports'
-            // acknowledged after the host applied it, so read once they have settled.
+            // The store's writes per host (each a revision, one transaction: a `PlanList`'s
+            // plans are one): the plans', and the reports' acknowledged after the host applied
+            // it, so read once they have settled.
             tokio::time::sleep(Duration::from_secs(2)).await;
             let writes = (store_revision(&api).await? - revision_before) as f64 / n as f64;
             // What the plan asks of the hosts, alone: as many `true` processes started from
@@ -242,6 +247,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "idle_seconds": window.as_secs(),
         "plan_write_s": plan_write_s,
         "plan_fanout_s": plan_fanout_s,
+        "plan_fanout_per_request": args.plan_list.max(1),
         "plan_fanout_hub_cpu_ms_per_host": fanout_cpu_ms,
         "plan_fanout_cpu": fanout_cpu,
         "plan_fanout_store_writes_per_host": fanout_writes,
@@ -384,6 +390,7 @@ async fn fan_out(
     fleet: &sim::fleet::Fleet,
     api: &Target,
     without_process: bool,
+    per_request: usize,
 ) -> anyhow::Result<(f64, f64, f64)> {
     let plan = if without_process {
         json!({"maxFailures": 1})
@@ -415,7 +422,7 @@ async fn fan_out(
                 .enable_all()
                 .build()?;
             let cpu_start = thread_cpu_seconds()?;
-            runtime.block_on(write_all(&api, bodies))?;
+            runtime.block_on(write_all(&api, bodies, per_request))?;
             Ok(thread_cpu_seconds()? - cpu_start)
         })();
         let _ = done.send(result);
@@ -439,16 +446,24 @@ async fn fan_out(
     Ok((write_s, started.elapsed().as_secs_f64(), writers_cpu))
 }
 
-/// POSTs every body in `bodies` to `/v1/plans`, 32 at a time, each writer on a connection it
-/// keeps, as an HTTP client does (a TLS handshake per request would be most of what is
-/// measured, on both ends).
-async fn write_all(api: &Target, bodies: Vec<Value>) -> anyhow::Result<()> {
+/// POSTs every body in `bodies` to `/v1/plans`, alone (`per_request` 1) or in `PlanList`s of
+/// `per_request`, 32 requests at a time, each writer on a connection it keeps, as an HTTP
+/// client does (a TLS handshake per request would be most of what is measured, on both ends).
+async fn write_all(api: &Target, bodies: Vec<Value>, per_request: usize) -> anyhow::Result<()> {
+    let requests: Vec<Value> = if per_request <= 1 {
+        bodies
+    } else {
+        bodies
+            .chunks(per_request)
+            .map(|items| json!({"kind": "PlanList", "items": items}))
+            .collect()
+    };
     let next = AtomicUsize::new(0);
     let writers = (0..32).map(|_| async {
         let mut connection = api.connect().await?;
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(body) = bodies.get(i) else {
+            let Some(body) = requests.get(i) else {
                 return anyhow::Ok(());
             };
             api.call_on(

@@ -1,5 +1,7 @@
 //! The generic verbs on `/v1/{plural}[/{name}]`, with each kind's own rules on the way in.
 
+use std::collections::{BTreeSet, HashMap};
+
 use axum::{
     Json,
     extract::{Query, State},
@@ -421,9 +423,6 @@ pub(super) async fn create(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
-    let mut shown_once = Map::new();
-    let mut also = Vec::new();
-
     if kind == Kind::Machine {
         return Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -431,6 +430,155 @@ pub(super) async fn create(
             "machines are made by the hub from a cluster's spec.machinePools: change a pool's quantity instead",
         ));
     }
+    // Each object the new ones name is read once, for its checks and for its references.
+    let reads = ReadOnce::new(api.store.clone());
+    if let Some(items) = list_items(kind, &value)? {
+        return create_all(&api, &principal, kind, items, &reads).await;
+    }
+    let (mut ops, shown_once) = new_object(&api, &principal, kind, &value, &reads).await?;
+    crate::refs::stamp_all(&reads, &mut ops).await?;
+    let written = api.store.transact(ops).await?;
+    let Some(created) = written.into_iter().next() else {
+        return Err(StoreError::Backend("creation returned nothing".into()).into());
+    };
+    Ok((
+        StatusCode::CREATED,
+        Json(with_shown_once(present(kind, created), shown_once)),
+    )
+        .into_response())
+}
+
+/// The most objects one list may create: one transaction holds them all, and the store's
+/// other writers wait behind it.
+pub(super) const MAX_CREATED_AT_ONCE: usize = 1000;
+
+/// The items of a body that is a list (`kind` `PlanList` for plans, or `List`), or `None` for
+/// a body that is one object.
+fn list_items(kind: Kind, value: &Value) -> Result<Option<Vec<Value>>, ApiError> {
+    let list_kind = format!("{}List", kind.name());
+    match value.get("kind").and_then(Value::as_str) {
+        Some(k) if k == list_kind || k == "List" => {}
+        Some(k) if let Some(other) = k.strip_suffix("List").and_then(Kind::from_name) => {
+            return Err(ApiError::bad_request(format!(
+                "the body is a {k} but the URL is for {}; send it to /v1/{}",
+                kind.name(),
+                other.plural()
+            )));
+        }
+        _ => return Ok(None),
+    }
+    let Some(Value::Array(items)) = value.get("items") else {
+        return Err(ApiError::bad_request(format!(
+            "items: a {list_kind} to create needs an array of items"
+        )));
+    };
+    if items.len() > MAX_CREATED_AT_ONCE {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!(
+                "items: {} objects in one list, at most {MAX_CREATED_AT_ONCE} are created at once; send them in several lists",
+                items.len()
+            ),
+        ));
+    }
+    Ok(Some(items.clone()))
+}
+
+/// Creates every item of a list in one transaction: all of them, or (any one refused) none,
+/// with the refusal naming the item. Answers the list as created.
+async fn create_all(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    items: Vec<Value>,
+    reads: &ReadOnce,
+) -> Result<Response, ApiError> {
+    // What the items name (a plan's cluster and host), read in one trip per kind rather than
+    // one per item.
+    let mut named: HashMap<Kind, BTreeSet<String>> = HashMap::new();
+    for item in &items {
+        if let Some(spec) = item.get("spec") {
+            for referent in crate::refs::referents(kind, spec) {
+                named
+                    .entry(referent.kind)
+                    .or_default()
+                    .insert(referent.name);
+            }
+        }
+    }
+    for (named_kind, names) in named {
+        reads
+            .prefetch(named_kind.name(), names.into_iter().collect())
+            .await?;
+    }
+    let mut ops = Vec::new();
+    // Where each item's object is among the ops (an item may bring others along), and what
+    // it shows once.
+    let mut made = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let in_item = |e: ApiError| ApiError {
+            message: format!("items[{i}]: {}", e.message),
+            ..e
+        };
+        if !item.is_object() {
+            return Err(in_item(ApiError::bad_request(
+                "each item must be a JSON object with metadata and spec",
+            )));
+        }
+        let (item_ops, shown_once) = new_object(api, principal, kind, item, reads)
+            .await
+            .map_err(in_item)?;
+        made.push((ops.len(), shown_once));
+        ops.extend(item_ops);
+    }
+    crate::refs::stamp_all(reads, &mut ops).await?;
+    let written = if ops.is_empty() {
+        Vec::new()
+    } else {
+        api.store.transact(ops).await?
+    };
+    let revision = written.first().map_or(0, Object::revision);
+    let mut written: Vec<Option<Object>> = written.into_iter().map(Some).collect();
+    let mut created = Vec::with_capacity(made.len());
+    for (at, shown_once) in made {
+        let object = written
+            .get_mut(at)
+            .and_then(Option::take)
+            .ok_or_else(|| StoreError::Backend("creation returned too little".into()))?;
+        created.push(with_shown_once(present(kind, object), shown_once));
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "apiVersion": super::API_VERSION,
+            "kind": format!("{}List", kind.name()),
+            "metadata": {"resourceVersion": revision.to_string()},
+            "items": created,
+        })),
+    )
+        .into_response())
+}
+
+fn with_shown_once(mut presented: Value, shown_once: Map<String, Value>) -> Value {
+    if let Value::Object(map) = &mut presented {
+        map.extend(shown_once);
+    }
+    presented
+}
+
+/// What creating the object `value` describes writes (the object first, then what comes with
+/// it), checked against the caller's rights and the kind's rules, and what its answer shows
+/// once (a new token's secret, a cluster's registration commands).
+async fn new_object(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    value: &Value,
+    reads: &ReadOnce,
+) -> Result<(Vec<Op>, Map<String, Value>), ApiError> {
+    let mut shown_once = Map::new();
+    let mut also = Vec::new();
     // Token-like kinds are named by the hub: the name is half of the secret's lookup.
     let new_secret = match kind {
         Kind::Token => Some(secret::new_token(secret::TokenKind::Token)),
@@ -445,8 +593,8 @@ pub(super) async fn create(
             .ok_or_else(|| ApiError::invalid("metadata.name: every object needs a name"))?
             .to_owned(),
     };
-    let (mut metadata, mut spec) = check_body(kind, &value, &name)?;
-    hub_owned_unchanged(&value, None)?;
+    let (mut metadata, mut spec) = check_body(kind, value, &name)?;
+    hub_owned_unchanged(value, None)?;
     if kind == Kind::Token && spec.get("user").is_none() && spec.get("agent").is_none() {
         set(&mut spec, "user", Value::String(principal.user.clone()));
     }
@@ -470,14 +618,12 @@ pub(super) async fn create(
     // a caller who may not create it learns nothing about which objects exist.
     let shaped = kind.validate_spec(&spec).map_err(ApiError::invalid)?;
     allow(
-        &principal,
+        principal,
         Verb::Create,
         kind,
         &Object::new(kind.name(), &name, shaped),
     )?;
-    // Each object the new one names is read once, for its checks and for its references.
-    let reads = ReadOnce::new(api.store.clone());
-    let mut spec = checked_spec(&reads, kind, &name, spec, None).await?;
+    let mut spec = checked_spec(reads, kind, &name, spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
         shown_once.insert("token".into(), Value::String(token.value.clone()));
@@ -502,7 +648,7 @@ pub(super) async fn create(
             also.push(Op::Create(registration::token_object(&name, &token)));
             shown_once.insert(
                 "registration".into(),
-                registration::commands(&api, cluster.cluster_type, &token.value),
+                registration::commands(api, cluster.cluster_type, &token.value),
             );
         }
         Kind::RegistrationToken => {
@@ -521,7 +667,7 @@ pub(super) async fn create(
                 .to_owned();
             shown_once.insert(
                 "registration".into(),
-                registration::commands(&api, cluster.cluster_type, &value),
+                registration::commands(api, cluster.cluster_type, &value),
             );
         }
         _ => {}
@@ -529,16 +675,7 @@ pub(super) async fn create(
 
     let mut ops = vec![Op::Create(object)];
     ops.extend(also);
-    crate::refs::stamp_all(&reads, &mut ops).await?;
-    let written = api.store.transact(ops).await?;
-    let Some(created) = written.into_iter().next() else {
-        return Err(StoreError::Backend("creation returned nothing".into()).into());
-    };
-    let mut presented = present(kind, created);
-    if let Value::Object(map) = &mut presented {
-        map.extend(shown_once);
-    }
-    Ok((StatusCode::CREATED, Json(presented)).into_response())
+    Ok((ops, shown_once))
 }
 
 /// Replaces `current` with what `value` describes (metadata the caller may set, and spec).

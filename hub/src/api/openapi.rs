@@ -27,6 +27,7 @@ fn error_responses(codes: &[u16]) -> Map<String, Value> {
                 409 => "Already exists, or changed since it was read (resend with the current resourceVersion)",
                 410 => "The resourceVersion is too old to watch from; list again",
                 422 => "The object is not valid; the message names the field",
+                413 => "More objects in one list than are created at once; send several lists",
                 429 => "Too many failed logins; retry after the given time",
                 _ => "Error",
             };
@@ -155,10 +156,21 @@ pub fn document() -> Value {
                         "410": error_responses(&[410])["410"],
                     },
                 },
+                // One object, or a list of them created together (all or none).
                 "post": {
                     "operationId": format!("create{name}"),
-                    "requestBody": json_body(input.clone()),
-                    "responses": responses(("201", ok("Created", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                    "requestBody": json_body(json!({"oneOf": [input.clone(), {
+                        "type": "object",
+                        "required": ["kind", "items"],
+                        "properties": {
+                            "kind": {"type": "string", "enum": [format!("{name}List"), "List"]},
+                            "items": {"type": "array", "maxItems": super::objects::MAX_CREATED_AT_ONCE, "items": input.clone()},
+                        },
+                    }]})),
+                    "responses": responses(
+                        ("201", ok("Created (a list: every item, in order)", json!({"oneOf": [reference(name), reference(&format!("{name}List"))]}))),
+                        &[400, 401, 403, 404, 409, 413, 422],
+                    ),
                 },
             }),
         );

@@ -265,6 +265,14 @@ impl Store for Tracked {
         self.inner.revision()
     }
 
+    fn get_many(
+        &self,
+        kind: &str,
+        names: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Option<Object>>, StoreError>> {
+        self.inner.get_many(kind, names)
+    }
+
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         self.inner.uid(kind, name)
     }

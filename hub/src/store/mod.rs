@@ -229,6 +229,27 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The latest revision.
     fn revision(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
+    /// Each of `names` of `kind` as stored now (`None`: no such object), in their order. A
+    /// backend that can read many in one trip to its thread or server does.
+    fn get_many(
+        &self,
+        kind: &str,
+        names: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Option<Object>>, StoreError>> {
+        let kind = kind.to_owned();
+        Box::pin(async move {
+            let mut found = Vec::with_capacity(names.len());
+            for name in &names {
+                match self.get(&kind, name).await {
+                    Ok(object) => found.push(Some(object)),
+                    Err(StoreError::NotFound { .. }) => found.push(None),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(found)
+        })
+    }
+
     /// The uid `kind`/`name` is stored with now (`None`: no such object). What a liveness
     /// check reads: a backend that can answer without the whole object (a host's facts) does.
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {

@@ -557,6 +557,20 @@ impl Store for SqliteStore {
         Box::pin(self.blocking(|_, conn| meta(conn, "revision")))
     }
 
+    fn get_many(
+        &self,
+        kind: &str,
+        names: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Option<Object>>, StoreError>> {
+        let kind = kind.to_owned();
+        // One trip to the connection for them all (a list's items name hundreds of hosts).
+        Box::pin(
+            self.blocking(move |_, conn| {
+                names.iter().map(|name| load(conn, &kind, name)).collect()
+            }),
+        )
+    }
+
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         let (kind, name) = (kind.to_owned(), name.to_owned());
         Box::pin(self.blocking(move |_, conn| {

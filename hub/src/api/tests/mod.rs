@@ -953,6 +953,7 @@ async fn a_hosts_task_is_named_after_the_host_and_kept_beside_its_plan() {
 
 mod holes;
 mod lifetimes;
+mod lists;
 mod machines;
 mod signin;
 

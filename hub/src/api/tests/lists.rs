@@ -1,0 +1,195 @@
+//! Creating many objects with one request: a `{Kind}List` (or `List`) posted to the kind's
+//! collection creates every item in one transaction, or none of them, the refusal naming the
+//! item; each item is checked as if it came alone (rules, references, the caller's rights).
+
+use super::*;
+
+/// A custom cluster `edge` with hosts `h1`..=`h{hosts}`.
+async fn edge_with_hosts(t: &TestApi, hosts: usize) {
+    t.create(
+        &t.admin,
+        "clusters",
+        json!({"metadata": {"name": "edge"}, "spec": {"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1"}}),
+    )
+    .await;
+    for i in 1..=hosts {
+        t.create(
+            &t.admin,
+            "hosts",
+            json!({"metadata": {"name": format!("h{i}")}, "spec": {"cluster": "edge"}}),
+        )
+        .await;
+    }
+}
+
+async fn post(t: &TestApi, token: &str, plural: &str, body: Value) -> (StatusCode, Value) {
+    t.call(
+        Method::POST,
+        &format!("/v1/{plural}"),
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
+fn plan_for(host: &str) -> Value {
+    json!({"metadata": {"name": host},
+           "spec": {"host": host, "cluster": "edge", "plan": {"instructions": [{"name": "noop", "command": "true"}]}}})
+}
+
+async fn plan_names(t: &TestApi) -> Vec<String> {
+    let (status, list) = t.call(Method::GET, "/v1/plans", Some(&t.admin), None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_list_of_plans_is_created_together_in_order() {
+    let t = setup().await;
+    edge_with_hosts(&t, 3).await;
+    let list =
+        json!({"kind": "PlanList", "items": [plan_for("h2"), plan_for("h1"), plan_for("h3")]});
+    let (status, created) = post(&t, &t.admin, "plans", list).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["kind"], "PlanList");
+    let items = created["items"].as_array().unwrap();
+    let names: Vec<&str> = items
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["h2", "h1", "h3"], "the items as sent");
+    // One write: every plan at the list's resourceVersion, each with its host's reference.
+    for item in items {
+        assert_eq!(
+            item["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+            "{created}"
+        );
+        let refs = item["metadata"]["ownerReferences"].as_array().unwrap();
+        assert!(
+            refs.iter()
+                .any(|r| r["kind"] == "Host" && r["name"] == item["metadata"]["name"]),
+            "{item}"
+        );
+    }
+    let doc = openapi::document();
+    let schema = &doc["paths"]["/v1/plans"]["post"]["responses"]["201"]["content"]["application/json"]
+        ["schema"];
+    openapi::conformance(&doc, schema, &created, "a created list").unwrap();
+    let mut stored = plan_names(&t).await;
+    stored.sort();
+    assert_eq!(stored, ["h1", "h2", "h3"]);
+    // Each is the plan its host is sent, as one posted alone would be.
+    let (_, h3) = t
+        .call(Method::GET, "/v1/plans/h3", Some(&t.admin), None)
+        .await;
+    assert_eq!(h3["spec"]["plan"]["instructions"][0]["command"], "true");
+}
+
+#[tokio::test]
+async fn one_bad_item_refuses_the_whole_list_and_says_which() {
+    let t = setup().await;
+    edge_with_hosts(&t, 2).await;
+    // A host that does not exist, third in the list.
+    let list =
+        json!({"kind": "PlanList", "items": [plan_for("h1"), plan_for("h2"), plan_for("h9")]});
+    let (status, body) = post(&t, &t.admin, "plans", list).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("items[2]: ") && message.contains("\"h9\""),
+        "{body}"
+    );
+    assert!(plan_names(&t).await.is_empty(), "nothing was created");
+    // A name given twice: the store refuses the second, and so the first.
+    let list = json!({"kind": "List", "items": [plan_for("h1"), plan_for("h1")]});
+    let (status, body) = post(&t, &t.admin, "plans", list).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(plan_names(&t).await.is_empty(), "nothing was created");
+    // An item that is not an object, and a list without items.
+    let list = json!({"kind": "PlanList", "items": [plan_for("h1"), "h2"]});
+    let (status, body) = post(&t, &t.admin, "plans", list).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().starts_with("items[1]: "),
+        "{body}"
+    );
+    let (status, body) = post(&t, &t.admin, "plans", json!({"kind": "PlanList"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("items"),
+        "{body}"
+    );
+    // A list of another kind is not taken for this one.
+    let list = json!({"kind": "HostList", "items": [plan_for("h1")]});
+    let (status, body) = post(&t, &t.admin, "plans", list).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("/v1/hosts"),
+        "{body}"
+    );
+    assert!(plan_names(&t).await.is_empty(), "nothing was created");
+}
+
+#[tokio::test]
+async fn more_than_a_lists_limit_is_refused_before_anything_is_read() {
+    let t = setup().await;
+    edge_with_hosts(&t, 1).await;
+    let items: Vec<Value> = (0..=objects::MAX_CREATED_AT_ONCE)
+        .map(|_| plan_for("h1"))
+        .collect();
+    let (status, body) = post(
+        &t,
+        &t.admin,
+        "plans",
+        json!({"kind": "PlanList", "items": items}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("several lists"),
+        "{body}"
+    );
+    assert!(plan_names(&t).await.is_empty());
+}
+
+#[tokio::test]
+async fn each_item_is_checked_against_the_callers_roles() {
+    let t = setup().await;
+    t.create(&t.admin, "clusters", imported("mine")).await;
+    t.create(&t.admin, "clusters", imported("theirs")).await;
+    let owner = t.user("owner", Some(("cluster-owner", "mine"))).await;
+    let project = |name: &str, cluster: &str| json!({"metadata": {"name": name}, "spec": {"cluster": cluster}});
+    // The second item is in a cluster the caller does not own: nothing is made.
+    let list = json!({"kind": "ProjectList", "items": [project("apps", "mine"), project("spy", "theirs")]});
+    let (status, body) = post(&t, &owner, "projects", list).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().starts_with("items[1]: "),
+        "{body}"
+    );
+    let (_, listed) = t
+        .call(Method::GET, "/v1/projects", Some(&t.admin), None)
+        .await;
+    assert_eq!(listed["items"], json!([]), "nothing was created");
+    // Both in the caller's cluster: both are made.
+    let list =
+        json!({"kind": "ProjectList", "items": [project("apps", "mine"), project("web", "mine")]});
+    let (status, created) = post(&t, &owner, "projects", list).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["items"].as_array().unwrap().len(), 2);
+    // An empty list creates nothing.
+    let (status, body) = post(
+        &t,
+        &owner,
+        "projects",
+        json!({"kind": "ProjectList", "items": []}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["items"], json!([]));
+}

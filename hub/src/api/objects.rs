@@ -26,7 +26,17 @@ fn query_error(e: QueryRejection) -> ApiError {
 }
 
 fn body(body: JsonBody) -> Result<Value, ApiError> {
-    let Json(value) = body.map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    let Json(value) = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                "the request body is larger than the API takes (2 MiB); a list: send fewer items in each",
+            )
+        } else {
+            ApiError::bad_request(format!("request body: {e}"))
+        }
+    })?;
     if !value.is_object() {
         return Err(ApiError::bad_request(
             "the body must be a JSON object with metadata and spec",
@@ -422,7 +432,7 @@ pub(super) async fn create(
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
-    let value = body(body_result)?;
+    let mut value = body(body_result)?;
     if kind == Kind::Machine {
         return Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -432,7 +442,7 @@ pub(super) async fn create(
     }
     // Each object the new ones name is read once, for its checks and for its references.
     let reads = ReadOnce::new(api.store.clone());
-    if let Some(items) = list_items(kind, &value)? {
+    if let Some(items) = list_items(kind, &mut value)? {
         return create_all(&api, &principal, kind, items, &reads).await;
     }
     let (mut ops, shown_once) = new_object(&api, &principal, kind, &value, &reads).await?;
@@ -454,7 +464,7 @@ pub(super) const MAX_CREATED_AT_ONCE: usize = 1000;
 
 /// The items of a body that is a list (`kind` `PlanList` for plans, or `List`), or `None` for
 /// a body that is one object.
-fn list_items(kind: Kind, value: &Value) -> Result<Option<Vec<Value>>, ApiError> {
+fn list_items(kind: Kind, value: &mut Value) -> Result<Option<Vec<Value>>, ApiError> {
     let list_kind = format!("{}List", kind.name());
     match value.get("kind").and_then(Value::as_str) {
         Some(k) if k == list_kind || k == "List" => {}
@@ -467,7 +477,7 @@ fn list_items(kind: Kind, value: &Value) -> Result<Option<Vec<Value>>, ApiError>
         }
         _ => return Ok(None),
     }
-    let Some(Value::Array(items)) = value.get("items") else {
+    let Some(Value::Array(items)) = value.get_mut("items").map(Value::take) else {
         return Err(ApiError::bad_request(format!(
             "items: a {list_kind} to create needs an array of items"
         )));
@@ -482,7 +492,7 @@ fn list_items(kind: Kind, value: &Value) -> Result<Option<Vec<Value>>, ApiError>
             ),
         ));
     }
-    Ok(Some(items.clone()))
+    Ok(Some(items))
 }
 
 /// Creates every item of a list in one transaction: all of them, or (any one refused) none,

@@ -27,7 +27,7 @@ fn error_responses(codes: &[u16]) -> Map<String, Value> {
                 409 => "Already exists, or changed since it was read (resend with the current resourceVersion)",
                 410 => "The resourceVersion is too old to watch from; list again",
                 422 => "The object is not valid; the message names the field",
-                413 => "More objects in one list than are created at once; send several lists",
+                413 => "The body is larger than the API takes, or a list has more items than are created at once; send less at a time",
                 429 => "Too many failed logins; retry after the given time",
                 _ => "Error",
             };
@@ -185,12 +185,12 @@ pub fn document() -> Value {
                 "put": {
                     "operationId": format!("replace{name}"),
                     "requestBody": json_body(input),
-                    "responses": responses(("200", ok("Replaced", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                    "responses": responses(("200", ok("Replaced", reference(name))), &[400, 401, 403, 404, 409, 413, 422]),
                 },
                 "patch": {
                     "operationId": format!("patch{name}"),
                     "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object"}}}},
-                    "responses": responses(("200", ok("Patched (JSON merge patch)", reference(name))), &[400, 401, 403, 404, 409, 422]),
+                    "responses": responses(("200", ok("Patched (JSON merge patch)", reference(name))), &[400, 401, 403, 404, 409, 413, 422]),
                 },
                 "delete": {
                     "operationId": format!("delete{name}"),

@@ -4,9 +4,9 @@
 //! default; `--kind node` for bare node-agent sessions that only beat), all dialling at once
 //! from a cold start. Reports the time until all are connected, the hub's memory per agent (its
 //! resident memory with the fleet less before it), its CPU while the fleet only beats, the time
-//! from writing a new plan for every host (through the API, 32 at a time) until every host has
-//! applied it, and, after the hub is killed and started again on the same port and data, the
-//! time until every agent is back. Before all that, alone on the machine, the same numbers for
+//! from writing a new plan for every host (through the API, in `PlanList`s, 32 requests at a
+//! time) until every host has applied it, and, after the hub is killed and started again on
+//! the same port and data, the time until every agent is back. Before all that, alone on the machine, the same numbers for
 //! the floor ([`crate::floor`]): N bare TLS + WebSocket connections on a minimal server, each
 //! pinging once per beat interval; `vs_floor` is each of the hub's figures over the floor's.
 //!
@@ -51,9 +51,9 @@ pub(crate) struct Args {
     /// share the bench's CPUs, and a process started per host is theirs to pay, not the hub's.
     #[arg(long)]
     fanout_without_process: bool,
-    /// Plans per request in the fan-out: 1 posts each plan alone; more post `PlanList`s of
-    /// that many (each list one transaction).
-    #[arg(long, default_value_t = 1)]
+    /// Plans per request in the fan-out: `PlanList`s of that many (each list one transaction),
+    /// as an operator writing a plan for thousands of hosts would; 1 posts each plan alone.
+    #[arg(long, default_value_t = 500)]
     plan_list: usize,
 }
 
@@ -383,9 +383,9 @@ async fn store_revision(api: &Target) -> anyhow::Result<u64> {
         .context("a list without a resourceVersion")
 }
 
-/// Writes one plan for every host of `fleet` through the API (32 writers, each on a connection
-/// of its own) and waits until every host has applied it: seconds to write them all, and from
-/// the first write until the last host applied its plan.
+/// Writes one plan for every host of `fleet` through the API (`per_request` to a request, 32
+/// writers, each on a connection of its own) and waits until every host has applied it:
+/// seconds to write them all, and from the first write until the last host applied its plan.
 async fn fan_out(
     fleet: &sim::fleet::Fleet,
     api: &Target,

@@ -110,6 +110,7 @@ macro_rules! on_both_backends {
 on_both_backends!(
     create_sets_identity_and_get_and_list_return_it,
     names_are_unique_per_kind_and_missing_objects_are_not_found,
+    many_objects_are_read_at_once_in_the_order_named,
     a_uid_is_read_as_stored_and_a_name_given_again_has_another,
     a_stale_resource_version_is_a_conflict_and_changes_nothing,
     generation_counts_spec_changes_only,
@@ -162,6 +163,27 @@ async fn names_are_unique_per_kind_and_missing_objects_are_not_found(backend: Ba
         .unwrap();
     let err = t.store.get("Cluster", "b").await.unwrap_err();
     assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+}
+
+async fn many_objects_are_read_at_once_in_the_order_named(backend: Backend) {
+    let t = backend.open(DEFAULT_RETAIN).await;
+    let a = t.store.create(cluster("a")).await.unwrap();
+    let c = t.store.create(cluster("c")).await.unwrap();
+    // A Host named as a Cluster is not one.
+    t.store
+        .create(Object::new("Host", "b", json!({})))
+        .await
+        .unwrap();
+    let names = ["c", "b", "a", "c"].map(String::from).to_vec();
+    let found = t.store.get_many("Cluster", names).await.unwrap();
+    assert_eq!(found, vec![Some(c.clone()), None, Some(a), Some(c)]);
+    assert!(
+        t.store
+            .get_many("Cluster", Vec::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn a_uid_is_read_as_stored_and_a_name_given_again_has_another(backend: Backend) {

@@ -6,9 +6,10 @@
 //! resident memory with the fleet less before it), its CPU while the fleet only beats, the time
 //! from writing a new plan for every host (through the API, in `PlanList`s, 32 requests at a
 //! time) until every host has applied it, and, after the hub is killed and started again on
-//! the same port and data, the time until every agent is back. Before all that, alone on the machine, the same numbers for
-//! the floor ([`crate::floor`]): N bare TLS + WebSocket connections on a minimal server, each
-//! pinging once per beat interval; `vs_floor` is each of the hub's figures over the floor's.
+//! the same port and data, the time until every agent is back. Before all that, alone on the
+//! machine, the same numbers for the floor ([`crate::floor`]): N bare TLS + WebSocket
+//! connections on a minimal server, each pinging once per beat interval; `vs_floor` is each of
+//! the hub's figures over the floor's.
 //!
 //! Each process needs a file descriptor per agent: the fleet raises its soft limit to the hard
 //! one, which must exceed N (plus some).

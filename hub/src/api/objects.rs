@@ -1,6 +1,6 @@
 //! The generic verbs on `/v1/{plural}[/{name}]`, with each kind's own rules on the way in.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use axum::{
     Json,
@@ -506,21 +506,16 @@ async fn create_all(
 ) -> Result<Response, ApiError> {
     // What the items name (a plan's cluster and host), read in one trip per kind rather than
     // one per item.
-    let mut named: HashMap<Kind, BTreeSet<String>> = HashMap::new();
+    let mut named: HashMap<Kind, Vec<String>> = HashMap::new();
     for item in &items {
         if let Some(spec) = item.get("spec") {
             for referent in crate::refs::referents(kind, spec) {
-                named
-                    .entry(referent.kind)
-                    .or_default()
-                    .insert(referent.name);
+                named.entry(referent.kind).or_default().push(referent.name);
             }
         }
     }
     for (named_kind, names) in named {
-        reads
-            .prefetch(named_kind.name(), names.into_iter().collect())
-            .await?;
+        reads.prefetch(named_kind.name(), names).await?;
     }
     let mut ops = Vec::new();
     // Where each item's object is among the ops (an item may bring others along), and what
@@ -549,14 +544,15 @@ async fn create_all(
         api.store.transact(ops).await?
     };
     let revision = written.first().map_or(0, Object::revision);
-    let mut written: Vec<Option<Object>> = written.into_iter().map(Some).collect();
-    let mut created = Vec::with_capacity(made.len());
-    for (at, shown_once) in made {
-        let object = written
-            .get_mut(at)
-            .and_then(Option::take)
-            .ok_or_else(|| StoreError::Backend("creation returned too little".into()))?;
-        created.push(with_shown_once(present(kind, object), shown_once));
+    let mut made = made.into_iter().peekable();
+    let mut created = Vec::with_capacity(items.len());
+    for (i, object) in written.into_iter().enumerate() {
+        if let Some((_, shown_once)) = made.next_if(|(at, _)| *at == i) {
+            created.push(with_shown_once(present(kind, object), shown_once));
+        }
+    }
+    if made.peek().is_some() {
+        return Err(StoreError::Backend("creation returned too little".into()).into());
     }
     Ok((
         StatusCode::CREATED,

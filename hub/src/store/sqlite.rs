@@ -195,12 +195,11 @@ fn decode_uid(body: &str) -> Result<String, StoreError> {
 /// change says what it became (gone, if deleted), and `bodies` holds each change's object as
 /// stored text, so a row is the very text its change-log entry has (encoded once, not twice).
 fn write(tx: &Connection, events: &[WatchEvent], bodies: &[String]) -> Result<(), StoreError> {
-    for (i, (event, body)) in events.iter().zip(bodies).enumerate() {
+    // Newest first, each object once (a list's transaction holds a thousand changes).
+    let mut written = std::collections::HashSet::new();
+    for (event, body) in events.iter().zip(bodies).rev() {
         let (kind, name) = (&event.object.kind, &event.object.metadata.name);
-        if events[i + 1..]
-            .iter()
-            .any(|later| later.object.kind == *kind && later.object.metadata.name == *name)
-        {
+        if !written.insert((kind, name)) {
             continue;
         }
         match event.kind {

@@ -310,4 +310,6 @@ pub fn now_rfc3339() -> String {
 }
 
 #[cfg(test)]
+pub mod before_writes;
+#[cfg(test)]
 mod tests;

@@ -1,6 +1,12 @@
 //! The API through its router (no sockets), on a real SQLite store in a temporary directory.
 
-use std::{path::PathBuf, sync::Arc};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+};
 
 use axum::{
     Router,
@@ -957,79 +963,32 @@ mod lists;
 mod machines;
 mod signin;
 
-/// A store that, before three of every four writes of cluster `busy`'s spec, writes the
-/// cluster's status itself: the controller that races a user's edit, every time.
-#[derive(Debug)]
-struct Meddler {
-    inner: Arc<dyn Store>,
-    spec_writes: std::sync::atomic::AtomicU32,
-    meddled: std::sync::atomic::AtomicU32,
-}
-
-impl Store for Meddler {
-    fn get(&self, kind: &str, name: &str) -> st::BoxFuture<'_, Result<st::Object, st::StoreError>> {
-        self.inner.get(kind, name)
-    }
-
-    fn list(
-        &self,
-        kind: &str,
-        selector: &st::LabelSelector,
-    ) -> st::BoxFuture<'_, Result<(Vec<st::Object>, u64), st::StoreError>> {
-        self.inner.list(kind, selector)
-    }
-
-    fn transact(
-        &self,
-        ops: Vec<st::Op>,
-    ) -> st::BoxFuture<'_, Result<Vec<st::Object>, st::StoreError>> {
-        Box::pin(async move {
-            let spec_write = matches!(&ops[..], [st::Op::Update(o)]
-                if o.kind == "Cluster" && o.metadata.name == "busy" && o.spec.get("description").is_some());
-            if spec_write
-                && self
-                    .spec_writes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                    % 4
-                    != 3
-            {
-                let mut object = self.inner.get("Cluster", "busy").await?;
-                object.status = json!({"beat": self.meddled.fetch_add(1, std::sync::atomic::Ordering::Relaxed)});
-                self.inner.update(object).await?;
-            }
-            self.inner.transact(ops).await
-        })
-    }
-
-    fn watch(
-        &self,
-        kind: Option<&str>,
-        from: Option<u64>,
-    ) -> st::BoxFuture<'_, Result<st::WatchStream, st::StoreError>> {
-        self.inner.watch(kind, from)
-    }
-
-    fn revision(&self) -> st::BoxFuture<'_, Result<u64, st::StoreError>> {
-        self.inner.revision()
-    }
-}
-
 /// A dashboard's "Pause" is a merge patch without a resourceVersion; a controller writing the
 /// cluster's status at the same moment must not turn it into a 409 (kube-apiserver re-applies
 /// such a patch), while a patch that names a stale resourceVersion still is one.
 #[tokio::test]
 async fn a_patch_without_a_resource_version_survives_a_concurrent_status_writer() {
-    let meddler = Arc::new(std::sync::OnceLock::<Arc<Meddler>>::new());
+    // Before three of every four writes of cluster `busy`'s spec, the store writes the
+    // cluster's status itself: the controller that races a user's edit, every time.
+    let spec_writes = Arc::new(AtomicU32::new(0));
+    let meddled = Arc::new(AtomicU32::new(0));
     let t = setup_over({
-        let meddler = meddler.clone();
+        let meddled = meddled.clone();
         move |inner| {
-            let m = Arc::new(Meddler {
-                inner,
-                spec_writes: Default::default(),
-                meddled: Default::default(),
-            });
-            meddler.set(m.clone()).unwrap();
-            m
+            Arc::new(st::before_writes::BeforeWrites::new(inner, move |store, ops| {
+                let spec_write = matches!(ops, [st::Op::Update(o)]
+                    if o.kind == "Cluster" && o.metadata.name == "busy" && o.spec.get("description").is_some());
+                let meddle = spec_write && spec_writes.fetch_add(1, Ordering::Relaxed) % 4 != 3;
+                let beat = meddle.then(|| meddled.fetch_add(1, Ordering::Relaxed));
+                Box::pin(async move {
+                    if let Some(beat) = beat {
+                        let mut object = store.get("Cluster", "busy").await?;
+                        object.status = json!({ "beat": beat });
+                        store.update(object).await?;
+                    }
+                    Ok(())
+                })
+            }))
         }
     })
     .await;
@@ -1046,12 +1005,11 @@ async fn a_patch_without_a_resource_version_survives_a_concurrent_status_writer(
         assert_eq!(status, StatusCode::OK, "patch {i}: {body}");
         assert_eq!(body["spec"]["description"], format!("d{i}"));
     }
-    let meddled = meddler
-        .get()
-        .unwrap()
-        .meddled
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(meddled, 15, "the controller raced each patch three times");
+    assert_eq!(
+        meddled.load(Ordering::Relaxed),
+        15,
+        "the controller raced each patch three times"
+    );
     let (status, body) = t
         .call(
             Method::PATCH,

@@ -248,7 +248,10 @@ impl Planner {
         if let Some((name, plan)) = task
             && let Some((host, _)) = c.host(&name)
         {
-            self.write_plan(c.name(), host, TASK, &plan, Vec::new())
+            let stored = c
+                .plans
+                .get(&crate::plans::task_plan_name(&host.metadata.name));
+            self.write_plan(c.object, host, TASK, &plan, stored, Vec::new())
                 .await?;
         }
         Ok(())

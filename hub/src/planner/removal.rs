@@ -83,8 +83,7 @@ impl Planner {
                         Err(e) => return Err(e),
                     }
                 } else if let Some(ctx) = ctx {
-                    self.remove(ctx, host, plans.get(&host.metadata.name), false)
-                        .await?;
+                    self.remove(ctx, cluster, host, plans, false).await?;
                 }
             }
             let message = format!(

@@ -4,7 +4,7 @@ use super::{
     host_plan::{HUB_CA, Installer, config_yaml},
     *,
 };
-use crate::store::sqlite::SqliteStore;
+use crate::store::{before_writes::BeforeWrites, sqlite::SqliteStore};
 
 /// A planner over a fresh SQLite store in a temp directory.
 struct Fixture {
@@ -1145,4 +1145,58 @@ async fn a_failed_snapshot_does_not_fail_the_next_one() {
     assert_eq!(task.instructions[0].args, ["s2"]);
     let s2 = f.store().get("EtcdSnapshot", "s2").await.unwrap();
     assert_eq!(saved(&s2), Some(("Unknown".into(), "Saving".into())));
+}
+
+/// A pass plans from what it read at its start; a host reporting meanwhile (its Host's and
+/// Plan's status) neither fails the host's plan nor loses the report.
+#[tokio::test]
+async fn reports_landing_while_a_pass_writes_neither_hold_its_plans_back_nor_are_lost() {
+    let f = fixture();
+    // Just before each write of a host's plan commits, that host's agent reports: its Host's
+    // status changes and, once it has one, its Plan's status too (as the reports of thousands
+    // of hosts land while a pass writes their plans).
+    let reporting = BeforeWrites::new(f.planner.store.clone(), |store, ops| {
+        Box::pin(async move {
+            let hosts = ops
+                .iter()
+                .filter(|op| op.key().0 == "Plan" && !matches!(op, Op::Delete { .. }));
+            for host in hosts.map(|op| op.key().1) {
+                for kind in [Kind::Host, Kind::Plan] {
+                    let at = json!(store.revision().await?);
+                    update_status(store, kind, host, move |s| {
+                        s.extra.insert("lastReport".into(), at.clone());
+                    })
+                    .await?;
+                }
+            }
+            Ok(())
+        })
+    });
+    let planner = Planner {
+        store: Arc::new(reporting),
+        ..f.planner.clone()
+    };
+    let reported = async |kind: &str, host: &str| {
+        let object = f.store().get(kind, host).await.unwrap();
+        Status::of(&object).extra.get("lastReport").cloned()
+    };
+    f.cluster("v1", json!({})).await;
+    f.host("h-a", true, true, "10.0.0.1").await;
+    planner.reconcile_all().await;
+    assert_eq!(f.version_of("h-a").await.as_deref(), Some("v1"));
+    let host = f.store().get("Host", "h-a").await.unwrap();
+    assert!(host.metadata.finalizers.contains(&FINALIZER.to_owned()));
+    assert!(reported("Host", "h-a").await.is_some(), "{host:?}");
+
+    f.applied("h-a", "token").await;
+    f.cluster("v2", json!({})).await;
+    planner.reconcile_all().await;
+    assert_eq!(f.version_of("h-a").await.as_deref(), Some("v2"));
+    let plan = f.store().get("Plan", "h-a").await.unwrap();
+    assert!(reported("Plan", "h-a").await.is_some(), "{plan:?}");
+    assert_eq!(
+        Status::of(&plan).extra["state"],
+        "applied",
+        "the report before it kept"
+    );
 }

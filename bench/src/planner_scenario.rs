@@ -3,15 +3,18 @@
 //! (on this machine's disk), every host's status written straight to the store as its
 //! system-agent's report would be. Times the pass that writes every worker's install plan and,
 //! after a version change, the pass that writes every worker's upgrade (worker concurrency
-//! 100 %). Nothing is delivered to any host: delivery and reports are `bench fleet`'s.
+//! 100 %). Nothing is delivered to any host: delivery and reports are `bench fleet`'s. The
+//! floor, in the same run: as many plan changes written straight to the store, as many at once
+//! as the planner writes, with nothing decided, listed or checked.
 
 use std::{sync::Arc, time::Instant};
 
 use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
 use hub::{
     model::{Kind, parse_plan},
     planner::Planner,
-    store::{Object, Store, sqlite::SqliteStore},
+    store::{LabelSelector, Modifier, Object, Op, Store, sqlite::SqliteStore},
 };
 use proto::plan::v1::{InstructionResult, PlanState, PlanStatus, ProbeStatus, checksum};
 use serde_json::{Value, json};
@@ -129,6 +132,16 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
     }
     planner.pass().await?;
 
+    // The workers' plans as installed, for the floor below.
+    let installed: Vec<Value> = store
+        .list(Kind::Plan.name(), &LabelSelector::everything())
+        .await?
+        .0
+        .into_iter()
+        .filter(|p| p.metadata.name.starts_with("worker-"))
+        .map(|p| p.spec)
+        .collect();
+
     // A new version: the server's plan, then every worker's in one pass.
     let mut cluster = store.get("Cluster", "edge").await?;
     cluster.spec = cluster_spec("v1.33.5+k3s1");
@@ -144,6 +157,24 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
         .contains("v1.33.5+k3s1");
     anyhow::ensure!(upgraded, "the upgrade pass did not reach the last worker");
 
+    // The floor: the same number of plans changed straight in the store, as many at once as
+    // the planner writes (each back to its installed spec: the same size of change), with
+    // nothing decided, listed or checked.
+    let started = Instant::now();
+    let writes = installed.into_iter().map(|spec| {
+        let name = spec["host"].as_str().unwrap_or_default().to_owned();
+        store.transact(vec![Op::Modify {
+            kind: Kind::Plan.name().into(),
+            name,
+            change: Modifier::new(move |p| p.spec = spec.clone()),
+        }])
+    });
+    futures::stream::iter(writes)
+        .buffer_unordered(256)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let floor = started.elapsed().as_secs_f64();
+
     Ok(json!({
         "scenario": "planner",
         "what": "one planner pass writing every worker's plan (worker concurrency 100 %): the hub's planner on its SQLite store, hosts' reports written straight to the store, nothing delivered",
@@ -151,5 +182,10 @@ async fn measure(dir: &std::path::Path, n: usize) -> anyhow::Result<Value> {
         "install_pass_s": round(install, 2),
         "upgrade_pass_s": round(upgrade, 2),
         "upgrade_ms_per_host": round(upgrade * 1000.0 / n as f64, 3),
+        "floor": {
+            "what": "the same number of plans changed straight in the store (Op::Modify, 256 at once), nothing decided or read",
+            "writes_s": round(floor, 2),
+        },
+        "upgrade_vs_floor": round(upgrade / floor, 2),
     }))
 }

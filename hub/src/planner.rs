@@ -430,6 +430,9 @@ impl Planner {
             spec["slot"] = json!(slot);
         }
         tracing::info!(host = %host.metadata.name, cluster = %cluster.metadata.name, %slot, plan = %&checksum(plan)[..12], "planned");
+        // What came along is stamped from the store; the plan, below, from what the pass read
+        // (neither the cluster nor the host is made in this transaction).
+        crate::refs::stamp_all(self.store.as_ref(), &mut also).await?;
         if stored.is_some() {
             also.push(Op::Modify {
                 kind: Kind::Plan.name().into(),
@@ -457,7 +460,6 @@ impl Planner {
                 }),
             });
         }
-        crate::refs::stamp_all(self.store.as_ref(), &mut also).await?;
         self.store.transact(also).await.map(drop)
     }
 

@@ -334,6 +334,10 @@ impl Planner {
         // The hosts' plans, after this pass's drains (each drained host still before its own
         // plan): the first with what goes with it, then the rest at once, so the store commits
         // them together (one after another, 10,000 hosts were 10,000 commits).
+        if !writes.is_empty() {
+            // One line a pass, not one a host: an upgrade of 10,000 hosts is one event.
+            tracing::info!(cluster = %name, hosts = writes.len(), "planned");
+        }
         let mut writes = writes.into_iter();
         let stored = |host: &Object| plans.get(&host.metadata.name);
         if let Some((host, plan)) = writes.next() {
@@ -429,7 +433,8 @@ impl Planner {
         if !slot.is_empty() {
             spec["slot"] = json!(slot);
         }
-        tracing::info!(host = %host.metadata.name, cluster = %cluster.metadata.name, %slot, plan = %&checksum(plan)[..12], "planned");
+        // Per host at debug (the pass says it at info): the checksum is computed only then.
+        tracing::debug!(host = %host.metadata.name, cluster = %cluster.metadata.name, %slot, plan = %&checksum(plan)[..12], "planned");
         // What came along is stamped from the store; the plan, below, from what the pass read
         // (neither the cluster nor the host is made in this transaction).
         crate::refs::stamp_all(self.store.as_ref(), &mut also).await?;
@@ -484,6 +489,7 @@ impl Planner {
                     tracing::info!(host = %name, %node, "draining before removal: {why}");
                     return Ok(());
                 }
+                tracing::info!(host = %name, %cluster, "uninstall planned");
                 self.write_plan(cluster_object, host, "", &plan, stored, Vec::new())
                     .await
             }

@@ -251,6 +251,7 @@ impl Planner {
             let stored = c
                 .plans
                 .get(&crate::plans::task_plan_name(&host.metadata.name));
+            tracing::info!(host = %name, cluster = %c.name(), "task planned");
             self.write_plan(c.object, host, TASK, &plan, stored, Vec::new())
                 .await?;
         }

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::{
+    collections::HashMap,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::Stdio,
@@ -185,8 +186,13 @@ impl HubProcess {
 
     /// As [`HubProcess::start`], with `serve` flags of the caller's choosing.
     pub async fn start_with(data_dir: &Path, flags: &[&str]) -> Self {
+        Self::start_with_env(data_dir, flags, &[]).await
+    }
+
+    /// As [`HubProcess::start_with`], with `env` added to the environment it inherits.
+    pub async fn start_with_env(data_dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(binary("drover-hub"));
-        command.arg("serve").args(flags);
+        command.arg("serve").args(flags).envs(env.iter().copied());
         Self::spawn(command, data_dir).await
     }
 
@@ -284,6 +290,20 @@ impl HubProcess {
 
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// The process's environment as the system shows it (`/proc/PID/environ`): what the hub
+    /// runs with, not what it was started with.
+    pub fn environment(&self) -> HashMap<String, String> {
+        let pid = self.child.id().expect("hub still running");
+        let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        raw.split(|b| *b == 0)
+            .filter_map(|pair| {
+                let pair = String::from_utf8_lossy(pair);
+                let (name, value) = pair.split_once('=')?;
+                Some((name.to_string(), value.to_string()))
+            })
+            .collect()
     }
 
     /// Kills the process at once (SIGKILL), as a crash or power cut would.

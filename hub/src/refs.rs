@@ -261,6 +261,7 @@ impl<'a> Liveness<'a> {
         let Some(kind) = Kind::from_name(&object.kind) else {
             return Ok(true);
         };
+        let mut checks = Vec::new();
         for r in referents(kind, &object.spec) {
             let recorded = object
                 .metadata
@@ -270,7 +271,24 @@ impl<'a> Liveness<'a> {
             let Some(recorded) = recorded else {
                 return Ok(false);
             };
-            if self.uid(r.kind, &r.name).await?.as_deref() != Some(recorded.uid.as_str()) {
+            checks.push((r.kind, r.name, recorded.uid.as_str()));
+        }
+        // What is not known yet is read in one trip (an agent's credential names two).
+        let unread: Vec<(Kind, String)> = checks
+            .iter()
+            .filter(|(kind, name, _)| !self.uids.contains_key(&(*kind, name.clone())))
+            .map(|(kind, name, _)| (*kind, name.clone()))
+            .collect();
+        if unread.len() > 1 {
+            let keys = unread
+                .iter()
+                .map(|(kind, name)| (kind.name().to_owned(), name.clone()))
+                .collect();
+            let found = self.store.uids(keys).await?;
+            self.uids.extend(unread.into_iter().zip(found));
+        }
+        for (kind, name, recorded) in checks {
+            if self.uid(kind, &name).await?.as_deref() != Some(recorded) {
                 return Ok(false);
             }
         }

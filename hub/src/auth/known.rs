@@ -276,4 +276,11 @@ impl Store for Tracked {
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         self.inner.uid(kind, name)
     }
+
+    fn uids(
+        &self,
+        keys: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Option<String>>, StoreError>> {
+        self.inner.uids(keys)
+    }
 }

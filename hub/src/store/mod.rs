@@ -262,6 +262,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
             }
         })
     }
+
+    /// [`Store::uid`] of each (kind, name) of `keys`, in their order. A backend that can read
+    /// them in one trip to its thread or server does: an agent's credential check reads two.
+    fn uids(
+        &self,
+        keys: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Option<String>>, StoreError>> {
+        Box::pin(async move {
+            let mut found = Vec::with_capacity(keys.len());
+            for (kind, name) in &keys {
+                found.push(self.uid(kind, name).await?);
+            }
+            Ok(found)
+        })
+    }
 }
 
 /// A boxed future, as the trait's methods return (the trait is used as `dyn Store`).

@@ -572,11 +572,26 @@ impl Store for SqliteStore {
 
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         let (kind, name) = (kind.to_owned(), name.to_owned());
+        Box::pin(self.blocking(move |_, conn| stored_uid(conn, &kind, &name)))
+    }
+
+    fn uids(
+        &self,
+        keys: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Option<String>>, StoreError>> {
+        // One trip for them all: a trip to the blocking pool costs about what the read does.
         Box::pin(self.blocking(move |_, conn| {
-            load_body(conn, &kind, &name)?
-                .as_deref()
-                .map(decode_uid)
-                .transpose()
+            keys.iter()
+                .map(|(kind, name)| stored_uid(conn, kind, name))
+                .collect()
         }))
     }
+}
+
+/// The uid `kind`/`name` is stored with, read without building the object.
+fn stored_uid(conn: &Connection, kind: &str, name: &str) -> Result<Option<String>, StoreError> {
+    load_body(conn, kind, name)?
+        .as_deref()
+        .map(decode_uid)
+        .transpose()
 }

@@ -112,6 +112,7 @@ on_both_backends!(
     names_are_unique_per_kind_and_missing_objects_are_not_found,
     many_objects_are_read_at_once_in_the_order_named,
     a_uid_is_read_as_stored_and_a_name_given_again_has_another,
+    many_uids_are_read_at_once_in_the_order_named,
     a_stale_resource_version_is_a_conflict_and_changes_nothing,
     generation_counts_spec_changes_only,
     deletion_waits_for_finalizers,
@@ -211,6 +212,33 @@ async fn a_uid_is_read_as_stored_and_a_name_given_again_has_another(backend: Bac
         t.store.uid("Cluster", "a").await.unwrap(),
         Some(second.metadata.uid)
     );
+}
+
+async fn many_uids_are_read_at_once_in_the_order_named(backend: Backend) {
+    let t = backend.open(DEFAULT_RETAIN).await;
+    let cluster_a = t.store.create(cluster("a")).await.unwrap();
+    let host_a = t
+        .store
+        .create(Object::new("Host", "a", json!({})))
+        .await
+        .unwrap();
+    let key = |kind: &str, name: &str| (kind.to_owned(), name.to_owned());
+    let keys = vec![
+        key("Host", "a"),
+        key("Cluster", "b"),
+        key("Cluster", "a"),
+        key("Token", "a"),
+    ];
+    assert_eq!(
+        t.store.uids(keys).await.unwrap(),
+        vec![
+            Some(host_a.metadata.uid),
+            None,
+            Some(cluster_a.metadata.uid),
+            None
+        ]
+    );
+    assert!(t.store.uids(Vec::new()).await.unwrap().is_empty());
 }
 
 async fn a_stale_resource_version_is_a_conflict_and_changes_nothing(backend: Backend) {

@@ -239,4 +239,11 @@ impl Store for FencedStore {
     fn uid(&self, kind: &str, name: &str) -> BoxFuture<'_, Result<Option<String>, StoreError>> {
         self.store.uid(kind, name)
     }
+
+    fn uids(
+        &self,
+        keys: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<Vec<Option<String>>, StoreError>> {
+        self.store.uids(keys)
+    }
 }

@@ -246,16 +246,6 @@ impl<'a> Liveness<'a> {
         }
     }
 
-    async fn uid(&mut self, kind: Kind, name: &str) -> Result<Option<String>, StoreError> {
-        let key = (kind, name.to_owned());
-        if let Some(uid) = self.uids.get(&key) {
-            return Ok(uid.clone());
-        }
-        let uid = self.store.uid(kind.name(), name).await?;
-        self.uids.insert(key, uid.clone());
-        Ok(uid)
-    }
-
     /// Whether every object `object`'s spec names exists as the object it was created for.
     pub async fn live(&mut self, object: &Object) -> Result<bool, StoreError> {
         let Some(kind) = Kind::from_name(&object.kind) else {
@@ -271,15 +261,16 @@ impl<'a> Liveness<'a> {
             let Some(recorded) = recorded else {
                 return Ok(false);
             };
-            checks.push((r.kind, r.name, recorded.uid.as_str()));
+            checks.push(((r.kind, r.name), recorded.uid.as_str()));
         }
         // What is not known yet is read in one trip (an agent's credential names two).
         let unread: Vec<(Kind, String)> = checks
             .iter()
-            .filter(|(kind, name, _)| !self.uids.contains_key(&(*kind, name.clone())))
-            .map(|(kind, name, _)| (*kind, name.clone()))
+            .map(|(key, _)| key)
+            .filter(|key| !self.uids.contains_key(*key))
+            .cloned()
             .collect();
-        if unread.len() > 1 {
+        if !unread.is_empty() {
             let keys = unread
                 .iter()
                 .map(|(kind, name)| (kind.name().to_owned(), name.clone()))
@@ -287,12 +278,9 @@ impl<'a> Liveness<'a> {
             let found = self.store.uids(keys).await?;
             self.uids.extend(unread.into_iter().zip(found));
         }
-        for (kind, name, recorded) in checks {
-            if self.uid(kind, &name).await?.as_deref() != Some(recorded) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        Ok(checks.iter().all(|(key, recorded)| {
+            self.uids.get(key).and_then(Option::as_deref) == Some(*recorded)
+        }))
     }
 
     /// The objects of `objects` that are live.

@@ -16,10 +16,60 @@ use serde_json::{Value, json};
 
 use crate::{HubProcess, api, binary, create_custom_cluster, login, quiet, sh};
 
-/// Whether this runs as root (else the caller skips, saying so).
+/// Whether this runs as root.
 pub fn is_root() -> bool {
     let out = std::process::Command::new("id").arg("-u").output();
     out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// The variable that lets a run without root skip the tests that need it.
+pub const SKIP_ROOT_VAR: &str = "DROVER_SKIP_ROOT_TESTS";
+
+/// What a test that needs root does: run, skip (only when asked to), or fail saying how to
+/// run it. A test that cannot run must never pass silently.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RootTest {
+    Run,
+    Skip,
+    Fail(String),
+}
+
+/// The decision for a test that needs root for `why`, as root or not, with `skip_var` the
+/// value of [`SKIP_ROOT_VAR`].
+pub fn root_test(root: bool, skip_var: Option<&str>, why: &str) -> RootTest {
+    match (root, skip_var) {
+        (true, _) => RootTest::Run,
+        (false, Some("1")) => RootTest::Skip,
+        (false, _) => RootTest::Fail(format!(
+            "{why}: run the tests as root (CI does), or set {SKIP_ROOT_VAR}=1 to skip the tests that need it"
+        )),
+    }
+}
+
+/// Whether the calling test, which needs root for `why`, must stop here: `true` only without
+/// root and with [`SKIP_ROOT_VAR`]`=1`, noted in the file `$DROVER_ROOT_SKIPS` names so that
+/// `scripts/test` can say how many were skipped. Without root and without the variable the
+/// test fails.
+pub fn skip_without_root(why: &str) -> bool {
+    use std::io::Write as _;
+    let skip_var = std::env::var(SKIP_ROOT_VAR).ok();
+    match root_test(is_root(), skip_var.as_deref(), why) {
+        RootTest::Run => false,
+        RootTest::Skip => {
+            // The run's own output says what was skipped (scripts/test counts them too).
+            let _ = writeln!(std::io::stderr(), "SKIPPED ({SKIP_ROOT_VAR}=1): {why}");
+            if let Some(file) = std::env::var_os("DROVER_ROOT_SKIPS")
+                && let Ok(mut out) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(file)
+            {
+                let _ = out.write_all(format!("{why}\n").as_bytes());
+            }
+            true
+        }
+        RootTest::Fail(message) => panic!("{message}"),
+    }
 }
 
 /// The hub on the bridge (where the hosts reach it), installing from its own artifacts for
@@ -599,5 +649,25 @@ pub async fn wait_active(hub: &HubProcess, admin: &str, within: Duration) -> Val
             "cluster not active within {within:?}: {c:#}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod root_tests {
+    use super::{RootTest, root_test};
+
+    #[test]
+    fn a_test_that_needs_root_fails_without_it_unless_skipping_is_asked_for() {
+        let why = "hosts need network namespaces";
+        assert_eq!(root_test(true, None, why), RootTest::Run);
+        assert_eq!(root_test(true, Some("1"), why), RootTest::Run);
+        assert_eq!(root_test(false, Some("1"), why), RootTest::Skip);
+        for not_asked in [None, Some(""), Some("0"), Some("yes")] {
+            let RootTest::Fail(message) = root_test(false, not_asked, why) else {
+                panic!("{not_asked:?} skipped or ran a root test without root");
+            };
+            assert!(message.starts_with(why), "{message}");
+            assert!(message.contains("DROVER_SKIP_ROOT_TESTS=1"), "{message}");
+        }
     }
 }

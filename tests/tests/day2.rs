@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sim::standin::Distribution;
 use tests::{
     api,
-    hosts::{Network, Site, cluster, is_root, wait_active},
+    hosts::{Network, Site, cluster, skip_without_root, wait_active},
     hub_cli,
     imported::{kubectl, kubectl_ok},
     temp_dir,
@@ -79,8 +79,7 @@ fn files_on(site: &Site, dist: Distribution, i: usize) -> BTreeSet<String> {
 /// K3s and RKE2 the same way, one after the other (they share the hosts' bridge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_restore_rotate_and_remove_a_provisioned_cluster() {
-    if !is_root() {
-        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+    if skip_without_root("provisioning in network namespaces needs root") {
         return;
     }
     for (dist, version) in [

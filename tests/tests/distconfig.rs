@@ -20,7 +20,7 @@ use std::{
 use serde_json::{Value, json};
 use tests::{
     api,
-    hosts::{Install, Network, Site, address, is_root, plans, wait_active},
+    hosts::{Install, Network, Site, address, plans, skip_without_root, wait_active},
     imported::kubectl,
     temp_dir,
 };
@@ -69,8 +69,7 @@ fn checksums(all: &HashMap<String, Value>, names: &[String]) -> Vec<(String, boo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_distributions_configuration_and_registries_reach_every_host() {
-    if !is_root() {
-        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+    if skip_without_root("provisioning in network namespaces needs root") {
         return;
     }
     let dir = temp_dir("distconfig");

@@ -17,7 +17,7 @@ use std::{
 use serde_json::{Value, json};
 use tests::{
     api, api_text,
-    hosts::{Network, Site, address, cluster, is_root, plan_state, plans, wait_active},
+    hosts::{Network, Site, address, cluster, plan_state, plans, skip_without_root, wait_active},
     imported::{kubectl, kubectl_ok},
     login, temp_dir, until,
 };
@@ -111,8 +111,7 @@ async fn cluster_audit(site: &Site, dir: &Path) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reaches_the_cluster_directly_with_the_hubs_tokens_also_while_the_hub_is_down() {
-    if !is_root() {
-        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+    if skip_without_root("provisioning in network namespaces needs root") {
         return;
     }
     let dir = temp_dir("endpoint");

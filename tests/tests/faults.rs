@@ -216,9 +216,7 @@ async fn apply_plan(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_lossy_link_still_works_and_a_black_hole_is_detected_and_recovered() {
-    let root = std::process::Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&root.stdout).trim() != "0" {
-        eprintln!("SKIPPED: fault injection in a network namespace needs root (CI runs as root)");
+    if tests::hosts::skip_without_root("fault injection in a network namespace needs root") {
         return;
     }
     let link = Link::new();

@@ -18,7 +18,7 @@ use std::{
 use serde_json::Value;
 use sim::cluster::SimConfig;
 use tests::{
-    hosts::is_root,
+    hosts::skip_without_root,
     imported::{Imported, issued_kubeconfig, kubectl_ok},
     wait_for_event,
 };
@@ -130,10 +130,7 @@ fn files(root: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_images_build_reproducibly_and_the_cluster_agent_runs_from_its_image() {
-    if !is_root() {
-        eprintln!(
-            "SKIPPED: running an image's root filesystem needs chroot, so root (CI runs as root)"
-        );
+    if skip_without_root("running an image's root filesystem needs chroot, so root") {
         return;
     }
     let dir = tests::temp_dir("images");

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tests::{
     api, api_text,
     cloud::{Hypervisor, Instance, Moto},
-    hosts::{Host, Network, Site, cluster, is_root},
+    hosts::{Host, Network, Site, cluster, skip_without_root},
     hub_cli,
     imported::kubectl_ok,
     sshd::{KeyPair, Sshd},
@@ -35,8 +35,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn ssh_runs_commands_with_the_host_key_pinned_and_refuses_a_changed_one() {
-    if !is_root() {
-        eprintln!("SKIPPED: sshd in a network namespace needs root (CI runs as root)");
+    if skip_without_root("sshd in a network namespace needs root") {
         return;
     }
     let dir = temp_dir("machines-ssh");
@@ -132,8 +131,7 @@ const HOST_ROOT: &str = "/run/drover-host-root";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
-    if !is_root() {
-        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+    if skip_without_root("provisioning in network namespaces needs root") {
         return;
     }
     let dir = temp_dir("machines-pool");
@@ -419,8 +417,7 @@ async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
 /// network-namespace host that runs its user data, as cloud-init would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind() {
-    if !is_root() {
-        eprintln!("SKIPPED: instances as network-namespace hosts need root (CI runs as root)");
+    if skip_without_root("instances as network-namespace hosts need root") {
         return;
     }
     let dir = temp_dir("machines-ec2");

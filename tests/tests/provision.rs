@@ -15,7 +15,7 @@ use serde_json::json;
 use sim::standin::Distribution;
 use tests::{
     api, api_text,
-    hosts::{Network, Site, cluster, is_root, plan_state, plans, wait_active},
+    hosts::{Network, Site, cluster, plan_state, plans, skip_without_root, wait_active},
     imported::kubectl_ok,
     temp_dir,
 };
@@ -23,8 +23,7 @@ use tests::{
 /// K3s and RKE2 the same way, one after the other (they share the hosts' bridge).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hosts_become_a_cluster_and_roll_one_at_a_time() {
-    if !is_root() {
-        eprintln!("SKIPPED: provisioning in network namespaces needs root (CI runs as root)");
+    if skip_without_root("provisioning in network namespaces needs root") {
         return;
     }
     for dist in [Distribution::K3s, Distribution::Rke2] {

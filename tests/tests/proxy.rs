@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::json;
 use tests::{
-    hosts::{Install, Network, PREFIX, Site, cable, is_root, uncable, wait_active},
+    hosts::{Install, Network, PREFIX, Site, cable, skip_without_root, uncable, wait_active},
     imported::kubectl_ok,
     sh, temp_dir,
 };
@@ -92,8 +92,7 @@ impl Drop for Proxy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_reach_the_hub_through_a_proxy_or_directly_as_no_proxy_says() {
-    if !is_root() {
-        eprintln!("SKIPPED: hosts in network namespaces need root (CI runs as root)");
+    if skip_without_root("hosts in network namespaces need root") {
         return;
     }
     let dir = temp_dir("proxy");

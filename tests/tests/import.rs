@@ -353,9 +353,39 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     }
     let rita = sim.audit().into_iter().filter(|e| e.user == "rita");
     assert!(rita.clone().count() > 0 && rita.clone().all(|e| e.method != "DELETE"));
+    let rita_token = tests::imported::kubeconfig_token(&reader);
+    // exec without an Upgrade header, and a proxy to a pod, a service or a node, are writes
+    // too whatever the method: the hub refuses them, the cluster never sees them. (`kubectl
+    // get --raw` would drop the kubeconfig's /k8s/clusters/prod: sent to the proxy as is.)
+    for raw in [
+        "/api/v1/namespaces/load-0/pods/pod-0/exec?command=true",
+        "/api/v1/namespaces/load-0/pods/pod-0/proxy",
+        "/api/v1/namespaces/load-0/services/web/proxy/metrics",
+        "/api/v1/nodes/sim-node-0/proxy/configz",
+    ] {
+        for method in ["GET", "HEAD"] {
+            let path = format!("/k8s/clusters/prod{raw}");
+            let (status, answer) =
+                tests::api(hub.addr, method, &path, Some(&rita_token), None).await;
+            assert_eq!(status, 403, "{method} {raw}: {answer}");
+            if method == "GET" {
+                assert!(
+                    answer["message"].as_str().unwrap().contains("read-only"),
+                    "{answer}"
+                );
+            }
+        }
+    }
+    let reached = |e: &&sim::cluster::AuditEntry| {
+        e.user == "rita" && (e.path.contains("/exec") || e.path.contains("/proxy"))
+    };
+    assert_eq!(
+        sim.audit().iter().filter(reached).count(),
+        0,
+        "a read-only user's exec or proxy reached the cluster"
+    );
     // A write spelled as a read (decoded it is a self-review, which read-only users may
     // POST; the API server would clean it into a configmap write) is refused as ambiguous.
-    let rita_token = tests::imported::kubeconfig_token(&reader);
     let sneaky = "/k8s/clusters/prod/apis/authorization.k8s.io/../../api/v1/namespaces/load-0/configmaps%3F/selfsubjectaccessreviews";
     let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sneaked"}});
     let (status, answer) =

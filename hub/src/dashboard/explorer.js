@@ -165,6 +165,19 @@ async function can(verb, r, namespace, subresource, name) {
   return reviews.get(key);
 }
 
+// Whether the shell (a WebSocket exec: a GET) will be let in. kube-apiserver authorises that
+// GET as `get pods/exec`; from 1.35 it also asks for `create` (the permission SPDY's POST
+// always needed).
+async function canOpenShell(r, namespace, name) {
+  const version = await kube("/version");
+  const minor = version.ok ? parseInt(String(version.data.minor || ""), 10) : NaN;
+  const verbs = Number.isNaN(minor) || minor >= 35 ? ["get", "create"] : ["get"];
+  for (const verb of verbs) {
+    if (!(await can(verb, r, namespace, "exec", name))) return false;
+  }
+  return true;
+}
+
 // ---------- the kinds page ----------
 
 async function showKinds(holder) {
@@ -824,7 +837,7 @@ async function showActions(r, object, path) {
     if (await can("get", r, ns, "log", meta.name)) {
       document.getElementById("actions").append(element("a", { className: "button", href: `${podPage}/logs`, id: "logs-link" }, "Logs"));
     }
-    if (await can("create", r, ns, "exec", meta.name)) {
+    if (await canOpenShell(r, ns, meta.name)) {
       document.getElementById("actions").append(element("a", { className: "button", href: `${podPage}/shell`, id: "shell-link" }, "Shell"));
     }
   }

@@ -104,7 +104,7 @@ fn forwarded(
 /// `port-forward` upgrade and act on the workload), or a question about the caller's own
 /// permissions (`kubectl auth can-i`).
 fn reads(method: &http::Method, path: &str, upgrade: bool) -> bool {
-    if upgrade {
+    if upgrade || acts_on_workload(path) {
         return false;
     }
     match *method {
@@ -116,6 +116,29 @@ fn reads(method: &http::Method, path: &str, upgrade: bool) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `path` is exec, attach or port-forward into a pod, or a proxy to a pod, service or
+/// node (or the old `/api/v1/proxy/…`): each acts on the workload whatever the method (a GET
+/// without an Upgrade header reaches the container or the service behind), so none is a read.
+fn acts_on_workload(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
+    let after_version = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return false,
+    };
+    let mut rest = segments.get(after_version..).unwrap_or_default();
+    if rest.first() == Some(&"proxy") {
+        return true;
+    }
+    // `namespaces/<ns>/<resource>/<name>/<subresource>`, or `<resource>/<name>/<subresource>`.
+    if rest.first() == Some(&"namespaces") && rest.len() > 3 {
+        rest = &rest[2..];
+    }
+    rest.get(2)
+        .is_some_and(|sub| matches!(*sub, "exec" | "attach" | "portforward" | "proxy"))
 }
 
 /// The part of a request's path after its first `skip` segments, exactly as received (still
@@ -544,6 +567,34 @@ mod tests {
         ] {
             assert!(!reads(&Method::GET, path, true), "{path}");
             assert!(!reads(&Method::POST, path, true), "{path}");
+        }
+        // ... and without an Upgrade header too (the API server answers 400 to some, but the
+        // proxy must not be the one that decides), and so is a proxy to a pod, service or node.
+        for path in [
+            "api/v1/namespaces/default/pods/web-0/exec",
+            "api/v1/namespaces/default/pods/web-0/exec?command=sh",
+            "api/v1/namespaces/default/pods/web-0/attach",
+            "api/v1/namespaces/default/pods/web-0/portforward",
+            "api/v1/namespaces/default/pods/web-0/proxy",
+            "api/v1/namespaces/default/pods/web-0:8080/proxy/admin/reset",
+            "api/v1/namespaces/default/services/web/proxy/",
+            "api/v1/namespaces/default/services/https:web:443/proxy/metrics",
+            "api/v1/nodes/node-1/proxy/configz",
+            "api/v1/proxy/namespaces/default/services/web",
+        ] {
+            for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+                assert!(!reads(&method, path, false), "{method} {path}");
+            }
+        }
+        // Reads whose names only look like those words stay reads.
+        for path in [
+            "api/v1/namespaces/proxy/pods/exec",
+            "api/v1/namespaces/exec/pods",
+            "api/v1/namespaces/default/pods/web-0/log",
+            "apis/apps/v1/namespaces/default/deployments/proxy",
+            "api/v1/nodes/proxy",
+        ] {
+            assert!(reads(&Method::GET, path, false), "{path}");
         }
         // `kubectl auth can-i`: a question about the caller's own permissions.
         for review in ["selfsubjectaccessreviews", "selfsubjectrulesreviews"] {

@@ -234,18 +234,22 @@ pub(crate) fn from_api(e: ApiError) -> Response {
     kube_status(e.code, e.reason, e.message)
 }
 
-/// Sets who the request acts as downstream: the caller, with their groups.
+/// Sets who the request acts as downstream: the caller, with their groups. Names are sent as
+/// their UTF-8 bytes, as kube-apiserver reads them (a directory group `Entwickler München`
+/// arrives as such); one that no header can carry (a control character) refuses the request,
+/// saying which, rather than acting with fewer groups than the caller has.
 pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Result<(), ApiError> {
-    let Ok(user) = HeaderValue::from_str(&principal.user) else {
-        return Err(ApiError::bad_request(
-            "the user name cannot be sent as a header",
-        ));
+    let value = |what: &str, name: &str| {
+        HeaderValue::from_bytes(name.as_bytes()).map_err(|_| {
+            tracing::warn!(user = %principal.user, name = ?name, "a name cannot be sent to the cluster as an impersonation header");
+            ApiError::bad_request(format!(
+                "the {what} {name:?} holds a character no HTTP header can carry, so the cluster cannot be told who is asking; ask an admin to rename it"
+            ))
+        })
     };
-    headers.insert("impersonate-user", user);
+    headers.insert("impersonate-user", value("user name", &principal.user)?);
     for group in downstream_groups(principal.admin, &principal.groups) {
-        if let Ok(value) = HeaderValue::from_str(&group) {
-            headers.append("impersonate-group", value);
-        }
+        headers.append("impersonate-group", value("group", &group)?);
     }
     Ok(())
 }

@@ -54,19 +54,16 @@ async fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<S
         let response = status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
         return Err((None, Box::new(response)));
     };
-    let Some(user) = headers
-        .get("impersonate-user")
-        .and_then(|v| v.to_str().ok())
-    else {
+    // Header values as kube-apiserver reads them: their bytes, UTF-8 names included (Go's
+    // server takes any byte from 0x80 up in a value).
+    let text =
+        |v: &axum::http::HeaderValue| std::str::from_utf8(v.as_bytes()).ok().map(str::to_owned);
+    let Some(user) = headers.get("impersonate-user").and_then(text) else {
         return Ok((caller, None));
     };
-    let values = |name: &str| -> Vec<String> {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_owned))
-            .collect()
-    };
+    let user = user.as_str();
+    let values =
+        |name: &str| -> Vec<String> { headers.get_all(name).iter().filter_map(text).collect() };
     // As kube-apiserver's impersonation filter: the caller needs RBAC's `impersonate` on each
     // thing it asserts: the user (or service account), every group, the uid, every extra.
     let mut asked = Vec::new();
@@ -103,14 +100,14 @@ async fn effective(sim: &Sim, headers: &HeaderMap) -> Result<(Identity, Option<S
     }
     for (name, value) in headers {
         if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
-            && let Ok(value) = value.to_str()
+            && let Some(value) = text(value)
         {
             asked.push(impersonate(
                 "authentication.k8s.io",
                 "userextras",
                 Some(key),
                 None,
-                value,
+                &value,
             ));
         }
     }
@@ -320,19 +317,46 @@ async fn route(sim: &Arc<Sim>, identity: &Identity, request: Request) -> Respons
     if rbac::allowed(&sim.store, identity, &attributes).is_none() {
         return forbidden(identity, &attributes);
     }
+    // kube-apiserver 1.35 (AuthorizePodWebsocketUpgradeCreatePermission, on by default) also
+    // asks for `create` when exec, attach or port-forward comes as a WebSocket GET.
+    if attributes.verb == "get" && streams(&target) && creates_streams(&sim.version) {
+        let create = rbac::Attributes {
+            verb: "create".to_owned(),
+            ..attributes
+        };
+        if rbac::allowed(&sim.store, identity, &create).is_none() {
+            return forbidden(identity, &create);
+        }
+    }
     resource_request(sim, identity, target, request).await
+}
+
+/// exec, attach and port-forward: a stream into a pod.
+fn streams(target: &Target) -> bool {
+    matches!(
+        target.sub.as_deref(),
+        Some("exec" | "attach" | "portforward")
+    )
+}
+
+/// Whether a cluster of `git_version` asks for `create` on a stream opened with GET too (1.35
+/// and later).
+fn creates_streams(git_version: &str) -> bool {
+    let minor = git_version
+        .trim_start_matches('v')
+        .split(['.', '+', '-'])
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    minor.is_some_and(|m| m >= 35)
 }
 
 /// The verb and resource RBAC judges a resource request by, as kube-apiserver derives them.
 fn attributes(target: &Target, method: &Method, uri: &axum::http::Uri) -> rbac::Attributes {
     let watch = is_watch(uri);
-    let streams = matches!(
-        target.sub.as_deref(),
-        Some("exec" | "attach" | "portforward")
-    );
     let verb = match (method.as_str(), &target.name) {
-        // kube-apiserver asks for create on these whether the upgrade came as GET or POST.
-        _ if streams => "create",
+        // As kube-apiserver derives it from the method: a WebSocket exec, attach or
+        // port-forward comes as GET and is a `get` (1.35 also asks for `create`: see the
+        // caller), SPDY's POST a `create`.
         ("GET" | "HEAD", None) if watch => "watch",
         ("GET" | "HEAD", None) => "list",
         ("GET" | "HEAD", Some(_)) => "get",
@@ -753,5 +777,31 @@ async fn resource_request(
             "MethodNotAllowed",
             format!("{method} is not supported on {}", target.describe()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_websocket_exec_is_a_get_spdys_a_create_and_1_35_asks_for_create_too() {
+        for sub in ["exec", "attach", "portforward"] {
+            let path = format!("/api/v1/namespaces/default/pods/web-0/{sub}");
+            let target = parse_target(&path).unwrap();
+            let uri: axum::http::Uri = format!("{path}?command=sh").parse().unwrap();
+            assert_eq!(attributes(&target, &Method::GET, &uri).verb, "get", "{sub}");
+            assert_eq!(attributes(&target, &Method::POST, &uri).verb, "create");
+            assert!(streams(&target));
+        }
+        for (version, both) in [
+            ("v1.33.4+k3s1", false),
+            ("v1.34.2", false),
+            ("v1.35.0", true),
+            ("v1.36.1+rke2r1", true),
+            ("nonsense", false),
+        ] {
+            assert_eq!(creates_streams(version), both, "{version}");
+        }
     }
 }

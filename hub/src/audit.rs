@@ -112,8 +112,68 @@ fn secret_key(key: &str) -> bool {
     .any(|s| key.contains(s))
 }
 
+/// The hub's own kinds whose objects hold secrets (a project secret's data, a credential's
+/// keys and passwords, a provider's bind password or client secret), by API plural.
+const SECRET_KINDS: &[&str] = &["projectsecrets", "cloudcredentials", "authproviders"];
+
+/// Whether a request to `path` carries a secret whatever its body looks like: a Secret
+/// through the proxy, or one of the hub's secret-bearing kinds. Such a body is never recorded,
+/// only a summary of it ([`summary`]): a patch of any type, YAML or protobuf, a body without
+/// `kind`, or kubectl's `last-applied-configuration` would each slip past redaction by field.
+fn secret_bearing(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["k8s", "clusters", _, rest @ ..] => {
+            let (resource, _) = kube_resource(rest);
+            resource == "secrets" || resource.starts_with("secrets/")
+        }
+        ["v1", plural, ..] => SECRET_KINDS.contains(plural),
+        _ => false,
+    }
+}
+
+/// What is recorded of a secret-bearing request's body: which object it names and what kind
+/// of change it is, never a value.
+fn summary(body: &serde_json::Value) -> serde_json::Value {
+    let mut kept = serde_json::Map::new();
+    match body {
+        serde_json::Value::Object(object) => {
+            for field in ["apiVersion", "kind"] {
+                if let Some(value) = object.get(field).filter(|v| v.is_string()) {
+                    kept.insert(field.to_owned(), value.clone());
+                }
+            }
+            let metadata = &object.get("metadata");
+            let mut named = serde_json::Map::new();
+            for field in ["name", "namespace"] {
+                if let Some(value) = metadata
+                    .and_then(|m| m.get(field))
+                    .filter(|v| v.is_string())
+                {
+                    named.insert(field.to_owned(), value.clone());
+                }
+            }
+            if !named.is_empty() {
+                kept.insert("metadata".into(), named.into());
+            }
+        }
+        serde_json::Value::Array(operations) => {
+            kept.insert("operations".into(), operations.len().into());
+        }
+        _ => {}
+    }
+    kept.insert(
+        "redacted".into(),
+        "the body of a request to a secret-bearing resource is not recorded".into(),
+    );
+    kept.into()
+}
+
+/// The annotation in which `kubectl apply` keeps the whole object it applied, as a string.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// `value` with every secret replaced: fields whose names say secret, and the values of a
-/// Secret's (or a project secret's) `data` and `stringData`.
+/// Secret's (or a project secret's) `data` and `stringData` and its `last-applied-configuration`.
 pub fn redact(mut value: serde_json::Value) -> serde_json::Value {
     fn walk(value: &mut serde_json::Value, secret_data: bool) {
         match value {
@@ -126,6 +186,16 @@ pub fn redact(mut value: serde_json::Value) -> serde_json::Value {
                 for (key, field) in map.iter_mut() {
                     if secret_key(key) && !field.is_object() {
                         *field = REDACTED.into();
+                    } else if key == LAST_APPLIED {
+                        // The whole applied object, as text: redacted as the object would be.
+                        if let Some(applied) = field
+                            .as_str()
+                            .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+                        {
+                            *field = redact(applied).to_string().into();
+                        } else {
+                            *field = REDACTED.into();
+                        }
                     } else if holds_data && (key == "data" || key == "stringData") {
                         if let serde_json::Value::Object(entries) = field {
                             for entry in entries.values_mut() {
@@ -212,11 +282,17 @@ fn audited(method: &Method, path: &str) -> bool {
     }
     // A provider's callback (a GET) is where its users' logins end.
     let callback = path.starts_with("/v1/login/") && path.ends_with("/callback");
-    // The login page's form, when its script did not run.
-    let form_login = path == "/login" && *method == Method::POST;
+    // The login page's form, when its script did not run, and a command line's sign-in
+    // confirmed (or denied) on its page.
+    let form_login =
+        (path == "/login" || path == "/login/device/confirm") && *method == Method::POST;
+    // A command line asking whether it was confirmed: every two seconds, its body the device
+    // code (a secret); the confirmation is what is recorded.
+    let poll = path == "/v1/login/device/token";
     callback
         || form_login
         || (path.starts_with("/v1/")
+            && !poll
             && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS))
 }
 
@@ -242,7 +318,8 @@ fn describe(method: &Method, path: &str, query: &str) -> (String, String, String
     }
     let verb = match (method, segments.as_slice()) {
         (_, ["v1", "login"] | ["v1", "login", _, "callback"] | ["login"]) => "login",
-        (_, ["v1", "login", _, "start" | "cli"]) => "login-start",
+        (_, ["v1", "login", _, "start" | "device"]) => "login-start",
+        (_, ["login", "device", "confirm"]) => "login",
         (_, ["v1", "logout"]) => "logout",
         (&Method::POST, _) => "create",
         (&Method::PUT, _) => "update",
@@ -566,8 +643,9 @@ async fn body_of(request: Request) -> (Request, Option<serde_json::Value>) {
                     Some("<not recorded: the body could not be read>".into()),
                 );
             };
+            let secret = secret_bearing(parts.uri.path());
             let kept = serde_json::from_slice::<serde_json::Value>(&bytes)
-                .map(redact)
+                .map(|body| if secret { summary(&body) } else { redact(body) })
                 .unwrap_or_else(|_| "<not recorded: not JSON>".into());
             (
                 Request::from_parts(parts, axum::body::Body::from(bytes)),
@@ -758,6 +836,71 @@ mod tests {
             code: 200,
             request_object: None,
         }
+    }
+
+    #[test]
+    fn requests_to_secret_bearing_resources_keep_only_what_they_name() {
+        for path in [
+            "/k8s/clusters/prod/api/v1/namespaces/default/secrets",
+            "/k8s/clusters/prod/api/v1/namespaces/default/secrets/db",
+            "/k8s/clusters/prod/api/v1/secrets",
+            "/v1/projectsecrets",
+            "/v1/projectsecrets/db",
+            "/v1/cloudcredentials/corp-pull",
+            "/v1/authproviders/corp",
+        ] {
+            assert!(secret_bearing(path), "{path}");
+        }
+        for path in [
+            "/k8s/clusters/prod/api/v1/namespaces/default/configmaps/secrets",
+            "/k8s/clusters/prod/api/v1/namespaces/secrets/pods",
+            "/v1/clusters/secrets",
+            "/v1/users",
+        ] {
+            assert!(!secret_bearing(path), "{path}");
+        }
+        // Whatever the body's shape: an object without kind, a JSON patch, a merge patch.
+        let object = summary(
+            &serde_json::json!({"metadata": {"name": "db", "namespace": "x",
+            "annotations": {"note": "hunter2"}}, "stringData": {"pw": "hunter2"}}),
+        );
+        assert_eq!(
+            object["metadata"],
+            serde_json::json!({"name": "db", "namespace": "x"})
+        );
+        assert!(!object.to_string().contains("hunter2"), "{object}");
+        let patch = summary(&serde_json::json!([{"op": "replace", "path": "/data/pw",
+            "value": "aHVudGVyMg=="}]));
+        assert_eq!(patch["operations"], 1);
+        assert!(!patch.to_string().contains("aHVudGVyMg"), "{patch}");
+        let merge = summary(&serde_json::json!({"data": {"pw": "aHVudGVyMg=="}}));
+        assert!(!merge.to_string().contains("aHVudGVyMg"), "{merge}");
+    }
+
+    #[test]
+    fn a_secrets_last_applied_configuration_is_redacted_wherever_it_is() {
+        let applied = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db"}, "stringData": {"pw": "hunter2-hunter2"}});
+        let list = redact(
+            serde_json::json!({"kind": "List", "items": [{"kind": "Secret",
+            "metadata": {"name": "db", "annotations": {LAST_APPLIED: applied.to_string()}},
+            "stringData": {"pw": "hunter2-hunter2"}}]}),
+        );
+        assert!(!list.to_string().contains("hunter2-hunter2"), "{list}");
+        // Another kind's stays as it was.
+        let config = serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c"},
+            "data": {"k": "v"}});
+        let kept = redact(
+            serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c",
+            "annotations": {LAST_APPLIED: config.to_string()}}}),
+        );
+        let text = kept["metadata"]["annotations"][LAST_APPLIED]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(text).unwrap(),
+            config
+        );
     }
 
     #[test]

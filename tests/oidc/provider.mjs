@@ -60,7 +60,7 @@ server.listen(0, '127.0.0.1', () => {
     claims: {
       openid: ['sub'],
       profile: ['name', 'preferred_username'],
-      email: ['email'],
+      email: ['email', 'email_verified'],
       groups: ['groups'],
     },
     scopes: ['openid', 'offline_access', 'profile', 'email', 'groups'],

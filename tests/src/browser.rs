@@ -244,6 +244,20 @@ impl Browser<'_> {
         panic!("{css} kept being replaced");
     }
 
+    /// Sets a cookie for the page's origin (the browser must be on it), `HttpOnly` and
+    /// `Secure`, as the hub sets its own: what a browser holds after a request the test made.
+    pub async fn add_cookie(&self, name: &str, value: &str, path: &str) {
+        self.command(
+            "POST",
+            "/cookie",
+            Some(
+                json!({"cookie": {"name": name, "value": value, "path": path,
+                                   "secure": true, "httpOnly": true}}),
+            ),
+        )
+        .await;
+    }
+
     pub async fn type_into(&self, css: &str, text: &str) {
         self.on_element(css, "POST", "/value", Some(json!({"text": text})))
             .await;

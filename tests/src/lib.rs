@@ -368,6 +368,56 @@ async fn connect(
     try_connect(addr).await.unwrap()
 }
 
+/// One HTTPS connection to a hub from the loopback address `source` (the hub counts some
+/// limits per address): requests go one after another on it.
+#[derive(Debug)]
+pub struct ClientFrom {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
+    addr: SocketAddr,
+}
+
+impl ClientFrom {
+    pub async fn connect(source: std::net::IpAddr, addr: SocketAddr) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(source, 0)).unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(tunnel::tls::unverified_client_config())
+            .connect("127.0.0.1".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        ClientFrom { sender, addr }
+    }
+
+    /// `GET path`: the status and where a redirect points (empty if none).
+    pub async fn get(&mut self, path: &str) -> (u16, String) {
+        let (status, headers) = self.get_headers(path).await;
+        let location = headers
+            .get(http::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, location)
+    }
+
+    /// `GET path`: the status and the answer's headers.
+    pub async fn get_headers(&mut self, path: &str) -> (u16, http::HeaderMap) {
+        self.sender.ready().await.unwrap();
+        let response = self
+            .sender
+            .send_request(request(self.addr, "GET", path, None, None))
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let _ = response.into_body().collect().await;
+        (status, headers)
+    }
+}
+
 async fn try_connect(
     addr: SocketAddr,
 ) -> Result<hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>, String> {
@@ -493,7 +543,7 @@ async fn send_json(
     };
     // Passwords and secrets sent, tokens received: none may be in any audit log of the run.
     if let Some(body) = &body {
-        secrets_in(body);
+        secrets_in(path, body);
     }
     if let Some(token) = value.get("token").and_then(serde_json::Value::as_str) {
         note_secret(token);
@@ -635,49 +685,121 @@ pub async fn wait_for_event(
 
 /// Remembers a password, secret or token the tests used, in the file `$DROVER_SECRETS_SEEN`
 /// names (`scripts/test` sets it): after the whole run, no audit log of any hub may hold one.
+/// A value of any length counts: a short one (which as a bare substring would match text
+/// that merely contains it) is looked for as a whole JSON string, as the log would hold it,
+/// plain or inside another JSON string (kubectl's last-applied-configuration).
 pub fn note_secret(secret: &str) {
     use std::io::Write as _;
     let Some(file) = std::env::var_os("DROVER_SECRETS_SEEN") else {
         return;
     };
-    // Short values (a port, "x") would match anything; every secret the hub takes is longer.
-    if secret.len() < 12 || secret.contains('\n') {
+    if secret.is_empty() || secret.contains('\n') {
         return;
     }
+    let patterns = if secret.len() >= 12 {
+        vec![secret.to_owned()]
+    } else {
+        let quoted = serde_json::Value::from(secret).to_string();
+        let inner = serde_json::Value::from(quoted.clone()).to_string();
+        vec![quoted, inner[1..inner.len() - 1].to_owned()]
+    };
     if let Ok(mut out) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(file)
     {
-        // One write per line: appends from several test processes do not interleave.
-        let _ = out.write_all(format!("{secret}\n").as_bytes());
+        // One write: appends from several test processes do not interleave.
+        let _ = out.write_all(format!("{}\n", patterns.join("\n")).as_bytes());
     }
 }
 
-/// Notes every string value under a key that names a secret (password, secret, token,
-/// key data) in a request body.
-fn secrets_in(body: &serde_json::Value) {
-    match body {
-        serde_json::Value::Object(map) => {
-            for (key, value) in map {
-                let key = key.to_ascii_lowercase();
-                let secret = ["password", "secret", "token"]
-                    .iter()
-                    .any(|k| key.contains(k))
-                    || key == "stringdata";
-                match value {
-                    serde_json::Value::String(text) if secret => note_secret(text),
-                    serde_json::Value::Object(inner) if secret => {
-                        for v in inner.values().filter_map(serde_json::Value::as_str) {
-                            note_secret(v);
-                        }
+/// The hub's own kinds whose objects are made of secrets, by API plural (an AuthProvider's
+/// two secrets are named as such: `bindPassword`, `clientSecret`).
+const SECRET_KINDS: &[&str] = &["projectsecrets", "cloudcredentials"];
+
+/// Whether a request to `path` carries secrets whatever its fields are called: a Secret
+/// through the proxy, or one of the hub's secret-bearing kinds.
+fn secret_bearing(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segments.as_slice() {
+        ["k8s", "clusters", _, rest @ ..] => {
+            let tail = match rest {
+                ["api", _, tail @ ..] | ["apis", _, _, tail @ ..] => tail,
+                _ => return false,
+            };
+            let tail = match tail {
+                ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+                other => other,
+            };
+            tail.first() == Some(&"secrets")
+        }
+        ["v1", plural, ..] => SECRET_KINDS.contains(plural),
+        _ => false,
+    }
+}
+
+/// Fields of a secret-bearing body that name or describe rather than hold a secret.
+const NOT_SECRET: &[&str] = &[
+    "metadata",
+    "kind",
+    "apiVersion",
+    "type",
+    "driver",
+    "cluster",
+    "project",
+    "region",
+    "endpoint",
+    "endpointCA",
+    "certificate",
+    "username",
+    "op",
+    "path",
+    "from",
+];
+
+/// Notes every secret a request body to `path` sends: every value of a secret-bearing
+/// request (but what only names or describes), and elsewhere every value under a key that
+/// names a secret (password, secret, token, key data) or a Secret's data.
+fn secrets_in(path: &str, body: &serde_json::Value) {
+    fn all(value: &serde_json::Value) {
+        match value {
+            serde_json::Value::String(text) => note_secret(text),
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    if !NOT_SECRET.contains(&key.as_str()) {
+                        all(value);
                     }
-                    other => secrets_in(other),
                 }
             }
+            serde_json::Value::Array(items) => items.iter().for_each(all),
+            _ => {}
         }
-        serde_json::Value::Array(items) => items.iter().for_each(secrets_in),
-        _ => {}
+    }
+    fn named(body: &serde_json::Value) {
+        match body {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    let key = key.to_ascii_lowercase();
+                    let secret = ["password", "secret", "token"]
+                        .iter()
+                        .any(|k| key.contains(k))
+                        || key == "stringdata";
+                    if secret {
+                        all(value);
+                    } else {
+                        named(value);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(named),
+            _ => {}
+        }
+    }
+    if secret_bearing(path) {
+        all(body);
+    } else {
+        named(body);
     }
 }
 

@@ -94,11 +94,13 @@ pub async fn back_at_hub(browser: &crate::browser::Browser<'_>) -> Value {
         .await
 }
 
-/// `drover-hub login --provider NAME` started, and the URL it printed for a browser.
+/// `drover-hub login --provider NAME` started, and the page and code it printed for a person
+/// to confirm the sign-in with.
 #[derive(Debug)]
 pub struct CliLogin {
     child: tokio::process::Child,
     pub url: String,
+    pub code: String,
 }
 
 impl CliLogin {
@@ -119,17 +121,35 @@ impl CliLogin {
             .spawn()
             .unwrap();
         let mut printed = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
+        let (url, code) = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut url = None;
             loop {
-                let line = printed.next_line().await.unwrap().expect("the CLI's URL");
-                if line.trim().starts_with("https://") {
-                    return line.trim().to_owned();
+                let line = printed
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .expect("the CLI's page and code");
+                let line = line.trim();
+                if line.starts_with("https://") {
+                    url = Some(line.to_owned());
+                } else if let Some(code) = line.strip_prefix("Code:") {
+                    return (
+                        url.expect("the page before the code"),
+                        code.trim().to_owned(),
+                    );
                 }
             }
         })
         .await
-        .expect("the CLI prints a URL within 30 s");
-        CliLogin { child, url }
+        .expect("the CLI prints a page and a code within 30 s");
+        // The rest of what it says (a refusal) is read when it ends.
+        tokio::spawn(async move { while let Ok(Some(_)) = printed.next_line().await {} });
+        CliLogin { child, url, code }
+    }
+
+    /// Whether the CLI is still waiting for its confirmation.
+    pub fn waiting(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
     }
 
     /// Waits for the CLI to finish; returns what it printed and the token it saved.
@@ -141,6 +161,33 @@ impl CliLogin {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "{stdout}");
         let saved: Value = serde_json::from_slice(&std::fs::read(config).unwrap()).unwrap();
-        (stdout, saved["token"].as_str().unwrap().to_owned())
+        let token = saved["token"].as_str().unwrap().to_owned();
+        crate::note_secret(&token);
+        (stdout, token)
     }
+
+    /// Waits for the CLI to give up (denied); it saved nothing.
+    pub async fn refused(self, config: &Path) {
+        let out = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
+            .await
+            .expect("the CLI done within 30 s of the denial")
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(!config.exists(), "the CLI saved a token it was refused");
+    }
+}
+
+/// On the hub's page for signing a command line in (the browser signed in already), types
+/// `code` and continues to what asks for access: returns the page's request details.
+pub async fn device_request(
+    browser: &crate::browser::Browser<'_>,
+    url: &str,
+    code: &str,
+) -> String {
+    browser.goto(url).await;
+    browser.find("form#device-code").await;
+    browser.type_into("#user-code", code).await;
+    browser.click("form#device-code button[type=submit]").await;
+    browser.find("dl#device-request").await;
+    browser.text("dl#device-request").await
 }

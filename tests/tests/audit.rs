@@ -143,6 +143,105 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     .await;
     assert_eq!(status, 201, "{answer}");
 
+    // Secrets changed every way kubectl changes them: `apply` (again: a strategic merge patch
+    // carrying the last-applied-configuration), `patch` (strategic and JSON), and a hub
+    // project secret without `kind`, patched too; a registry credential's client key. None of
+    // their values may reach the log, whatever the body's shape.
+    let applied = dir.join("secret.yaml");
+    let kubectl_secrets = [
+        "first applied value",
+        "second applied value",
+        "strategic patch value",
+        "json patch value",
+    ];
+    for value in &kubectl_secrets[..2] {
+        std::fs::write(
+            &applied,
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: applied\n  namespace: load-0\nstringData:\n  pw: {value}\n"
+            ),
+        )
+        .unwrap();
+        kubectl_ok(&kubeconfig, &["apply", "-f", applied.to_str().unwrap()]).await;
+    }
+    kubectl_ok(
+        &kubeconfig,
+        &[
+            "patch",
+            "secret",
+            "applied",
+            "-n",
+            "load-0",
+            "-p",
+            &format!("{{\"stringData\": {{\"pw\": \"{}\"}}}}", kubectl_secrets[2]),
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &kubeconfig,
+        &[
+            "patch",
+            "secret",
+            "applied",
+            "-n",
+            "load-0",
+            "--type=json",
+            "-p",
+            &format!(
+                "[{{\"op\": \"add\", \"path\": \"/stringData\", \"value\": {{\"pw\": \"{}\"}}}}]",
+                kubectl_secrets[3]
+            ),
+        ],
+    )
+    .await;
+    for value in kubectl_secrets {
+        tests::note_secret(value);
+    }
+    let (status, answer) = api(
+        hub.addr,
+        "POST",
+        "/v1/projects",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "lab"}, "spec": {"cluster": "prod"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    // A short value too: "czNj" is base64 of "s3c".
+    let (status, answer) = api(
+        hub.addr,
+        "POST",
+        "/v1/projectsecrets",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "lab-db"},
+                    "spec": {"cluster": "prod", "project": "lab", "data": {"pw": "czNj"}}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/projectsecrets/lab-db",
+        Some(&admin),
+        Some(json!({"spec": {"data": {"pw": "bmV3IHByb2plY3Qgc2VjcmV0"}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let client_key =
+        "-----BEGIN PRIVATE KEY-----\nregistry client key\n-----END PRIVATE KEY-----\n";
+    let (status, answer) = api(
+        hub.addr,
+        "POST",
+        "/v1/cloudcredentials",
+        Some(&admin),
+        Some(
+            json!({"metadata": {"name": "corp-pull"}, "spec": {"driver": "registry",
+            "registry": {"username": "puller", "password": "registry password here",
+                         "key": client_key}}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+
     // What the admin reads back about pat.
     let mine = records(hub, &admin, "?user=pat").await;
     assert!(has(&mine, "login", "/v1/login", 401), "{mine:#?}");
@@ -175,16 +274,23 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
     assert!(!created["requestId"].as_str().unwrap().is_empty());
     assert!(mine.iter().all(|r| r["user"] == "pat"));
     // Bodies: the login's password and the Secret's values redacted, the rest kept.
+    // A Secret's body is a summary: what it names, no value at all.
     let secret = mine
         .iter()
         .find(|r| r["verb"] == "create" && r["resource"] == "secrets")
         .unwrap();
     assert_eq!(secret["requestObject"]["metadata"]["name"], "db");
-    assert_eq!(
-        secret["requestObject"]["stringData"]["password"],
-        "<redacted>"
+    assert_eq!(secret["requestObject"]["kind"], "Secret");
+    assert!(
+        secret["requestObject"].get("stringData").is_none(),
+        "{secret}"
     );
-    assert_eq!(secret["requestObject"]["data"]["key"], "<redacted>");
+    assert!(secret["requestObject"].get("data").is_none(), "{secret}");
+    let patched = mine
+        .iter()
+        .filter(|r| r["verb"] == "patch" && r["resource"] == "secrets")
+        .count();
+    assert!(patched >= 3, "{mine:#?}");
     let login_record = mine.iter().find(|r| r["verb"] == "login").unwrap();
     assert_eq!(login_record["requestObject"]["username"], "pat");
     assert_eq!(login_record["requestObject"]["password"], "<redacted>");
@@ -239,9 +345,20 @@ async fn who_did_what_is_recorded_without_a_secret_and_survives_a_restart() {
             "the database's own password",
             "dGhlIGRhdGFiYXNlJ3Mga2V5",
             typed,
+            kubectl_secrets[0],
+            kubectl_secrets[1],
+            kubectl_secrets[2],
+            kubectl_secrets[3],
+            "bmV3IHByb2plY3Qgc2VjcmV0",
+            "registry client key",
+            "registry password here",
         ],
     );
     assert!(leaked.is_empty(), "the audit log holds {leaked:?}");
+    assert!(
+        !text.contains("\"czNj\""),
+        "the audit log holds a project secret's value"
+    );
 
     // After a restart the records are still there, and new ones follow them.
     let before = mine.len();

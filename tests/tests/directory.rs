@@ -190,6 +190,38 @@ async fn a_directory_group_reaches_the_cluster_and_leaving_it_takes_the_right_aw
         "{binding}"
     );
 
+    // A group whose name is not ASCII reaches the cluster as the directory spells it: the
+    // hub impersonates it as UTF-8, as kube-apiserver reads it, and the cluster's RBAC (as
+    // the cluster-agent wrote it) lets its member read.
+    let munich = "Entwickler München";
+    slapd.add_user("bruno", "Bruno Weiß", "bruno's directory password");
+    slapd.add_group(munich, &[user_dn("bruno")]);
+    bind_group(
+        hub.addr,
+        &admin,
+        "munich-readers",
+        (&format!("corp:{munich}"), "read-only", Some("prod")),
+    )
+    .await;
+    let (status, answer) = sign_in(hub, "corp", "bruno", "bruno's directory password").await;
+    assert_eq!(status, 200, "{answer}");
+    let bruno = answer["token"].as_str().unwrap().to_owned();
+    let bruno_config = issued_kubeconfig(hub, &bruno, &dir, "bruno", None).await;
+    until_allowed(&bruno_config, &["list", "pods", "-n", "load-0"]).await;
+    kubectl_ok(&bruno_config, &["get", "pods", "-n", "load-0"]).await;
+    let seen = imported
+        .sim
+        .audit()
+        .into_iter()
+        .rev()
+        .find(|e| e.user == "corp-bruno" && e.path.ends_with("/namespaces/load-0/pods"))
+        .unwrap();
+    assert!(
+        seen.groups.iter().any(|g| *g == format!("corp:{munich}")),
+        "{:?}",
+        seen.groups
+    );
+
     // Taken out of ops in the directory: the next refresh takes the right away, on the hub
     // and through the proxy, without her signing in again.
     groups_become(hub.addr, &admin, "corp-alice", json!([]), async {
@@ -509,6 +541,18 @@ member: cn=Dev,ou=corp,{BASE}
         disabled["message"].as_str().unwrap().contains("disabled"),
         "{disabled}"
     );
+
+    // Failed sign-ins count against the account, however its name is spelled: five wrong
+    // passwords under five spellings (the UPN resolves to the same entry) block it, even with
+    // the right password. Others from the same address still sign in.
+    for spelling in ["BOB", " bob", "bOb", "CORP\\bob", "bob@corp.example"] {
+        let (status, answer) = sign_in(&hub, "ad", spelling, "a guess").await;
+        assert_eq!(status, 401, "{spelling:?}: {answer}");
+    }
+    let (status, answer) = sign_in(&hub, "ad", "bob", "bob's domain password").await;
+    assert_eq!(status, 429, "{answer}");
+    let (status, answer) = sign_in(&hub, "corp", "alice", ALICE_PASSWORD).await;
+    assert_eq!(status, 200, "{answer}");
 
     // The login page's list: the hub's own users and each enabled provider.
     let (status, offered) = api(hub.addr, "GET", "/v1/login/providers", None, None).await;

@@ -83,31 +83,33 @@ async fn authenticate(
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| providers::LOCAL.to_owned());
     crate::audit::note_login(&request.username, &provider);
-    // Failures are counted per provider and name: `alice` of the directory is not the hub's.
-    let limit_key = if provider == providers::LOCAL {
-        request.username.clone()
-    } else {
-        format!("{provider}:{}", request.username)
-    };
-    if let Err(wait) = api.limiter.check(&limit_key, addr) {
-        let mut err = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TooManyRequests",
-            format!(
-                "too many failed logins; try again in {} s",
-                wait.as_secs() + 1
-            ),
-        );
-        err.retry_after = Some(wait.as_secs() + 1);
-        return Err(err);
+    // Failures are counted per provider and account, however the name is spelled: `alice`
+    // of the directory is not the hub's, and `ALICE` is `alice`.
+    let name_key = vec![auth::login_key(&provider, &request.username)];
+    if let Err(wait) = api.limiter.check(&name_key, addr) {
+        return Err(too_many(wait));
     }
     let user = if provider == providers::LOCAL {
-        local_user(api, request, addr).await?
+        let user = local_user(api, request, addr).await?;
+        api.limiter.succeeded(&name_key);
+        user
     } else {
-        directory_user(api, &provider, request, &limit_key, addr).await?
+        directory_user(api, &provider, request, addr).await?
     };
-    api.limiter.succeeded(&limit_key);
     Ok(user)
+}
+
+fn too_many(wait: std::time::Duration) -> ApiError {
+    let mut err = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        format!(
+            "too many failed logins; try again in {} s",
+            wait.as_secs() + 1
+        ),
+    );
+    err.retry_after = Some(wait.as_secs() + 1);
+    err
 }
 
 /// `POST /login`: the login page's form when its script did not run (a page still loading, a
@@ -153,9 +155,7 @@ pub async fn form_login(
     };
     let how = Issue {
         session: true,
-        description: None,
-        client: None,
-        given: None,
+        ..Issue::default()
     };
     match issue_token(api, &user, how).await {
         Ok(issued) => {
@@ -197,7 +197,10 @@ async fn local_user(
         .and_then(Value::as_bool)
         .unwrap_or(false);
     if !ok || user.is_none() || disabled {
-        api.limiter.failed(&request.username, addr);
+        api.limiter.failed(
+            &[auth::login_key(providers::LOCAL, &request.username)],
+            addr,
+        );
         tracing::info!(user = %request.username, addr = ?addr, "failed login");
         return Err(refused());
     }
@@ -210,7 +213,6 @@ async fn directory_user(
     api: &Api,
     provider: &str,
     request: &LoginRequest,
-    limit_key: &str,
     addr: Option<IpAddr>,
 ) -> Result<String, ApiError> {
     let spec = match api.store.get(Kind::AuthProvider.name(), provider).await {
@@ -230,10 +232,19 @@ async fn directory_user(
                 "auth provider {provider:?} is disabled; sign in with another, or ask an admin"
             ))
         })?;
-    let identity = match directory
-        .authenticate(&request.username, &request.password)
-        .await
-    {
+    // The entry the name resolves to is checked before its password is tried: failures
+    // under every spelling of it (a UPN, `DOMAIN\\name`) count against it.
+    let may_try = |dn: &str| {
+        api.limiter
+            .check(&[auth::entry_key(provider, dn)], None)
+            .is_ok()
+    };
+    let (dn, outcome) = directory
+        .authenticate(&request.username, &request.password, &may_try)
+        .await;
+    let mut accounts = vec![auth::login_key(provider, &request.username)];
+    accounts.extend(dn.as_deref().map(|dn| auth::entry_key(provider, dn)));
+    let identity = match outcome {
         Ok(identity) => identity,
         Err(e) if e.unavailable() => {
             // The directory's trouble is the admins' to see, in the log; the user learns it
@@ -247,12 +258,17 @@ async fn directory_user(
                 ),
             ));
         }
+        Err(providers::DirectoryError::Blocked) => {
+            tracing::info!(user = %request.username, provider, addr = ?addr, "login refused: too many failures for the account");
+            return Err(too_many(std::time::Duration::from_secs(60)));
+        }
         Err(e) => {
-            api.limiter.failed(limit_key, addr);
+            api.limiter.failed(&accounts, addr);
             tracing::info!(user = %request.username, provider, addr = ?addr, reason = %e, "failed login");
             return Err(ApiError::unauthorized("wrong username or password"));
         }
     };
+    api.limiter.succeeded(&accounts);
     admit(api, provider, &spec, &identity).await
 }
 
@@ -276,7 +292,7 @@ pub(super) async fn admit(
             ),
         ));
     }
-    let user = providers::link(api.store.as_ref(), provider, identity).await?;
+    let user = providers::link(api.store.as_ref(), provider, spec.provider_type, identity).await?;
     let found = api.store.get(Kind::User.name(), &user).await?;
     if found.spec.get("disabled").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::unauthorized(format!(
@@ -299,9 +315,11 @@ pub(super) struct Issue<'a> {
     pub(super) description: Option<String>,
     /// The client logging in: its earlier token of this user is revoked.
     pub(super) client: Option<String>,
-    /// The token's name and secret hash, made by the client (the CLI's browser login: the
+    /// The token's name and secret hash, made by the client (the CLI's device login: the
     /// secret never leaves it); else the hub makes one.
     pub(super) given: Option<(&'a str, &'a str)>,
+    /// More writes made in the same transaction as the token (a device login marked done).
+    pub(super) also: Vec<crate::store::Op>,
 }
 
 /// A token issued: its value (unless the client made it), expiry and lifetime.
@@ -322,7 +340,7 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
             session,
             description: request.description,
             client: request.client,
-            given: None,
+            ..Issue::default()
         },
     )
     .await?;
@@ -404,6 +422,7 @@ pub(super) async fn issue_token(api: &Api, user: &str, how: Issue<'_>) -> Result
         .labels
         .insert(auth::lifetimes::USER_LABEL.to_owned(), user.to_owned());
     let mut ops = vec![crate::store::Op::Create(object)];
+    ops.extend(how.also);
     // A new login from the same client replaces that client's earlier token, in the same
     // write: a user who logs in again does not leave the old token valid.
     if let Some(client) = &client {

@@ -17,6 +17,7 @@ use crate::{
     store::{LabelSelector, Object},
 };
 
+pub mod device;
 pub mod error;
 mod kubeconfig;
 mod login;
@@ -26,10 +27,10 @@ mod sso;
 pub mod state;
 mod watch;
 
+pub use device::{DeviceLoginRequest, DevicePoll};
 pub use error::ApiError;
 pub use login::{LoginRequest, ProviderTest, form_login};
 pub use objects::check_body;
-pub use sso::CliLogin;
 pub use state::Api;
 
 /// The API's version in `apiVersion`.
@@ -40,7 +41,8 @@ pub fn router(api: Api) -> Router {
         .route("/v1/login", post(login::login))
         .route("/v1/login/providers", get(login::login_providers))
         .route("/v1/login/{provider}/start", get(sso::start))
-        .route("/v1/login/{provider}/cli", post(sso::cli_start))
+        .route("/v1/login/{provider}/device", post(device::start))
+        .route("/v1/login/device/token", post(device::poll))
         .route("/v1/login/{provider}/callback", get(sso::callback))
         .route("/v1/logout", post(login::logout))
         .route("/v1/authproviders/{name}/test", post(login::test_provider))
@@ -249,17 +251,53 @@ pub struct DeleteParams {
 pub(crate) type PathKindName = Path<(String, String)>;
 pub(crate) type QueryList = Query<ListParams>;
 
-/// A path on this hub to go to after signing in (anything else: the clusters page).
-fn next_path(next: Option<&str>) -> String {
-    next.filter(|n| {
-        n.starts_with('/')
-            && !n.starts_with("//")
-            && n.len() <= 512
-            && n.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/-_.?=&%".contains(c))
-    })
-    .unwrap_or("/clusters")
-    .to_owned()
+/// Where to go after signing in: `next` if it is a path on this hub, else the clusters page.
+/// The one check for every place that sends a browser on (the login page's script, its
+/// no-script form, a provider's callback). A browser reads `\\` as `/` and drops tabs and
+/// newlines from a URL, so `/\\evil.example` and `/<TAB>/evil.example` would leave the hub:
+/// only a path of visible ASCII that stays a path once percent-decoded passes.
+pub fn next_path(next: Option<&str>) -> String {
+    next.filter(|n| same_origin_path(n))
+        .unwrap_or("/clusters")
+        .to_owned()
+}
+
+fn same_origin_path(next: &str) -> bool {
+    let plain = |text: &str| {
+        text.starts_with('/')
+            && !text.starts_with("//")
+            && !text.contains('\\')
+            && !text.chars().any(|c| c.is_control() || c.is_whitespace())
+    };
+    let decoded = percent_decoded(next);
+    next.len() <= 512
+        && next.chars().all(|c| c.is_ascii_graphic())
+        && plain(next)
+        && plain(&decoded)
+}
+
+/// `text` with each `%XX` decoded (as a browser may decode it once more).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

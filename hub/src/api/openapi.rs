@@ -5,7 +5,7 @@
 use schemars::{SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use super::{CliLogin, LoginRequest, ProviderTest, error::StatusBody};
+use super::{DeviceLoginRequest, DevicePoll, LoginRequest, ProviderTest, error::StatusBody};
 use crate::{
     model::{Kind, State, Status},
     store::ObjectMeta,
@@ -63,7 +63,8 @@ pub fn document() -> Value {
     generator.subschema_for::<StatusBody>();
     generator.subschema_for::<LoginRequest>();
     generator.subschema_for::<ProviderTest>();
-    generator.subschema_for::<CliLogin>();
+    generator.subschema_for::<DeviceLoginRequest>();
+    generator.subschema_for::<DevicePoll>();
     generator.subschema_for::<proto::register::RegisterRequest>();
     let mut paths = Map::new();
     for kind in Kind::ALL {
@@ -243,16 +244,38 @@ pub fn document() -> Value {
         }}),
     );
     paths.insert(
-        "/v1/login/{provider}/cli".into(),
+        "/v1/login/{provider}/device".into(),
         json!({"post": {
-            "operationId": "startCliLogin",
-            "summary": "The command line's sign-in at an OpenID provider: the URL to open; once signed in there, the token the CLI made works",
+            "operationId": "startDeviceLogin",
+            "summary": "The command line's sign-in with a provider (RFC 8628's shape): a code to show and a page to open; once a person signed in there types the code and confirms, the token the CLI made works",
             "security": [],
             "parameters": provider_param,
-            "requestBody": json_body(reference("CliLogin")),
-            "responses": responses(("200", ok("The URL to open", json!({
-                "type": "object", "required": ["url"], "properties": {"url": {"type": "string"}},
-            }))), &[400, 404, 422, 503]),
+            "requestBody": json_body(reference("DeviceLoginRequest")),
+            "responses": responses(("200", ok("What to show, and what to poll with", json!({
+                "type": "object",
+                "required": ["deviceCode", "userCode", "verificationUri", "expiresIn", "interval"],
+                "properties": {"deviceCode": {"type": "string"}, "userCode": {"type": "string"},
+                               "verificationUri": {"type": "string"}, "expiresIn": {"type": "integer"},
+                               "interval": {"type": "integer"}},
+            }))), &[400, 404, 422, 429, 503]),
+        }}),
+    );
+    paths.insert(
+        "/v1/login/device/token".into(),
+        json!({"post": {
+            "operationId": "pollDeviceLogin",
+            "summary": "Whether the command line's sign-in was confirmed: 200 with the user once it was; else 400 with error authorization_pending, access_denied or expired_token",
+            "security": [],
+            "requestBody": json_body(reference("DevicePoll")),
+            "responses": {
+                "200": ok("Confirmed: the CLI's token works", json!({
+                    "type": "object", "required": ["user"], "properties": {"user": {"type": "string"}},
+                })),
+                "400": {"description": "Not (yet) confirmed", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["error", "message"],
+                    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                }}}},
+            },
         }}),
     );
     paths.insert(
@@ -262,7 +285,7 @@ pub fn document() -> Value {
             "summary": "Where the provider sends the browser back (code and state)",
             "security": [],
             "parameters": [provider_param[0], {"name": "code", "in": "query", "schema": {"type": "string"}}, {"name": "state", "in": "query", "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "Signed in: a page that moves on to where the login started"}, "303": {"description": "To /login, with the error or the command line's result"}},
+            "responses": {"200": {"description": "Signed in: a page that moves on to where the login started"}, "303": {"description": "To /login, with the error"}},
         }}),
     );
     paths.insert(

@@ -1,12 +1,13 @@
-//! Signing in at a provider's own page (OpenID Connect): the browser is sent there with a
-//! fresh `state`, `nonce` and PKCE verifier kept in the store (any replica can take the
+//! Signing in at a provider's own page (OpenID Connect, GitHub): the browser is sent there
+//! with a fresh `state`, `nonce` and PKCE verifier kept in the store (any replica can take the
 //! callback), and comes back to `/v1/login/<provider>/callback`, where the code is exchanged
-//! and the ID token checked. A dashboard login is bound to the browser that started it (a
-//! cookie holding its `state`); a CLI login names the token the CLI made (its secret never
-//! leaves the CLI), which the callback creates for the user while the CLI waits.
+//! and the ID token checked. A login is bound to the browser that started it (a cookie
+//! holding its `state`). The command line signs in through a browser too, as a device
+//! authorisation the person confirms ([`super::device`]).
+
+use std::net::IpAddr;
 
 use axum::{
-    Json,
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Redirect, Response},
@@ -21,8 +22,14 @@ use crate::{
     store::{Object, Op, StoreError},
 };
 
-/// Sign-ins under way at most (each lives ten minutes unless it is finished).
-const MAX_PENDING: usize = 1000;
+/// Sign-ins under way at most per provider (each lives ten minutes unless it is finished):
+/// anyone may start one, so a flood must not fill the store.
+const MAX_PENDING_PER_PROVIDER: usize = 5000;
+
+/// Sign-ins under way kept per source (an IPv4 address, an IPv6 /64): a source that starts
+/// more loses its own oldest, so one address can neither fill a provider's share nor block
+/// anyone else's sign-in. Enough for an office behind one NAT signing in at once.
+const MAX_PENDING_PER_SOURCE: usize = 20;
 
 /// The cookie binding a dashboard login under way to the browser that started it.
 const LOGIN_COOKIE: &str = "drover_login";
@@ -36,7 +43,7 @@ fn redirect_uri(api: &Api, provider: &str) -> String {
 }
 
 /// The enabled redirecting provider `name`, and its client.
-async fn client_of(
+pub(super) async fn client_of(
     api: &Api,
     name: &str,
 ) -> Result<(AuthProviderSpec, providers::Redirecting), ApiError> {
@@ -78,17 +85,55 @@ fn unavailable(provider: &str) -> impl Fn(providers::DirectoryError) -> ApiError
     }
 }
 
-/// Starts a login at `provider`: the URL to send the browser to, with what the callback will
-/// need kept in the store under the login's `state`.
-async fn begin(api: &Api, provider: &str, more: Value) -> Result<(String, String), ApiError> {
-    let (_, client) = client_of(api, provider).await?;
-    // Anyone may start a sign-in, and each is kept until it is used or expires: a flood of
-    // them must not fill the store.
+/// Makes room for one more sign-in (of `kind`: a browser's or a command line's) of
+/// `provider` from `source`: refuses when the provider's share is full, and deletes the
+/// source's oldest beyond its own share.
+pub(super) async fn make_room(
+    api: &Api,
+    kind: &str,
+    provider: &str,
+    source: &str,
+) -> Result<(), ApiError> {
     let (pending, _) = api
         .store
-        .list(PENDING_KIND, &crate::store::LabelSelector::everything())
+        .list(kind, &crate::store::LabelSelector::everything())
         .await?;
-    if pending.len() >= MAX_PENDING {
+    let field =
+        |p: &Object, name: &str| p.spec.get(name).and_then(Value::as_str).map(str::to_owned);
+    let mut mine: Vec<&Object> = pending
+        .iter()
+        .filter(|p| field(p, "source").as_deref() == Some(source))
+        .collect();
+    if mine.len() >= MAX_PENDING_PER_SOURCE {
+        mine.sort_by_key(|p| p.metadata.resource_version.parse::<u64>().unwrap_or(0));
+        let oldest = &mine[..=mine.len() - MAX_PENDING_PER_SOURCE];
+        let ops = oldest
+            .iter()
+            .map(|p| Op::Delete {
+                kind: kind.to_owned(),
+                name: p.metadata.name.clone(),
+                resource_version: None,
+            })
+            .collect();
+        match api.store.transact(ops).await {
+            // Finished or deleted meanwhile: room either way.
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(
+            source,
+            provider,
+            dropped = oldest.len(),
+            "a source started more sign-ins than it may keep: its oldest were dropped"
+        );
+    }
+    let of_provider = pending
+        .iter()
+        .filter(|p| field(p, "provider").as_deref() == Some(provider))
+        .filter(|p| field(p, "source").as_deref() != Some(source))
+        .count()
+        + mine.len().min(MAX_PENDING_PER_SOURCE - 1);
+    if of_provider >= MAX_PENDING_PER_PROVIDER {
         let mut refused = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "TooManyRequests",
@@ -97,12 +142,27 @@ async fn begin(api: &Api, provider: &str, more: Value) -> Result<(String, String
         refused.retry_after = Some(60);
         return Err(refused);
     }
+    Ok(())
+}
+
+/// Starts a login at `provider` for a caller at `addr`: the URL to send the browser to, with
+/// what the callback will need kept in the store under the login's `state`.
+async fn begin(
+    api: &Api,
+    provider: &str,
+    addr: Option<IpAddr>,
+    more: Value,
+) -> Result<(String, String), ApiError> {
+    let (_, client) = client_of(api, provider).await?;
+    let source = crate::auth::source_of(addr);
+    make_room(api, PENDING_KIND, provider, &source).await?;
     let started = client
         .start(&redirect_uri(api, provider))
         .await
         .map_err(unavailable(provider))?;
     let mut spec = json!({
         "provider": provider,
+        "source": source,
         "nonce": started.nonce,
         "verifier": started.verifier,
         "expiresAt": crate::auth::lifetimes::expiry(PENDING_FOR),
@@ -126,10 +186,19 @@ pub(super) struct StartQuery {
 pub(super) async fn start(
     State(api): State<Api>,
     Path(provider): Path<String>,
+    remote: Option<axum::Extension<tunnel::listener::RemoteAddr>>,
     Query(query): Query<StartQuery>,
 ) -> Response {
     let next = next_path(query.next.as_deref());
-    match begin(&api, &provider, json!({"browser": true, "next": next})).await {
+    let addr = remote.map(|r| r.0.0.ip());
+    match begin(
+        &api,
+        &provider,
+        addr,
+        json!({"browser": true, "next": next}),
+    )
+    .await
+    {
         Ok((url, state)) => {
             let mut response = Redirect::to(&url).into_response();
             let cookie = format!(
@@ -143,57 +212,6 @@ pub(super) async fn start(
         }
         Err(e) => back_to_login(&e.message),
     }
-}
-
-/// What the CLI sends to start a browser login: the token it made (name and secret hash).
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CliLogin {
-    pub token_name: String,
-    pub token_hash: String,
-    #[serde(default)]
-    pub client: Option<String>,
-}
-
-/// `POST /v1/login/{provider}/cli`: the URL the CLI prints; once the user signs in there, the
-/// CLI's token works.
-pub(super) async fn cli_start(
-    State(api): State<Api>,
-    Path(provider): Path<String>,
-    body: Result<Json<CliLogin>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Json(login) = body.map_err(|e| {
-        ApiError::bad_request(format!(
-            "{e}; send {{\"tokenName\", \"tokenHash\"}} (drover-hub login --provider makes them)"
-        ))
-    })?;
-    let name_ok = login.token_name.len() == 13
-        && login.token_name.starts_with('t')
-        && login
-            .token_name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    let hash_ok = login.token_hash.len() == 64
-        && login
-            .token_hash
-            .chars()
-            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
-    if !name_ok || !hash_ok {
-        return Err(ApiError::invalid(
-            "tokenName must be t and 12 lowercase letters or digits, tokenHash the secret's sha256 in hex",
-        ));
-    }
-    if login.client.as_ref().is_some_and(|c| c.len() > 128) {
-        return Err(ApiError::bad_request("client: at most 128 characters"));
-    }
-    let (url, _) = begin(
-        &api,
-        &provider,
-        json!({"browser": false, "cli": {"tokenName": login.token_name, "tokenHash": login.token_hash,
-               "client": login.client.unwrap_or_default()}}),
-    )
-    .await?;
-    Ok(Json(json!({"url": url})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -268,12 +286,6 @@ pub(super) async fn callback(
             clear_login_cookie(&mut response);
             response
         }
-        Ok(Done::Cli { user }) => {
-            let query = form_urlencoded::Serializer::new(String::new())
-                .append_pair("cli", &user)
-                .finish();
-            Redirect::to(&format!("/login?{query}")).into_response()
-        }
         Err(e) => {
             let mut response = back_to_login(&e.message);
             clear_login_cookie(&mut response);
@@ -294,9 +306,6 @@ enum Done {
     Browser {
         issued: super::login::Issued,
         next: String,
-    },
-    Cli {
-        user: String,
     },
 }
 
@@ -323,10 +332,10 @@ async fn finish(
             "this sign-in was started with another provider; start again",
         ));
     }
-    let browser = pending.spec["browser"].as_bool().unwrap_or(false);
-    // A dashboard login finishes in the browser that started it: a link someone else
-    // started cannot sign this browser in as them.
-    if browser && browser_state != Some(state.as_str()) {
+    // A login finishes in the browser that started it: a link someone else started cannot
+    // sign this browser in as them. (Logins stored by hubs before 2026-12 without `browser`
+    // were the command line's, which now signs in as a device: refused here too.)
+    if pending.spec["browser"].as_bool() != Some(true) || browser_state != Some(state.as_str()) {
         return Err(ApiError::bad_request(
             "this sign-in was started in another browser (or its cookie expired); start again here",
         ));
@@ -373,33 +382,17 @@ async fn finish(
         finished.refresh_token.as_deref(),
     )
     .await?;
-    if browser {
-        let issued = super::login::issue_token(
-            api,
-            &user,
-            super::login::Issue {
-                session: true,
-                ..super::login::Issue::default()
-            },
-        )
-        .await?;
-        return Ok(Done::Browser {
-            issued,
-            next: text("/next"),
-        });
-    }
-    let (name, hash) = (text("/cli/tokenName"), text("/cli/tokenHash"));
-    let client_id = text("/cli/client");
-    super::login::issue_token(
+    let issued = super::login::issue_token(
         api,
         &user,
         super::login::Issue {
-            session: false,
-            description: Some("drover-hub CLI".into()),
-            client: Some(client_id),
-            given: Some((&name, &hash)),
+            session: true,
+            ..super::login::Issue::default()
         },
     )
     .await?;
-    Ok(Done::Cli { user })
+    Ok(Done::Browser {
+        issued,
+        next: text("/next"),
+    })
 }

@@ -428,33 +428,70 @@ fn forbidden_message(principal: &Principal, verb: Verb, kind: Kind, object: &Obj
     }
 }
 
-/// Failed logins allowed per user and per address in one window.
+/// Failed logins allowed per account in one window; per address (an office or an ingress
+/// may put many people behind one) many more.
 const LOGIN_FAILURES: u32 = 5;
+const ADDRESS_FAILURES: u32 = 100;
 const LOGIN_WINDOW: Duration = Duration::from_secs(60);
 
-/// Counts failed logins per user name and per client address; past the limit, logins for that
-/// key are refused until the window ends, even with the right password.
+/// The source a request is counted against: an IPv4 address, or an IPv6 address's /64 (one
+/// host usually holds a whole /64).
+pub fn source_of(addr: Option<IpAddr>) -> String {
+    match addr {
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        None => "unknown".to_owned(),
+    }
+}
+
+/// How failed logins of a name are counted: the name as the provider would match it
+/// (trimmed, lowercased; an Active Directory `DOMAIN\name` as `name`), so spelling it
+/// another way gets no fresh count. A directory's user is counted by their DN as well, once
+/// found, which also catches a UPN or another login attribute.
+pub fn login_key(provider: &str, name: &str) -> String {
+    let name = name.trim().to_lowercase();
+    let name = name.rsplit_once('\\').map_or(name.as_str(), |(_, n)| n);
+    format!("{provider}:{name}")
+}
+
+/// The failure key of a directory entry (DNs compare ignoring case).
+pub fn entry_key(provider: &str, dn: &str) -> String {
+    format!("{provider}:dn:{}", dn.to_lowercase())
+}
+
+/// Counts failed logins per account (every key that names it) and per client address; past
+/// its limit, logins for that account (or from that address) are refused until the window
+/// ends, even with the right password.
 #[derive(Debug, Default)]
 pub struct LoginLimiter {
     windows: Mutex<HashMap<String, (Instant, u32)>>,
 }
 
 impl LoginLimiter {
-    fn keys(user: &str, addr: Option<IpAddr>) -> Vec<String> {
-        let mut keys = vec![format!("user:{user}")];
-        if let Some(addr) = addr {
-            keys.push(format!("addr:{addr}"));
-        }
-        keys
+    fn keys<'a>(
+        accounts: &'a [String],
+        addr: Option<IpAddr>,
+    ) -> impl Iterator<Item = (String, u32)> + 'a {
+        accounts
+            .iter()
+            .map(|a| (format!("account:{a}"), LOGIN_FAILURES))
+            .chain(addr.map(|a| (format!("addr:{}", source_of(Some(a))), ADDRESS_FAILURES)))
     }
 
-    /// `Err(retry_after)` if logins for this user or address are blocked now.
-    pub fn check(&self, user: &str, addr: Option<IpAddr>) -> Result<(), Duration> {
+    /// `Err(retry_after)` if logins for any of these accounts, or from this address, are
+    /// blocked now.
+    pub fn check(&self, accounts: &[String], addr: Option<IpAddr>) -> Result<(), Duration> {
         let now = Instant::now();
         let windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        for key in Self::keys(user, addr) {
+        for (key, limit) in Self::keys(accounts, addr) {
             if let Some((start, failures)) = windows.get(&key)
-                && *failures >= LOGIN_FAILURES
+                && *failures >= limit
                 && now.duration_since(*start) < LOGIN_WINDOW
             {
                 return Err(LOGIN_WINDOW - now.duration_since(*start));
@@ -463,20 +500,22 @@ impl LoginLimiter {
         Ok(())
     }
 
-    pub fn failed(&self, user: &str, addr: Option<IpAddr>) {
+    pub fn failed(&self, accounts: &[String], addr: Option<IpAddr>) {
         let now = Instant::now();
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         // Forget old windows so the map cannot grow without bound.
         windows.retain(|_, (start, _)| now.duration_since(*start) < LOGIN_WINDOW);
-        for key in Self::keys(user, addr) {
+        for (key, _) in Self::keys(accounts, addr) {
             let entry = windows.entry(key).or_insert((now, 0));
             entry.1 += 1;
         }
     }
 
-    pub fn succeeded(&self, user: &str) {
+    pub fn succeeded(&self, accounts: &[String]) {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        windows.remove(&format!("user:{user}"));
+        for (key, _) in Self::keys(accounts, None) {
+            windows.remove(&key);
+        }
     }
 }
 

@@ -87,6 +87,34 @@ pub fn random_text<const N: usize>() -> String {
     B64.encode(random::<N>())
 }
 
+/// The letters of a device login's user code: no vowels (no words) and none that look alike
+/// (RFC 8628 6.1's example set).
+const USER_CODE_LETTERS: &[u8; 20] = b"BCDFGHJKLMNPQRSTVWXZ";
+
+/// A user code for a command line's sign-in, as people read and type it: `BCDF-GHJK` (eight
+/// letters of twenty, about 34 bits; guesses are limited per user).
+pub fn user_code() -> String {
+    let letters: String = random::<8>()
+        .iter()
+        // 256 = 12 × 20 + 16: the first 240 values map evenly; the bias of the rest is
+        // below what matters for a code that lives minutes and allows five wrong guesses.
+        .map(|b| char::from(USER_CODE_LETTERS[usize::from(*b) % USER_CODE_LETTERS.len()]))
+        .collect();
+    format!("{}-{}", &letters[..4], &letters[4..])
+}
+
+/// A user code as typed (any case, with or without its dash or spaces) in its stored form,
+/// lowercase without the dash (an object name); `None` if it cannot be one.
+pub fn normal_user_code(typed: &str) -> Option<String> {
+    let letters: String = typed
+        .chars()
+        .filter(|c| !matches!(c, '-' | ' '))
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    (letters.len() == 8 && letters.bytes().all(|b| USER_CODE_LETTERS.contains(&b)))
+        .then(|| letters.to_ascii_lowercase())
+}
+
 /// sha256 of a token secret, hex (one definition with the authorized endpoint's authenticator).
 pub use proto::token_hash;
 

@@ -318,25 +318,51 @@ fn the_strongest_binding_wins() {
 }
 
 #[test]
-fn failed_logins_block_the_user_and_the_address() {
+fn failed_logins_block_the_account_however_spelled_and_an_address_only_far_later() {
     let limiter = LoginLimiter::default();
     let addr: IpAddr = "10.0.0.1".parse().unwrap();
+    let alice = |name: &str| vec![login_key("corp", name)];
+    for spelling in ["alice", "ALICE", " alice", "CORP\\aLiCe", "alice "] {
+        assert!(limiter.check(&alice(spelling), Some(addr)).is_ok());
+        limiter.failed(&alice(spelling), Some(addr));
+    }
+    assert_eq!(LOGIN_FAILURES, 5);
+    assert!(
+        limiter.check(&alice("Alice"), None).is_err(),
+        "blocked by account from anywhere"
+    );
+    // Found by the directory under another name (a UPN): counted by the entry too.
+    let upn = vec![
+        login_key("corp", "alice.liddell@corp.example"),
+        entry_key("corp", "CN=Alice,OU=People,DC=corp"),
+    ];
     for _ in 0..LOGIN_FAILURES {
-        assert!(limiter.check("alice", Some(addr)).is_ok());
-        limiter.failed("alice", Some(addr));
+        limiter.failed(&upn, None);
     }
     assert!(
-        limiter.check("alice", None).is_err(),
-        "blocked by user name from anywhere"
+        limiter
+            .check(&[entry_key("corp", "cn=alice,ou=people,dc=corp")], None)
+            .is_err()
     );
-    assert!(
-        limiter.check("bob", Some(addr)).is_err(),
-        "blocked by address for any user"
-    );
+    // Others behind the same address still sign in: it takes many more failures.
     assert!(
         limiter
-            .check("bob", Some("10.0.0.2".parse().unwrap()))
+            .check(&[login_key("corp", "bob")], Some(addr))
             .is_ok()
+    );
+    for n in 0..ADDRESS_FAILURES {
+        limiter.failed(&[login_key("corp", &format!("user-{n}"))], Some(addr));
+    }
+    assert!(
+        limiter
+            .check(&[login_key("corp", "bob")], Some(addr))
+            .is_err()
+    );
+    let v6: IpAddr = "2001:db8:1:2::7".parse().unwrap();
+    assert_eq!(source_of(Some(v6)), "2001:db8:1:2::/64");
+    assert_eq!(
+        source_of(Some("2001:db8:1:2:ffff::1".parse().unwrap())),
+        source_of(Some(v6))
     );
 }
 

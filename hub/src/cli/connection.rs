@@ -127,8 +127,11 @@ pub async fn provider_redirects(server: &str, provider: &str) -> bool {
     }
 }
 
-/// Signs in at a provider's page: this CLI makes its token (the secret stays here), the hub
-/// gives the URL to open, and once the user has signed in there the token works.
+/// Signs in with a provider whose users sign in at its own page, as a device authorisation:
+/// this CLI makes its token (the secret stays here) and asks the hub for a code; a person
+/// opens the page the hub names, signs in there, types the code and confirms; meanwhile the
+/// CLI asks the hub every few seconds whether that happened. Until it does, the token does
+/// not exist.
 async fn browser_login(
     config: &std::path::Path,
     client: &Client,
@@ -141,39 +144,55 @@ async fn browser_login(
     let (status, bytes) = client
         .send(
             "POST",
-            &format!("/v1/login/{provider}/cli"),
+            &format!("/v1/login/{provider}/device"),
             None,
             Some(&body),
         )
         .await?;
-    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let started: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     if status != 200 {
         return Err(CliError::Refused(format!(
             "login refused: {}",
-            text(&value["message"])
+            text(&started["message"])
         )));
     }
+    let minutes = started["expiresIn"].as_u64().unwrap_or(600) / 60;
     let mut err = std::io::stderr();
     let _ = writeln!(
         err,
-        "{notice}Open this URL in a browser and sign in with {provider} (waiting up to 5 minutes):\n\n  {}\n",
-        text(&value["url"])
+        "{notice}To sign in with {provider}, open this page in a browser:\n\n  {}\n\nsign in there and enter this code (waiting up to {minutes} minutes):\n\n  Code: {}\n\nThe page shows this command line as {client_id:?}; confirm only there.\n",
+        text(&started["verificationUri"]),
+        text(&started["userCode"]),
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    let me = loop {
+    let poll = json!({"deviceCode": started["deviceCode"]});
+    let every =
+        std::time::Duration::from_secs(started["interval"].as_u64().unwrap_or(5).clamp(1, 60));
+    let user = loop {
+        tokio::time::sleep(every).await;
         let (status, bytes) = client
-            .send("GET", "/v1/me", Some(&token.value), None)
+            .send("POST", "/v1/login/device/token", None, Some(&poll))
             .await?;
-        if status == 200 {
-            break serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null);
+        let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        match (status, answer["error"].as_str()) {
+            (200, _) => break text(&answer["user"]),
+            (400, Some("authorization_pending" | "slow_down")) => continue,
+            (_, Some("access_denied")) => {
+                return Err(CliError::Refused(
+                    "the sign-in was denied in the browser".into(),
+                ));
+            }
+            (_, Some("expired_token")) => {
+                return Err(CliError::Refused(format!(
+                    "no confirmation within {minutes} minutes (or the code was used); run the login again"
+                )));
+            }
+            _ => {
+                return Err(CliError::Refused(format!(
+                    "the hub answered {status}: {}",
+                    text(&answer["message"])
+                )));
+            }
         }
-        if std::time::Instant::now() > deadline {
-            return Err(CliError::Refused(
-                "no sign-in within 5 minutes; run the login again".into(),
-            ));
-        }
-        // The hub has no way to call back: ask again shortly.
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     };
     let saved = Saved {
         server,
@@ -183,9 +202,8 @@ async fn browser_login(
     };
     save(config, &saved)?;
     Ok(format!(
-        "Logged in to {} as {} (with {provider}); the token is saved in {}.\n",
+        "Logged in to {} as {user} (with {provider}); the token is saved in {}.\n",
         saved.server,
-        text(&me["user"]),
         config.display()
     ))
 }

@@ -37,7 +37,10 @@ function setupLogin() {
       session: true,
     });
     if (result.ok) {
-      window.location.assign(form.dataset.next || "/clusters");
+      // The hub checked `next` (api::next_path) before it wrote it into the page; a value
+      // that would leave this origin anyway is not followed.
+      const next = new URL(form.dataset.next || "/clusters", window.location.origin);
+      window.location.assign(next.origin === window.location.origin ? next.href : "/clusters");
     } else {
       showError("login-error", result);
     }

@@ -23,6 +23,7 @@ use crate::{api::state::Api, auth::Principal, health::Health};
 
 mod charts;
 mod clusters;
+mod device;
 mod explorer;
 mod machines;
 mod people;
@@ -42,6 +43,14 @@ pub fn router(dash: Dash) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/clusters") }))
         .route("/login", get(login).post(form_login))
+        .route(
+            crate::api::device::VERIFICATION_PATH,
+            get(device::form).post(device::code),
+        )
+        .route(
+            "/login/device/confirm",
+            axum::routing::post(device::confirm),
+        )
         .route("/assets/app.css", get(|| async { asset("text/css", CSS) }))
         .route(
             "/assets/app.js",
@@ -289,9 +298,6 @@ struct LoginQuery {
     /// Why signing in at a provider failed (its callback sends the browser here).
     #[serde(default)]
     error: Option<String>,
-    /// A command-line login finished in this browser, for this user.
-    #[serde(default)]
-    cli: Option<String>,
 }
 
 /// The login form sent by the browser itself (its script did not run): see
@@ -310,26 +316,14 @@ async fn login(
     axum::extract::State(dash): axum::extract::State<Dash>,
     Query(query): Query<LoginQuery>,
 ) -> Response {
-    // Only a path on this hub: never an address elsewhere.
-    let next = query
-        .next
-        .filter(|n| n.starts_with('/') && !n.starts_with("//"))
-        .unwrap_or_else(|| "/clusters".into());
+    // Only a path on this hub: never an address elsewhere. The page's script goes where
+    // `data-next` says, so this is the check that keeps it here.
+    let next = crate::api::next_path(query.next.as_deref());
     // Each enabled provider is offered; with none, the hub's own users need no choice. A store
     // that cannot be read still lets the hub's own users in.
     let offered = crate::auth::providers::offered(dash.api.store.as_ref())
         .await
         .unwrap_or_default();
-    if let Some(user) = &query.cli {
-        let content = format!(
-            r#"<section class="card narrow">
-<h1>Signed in</h1>
-<p id="cli-done">The command line is signed in as {}. You can close this tab.</p>
-</section>"#,
-            escape(user)
-        );
-        return page("Signed in", None, "login", &content);
-    }
     let (redirecting, password): (Vec<_>, Vec<_>) = offered.iter().partition(|o| o.redirects);
     let buttons: String = redirecting
         .iter()

@@ -239,6 +239,12 @@ pub const RESERVED: [&str; 3] = [LOCAL, "system", "drover"];
 
 /// Checks an AuthProvider's name against [`RESERVED`].
 pub fn validate_provider_name(name: &str) -> Result<(), String> {
+    // `/v1/login/device/token` is the command line's sign-in, `/v1/login/providers` the list.
+    if ["device", "providers"].contains(&name) {
+        return Err(format!(
+            "metadata.name: {name:?} is a path of the sign-in API (/v1/login/{name}); choose another"
+        ));
+    }
     if RESERVED.contains(&name) {
         return Err(format!(
             "metadata.name: {name:?} is reserved (local: the hub's own users; system: and drover: groups are Kubernetes' and the hub's); choose another"
@@ -265,6 +271,18 @@ pub fn validate_provider(spec: &AuthProviderSpec) -> Result<(), String> {
         return Err(format!(
             "spec.{other} does not belong to a provider of type {}; its settings go in spec.{wanted}",
             spec.provider_type.label()
+        ));
+    }
+    if spec.provider_type == ProviderType::Github
+        && let Some(login) = spec
+            .allowed
+            .users
+            .iter()
+            .find(|u| u.parse::<u64>().is_err())
+    {
+        // A GitHub login can be renamed and then taken by someone else; the id cannot.
+        return Err(format!(
+            "spec.allowed.users: {login:?} is not a GitHub user id; name GitHub users by their numeric id (GET https://api.github.com/users/LOGIN shows it), as a login can change hands"
         ));
     }
     match spec.provider_type {

@@ -106,7 +106,7 @@ impl Github {
             let why = answer["error_description"].as_str().unwrap_or_default();
             return Err(
                 if error == "bad_verification_code" || error == "incorrect_client_credentials" {
-                    DirectoryError::UserNotFound(format!("GitHub refused the code: {error} {why}"))
+                    DirectoryError::Refused(format!("GitHub refused the code: {error} {why}"))
                 } else {
                     DirectoryError::Search(format!(
                         "GitHub's token endpoint answered {status}: {error} {why}"
@@ -117,7 +117,7 @@ impl Github {
         let identity = self
             .identity(token)
             .await?
-            .ok_or_else(|| DirectoryError::UserNotFound("GitHub refused its own token".into()))?;
+            .ok_or_else(|| DirectoryError::Refused("GitHub refused its own token".into()))?;
         Ok(Finished {
             identity,
             refresh_token: Some(token.to_owned()),
@@ -211,6 +211,8 @@ impl Github {
             login: login.to_owned(),
             display_name: user["name"].as_str().unwrap_or(login).to_owned(),
             groups,
+            // GitHub's /user email is whatever the user typed: never trusted to name them.
+            verified_email: None,
         }))
     }
 }

@@ -85,9 +85,13 @@ pub fn verify(token: &str, keys: &JwkSet, expected: &Expected<'_>) -> Result<Val
         .filter(|k| header.kid.is_none() || k.kid == header.kid)
         .collect();
     if candidates.is_empty() {
+        let kid = header
+            .kid
+            .as_deref()
+            .map_or_else(|| "no key id".to_owned(), |k| format!("key id {k}"));
         return Err(format!(
-            "no key of the provider's key set matches the ID token (kid {:?}, alg {})",
-            header.kid, header.alg
+            "the ID token was signed with a key the provider does not publish ({kid}, algorithm {})",
+            header.alg
         ));
     }
     let verified = candidates
@@ -153,7 +157,7 @@ fn check_signature(alg: &str, key: &Jwk, message: &[u8], signature: &[u8]) -> Re
         "ES256" => ec(&signature::ECDSA_P256_SHA256_FIXED, "P-256"),
         "ES384" => ec(&signature::ECDSA_P384_SHA384_FIXED, "P-384"),
         other => Err(format!(
-            "the ID token is signed with {other:?}; only RS256/384/512, PS256/384/512, ES256 and ES384 are accepted"
+            "the ID token is signed with {other}; only RS256/384/512, PS256/384/512, ES256 and ES384 are accepted"
         )),
     }
 }
@@ -175,7 +179,12 @@ fn check_claims(claims: &Value, expected: &Expected<'_>) -> Result<(), String> {
     };
     if !audiences.contains(&expected.audience) {
         return Err(format!(
-            "the ID token is for {audiences:?}, not this hub's client {:?}",
+            "the ID token is for {}, not this hub's client {:?}",
+            if audiences.is_empty() {
+                "no audience".to_owned()
+            } else {
+                format!("the audience {}", audiences.join(", "))
+            },
             expected.audience
         ));
     }

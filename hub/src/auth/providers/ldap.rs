@@ -234,22 +234,31 @@ impl Directory {
                 .to_owned(),
             login,
             groups,
+            verified_email: None,
         }
     }
 
-    /// Checks `login`'s password and returns who it is, with their groups.
+    /// Checks `login`'s password and returns who it is, with their groups. `may_try` is asked
+    /// with the entry's DN once the user is found and before their password is tried: the
+    /// failures that count are the account's, however its name was spelled (`ALICE`,
+    /// `DOMAIN\alice`, a UPN). The attempt's DN is returned with the outcome, when one was
+    /// found.
     pub async fn authenticate(
         &self,
         login: &str,
         password: &str,
-    ) -> Result<Identity, DirectoryError> {
+        may_try: &(dyn Fn(&str) -> bool + Sync),
+    ) -> (Option<String>, Result<Identity, DirectoryError>) {
         // An empty password would be an unauthenticated bind, which succeeds.
         if login.is_empty() || password.is_empty() {
-            return Err(DirectoryError::WrongPassword);
+            return (None, Err(DirectoryError::WrongPassword));
         }
-        self.test(Some(login), Some(password))
-            .await?
-            .ok_or(DirectoryError::WrongPassword)
+        let mut dn = None;
+        let outcome = self
+            .steps(login, Some(password), may_try, &mut dn)
+            .await
+            .and_then(|found| found.ok_or(DirectoryError::WrongPassword));
+        (dn, outcome)
     }
 
     /// The user with DN `id` as the directory has them now (for refreshing their groups);
@@ -286,14 +295,32 @@ impl Directory {
         login: Option<&str>,
         password: Option<&str>,
     ) -> Result<Option<Identity>, DirectoryError> {
-        let mut ldap = self.connect().await?;
         let Some(login) = login.filter(|l| !l.is_empty()) else {
+            let mut ldap = self.connect().await?;
             let _ = ldap.unbind().await;
             return Ok(None);
         };
+        self.steps(login, password, &|_| true, &mut None).await
+    }
+
+    /// The steps of a login: connect, bind the service account, find `login` (its DN noted in
+    /// `dn`), ask `may_try`, check the password if given, read the groups.
+    async fn steps(
+        &self,
+        login: &str,
+        password: Option<&str>,
+        may_try: &(dyn Fn(&str) -> bool + Sync),
+        dn: &mut Option<String>,
+    ) -> Result<Option<Identity>, DirectoryError> {
+        let mut ldap = self.connect().await?;
         let user = self.find_user(&mut ldap, login).await?;
+        *dn = Some(user.dn.clone());
         if self.disabled(&user) {
             return Err(DirectoryError::Disabled(user.dn));
+        }
+        if !may_try(&user.dn) {
+            let _ = ldap.unbind().await;
+            return Err(DirectoryError::Blocked);
         }
         if let Some(password) = password.filter(|p| !p.is_empty()) {
             if self.bind(&mut ldap, &user.dn, password).await.is_err() {

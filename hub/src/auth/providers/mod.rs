@@ -35,12 +35,26 @@ const REFRESH_DEFAULT: &str = "1h";
 /// A user as a directory knows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// What the link is made by: the LDAP DN.
+    /// What the link is made by, the provider's stable id: the LDAP DN (compared ignoring
+    /// case, as the directory does), an OpenID provider's issuer and subject as
+    /// `<issuer>#<sub>` (exact), GitHub's numeric user id. Never a name that can change hands.
     pub id: String,
     pub login: String,
     pub display_name: String,
     /// The directory's group names (unprefixed).
     pub groups: Vec<String>,
+    /// An email address the provider says it verified (OpenID's `email_verified`): the only
+    /// email `allowed.users` may match.
+    pub verified_email: Option<String>,
+}
+
+/// Whether a provider's ids compare ignoring case: an LDAP DN does (`uid=Alice` and
+/// `uid=alice` name one entry); an OpenID subject and a GitHub id do not.
+pub fn ids_ignore_case(provider_type: ProviderType) -> bool {
+    matches!(
+        provider_type,
+        ProviderType::Ldap | ProviderType::ActiveDirectory
+    )
 }
 
 /// A login under way: what the callback must match.
@@ -71,8 +85,17 @@ pub enum DirectoryError {
     ServiceBind(String),
     #[error("user not found: {0}")]
     UserNotFound(String),
+    /// A redirecting provider's answer refused for this login: which check failed, in words
+    /// (a grant the provider refused, an ID token for another client, expired, from another
+    /// issuer or signed by another key).
+    #[error("{0}")]
+    Refused(String),
     #[error("wrong password")]
     WrongPassword,
+    /// Too many failed sign-ins for the account the login name resolved to: its password is
+    /// not tried.
+    #[error("too many failed sign-ins for this account")]
+    Blocked,
     #[error("the account {0:?} is disabled in the directory")]
     Disabled(String),
     #[error("{0}")]
@@ -86,6 +109,8 @@ impl DirectoryError {
             DirectoryError::Connect(_) => "connect",
             DirectoryError::ServiceBind(_) => "bind",
             DirectoryError::UserNotFound(_)
+            | DirectoryError::Refused(_)
+            | DirectoryError::Blocked
             | DirectoryError::WrongPassword
             | DirectoryError::Disabled(_) => "user",
             DirectoryError::Search(_) => "groups",
@@ -218,14 +243,27 @@ pub fn redirecting(spec: &AuthProviderSpec) -> Option<Result<Redirecting, Direct
     }
 }
 
-/// Whether `identity` may sign in with a provider whose `allowed` is as given.
+/// Whether `identity` may sign in with a provider whose `allowed` is as given. A user is
+/// named by what cannot change hands: a directory's DN or login name (ignoring case, as the
+/// directory does); an OpenID subject (exactly) or an email the provider verified; GitHub's
+/// numeric id. A GitHub login or an unverified email matches nothing.
 pub fn allowed(spec: &AuthProviderSpec, identity: &Identity) -> bool {
     let allowed = &spec.allowed;
+    let named = |u: &String| {
+        if ids_ignore_case(spec.provider_type) {
+            u.eq_ignore_ascii_case(&identity.id) || u.eq_ignore_ascii_case(&identity.login)
+        } else {
+            let subject = identity.id.split_once('#').map(|(_, sub)| sub);
+            *u == identity.id
+                || subject == Some(u.as_str())
+                || identity
+                    .verified_email
+                    .as_ref()
+                    .is_some_and(|e| e.eq_ignore_ascii_case(u))
+        }
+    };
     allowed.is_empty()
-        || allowed
-            .users
-            .iter()
-            .any(|u| u.eq_ignore_ascii_case(&identity.login))
+        || allowed.users.iter().any(named)
         || allowed
             .groups
             .iter()
@@ -242,10 +280,17 @@ pub fn prefixed(provider: &str, groups: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn principal_key(provider: &str, id: &str) -> String {
+/// The label value linking a User to `id` of `provider`: a hash (label values cannot hold a
+/// DN), of the id lowercased where the provider's ids ignore case.
+fn principal_key(provider: &str, id: &str, ignore_case: bool) -> String {
+    let id = if ignore_case {
+        id.to_lowercase()
+    } else {
+        id.to_owned()
+    };
     let digest = ring::digest::digest(
         &ring::digest::SHA256,
-        format!("{provider}\n{}", id.to_lowercase()).as_bytes(),
+        format!("{provider}\n{id}").as_bytes(),
     );
     digest
         .as_ref()
@@ -255,24 +300,55 @@ fn principal_key(provider: &str, id: &str) -> String {
         .collect()
 }
 
-/// The User linked to `identity` of `provider`, if one is.
-async fn linked(store: &dyn Store, provider: &str, id: &str) -> Result<Option<Object>, StoreError> {
-    let selector = LabelSelector::parse(&format!(
-        "{PRINCIPAL_LABEL}={}",
-        principal_key(provider, id)
-    ))
-    .map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let (users, _) = store.list(Kind::User.name(), &selector).await?;
-    Ok(users.into_iter().find(|u| {
-        u.spec
-            .pointer("/principal/provider")
-            .and_then(Value::as_str)
-            == Some(provider)
-            && u.spec
-                .pointer("/principal/id")
+/// The (label value, stored id) pairs under which a User linked to `id` may be found: its own
+/// key, and for an exact id what hubs before 2026-12 stored (every id's key lowercased; an
+/// OpenID user's id the bare subject), still compared exactly.
+fn link_keys(provider: &str, id: &str, ignore_case: bool) -> Vec<(String, String)> {
+    let mut keys = vec![(principal_key(provider, id, ignore_case), id.to_owned())];
+    if !ignore_case {
+        keys.push((principal_key(provider, id, true), id.to_owned()));
+        if let Some((_, subject)) = id.split_once('#') {
+            keys.push((principal_key(provider, subject, true), subject.to_owned()));
+        }
+    }
+    keys.dedup();
+    keys
+}
+
+/// The User linked to `id` of `provider`, if one is: the id compared as the provider compares
+/// it, so `00U7kX9qBa` never finds the user of the OpenID subject `00u7Kx9QbA`.
+async fn linked(
+    store: &dyn Store,
+    provider: &str,
+    id: &str,
+    ignore_case: bool,
+) -> Result<Option<Object>, StoreError> {
+    for (key, stored) in link_keys(provider, id, ignore_case) {
+        let selector = LabelSelector::parse(&format!("{PRINCIPAL_LABEL}={key}"))
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let (users, _) = store.list(Kind::User.name(), &selector).await?;
+        let found = users.into_iter().find(|u| {
+            let same_id = |i: &str| {
+                if ignore_case {
+                    i.eq_ignore_ascii_case(&stored)
+                } else {
+                    i == stored
+                }
+            };
+            u.spec
+                .pointer("/principal/provider")
                 .and_then(Value::as_str)
-                .is_some_and(|i| i.eq_ignore_ascii_case(id))
-    }))
+                == Some(provider)
+                && u.spec
+                    .pointer("/principal/id")
+                    .and_then(Value::as_str)
+                    .is_some_and(same_id)
+        });
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
 }
 
 /// A User name for a new directory user: `<provider>-<login>` made a valid name, or with a
@@ -291,8 +367,11 @@ fn candidate_names(provider: &str, login: &str) -> Vec<String> {
 pub async fn link(
     store: &dyn Store,
     provider: &str,
+    provider_type: ProviderType,
     identity: &Identity,
 ) -> Result<String, StoreError> {
+    let ignore_case = ids_ignore_case(provider_type);
+    let key = principal_key(provider, &identity.id, ignore_case);
     let groups = prefixed(provider, &identity.groups);
     let principal = PrincipalRef {
         provider: provider.to_owned(),
@@ -301,10 +380,14 @@ pub async fn link(
     };
     // A concurrent change to the user (a refresh, an admin's edit) is read again and retried.
     for _ in 0..5 {
-        if let Some(mut user) = linked(store, provider, &identity.id).await? {
+        if let Some(mut user) = linked(store, provider, &identity.id, ignore_case).await? {
             let mut spec: UserSpec = serde_json::from_value(user.spec.clone())
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
+            // A user linked by an older hub gets the id and key of now.
             spec.principal = Some(principal.clone());
+            user.metadata
+                .labels
+                .insert(PRINCIPAL_LABEL.to_owned(), key.clone());
             spec.provider_groups.clone_from(&groups);
             spec.groups_refreshed_at = Some(crate::store::now_rfc3339());
             if spec.display_name.is_empty() {
@@ -334,10 +417,9 @@ pub async fn link(
                 continue;
             }
             let mut user = Object::new(Kind::User.name(), &name, spec.clone());
-            user.metadata.labels.insert(
-                PRINCIPAL_LABEL.to_owned(),
-                principal_key(provider, &identity.id),
-            );
+            user.metadata
+                .labels
+                .insert(PRINCIPAL_LABEL.to_owned(), key.clone());
             match store.create(user).await {
                 Ok(user) => {
                     tracing::info!(user = %name, provider, "a directory user signed in for the first time");
@@ -345,7 +427,10 @@ pub async fn link(
                 }
                 // Taken by another user (or this one, created meanwhile: looked up again).
                 Err(StoreError::AlreadyExists { .. }) => {
-                    if linked(store, provider, &identity.id).await?.is_some() {
+                    if linked(store, provider, &identity.id, ignore_case)
+                        .await?
+                        .is_some()
+                    {
                         break;
                     }
                 }
@@ -428,15 +513,16 @@ pub async fn run_refresher(store: Arc<dyn Store>, shutdown: CancellationToken) {
     }
 }
 
-/// Deletes logins under way that were never finished (their time is up).
+/// Deletes logins under way that were never finished (their time is up): browsers' and
+/// command lines'.
 async fn sweep_pending(store: &dyn Store) -> Result<(), StoreError> {
-    let (pending, _) = store
-        .list(PENDING_KIND, &LabelSelector::everything())
-        .await?;
-    for login in pending.iter().filter(|p| crate::model::expired(&p.spec)) {
-        match store.delete(PENDING_KIND, &login.metadata.name, None).await {
-            Ok(_) | Err(StoreError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
+    for kind in [PENDING_KIND, DEVICE_KIND] {
+        let (pending, _) = store.list(kind, &LabelSelector::everything()).await?;
+        for login in pending.iter().filter(|p| crate::model::expired(&p.spec)) {
+            match store.delete(kind, &login.metadata.name, None).await {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())
@@ -479,10 +565,12 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
     let provider = store
         .get(Kind::AuthProvider.name(), &principal.provider)
         .await;
+    let mut ignore_case = false;
     let found = match provider {
         Ok(provider) => {
             let spec: AuthProviderSpec =
                 serde_json::from_value(provider.spec).map_err(|e| e.to_string())?;
+            ignore_case = ids_ignore_case(spec.provider_type);
             let found = match spec.provider_type {
                 ProviderType::Ldap | ProviderType::ActiveDirectory => {
                     let directory =
@@ -508,7 +596,8 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
         Err(e) => return Err(e.to_string()),
     };
     for _ in 0..5 {
-        let Some(mut user) = linked(store, &principal.provider, &principal.id)
+        // `principal` is the user's own, as stored: found by its id exactly.
+        let Some(mut user) = linked(store, &principal.provider, &principal.id, false)
             .await
             .map_err(|e| e.to_string())?
         else {
@@ -517,6 +606,15 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
         let mut spec: UserSpec =
             serde_json::from_value(user.spec.clone()).map_err(|e| e.to_string())?;
         let name = user.metadata.name.clone();
+        // A user linked by an older hub (an OpenID subject without its issuer) gets the id
+        // and key of now.
+        if let (Some(identity), Some(linked_to)) = (&found, &mut spec.principal) {
+            linked_to.id.clone_from(&identity.id);
+            user.metadata.labels.insert(
+                PRINCIPAL_LABEL.to_owned(),
+                principal_key(&principal.provider, &identity.id, ignore_case),
+            );
+        }
         spec.provider_groups = found
             .as_ref()
             .map(|identity| prefixed(&principal.provider, &identity.groups))
@@ -545,6 +643,9 @@ async fn refresh(store: &dyn Store, principal: &PrincipalRef) -> Result<(), Stri
 /// and what lets the hub read a redirecting provider's user's groups again (an OpenID refresh
 /// token, a GitHub access token).
 pub const PENDING_KIND: &str = "PendingLogin";
+/// A command line's sign-in waiting for a person to confirm it (`api::device`), named by its
+/// user code.
+pub const DEVICE_KIND: &str = "DeviceLogin";
 pub const SESSION_KIND: &str = "ProviderSession";
 
 /// How long a login may take at the provider's page.
@@ -574,10 +675,19 @@ async fn refresh_redirecting(
         .await
         .map_err(|e| e.to_string())?
     {
-        Some(finished) if finished.identity.id == principal.id => {
-            keep_session(store, principal, finished.refresh_token.as_deref())
+        Some(finished) if same_subject(&finished.identity.id, &principal.id) => {
+            let now = PrincipalRef {
+                id: finished.identity.id.clone(),
+                ..principal.clone()
+            };
+            keep_session(store, &now, finished.refresh_token.as_deref())
                 .await
                 .map_err(|e| e.to_string())?;
+            if session_name(&now) != session_name(principal) {
+                let _ = store
+                    .delete(SESSION_KIND, &session_name(principal), None)
+                    .await;
+            }
             Ok(Some(Some(finished.identity)))
         }
         Some(_) => Err("the provider refreshed another subject".into()),
@@ -590,11 +700,23 @@ async fn refresh_redirecting(
     }
 }
 
+/// Whether the id a provider answers with `now` is the user stored as `stored`: the same id,
+/// or (stored by a hub before 2026-12) the same OpenID subject, then kept without its issuer.
+fn same_subject(now: &str, stored: &str) -> bool {
+    now == stored
+        || now
+            .split_once('#')
+            .is_some_and(|(_, subject)| subject == stored)
+}
+
+/// The name of a redirecting provider's user's kept session. Sessions kept before 2026-12,
+/// whose OpenID ids had no issuer, are named by the lowercased id; ids with an issuer exactly.
 fn session_name(principal: &PrincipalRef) -> String {
+    let legacy = !principal.id.contains('#');
     format!(
         "{}-{}",
         principal.provider,
-        principal_key(&principal.provider, &principal.id)
+        principal_key(&principal.provider, &principal.id, legacy)
     )
 }
 
@@ -651,6 +773,145 @@ async fn revoke_tokens(store: &dyn Store, user: &str) -> Result<usize, StoreErro
 mod tests {
     use super::*;
     use crate::model::{validate_provider as validate, validate_provider_name as validate_name};
+
+    fn oidc_identity(sub: &str, email: Option<&str>) -> Identity {
+        Identity {
+            id: format!("https://idp.example.com#{sub}"),
+            login: sub.to_lowercase(),
+            display_name: String::new(),
+            groups: Vec::new(),
+            verified_email: email.map(str::to_owned),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_openid_subject_that_differs_only_in_case_is_another_person() {
+        let sqlite =
+            crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap();
+        let store: &dyn Store = &sqlite;
+        let sign_in = async |provider: &str, provider_type, identity: &Identity| {
+            link(store, provider, provider_type, identity)
+                .await
+                .unwrap()
+        };
+        let first = sign_in(
+            "sso",
+            ProviderType::Oidc,
+            &oidc_identity("00u7Kx9QbA", None),
+        )
+        .await;
+        let other = sign_in(
+            "sso",
+            ProviderType::Oidc,
+            &oidc_identity("00U7kX9qBa", None),
+        )
+        .await;
+        assert_ne!(first, other);
+        let again = sign_in(
+            "sso",
+            ProviderType::Oidc,
+            &oidc_identity("00u7Kx9QbA", None),
+        )
+        .await;
+        assert_eq!(again, first);
+        let user = store.get(Kind::User.name(), &first).await.unwrap();
+        assert_eq!(
+            user.spec["principal"]["id"],
+            "https://idp.example.com#00u7Kx9QbA"
+        );
+        // A directory's DN names one entry however it is cased.
+        let dn = |dn: &str| Identity {
+            id: dn.to_owned(),
+            login: "alice".into(),
+            display_name: String::new(),
+            groups: Vec::new(),
+            verified_email: None,
+        };
+        let alice = sign_in("corp", ProviderType::Ldap, &dn("uid=alice,dc=example")).await;
+        let shouted = sign_in("corp", ProviderType::Ldap, &dn("UID=Alice,DC=example")).await;
+        assert_eq!(alice, shouted);
+    }
+
+    #[tokio::test]
+    async fn a_user_an_older_hub_linked_by_its_bare_subject_is_found_and_relinked_exactly() {
+        let sqlite =
+            crate::store::sqlite::SqliteStore::open(std::path::Path::new(":memory:")).unwrap();
+        let store: &dyn Store = &sqlite;
+        // As hubs before 2026-12 stored them: the subject alone, its key lowercased.
+        for (name, sub) in [("sso-mixed", "00u7Kx9QbA"), ("sso-other", "00U7kX9qBa")] {
+            let mut user = Object::new(
+                Kind::User.name(),
+                name,
+                serde_json::json!({"principal": {"provider": "sso", "id": sub, "login": name}}),
+            );
+            user.metadata
+                .labels
+                .insert(PRINCIPAL_LABEL.to_owned(), principal_key("sso", sub, true));
+            store.create(user).await.unwrap();
+        }
+        for (name, sub) in [("sso-mixed", "00u7Kx9QbA"), ("sso-other", "00U7kX9qBa")] {
+            let linked_to = link(store, "sso", ProviderType::Oidc, &oidc_identity(sub, None))
+                .await
+                .unwrap();
+            assert_eq!(linked_to, name, "{sub}");
+            let user = store.get(Kind::User.name(), name).await.unwrap();
+            assert_eq!(
+                user.spec["principal"]["id"],
+                format!("https://idp.example.com#{sub}")
+            );
+        }
+    }
+
+    #[test]
+    fn allowed_users_are_named_by_what_cannot_change_hands() {
+        let spec = |provider_type: &str, users: &[&str]| -> AuthProviderSpec {
+            serde_json::from_value(serde_json::json!({"type": provider_type,
+                "allowed": {"users": users}}))
+            .unwrap()
+        };
+        let oidc = spec("oidc", &["00u7Kx9QbA", "mallory@example.com"]);
+        assert!(allowed(&oidc, &oidc_identity("00u7Kx9QbA", None)));
+        assert!(!allowed(&oidc, &oidc_identity("00U7kX9qBa", None)));
+        // An email names someone only when the provider verified it.
+        assert!(allowed(
+            &oidc,
+            &oidc_identity("m-1", Some("Mallory@example.com"))
+        ));
+        let unverified = Identity {
+            login: "mallory@example.com".into(),
+            ..oidc_identity("m-2", None)
+        };
+        assert!(!allowed(&oidc, &unverified));
+        // GitHub: the numeric id, never the login (renamed, then taken by someone else).
+        let github = spec("github", &["583231"]);
+        let octocat = |id: &str| Identity {
+            id: id.into(),
+            login: "octocat".into(),
+            display_name: String::new(),
+            groups: Vec::new(),
+            verified_email: None,
+        };
+        assert!(allowed(&github, &octocat("583231")));
+        assert!(!allowed(&github, &octocat("999")));
+        assert!(!allowed(&spec("github", &["octocat"]), &octocat("999")));
+        assert!(
+            crate::model::validate_provider(&spec("github", &["octocat"]))
+                .unwrap_err()
+                .contains("numeric id")
+        );
+        // A directory: its DN or login name, ignoring case as the directory does.
+        let ldap = spec("ldap", &["ALICE", "uid=bob,dc=example"]);
+        let entry = |dn: &str, login: &str| Identity {
+            id: dn.into(),
+            login: login.into(),
+            display_name: String::new(),
+            groups: Vec::new(),
+            verified_email: None,
+        };
+        assert!(allowed(&ldap, &entry("uid=alice,dc=example", "alice")));
+        assert!(allowed(&ldap, &entry("UID=Bob,dc=example", "bob")));
+        assert!(!allowed(&ldap, &entry("uid=carol,dc=example", "carol")));
+    }
 
     #[test]
     fn new_users_get_valid_names_from_their_login() {

@@ -194,7 +194,7 @@ impl Oidc {
             // A refused grant is the user's (or their session's) refusal, not the provider's
             // trouble.
             return Err(if status == 400 && error == "invalid_grant" {
-                DirectoryError::UserNotFound(format!("the provider refused the grant: {why}"))
+                DirectoryError::Refused(format!("the provider refused the grant: {why}"))
             } else {
                 DirectoryError::Search(format!(
                     "the token endpoint answered {status} ({error}) {why}"
@@ -249,7 +249,7 @@ impl Oidc {
         };
         // Refused tokens are the login's failure (a forged or misdirected token), not the
         // provider's trouble.
-        jwt::verify(id_token, &keys, &expected).map_err(DirectoryError::UserNotFound)
+        jwt::verify(id_token, &keys, &expected).map_err(DirectoryError::Refused)
     }
 
     /// The identity in `claims`, with groups from them or else from the userinfo endpoint.
@@ -282,14 +282,20 @@ impl Oidc {
                 }
             }
         }
+        // OIDC Core 5.1: `email_verified` is a boolean; anything else is not a verification.
+        let verified_email = text(&profile, "email")
+            .filter(|_| profile.get("email_verified").and_then(Value::as_bool) == Some(true));
         let login = text(&profile, &self.spec.username_claim)
-            .or_else(|| text(&profile, "email"))
+            .or_else(|| verified_email.clone())
             .unwrap_or_else(|| sub.clone());
         Ok(Identity {
             display_name: text(&profile, "name").unwrap_or_else(|| login.clone()),
-            id: sub,
+            // OIDC Core 5.7: only the issuer and subject together identify a user, exactly
+            // as sent (a subject is case-sensitive).
+            id: format!("{}#{sub}", self.spec.issuer),
             login,
             groups: groups.unwrap_or_default(),
+            verified_email,
         })
     }
 
@@ -342,7 +348,7 @@ impl Oidc {
             .await
         {
             Ok(answer) => answer,
-            Err(DirectoryError::UserNotFound(_)) => return Ok(None),
+            Err(DirectoryError::Refused(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
         let access = answer["access_token"].as_str();

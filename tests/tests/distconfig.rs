@@ -25,7 +25,14 @@ use tests::{
     temp_dir,
 };
 
-const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBmirrorCA\n-----END CERTIFICATE-----\n";
+/// The mirror's CA: a real certificate (the hub parses a CA bundle).
+static CA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    tunnel::tls::CertificateAuthority::generate("corp mirror CA")
+        .unwrap()
+        .pem()
+        .cert_pem
+        .clone()
+});
 const CLIENT_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBclient\n-----END CERTIFICATE-----\n";
 const CLIENT_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIIEkey\n-----END PRIVATE KEY-----\n";
 
@@ -85,7 +92,7 @@ async fn the_distributions_configuration_and_registries_reach_every_host() {
             "systemDefaultRegistry": "registry.corp.example:5000",
             "registries": {
                 "mirrors": {"docker.io": {"endpoint": ["https://registry.corp.example:5000"]}},
-                "configs": {"registry.corp.example:5000": {"credential": "corp-mirror", "tls": {"caBundle": CA}},
+                "configs": {"registry.corp.example:5000": {"credential": "corp-mirror", "tls": {"caBundle": *CA}},
                             "mtls.corp.example": {"credential": "corp-mtls"}}},
             "upgradeStrategy": {"controlPlaneConcurrency": "1", "workerConcurrency": "1"}
         }),
@@ -188,7 +195,7 @@ async fn the_distributions_configuration_and_registries_reach_every_host() {
         let files = site.hosts[i - 1].dir.join("etc-rancher/k3s/registries.d");
         assert_eq!(
             std::fs::read_to_string(files.join("registry.corp.example_5000/ca.crt")).unwrap(),
-            CA
+            *CA
         );
         assert_eq!(
             std::fs::read_to_string(files.join("mtls.corp.example/client.crt")).unwrap(),

@@ -76,6 +76,23 @@ const DROVERS: &[(&str, &str)] = &[
     ("etcd-disable-snapshots", "spec.etcdSnapshots"),
 ];
 
+/// Keys whose defaults Drover relies on, and what moving them would break: the planner writes
+/// and reads these paths as the distribution lays them out by default.
+const PINNED: &[(&str, &str)] = &[
+    (
+        "data-dir",
+        "etcd snapshots, restores and the air-gap images, which Drover keeps under the distribution's default data directory (/var/lib/rancher/k3s or /var/lib/rancher/rke2)",
+    ),
+    (
+        "etcd-snapshot-dir",
+        "snapshots, which Drover takes, copies to the hub and restores from the default snapshot directory",
+    ),
+    (
+        "private-registry",
+        "spec.registries, which Drover writes to the default registries.yaml; set registries there",
+    ),
+];
+
 /// Keys for every host, server or agent, in both distributions (their agent options).
 const NODE_KEYS: &[&str] = &[
     "data-dir",
@@ -236,6 +253,11 @@ fn check(dist: Distribution, at: &str, config: &BTreeMap<String, Value>) -> Resu
                 "{at}.{key}: Drover sets {key} itself; it comes from {instead}"
             ));
         }
+        if let Some((_, breaks)) = PINNED.iter().find(|(k, _)| k == key) {
+            return Err(format!(
+                "{at}.{key}: Drover relies on {key}'s default; moving it would break {breaks}; leave it out"
+            ));
+        }
         if known(dist, key).is_none() {
             return Err(format!(
                 "{at}.{key}: not a {name} config.yaml option (see its server and agent options; a flag's name without the leading --)"
@@ -340,6 +362,23 @@ mod tests {
                 Distribution::K3s,
                 json!({"kubelet-arg": {"max-pods": 200}}),
                 "spec.config.kubelet-arg: give a string",
+            ),
+            // Paths the planner writes by their defaults: moved, snapshots, restores, the
+            // registries and the air-gap images would break quietly.
+            (
+                Distribution::K3s,
+                json!({"data-dir": "/data/k3s"}),
+                "spec.config.data-dir: Drover relies on data-dir's default",
+            ),
+            (
+                Distribution::Rke2,
+                json!({"etcd-snapshot-dir": "/backups"}),
+                "spec.config.etcd-snapshot-dir: Drover relies on",
+            ),
+            (
+                Distribution::Rke2,
+                json!({"private-registry": "/etc/my-registries.yaml"}),
+                "spec.config.private-registry: Drover relies on",
             ),
         ];
         for (dist, config, wanted) in cases {

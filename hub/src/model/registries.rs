@@ -115,15 +115,14 @@ pub fn validate(registries: &Registries) -> Result<(), String> {
             super::validate_name(super::Kind::CloudCredential, &config.credential)
                 .map_err(|e| format!("{at}.credential: {e}"))?;
         }
+        // Parsed as certificates, not just by its header: a bundle the hosts' containerd cannot
+        // read would break every pull from the registry, quietly.
         if let Some(tls) = &config.tls
             && !tls.ca_bundle.is_empty()
-            && !tls
-                .ca_bundle
-                .trim_start()
-                .starts_with("-----BEGIN CERTIFICATE-----")
+            && let Err(e) = tunnel::tls::roots_from_pem(tls.ca_bundle.as_bytes())
         {
             return Err(format!(
-                "{at}.tls.caBundle: give the CA certificates in PEM (-----BEGIN CERTIFICATE----- …)"
+                "{at}.tls.caBundle: give the CA certificates in PEM (-----BEGIN CERTIFICATE----- …): {e}"
             ));
         }
     }

@@ -328,6 +328,15 @@ async fn invalid_objects_get_422_naming_the_field() {
             "spec.registries.configs[\"r.example.com\"].tls.caBundle",
         ),
         (
+            // A PEM header around what is no certificate: parsed, not just looked at.
+            "clusters",
+            json!({"metadata": {"name": "z"}, "spec": {"type": "custom", "distribution": "k3s",
+                   "version": "v1.33.4+k3s1",
+                   "registries": {"configs": {"r.example.com": {"tls": {"caBundle":
+                       "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}}}}}),
+            "spec.registries.configs[\"r.example.com\"].tls.caBundle",
+        ),
+        (
             "cloudcredentials",
             json!({"metadata": {"name": "login"}, "spec": {"driver": "registry", "registry": {"username": "u"}}}),
             "spec.registry.password",

@@ -25,6 +25,7 @@ mod objects;
 pub mod openapi;
 mod sso;
 pub mod state;
+mod uses;
 mod watch;
 
 pub use device::{DeviceLoginRequest, DevicePoll};

@@ -630,6 +630,7 @@ async fn new_object(
         &Object::new(kind.name(), &name, shaped),
     )?;
     let mut spec = checked_spec(reads, kind, &name, spec, None).await?;
+    super::uses::check(reads, principal, kind, &spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
         shown_once.insert("token".into(), Value::String(token.value.clone()));
@@ -706,6 +707,14 @@ async fn replace(
     metadata.finalizers = current.metadata.finalizers.clone();
     metadata.owner_references = current.metadata.owner_references.clone();
     let spec = checked_spec(api.store.as_ref(), kind, &name, spec, Some(&current)).await?;
+    super::uses::check(
+        api.store.as_ref(),
+        principal,
+        kind,
+        &spec,
+        Some(&current.spec),
+    )
+    .await?;
     // As Cluster API's: machines made from a template are what it says, for good.
     if kind == Kind::MachineTemplate && spec != current.spec {
         return Err(ApiError::invalid(

@@ -44,6 +44,11 @@ pub struct CloudCredentialSpec {
     pub amazonec2: Option<Ec2Credential>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<RegistryCredential>,
+    /// Who besides the admins may name it (a cluster's pull credential or registry login, a
+    /// machine pool's template that uses it): hub users by name, groups by name (`ops`,
+    /// `corp:ops`). Naming it spends it, never shows it.
+    #[serde(default, skip_serializing_if = "super::Allowed::is_empty")]
+    pub allowed: super::Allowed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

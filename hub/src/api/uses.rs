@@ -1,0 +1,136 @@
+//! Naming a credential is a permission. A cluster's spec names CloudCredentials (the agents'
+//! pull credential, its registries' logins) and MachineTemplates (its machine pools), and the
+//! hub then spends them for the cluster: puts the password in its manifests and plans, makes
+//! machines with the template's SSH key or cloud account. So a caller may name one only if
+//! they are an admin or the credential grants them its use (`spec.allowed`: users, groups;
+//! a template by its credential's). A refused name is answered exactly as a missing one:
+//! which credentials exist, and their drivers, are the admins' to know.
+
+use serde_json::Value;
+
+use super::ApiError;
+use crate::{
+    auth::Principal,
+    model::{Allowed, ClusterSpec, Kind},
+    store::{Store, StoreError},
+};
+
+/// What a cluster's spec names that it would spend: (field, kind, name).
+fn named(spec: &Value) -> Vec<(String, Kind, String)> {
+    let Ok(cluster) = serde_json::from_value::<ClusterSpec>(spec.clone()) else {
+        return Vec::new();
+    };
+    let mut named = Vec::new();
+    if let Some(images) = &cluster.agent_images
+        && !images.pull_credential.is_empty()
+    {
+        named.push((
+            "spec.agentImages.pullCredential".to_owned(),
+            Kind::CloudCredential,
+            images.pull_credential.clone(),
+        ));
+    }
+    if let Some(registries) = &cluster.registries {
+        for (host, config) in &registries.configs {
+            if !config.credential.is_empty() {
+                named.push((
+                    format!("spec.registries.configs[{host:?}].credential"),
+                    Kind::CloudCredential,
+                    config.credential.clone(),
+                ));
+            }
+        }
+    }
+    for (i, pool) in cluster.machine_pools.iter().enumerate() {
+        named.push((
+            format!("spec.machinePools[{i}].template"),
+            Kind::MachineTemplate,
+            pool.template.clone(),
+        ));
+    }
+    named
+}
+
+/// Whether `allowed` grants `principal` the use of a credential.
+fn granted(allowed: &Allowed, principal: &Principal) -> bool {
+    allowed.users.contains(&principal.user)
+        || allowed
+            .groups
+            .iter()
+            .any(|g| principal.groups.iter().any(|m| m == g))
+}
+
+/// The credential `name`'s grants, if it exists.
+async fn grants_of(store: &dyn Store, name: &str) -> Result<Option<Allowed>, ApiError> {
+    match store.get(Kind::CloudCredential.name(), name).await {
+        Ok(found) => Ok(Some(
+            found
+                .spec
+                .get("allowed")
+                .and_then(|a| serde_json::from_value(a.clone()).ok())
+                .unwrap_or_default(),
+        )),
+        Err(StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether `principal` may use what `kind` `name` spends: a credential they are granted, or a
+/// template whose credential they are granted.
+async fn may_use(
+    store: &dyn Store,
+    principal: &Principal,
+    kind: Kind,
+    name: &str,
+) -> Result<bool, ApiError> {
+    let credential = match kind {
+        Kind::MachineTemplate => match store.get(Kind::MachineTemplate.name(), name).await {
+            Ok(template) => template
+                .spec
+                .get("credential")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            Err(StoreError::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        },
+        _ => name.to_owned(),
+    };
+    Ok(grants_of(store, &credential)
+        .await?
+        .is_some_and(|allowed| granted(&allowed, principal)))
+}
+
+/// Refuses a cluster `spec` that names a credential or template `principal` may not use. Only
+/// what the write adds is checked (a name `current` already had was allowed when it came), so
+/// an owner can still scale the pools an admin set up. Admins may name anything, even what
+/// does not exist yet (the cluster waits for it, saying so).
+pub(super) async fn check(
+    store: &dyn Store,
+    principal: &Principal,
+    kind: Kind,
+    spec: &Value,
+    current: Option<&Value>,
+) -> Result<(), ApiError> {
+    if kind != Kind::Cluster || principal.admin {
+        return Ok(());
+    }
+    let had: Vec<(Kind, String)> = current
+        .map(named)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, kind, name)| (kind, name))
+        .collect();
+    for (field, kind, name) in named(spec) {
+        if had.contains(&(kind, name.clone())) {
+            continue;
+        }
+        if !may_use(store, principal, kind, &name).await? {
+            return Err(ApiError::invalid(format!(
+                "{field}: there is no {} {name:?} you may use; an admin makes them and grants their use (a CloudCredential's spec.allowed)",
+                kind.name()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -42,7 +42,7 @@ pub use inbound::Services;
 pub use messages::{
     Conversation, MESSAGES_HEADER, MessageHandler, Messenger, NotSent, OnMessage, SESSION_MESSAGES,
 };
-pub use proxy::{ProxyError, ProxySettings};
+pub use proxy::{ProxyError, ProxySettings, percent_decode};
 pub use registry::{Registry, SessionEvent};
 pub use session::{
     DialError, DialErrorKind, Peer, Session, SessionInfo, SessionSettings, TunnelStream,

@@ -336,7 +336,8 @@ fn in_network(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     }
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+/// `s` with each `%XX` decoded; `None` for a bad escape or bytes that are not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

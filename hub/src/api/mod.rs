@@ -270,35 +270,12 @@ fn same_origin_path(next: &str) -> bool {
             && !text.contains('\\')
             && !text.chars().any(|c| c.is_control() || c.is_whitespace())
     };
-    let decoded = percent_decoded(next);
+    // As a browser may decode it once more; a bad escape is no path of ours.
+    let decoded = tunnel::percent_decode(next);
     next.len() <= 512
         && next.chars().all(|c| c.is_ascii_graphic())
         && plain(next)
-        && plain(&decoded)
-}
-
-/// `text` with each `%XX` decoded (as a browser may decode it once more).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+        && decoded.is_some_and(|d| plain(&d))
 }
 
 #[cfg(test)]

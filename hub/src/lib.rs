@@ -27,6 +27,7 @@ pub mod cron;
 pub mod dashboard;
 pub mod downstream;
 mod fsutil;
+pub mod grants;
 pub mod health;
 pub mod identity;
 pub mod machines;

@@ -69,11 +69,19 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Reconciles every custom cluster whenever a Cluster, Host, Plan, snapshot or cloud
-    /// credential changes (and every 10 s regardless), until `shutdown`.
+    /// Reconciles every custom cluster whenever a Cluster, Host, Plan, snapshot, cloud
+    /// credential or role binding changes (and every 10 s regardless), until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        // A registry credential a cluster waits for counts as a change of that cluster.
-        let kinds = ["Cluster", "Host", "Plan", "EtcdSnapshot", "CloudCredential"];
+        // A registry credential a cluster waits for, or its grant to the cluster's owners,
+        // counts as a change of that cluster.
+        let kinds = [
+            "Cluster",
+            "Host",
+            "Plan",
+            "EtcdSnapshot",
+            "CloudCredential",
+            "RoleBinding",
+        ];
         crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
             self.reconcile_all()
         })
@@ -205,7 +213,7 @@ impl Planner {
         // After the removals, which need no registry: a missing login must not hold a host's
         // uninstall (or its machine's release).
         if let Some(registries) = &spec.registries {
-            match self.logins(registries).await? {
+            match self.logins(name, registries).await? {
                 Ok(logins) => ctx.registries = host_plan::registry_files(dist, registries, &logins),
                 Err(why) => {
                     // No host gets a registries.yaml without the credentials it needs.
@@ -362,6 +370,7 @@ impl Planner {
     /// The registry credentials `registries` names, by name, or why one cannot be had.
     async fn logins(
         &self,
+        cluster: &str,
         registries: &crate::model::registries::Registries,
     ) -> Result<
         Result<std::collections::BTreeMap<String, crate::model::RegistryCredential>, String>,
@@ -369,6 +378,12 @@ impl Planner {
     > {
         let mut logins = std::collections::BTreeMap::new();
         for name in crate::model::registries::credentials_named(registries) {
+            // A host's plan reaches whoever registers it: the cluster's owners.
+            if let Err(why) =
+                crate::grants::cluster_may_use(self.store.as_ref(), cluster, &name).await?
+            {
+                return Ok(Err(format!("spec.registries: {why}")));
+            }
             match crate::model::registries::login(self.store.as_ref(), &name).await? {
                 Ok(login) => logins.insert(name, login),
                 Err(why) => return Ok(Err(format!("spec.registries: {why}"))),

@@ -236,6 +236,10 @@ pub async fn agents_manifest(
     if !images.pull_credential.is_empty() {
         let invalid =
             |why: String| StoreError::Invalid(format!("spec.agentImages.pullCredential: {why}"));
+        // The manifest is its owners' to read (they make its registration tokens).
+        crate::grants::cluster_may_use(store, cluster, &images.pull_credential)
+            .await?
+            .map_err(invalid)?;
         let login = crate::model::registries::login(store, &images.pull_credential)
             .await?
             .map_err(invalid)?;

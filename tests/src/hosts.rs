@@ -579,6 +579,14 @@ impl Host {
 }
 
 /// A plan's version and whether it is applied with its probes passing.
+/// A Plan's checksum (`status.planChecksum`) as the API shows it.
+pub fn plan_checksum(plan: &Value) -> String {
+    plan["status"]["planChecksum"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 pub fn plan_state(plan: &Value) -> (String, bool) {
     let version = plan["spec"]["plan"]["instructions"][0]["env"]
         .as_array()
@@ -601,10 +609,9 @@ pub fn plan_state(plan: &Value) -> (String, bool) {
         .flatten()
         .filter(|p| p["healthy"] == true)
         .count();
-    // The plan's identity, computed here as the agent computes it.
-    let parsed: proto::plan::v1::Plan =
-        serde_json::from_value(plan["spec"]["plan"].clone()).unwrap();
-    let sum = proto::plan::v1::checksum(&parsed);
+    // The plan's identity as the hub computes it of the whole plan (the API leaves secret
+    // files' content out, so it cannot be computed here), against what the agent reports.
+    let sum = plan_checksum(plan);
     let ready = status["state"] == "applied"
         && status["appliedChecksum"] == sum.as_str()
         && status["checksum"] == sum.as_str()

@@ -65,9 +65,7 @@ fn checksums(all: &HashMap<String, Value>, names: &[String]) -> Vec<(String, boo
         .iter()
         .map(|n| {
             let plan = &all[n];
-            let parsed: proto::plan::v1::Plan =
-                serde_json::from_value(plan["spec"]["plan"].clone()).unwrap();
-            let sum = proto::plan::v1::checksum(&parsed);
+            let sum = tests::hosts::plan_checksum(plan);
             let (_, ready) = tests::hosts::plan_state(plan);
             (sum, ready)
         })

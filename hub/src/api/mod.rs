@@ -139,6 +139,12 @@ pub fn kind_of(plural: &str) -> Result<Kind, ApiError> {
 
 /// An object as the API shows it: secrets removed, `apiVersion` and the derived `state` added.
 pub fn present(kind: Kind, mut object: Object) -> Value {
+    // A plan's identity, as the agent computes it, so "applied?" is one comparison with
+    // `status.appliedChecksum`: of the plan as the host has it, secret files and all.
+    let checksum = (kind == Kind::Plan)
+        .then(|| crate::model::parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)).ok())
+        .flatten()
+        .map(|plan| proto::plan::v1::checksum(&plan));
     kind.redact(&mut object);
     let status = Status::of(&object);
     let state = derive_state(kind, &object.metadata, &status, &object.spec);
@@ -147,18 +153,8 @@ pub fn present(kind: Kind, mut object: Object) -> Value {
     } else {
         object.status
     };
-    // A plan's identity, as the agent computes it, so "applied?" is one comparison with
-    // `status.appliedChecksum`.
-    if kind == Kind::Plan
-        && let (Ok(plan), Value::Object(fields)) = (
-            crate::model::parse_plan(object.spec.get("plan").unwrap_or(&Value::Null)),
-            &mut status,
-        )
-    {
-        fields.insert(
-            "planChecksum".into(),
-            json!(proto::plan::v1::checksum(&plan)),
-        );
+    if let (Some(checksum), Value::Object(fields)) = (checksum, &mut status) {
+        fields.insert("planChecksum".into(), json!(checksum));
     }
     json!({
         "apiVersion": API_VERSION,

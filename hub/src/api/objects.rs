@@ -253,6 +253,7 @@ async fn checked_spec(
     // A secret the caller cannot read back is kept when an update leaves it out.
     if let Some(current) = current {
         crate::model::agentconfig::keep_env_passwords(&mut spec, &current.spec);
+        crate::model::keep_plan_files(&mut spec, &current.spec);
         for pointer in crate::model::SECRET_FIELDS {
             let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
             if let (Some(kept), Some(Value::Object(map))) =

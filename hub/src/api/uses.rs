@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::ApiError;
 use crate::{
     auth::Principal,
-    model::{Allowed, ClusterSpec, Kind},
+    model::{ClusterSpec, Kind},
     store::{Store, StoreError},
 };
 
@@ -51,30 +51,6 @@ fn named(spec: &Value) -> Vec<(String, Kind, String)> {
     named
 }
 
-/// Whether `allowed` grants `principal` the use of a credential.
-fn granted(allowed: &Allowed, principal: &Principal) -> bool {
-    allowed.users.contains(&principal.user)
-        || allowed
-            .groups
-            .iter()
-            .any(|g| principal.groups.iter().any(|m| m == g))
-}
-
-/// The credential `name`'s grants, if it exists.
-async fn grants_of(store: &dyn Store, name: &str) -> Result<Option<Allowed>, ApiError> {
-    match store.get(Kind::CloudCredential.name(), name).await {
-        Ok(found) => Ok(Some(
-            found
-                .spec
-                .get("allowed")
-                .and_then(|a| serde_json::from_value(a.clone()).ok())
-                .unwrap_or_default(),
-        )),
-        Err(StoreError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Whether `principal` may use what `kind` `name` spends: a credential they are granted, or a
 /// template whose credential they are granted.
 async fn may_use(
@@ -96,9 +72,11 @@ async fn may_use(
         },
         _ => name.to_owned(),
     };
-    Ok(grants_of(store, &credential)
+    Ok(crate::grants::grants_of(store, &credential)
         .await?
-        .is_some_and(|allowed| granted(&allowed, principal)))
+        .is_some_and(|allowed| {
+            crate::grants::granted(&allowed, &principal.user, &principal.groups)
+        }))
 }
 
 /// Refuses a cluster `spec` that names a credential or template `principal` may not use. Only

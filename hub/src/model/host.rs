@@ -64,6 +64,45 @@ pub struct PlanSpec {
     pub plan: Value,
 }
 
+/// Leaves out the content of a Plan spec's secret files (`secret: true`): the host receives
+/// them, no reader of the API does.
+pub fn redact_plan_files(spec: &mut Value) {
+    if let Some(Value::Array(files)) = spec.pointer_mut("/plan/files") {
+        for file in files {
+            if file.get("secret").and_then(Value::as_bool) == Some(true)
+                && let Value::Object(fields) = file
+            {
+                fields.remove("content");
+            }
+        }
+    }
+}
+
+/// Keeps in an updated Plan spec the content of each secret file it leaves out (as a read
+/// showed it), from the file of the same path in the current spec.
+pub fn keep_plan_files(spec: &mut Value, current: &Value) {
+    let Some(Value::Array(kept)) = current.pointer("/plan/files") else {
+        return;
+    };
+    let Some(Value::Array(files)) = spec.pointer_mut("/plan/files") else {
+        return;
+    };
+    for file in files {
+        if file.get("secret").and_then(Value::as_bool) != Some(true)
+            || file.get("content").is_some()
+        {
+            continue;
+        }
+        let content = kept
+            .iter()
+            .find(|k| k.get("path") == file.get("path"))
+            .and_then(|k| k.get("content"));
+        if let (Some(content), Value::Object(fields)) = (content, file) {
+            fields.insert("content".into(), content.clone());
+        }
+    }
+}
+
 /// A Plan's `spec.plan` as the protocol's type; the message says what to fix.
 pub fn parse_plan(plan: &Value) -> Result<proto::plan::v1::Plan, String> {
     if plan.is_null() {

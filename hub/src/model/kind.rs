@@ -387,7 +387,8 @@ impl Kind {
 }
 
 /// The write-only fields of every kind: top-level ones, an auth provider's secrets
-/// ([`SECRET_FIELDS`]), and the password of a proxy URL in a cluster's `agentEnv`.
+/// ([`SECRET_FIELDS`]), the password of a proxy URL in a cluster's `agentEnv`, and a plan's
+/// secret files.
 fn redact_spec(spec: &mut Value) {
     if let Value::Object(map) = spec {
         for field in ["secretHash", "passwordHash", "password"] {
@@ -395,6 +396,7 @@ fn redact_spec(spec: &mut Value) {
         }
     }
     super::agentconfig::redact_env(spec);
+    super::redact_plan_files(spec);
     for pointer in SECRET_FIELDS {
         let (parent, field) = pointer.rsplit_once('/').unwrap_or(("", pointer));
         if let Some(Value::Object(map)) = spec.pointer_mut(parent) {

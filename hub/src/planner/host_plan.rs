@@ -343,6 +343,8 @@ pub(super) fn host_plan(
             path: format!("{data}/server/manifests/{MANIFEST_FILE}"),
             content: manifest.as_bytes().to_vec(),
             permissions: "0600".into(),
+            // It holds the agents' registration token, and their pull credential's password.
+            secret: true,
             ..File::default()
         });
     }
@@ -545,22 +547,29 @@ pub(super) fn registry_files(
             lines.push("    tls:".into());
             // One directory per registry host; ':' is not welcome in every path.
             let host_dir = format!("{dir}/registries.d/{}", host.replace([':', '*'], "_"));
-            let mut file = |key: &str, name: &str, content: &str, permissions: &str| {
+            let mut file = |key: &str, name: &str, content: &str, permissions: &str, secret| {
                 let path = format!("{host_dir}/{name}");
                 lines.push(format!("      {key}: {}", quote(&path)));
                 files.push(File {
                     path,
                     content: content.as_bytes().to_vec(),
                     permissions: permissions.into(),
+                    secret,
                     ..File::default()
                 });
             };
             if !tls.ca_bundle.is_empty() {
-                file("ca_file", "ca.crt", &tls.ca_bundle, "0644");
+                file("ca_file", "ca.crt", &tls.ca_bundle, "0644", false);
             }
             if let Some(client) = client {
-                file("cert_file", "client.crt", &client.certificate, "0644");
-                file("key_file", "client.key", &client.key, "0600");
+                file(
+                    "cert_file",
+                    "client.crt",
+                    &client.certificate,
+                    "0644",
+                    false,
+                );
+                file("key_file", "client.key", &client.key, "0600", true);
             }
             if tls.insecure_skip_verify {
                 lines.push("      insecure_skip_verify: true".into());
@@ -573,6 +582,8 @@ pub(super) fn registry_files(
             path: format!("{dir}/registries.yaml"),
             content: (lines.join("\n") + "\n").into_bytes(),
             permissions: "0600".into(),
+            // It holds the registries' passwords.
+            secret: true,
             ..File::default()
         },
     );

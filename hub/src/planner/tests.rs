@@ -549,6 +549,107 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
     }
 }
 
+/// A registry's password reaches a cluster's hosts only if every owner of the cluster may use
+/// its credential: whoever registers a host receives its plan. The files holding secrets are
+/// marked so, for the API to leave them out.
+#[tokio::test]
+async fn registry_secrets_reach_only_clusters_whose_owners_are_granted_them() {
+    let f = fixture();
+    let spec = json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "registries": {"configs": {"mtls.example.com": {"credential": "corp-login"}}}});
+    f.store()
+        .create(Object::new("Cluster", "edge", spec))
+        .await
+        .unwrap();
+    f.store()
+        .create(Object::new(
+            "CloudCredential",
+            "corp-login",
+            json!({"driver": "registry", "registry": {"username": "puller", "password": "corp password",
+                "certificate": "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n",
+                "key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"}}),
+        ))
+        .await
+        .unwrap();
+    for (name, spec) in [
+        ("owner", json!({})),
+        ("admin-group-member", json!({"groups": ["admins"]})),
+    ] {
+        f.store()
+            .create(Object::new("User", name, spec))
+            .await
+            .unwrap();
+    }
+    for (name, spec) in [
+        ("admins", json!({"group": "admins", "role": "admin"})),
+        (
+            "edge-owner",
+            json!({"user": "owner", "role": "cluster-owner", "cluster": "edge"}),
+        ),
+        (
+            "edge-admin",
+            json!({"user": "admin-group-member", "role": "cluster-owner", "cluster": "edge"}),
+        ),
+        // A member reads no plans and makes no registration tokens: not asked.
+        (
+            "edge-member",
+            json!({"group": "devs", "role": "cluster-member", "cluster": "edge"}),
+        ),
+    ] {
+        crate::refs::create(f.store(), Object::new("RoleBinding", name, spec))
+            .await
+            .unwrap();
+    }
+    f.host("h-a", true, true, "10.0.0.1").await;
+    f.planner.reconcile_all().await;
+    assert!(f.plan("h-a").await.is_none());
+    let status = f.cluster_status().await;
+    let refused = status
+        .conditions
+        .iter()
+        .find(|c| c.reason == "RegistryCredential")
+        .unwrap_or_else(|| panic!("{status:?}"));
+    assert_eq!(
+        refused.message,
+        "spec.registries: CloudCredential \"corp-login\" is not granted to user \"owner\", an owner of \
+         cluster \"edge\" (role binding \"edge-owner\"), who could read it from the cluster's manifests \
+         and plans; an admin grants it in the credential's spec.allowed"
+    );
+
+    let mut credential = f
+        .store()
+        .get("CloudCredential", "corp-login")
+        .await
+        .unwrap();
+    credential.spec["allowed"] = json!({"users": ["owner"]});
+    f.store().update(credential).await.unwrap();
+    f.planner.reconcile_all().await;
+    let plan = f
+        .plan("h-a")
+        .await
+        .expect("planned once the owner is granted");
+    let secret = |path: &str| {
+        plan.files
+            .iter()
+            .find(|f| f.path == path)
+            .unwrap_or_else(|| panic!("{path}"))
+            .secret
+    };
+    let d = "/etc/rancher/k3s";
+    assert!(secret(&format!("{d}/registries.yaml")));
+    assert!(secret(&format!(
+        "{d}/registries.d/mtls.example.com/client.key"
+    )));
+    assert!(!secret(&format!(
+        "{d}/registries.d/mtls.example.com/client.crt"
+    )));
+    assert!(secret(&format!(
+        "/var/lib/rancher/k3s/server/manifests/{}",
+        MANIFEST_FILE
+    )));
+    assert!(!secret(&format!("{d}/config.yaml")));
+}
+
 #[tokio::test]
 async fn agent_env_reaches_the_installer_the_service_and_the_agents() {
     let f = fixture();

@@ -173,6 +173,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             name,
             tags: &tags,
             user_data: "#!/bin/sh\ntrue\n",
+            client_token: "",
         };
         made.push(driver.create(&request).await?.id);
     }

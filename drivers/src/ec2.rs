@@ -139,6 +139,24 @@ impl Ec2 {
         Ok(device)
     }
 
+    /// `RunInstances`; a client token EC2 says was used with other parameters is resolved by
+    /// listing the name's instances (the earlier request's, made after all), never by asking
+    /// again: if none is found, the caller needs a new token.
+    async fn run_or_find(&self, request: &CreateRequest<'_>) -> Result<Machine, DriverError> {
+        match self.run(request).await.map_err(DriverError::from) {
+            Err(DriverError::KeySpent(why)) => {
+                match self.find(NAME_TAG, request.name).await?.into_iter().next() {
+                    Some(made) => Ok(made),
+                    None => Err(DriverError::KeySpent(format!(
+                        "{why}; no instance named {} is found: a new client token is needed",
+                        request.name
+                    ))),
+                }
+            }
+            other => other,
+        }
+    }
+
     async fn run(&self, request: &CreateRequest<'_>) -> Result<Machine, AwsError> {
         let s = &self.settings;
         let mut params = vec![
@@ -147,7 +165,15 @@ impl Ec2 {
             ("MinCount".to_owned(), "1".to_owned()),
             ("MaxCount".to_owned(), "1".to_owned()),
             // EC2's own idempotency: a retried call with the same token makes nothing new.
-            ("ClientToken".to_owned(), request.name.to_owned()),
+            (
+                "ClientToken".to_owned(),
+                if request.client_token.is_empty() {
+                    request.name
+                } else {
+                    request.client_token
+                }
+                .to_owned(),
+            ),
             (
                 "UserData".to_owned(),
                 base64::engine::general_purpose::STANDARD.encode(request.user_data),
@@ -236,6 +262,9 @@ impl From<AwsError> for DriverError {
             {
                 DriverError::Refused(e.to_string())
             }
+            AwsError::Service { code, .. } if code == "IdempotentParameterMismatch" => {
+                DriverError::KeySpent(e.to_string())
+            }
             AwsError::Endpoint(..) => DriverError::Refused(e.to_string()),
             _ => DriverError::Unavailable(e.to_string()),
         }
@@ -251,7 +280,7 @@ impl Driver for Ec2 {
             if let Some(made) = self.find(NAME_TAG, request.name).await?.into_iter().next() {
                 return Ok(made);
             }
-            Ok(self.run(request).await?)
+            self.run_or_find(request).await
         })
     }
 
@@ -259,8 +288,8 @@ impl Driver for Ec2 {
         &'a self,
         request: &'a CreateRequest<'a>,
     ) -> BoxFuture<'a, Result<Machine, DriverError>> {
-        // `RunInstances` with the name as its client token makes nothing new when repeated.
-        Box::pin(async move { Ok(self.run(request).await?) })
+        // `RunInstances` with the same client token makes nothing new when repeated.
+        Box::pin(self.run_or_find(request))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Machine>, DriverError>> {
@@ -354,6 +383,10 @@ mod tests {
         assert!(matches!(
             DriverError::from(service("InsufficientInstanceCapacity")),
             DriverError::Unavailable(_)
+        ));
+        assert!(matches!(
+            DriverError::from(service("IdempotentParameterMismatch")),
+            DriverError::KeySpent(_)
         ));
     }
 }

@@ -44,6 +44,9 @@ pub struct CreateRequest<'a> {
     pub tags: &'a BTreeMap<String, String>,
     /// What the machine runs at first boot, for drivers that boot it ([`Driver::boots_user_data`]).
     pub user_data: &'a str,
+    /// The provider's idempotency key (EC2's `ClientToken`): a request repeated with it and
+    /// the same settings makes nothing new. Empty: the name.
+    pub client_token: &'a str,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -57,6 +60,10 @@ pub enum DriverError {
     /// Nothing left to make a machine from (an SSH pool's every address in use).
     #[error("{0}")]
     Exhausted(String),
+    /// The request's idempotency key was used before with other settings, and no machine of
+    /// the name is found: it needs a new key (EC2's `IdempotentParameterMismatch`).
+    #[error("{0}")]
+    KeySpent(String),
 }
 
 /// One way of making machines. Every call is safe to repeat: `create` for a name already made

@@ -42,6 +42,21 @@ const SSH_TIMEOUT: Duration = Duration::from_secs(300);
 const BOOTSTRAP_TOKEN_TTL: time::Duration = time::Duration::hours(1);
 /// On a Machine's status: the name of the registration token made for its bootstrap.
 const TOKEN_FIELD: &str = "registrationToken";
+/// ... and its text (the API leaves it out: `model::MACHINE_TOKEN_SECRET`).
+const TOKEN_SECRET_FIELD: &str = crate::model::MACHINE_TOKEN_SECRET;
+/// A recorded bootstrap token is used again only while it has this long to live: a machine
+/// made with it boots and registers within minutes.
+const TOKEN_REUSE_LEFT: time::Duration = time::Duration::minutes(20);
+
+/// On a Machine's status: which client token of its bootstrap token's its creates send.
+const CLIENT_KEY: &str = "clientKey";
+
+/// A machine's bootstrap token: its object's name and its text.
+#[derive(Debug)]
+struct BootstrapToken {
+    name: String,
+    value: String,
+}
 /// On a Machine's status: replaced as unhealthy ...
 const UNHEALTHY: &str = "unhealthy";
 /// ... and destroyed at its driver already.
@@ -49,6 +64,66 @@ const DESTROYED: &str = "destroyed";
 /// On a Host: its machine is destroyed, so no uninstall can run (the planner removes it
 /// without one).
 const MACHINE_GONE: &str = crate::model::MACHINE_DESTROYED;
+
+/// Which Machine events change more than a status, from what each Machine looked like last.
+#[derive(Debug, Default)]
+struct MachineChanges {
+    /// By name: (generation, being deleted, finalizers).
+    seen: std::collections::HashMap<String, (u64, bool, Vec<String>)>,
+}
+
+impl MachineChanges {
+    fn relevant(&mut self, e: &crate::store::WatchEvent) -> bool {
+        let meta = &e.object.metadata;
+        if e.kind == crate::store::EventType::Deleted {
+            self.seen.remove(&meta.name);
+            return true;
+        }
+        let now = (
+            meta.generation,
+            meta.deletion_timestamp.is_some(),
+            meta.finalizers.clone(),
+        );
+        self.seen.insert(meta.name.clone(), now.clone()) != Some(now)
+    }
+}
+
+/// Why a machine's step failed, and whether retrying the same settings can help.
+#[derive(Debug)]
+struct Failure {
+    why: String,
+    /// The provider (or the settings themselves) refused it as asked.
+    refused: bool,
+}
+
+impl Failure {
+    /// Settings that cannot work as they are: only a change of them helps.
+    fn settings(why: String) -> Self {
+        Self { why, refused: true }
+    }
+}
+
+impl From<drivers::DriverError> for Failure {
+    fn from(e: drivers::DriverError) -> Self {
+        Self {
+            refused: matches!(e, drivers::DriverError::Refused(_)),
+            why: e.to_string(),
+        }
+    }
+}
+
+/// Clears what [`Controller::failed`] recorded: the step went through.
+fn recovered(s: &mut Status) {
+    for field in [
+        decide::FAILED_FOR,
+        decide::FAILURES,
+        decide::NEXT_ATTEMPT,
+        decide::REFUSED,
+    ] {
+        s.extra.remove(field);
+    }
+    s.conditions.retain(|c| c.kind != "Ready");
+}
 
 /// What the controller needs besides the store.
 #[derive(Debug, Clone)]
@@ -59,17 +134,22 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Reconciles every cluster with machine pools whenever a Cluster, Machine, Host, template
-    /// or credential changes (and every 10 s regardless), until `shutdown`.
+    /// Reconciles every cluster with machine pools whenever a Cluster, Host, template or
+    /// credential changes, or a Machine does other than in its status (and every 10 s
+    /// regardless), until `shutdown`. The controller's own status writes start no pass: a
+    /// failed step would otherwise be retried at once, each failure's write the next try's
+    /// trigger; its retries come when its backoff says.
     pub async fn run(self, shutdown: CancellationToken) {
-        let kinds = [
-            "Cluster",
-            "Host",
-            "Machine",
-            "MachineTemplate",
-            "CloudCredential",
-        ];
-        crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
+        let kinds = ["Cluster", "Host", "MachineTemplate", "CloudCredential"];
+        let mut machines = MachineChanges::default();
+        let relevant = |e: &crate::store::WatchEvent| {
+            if e.object.kind == Kind::Machine.name() {
+                machines.relevant(e)
+            } else {
+                kinds.contains(&e.object.kind.as_str())
+            }
+        };
+        crate::store::on_changes_where(self.store.as_ref(), relevant, &shutdown, || {
             self.reconcile_all()
         })
         .await;
@@ -93,6 +173,7 @@ impl Controller {
             return Ok(());
         }
         let (hosts, _) = self.store.list(Kind::Host.name(), &everything).await?;
+        let versions = self.versions().await?;
         let mut names: Vec<String> = clusters.iter().map(|c| c.metadata.name.clone()).collect();
         // Machines whose cluster is gone are released too.
         for m in &machines {
@@ -131,15 +212,22 @@ impl Controller {
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             });
-            let actions = decide(&View {
+            let view = View {
                 pools: &pools,
                 machines: &mine,
                 hosts: &its_hosts,
                 init_host: init_host.as_deref(),
+                versions: &versions,
                 now: time::OffsetDateTime::now_utc(),
-            });
-            for action in actions {
-                if let Err(e) = self.act(&name, &pools, action).await {
+            };
+            for action in decide(&view) {
+                // What a failure of this step is recorded against.
+                let fingerprint = action
+                    .machine()
+                    .and_then(|m| mine.iter().find(|o| o.metadata.name == m))
+                    .map(|m| decide::fingerprint(m, &view))
+                    .unwrap_or_default();
+                if let Err(e) = self.act(&name, &pools, action, &fingerprint).await {
                     tracing::warn!(cluster = %name, error = %e, "a machine step failed; retrying");
                 }
             }
@@ -147,11 +235,97 @@ impl Controller {
         Ok(())
     }
 
+    /// Each template's version with its credential's, for [`decide::fingerprint`].
+    async fn versions(&self) -> Result<BTreeMap<String, String>, StoreError> {
+        let everything = LabelSelector::everything();
+        let (templates, _) = self
+            .store
+            .list(Kind::MachineTemplate.name(), &everything)
+            .await?;
+        let (credentials, _) = self
+            .store
+            .list(Kind::CloudCredential.name(), &everything)
+            .await?;
+        Ok(templates
+            .iter()
+            .map(|t| {
+                let credential = t.spec.get("credential").and_then(Value::as_str);
+                let of_credential = credentials
+                    .iter()
+                    .find(|c| Some(c.metadata.name.as_str()) == credential)
+                    .map_or("", |c| c.metadata.resource_version.as_str());
+                (
+                    t.metadata.name.clone(),
+                    format!("{}/{of_credential}", t.metadata.resource_version),
+                )
+            })
+            .collect())
+    }
+
+    /// Records a failed step of machine `name` (in `phase`): how many in a row for these
+    /// settings (`fingerprint`), and when it is tried next — not before a change of them if
+    /// the provider refused it as asked — in its message and its `Ready` condition.
+    async fn failed(
+        &self,
+        name: &str,
+        to: &str,
+        step: &str,
+        failure: Failure,
+        fingerprint: &str,
+    ) -> Result<(), StoreError> {
+        let (to, fingerprint) = (to.to_owned(), fingerprint.to_owned());
+        let step = step.to_owned();
+        let now = time::OffsetDateTime::now_utc();
+        update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+            let same = s.extra.get(decide::FAILED_FOR).and_then(Value::as_str)
+                == Some(fingerprint.as_str());
+            let failures = if same {
+                s.extra
+                    .get(decide::FAILURES)
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0)
+                    .saturating_add(1)
+            } else {
+                1
+            };
+            let (reason, then) = if failure.refused {
+                s.extra.remove(decide::NEXT_ATTEMPT);
+                (
+                    "Refused",
+                    "refused as asked: not tried again until the pool, its template or the template's credential changes".to_owned(),
+                )
+            } else {
+                let delay = decide::retry_delay(failures);
+                let next = now + delay;
+                let at = crate::model::format_time(next);
+                s.extra.insert(decide::NEXT_ATTEMPT.into(), json!(at));
+                (
+                    "RetryBackoff",
+                    format!(
+                        "failed {failures} time(s) in a row; next attempt at {at} (in {}s)",
+                        delay.as_secs()
+                    ),
+                )
+            };
+            let message = format!("{step}: {}; {then}", failure.why);
+            s.extra.insert(decide::FAILED_FOR.into(), json!(fingerprint));
+            s.extra.insert(decide::FAILURES.into(), json!(failures));
+            s.extra
+                .insert(decide::REFUSED.into(), json!(failure.refused));
+            s.extra.insert("phase".into(), json!(to));
+            s.extra.insert("message".into(), json!(message));
+            s.set_condition("Ready", false, reason, &message);
+        })
+        .await
+    }
+
     async fn act(
         &self,
         cluster: &str,
         pools: &[MachinePool],
         action: Action,
+        fingerprint: &str,
     ) -> Result<(), StoreError> {
         match action {
             Action::Create { pool, template } => {
@@ -186,14 +360,29 @@ impl Controller {
                 )
                 .await
             }
-            Action::Provision { machine } => self.provision(cluster, pools, &machine).await,
-            Action::Bootstrap { machine } => self.bootstrap(cluster, pools, &machine).await,
+            Action::Provision { machine } => {
+                // An SSH machine is installed as soon as its address is recorded (the pass
+                // its status write would have made is not made: see `run`).
+                if self
+                    .provision(cluster, pools, &machine, fingerprint)
+                    .await?
+                {
+                    self.bootstrap(cluster, pools, &machine, fingerprint)
+                        .await?;
+                }
+                Ok(())
+            }
+            Action::Bootstrap { machine } => {
+                self.bootstrap(cluster, pools, &machine, fingerprint).await
+            }
             Action::Link { machine, host } => {
                 // The bootstrap token's name, as the write found it.
                 let found = Arc::new(std::sync::Mutex::new(None));
                 let token = found.clone();
                 update_status(self.store.as_ref(), Kind::Machine, &machine, move |s| {
                     *token.lock().unwrap_or_else(|p| p.into_inner()) = s.extra.remove(TOKEN_FIELD);
+                    s.extra.remove(TOKEN_SECRET_FIELD);
+                    recovered(s);
                     s.extra.insert("host".into(), json!(host));
                     s.extra.insert("phase".into(), json!(phase::RUNNING));
                     s.extra.insert("message".into(), json!(""));
@@ -235,7 +424,7 @@ impl Controller {
                 // An unhealthy machine cannot uninstall its host: it is destroyed first, and
                 // its host then goes without waiting for an uninstall that cannot run.
                 if flag(UNHEALTHY) && !flag(DESTROYED) {
-                    return self.release(&machine, false).await;
+                    return self.release(&machine, false, fingerprint).await;
                 }
                 if let Some(host) = host {
                     if flag(DESTROYED) {
@@ -263,7 +452,7 @@ impl Controller {
                 if flag(DESTROYED) {
                     return self.let_go(&machine).await;
                 }
-                self.release(&machine, true).await
+                self.release(&machine, true, fingerprint).await
             }
         }
     }
@@ -291,6 +480,20 @@ impl Controller {
             }
         }
         Ok(())
+    }
+
+    /// Deletes the registration token made for a machine's bootstrap, whatever step it
+    /// reached: a machine released before its host registered leaves no token that works
+    /// (and a destroyed instance's user data holds one).
+    async fn forget_bootstrap_token(&self, machine: &Object) -> Result<(), StoreError> {
+        match Status::of(machine)
+            .extra
+            .get(TOKEN_FIELD)
+            .and_then(Value::as_str)
+        {
+            Some(token) => self.forget_token(token).await,
+            None => Ok(()),
+        }
     }
 
     async fn forget_token(&self, name: &str) -> Result<(), StoreError> {
@@ -418,51 +621,60 @@ impl Controller {
         cluster: &str,
         pools: &[MachinePool],
         name: &str,
-    ) -> Result<(), StoreError> {
+        fingerprint: &str,
+    ) -> Result<bool, StoreError> {
         let machine = self.store.get(Kind::Machine.name(), name).await?;
-        let failed = async |why: String| {
-            self.set(name, phase::PENDING, &format!("provision: {why}"))
+        let failed = async |failure: Failure| {
+            self.failed(name, phase::PENDING, "provision", failure, fingerprint)
                 .await
+                .map(|()| false)
         };
         let (template, credential) = match self.template_of(&machine).await {
             Ok(found) => found,
-            Err(why) => return failed(why).await,
+            Err(why) => return failed(Failure::settings(why)).await,
         };
         let driver = match self.driver_for(name, &template, &credential).await? {
             Ok(driver) => driver,
-            Err(why) => return failed(why).await,
+            Err(why) => return failed(Failure::settings(why)).await,
         };
         if !driver.boots_user_data() {
             let request = drivers::CreateRequest {
                 name,
                 tags: &BTreeMap::new(),
                 user_data: "",
+                client_token: "",
             };
             return match driver.create(&request).await {
-                Ok(made) => {
-                    update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
-                        s.extra.insert("addresses".into(), json!(made.addresses));
-                        s.extra.insert("providerId".into(), json!(made.id));
-                        s.extra.insert("phase".into(), json!(phase::PROVISIONING));
-                        s.extra.insert("message".into(), json!(""));
-                    })
-                    .await
-                }
-                Err(e) => failed(e.to_string()).await,
+                Ok(made) => update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+                    recovered(s);
+                    s.extra.insert("addresses".into(), json!(made.addresses));
+                    s.extra.insert("providerId".into(), json!(made.id));
+                    s.extra.insert("phase".into(), json!(phase::PROVISIONING));
+                    s.extra.insert("message".into(), json!(""));
+                })
+                .await
+                .map(|()| true),
+                Err(e) => failed(e.into()).await,
             };
         }
         let pool_name = decide::text(&machine, "/pool");
         let Some(pool) = pools.iter().find(|p| p.name == pool_name) else {
-            return Ok(());
+            return Ok(false);
         };
         let found = match driver.list(drivers::ec2::NAME_TAG, name).await {
             Ok(found) => found,
-            Err(e) => return failed(e.to_string()).await,
+            Err(e) => return failed(e.into()).await,
         };
         let made = match found.into_iter().next() {
             Some(made) => made,
             None => {
                 let token = self.bootstrap_token(cluster, name, &machine).await?;
+                let key = Status::of(&machine)
+                    .extra
+                    .get(CLIENT_KEY)
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let client_token = format!("drover-{}-{key}", token.name);
                 let install_flags = template
                     .amazonec2
                     .as_ref()
@@ -470,7 +682,7 @@ impl Controller {
                     .unwrap_or_default();
                 let user_data = user_data(&host_command(
                     &self.server_url,
-                    &token,
+                    &token.value,
                     &self.ca_checksum,
                     pool,
                     name,
@@ -485,15 +697,22 @@ impl Controller {
                     name,
                     tags: &tags,
                     user_data: &user_data,
+                    client_token: &client_token,
                 };
                 match driver.create_unlisted(&request).await {
                     Ok(made) => made,
-                    Err(e) => return failed(e.to_string()).await,
+                    Err(e) => {
+                        if matches!(e, drivers::DriverError::KeySpent(_)) {
+                            self.next_client_key(name).await?;
+                        }
+                        return failed(e.into()).await;
+                    }
                 }
             }
         };
         tracing::info!(cluster, machine = %name, id = %made.id, "machine made");
         update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+            recovered(s);
             s.extra.insert("addresses".into(), json!(made.addresses));
             s.extra.insert("providerId".into(), json!(made.id));
             s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
@@ -503,37 +722,78 @@ impl Controller {
             );
         })
         .await
+        .map(|()| false)
     }
 
     /// A registration token for this machine alone, short-lived, recorded on the machine
-    /// before it is used and replacing an earlier attempt's (deleted once the machine's host
-    /// has registered). Returns the token's text.
+    /// (its name, and its text as a secret the API never shows) before it is used, and used
+    /// again on each attempt while it has a while to live: the user data made with it, and the
+    /// client token named after it, stay the same, so a repeated `RunInstances` is the same
+    /// request. A new one replaces the last (deleted once the machine's host has registered,
+    /// or with the machine).
     async fn bootstrap_token(
         &self,
         cluster: &str,
         name: &str,
         machine: &Object,
-    ) -> Result<String, StoreError> {
+    ) -> Result<BootstrapToken, StoreError> {
+        let status = Status::of(machine);
+        let recorded = |field: &str| {
+            status
+                .extra
+                .get(field)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let previous = recorded(TOKEN_FIELD);
+        if let (Some(token), Some(value)) = (&previous, recorded(TOKEN_SECRET_FIELD)) {
+            let lasting = match self.store.get(Kind::RegistrationToken.name(), token).await {
+                Ok(object) => object
+                    .spec
+                    .get("expiresAt")
+                    .and_then(Value::as_str)
+                    .and_then(crate::model::parse_time)
+                    .is_some_and(|at| at - time::OffsetDateTime::now_utc() > TOKEN_REUSE_LEFT),
+                Err(StoreError::NotFound { .. }) => false,
+                Err(e) => return Err(e),
+            };
+            if lasting {
+                return Ok(BootstrapToken {
+                    name: token.clone(),
+                    value,
+                });
+            }
+        }
         let token = secret::new_token(TokenKind::Registration);
         let mut object = crate::registration::token_object(cluster, &token);
         object.spec["expiresAt"] = json!(crate::auth::lifetimes::expiry(BOOTSTRAP_TOKEN_TTL));
         let mut ops = vec![Op::Create(object)];
         crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
         self.store.transact(ops).await?;
-        let previous = Status::of(machine)
-            .extra
-            .get(TOKEN_FIELD)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let name_of_token = json!(token.name);
+        let (name_of_token, value) = (json!(token.name), json!(token.value));
         update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
             s.extra.insert(TOKEN_FIELD.into(), name_of_token.clone());
+            s.extra.insert(TOKEN_SECRET_FIELD.into(), value.clone());
         })
         .await?;
         if let Some(previous) = previous {
             self.forget_token(&previous).await?;
         }
-        Ok(token.value)
+        Ok(BootstrapToken {
+            name: token.name,
+            value: token.value,
+        })
+    }
+
+    /// Moves a machine to its next client token: EC2 says its current one was used with other
+    /// parameters and no instance of the machine is found. The bootstrap token stays (and
+    /// valid): an instance the earlier request made, found later, boots with it.
+    async fn next_client_key(&self, machine: &str) -> Result<(), StoreError> {
+        update_status(self.store.as_ref(), Kind::Machine, machine, |s| {
+            let key = s.extra.get(CLIENT_KEY).and_then(Value::as_u64).unwrap_or(0);
+            s.extra.insert(CLIENT_KEY.into(), json!(key + 1));
+        })
+        .await
     }
 
     /// Provisioning → Bootstrapping: the host command over SSH, the host key pinned.
@@ -542,27 +802,25 @@ impl Controller {
         cluster: &str,
         pools: &[MachinePool],
         name: &str,
+        fingerprint: &str,
     ) -> Result<(), StoreError> {
         let machine = self.store.get(Kind::Machine.name(), name).await?;
+        let failed = async |failure: Failure| {
+            self.failed(name, phase::PROVISIONING, "bootstrap", failure, fingerprint)
+                .await
+        };
         let (template, credential) = match self.template_of(&machine).await {
             Ok(found) => found,
-            Err(why) => {
-                return self
-                    .set(name, phase::PROVISIONING, &format!("bootstrap: {why}"))
-                    .await;
-            }
+            Err(why) => return failed(Failure::settings(why)).await,
         };
         let (Some(ssh), Some(key)) = (
             &template.ssh,
             credential.ssh.as_ref().map(|c| c.private_key.clone()),
         ) else {
-            return self
-                .set(
-                    name,
-                    phase::PROVISIONING,
-                    "bootstrap: the template's credential has no SSH key",
-                )
-                .await;
+            return failed(Failure::settings(
+                "the template's credential has no SSH key".into(),
+            ))
+            .await;
         };
         let pool_name = decide::text(&machine, "/pool");
         let Some(pool) = pools.iter().find(|p| p.name == pool_name) else {
@@ -582,7 +840,7 @@ impl Controller {
         let token = self.bootstrap_token(cluster, name, &machine).await?;
         let command = host_command(
             &self.server_url,
-            &token,
+            &token.value,
             &self.ca_checksum,
             pool,
             name,
@@ -613,6 +871,7 @@ impl Controller {
             Ok(outcome) if outcome.exit_code == 0 => {
                 let host_key = json!(outcome.host_key);
                 update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
+                    recovered(s);
                     s.extra.insert("hostKey".into(), host_key.clone());
                     s.extra.insert("phase".into(), json!(phase::BOOTSTRAPPING));
                     s.extra.insert(
@@ -632,13 +891,13 @@ impl Controller {
                     .join(" | ");
                 // The key is recorded even so: the machine answered with it.
                 let host_key = json!(outcome.host_key);
-                let message = json!(format!(
-                    "bootstrap: the host command exited with {}: {tail}",
-                    outcome.exit_code
-                ));
                 update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
                     s.extra.insert("hostKey".into(), host_key.clone());
-                    s.extra.insert("message".into(), message.clone());
+                })
+                .await?;
+                failed(Failure {
+                    why: format!("the host command exited with {}: {tail}", outcome.exit_code),
+                    refused: false,
                 })
                 .await
             }
@@ -647,8 +906,12 @@ impl Controller {
                     .await
             }
             Err(e) => {
-                self.set(name, phase::PROVISIONING, &format!("bootstrap: {e}"))
-                    .await
+                let refused = matches!(e, drivers::ssh::SshError::AuthRefused(_));
+                failed(Failure {
+                    why: e.to_string(),
+                    refused,
+                })
+                .await
             }
         }
     }
@@ -659,7 +922,12 @@ impl Controller {
     /// address registers afresh; one that cannot be reached is released all the same. A cloud
     /// machine is destroyed — every instance tagged with its name, so one whose making was
     /// never recorded goes too — and the object stays until the cloud has accepted that.
-    async fn release(&self, name: &str, then_let_go: bool) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        name: &str,
+        then_let_go: bool,
+        fingerprint: &str,
+    ) -> Result<(), StoreError> {
         let machine = match self.store.get(Kind::Machine.name(), name).await {
             Ok(m) => m,
             Err(StoreError::NotFound { .. }) => return Ok(()),
@@ -676,22 +944,18 @@ impl Controller {
                 return self.released(name, then_let_go).await;
             }
         };
+        let failed = async |failure: Failure| {
+            self.failed(name, phase::DELETING, "release", failure, fingerprint)
+                .await
+        };
         let driver = match self.driver_for(name, &template, &credential).await? {
             Ok(driver) => driver,
-            Err(why) => {
-                return self
-                    .set(name, phase::DELETING, &format!("release: {why}"))
-                    .await;
-            }
+            Err(why) => return failed(Failure::settings(why)).await,
         };
         if driver.boots_user_data() {
             let mut ids: Vec<String> = match driver.list(drivers::ec2::NAME_TAG, name).await {
                 Ok(found) => found.into_iter().map(|m| m.id).collect(),
-                Err(e) => {
-                    return self
-                        .set(name, phase::DELETING, &format!("release: {e}"))
-                        .await;
-                }
+                Err(e) => return failed(e.into()).await,
             };
             let recorded = status
                 .extra
@@ -704,13 +968,9 @@ impl Controller {
             for id in &ids {
                 if let Err(e) = driver.delete(id).await {
                     // Kept (with its finalizer) until the cloud takes the request: never leaked.
-                    return self
-                        .set(
-                            name,
-                            phase::DELETING,
-                            &format!("release: destroying {id}: {e}"),
-                        )
-                        .await;
+                    let mut failure = Failure::from(e);
+                    failure.why = format!("destroying {id}: {}", failure.why);
+                    return failed(failure).await;
                 }
                 tracing::info!(machine = %name, %id, "machine destroyed");
             }
@@ -756,6 +1016,10 @@ impl Controller {
         if then_let_go {
             return self.let_go(name).await;
         }
+        // Destroyed: its bootstrap token (in the instance's user data) goes with it.
+        if let Ok(machine) = self.store.get(Kind::Machine.name(), name).await {
+            self.forget_bootstrap_token(&machine).await?;
+        }
         update_status(self.store.as_ref(), Kind::Machine, name, |s| {
             s.extra.insert(DESTROYED.into(), json!(true));
         })
@@ -770,6 +1034,7 @@ impl Controller {
                 Err(StoreError::NotFound { .. }) => return Ok(()),
                 Err(e) => return Err(e),
             };
+            self.forget_bootstrap_token(&machine).await?;
             machine.metadata.finalizers.retain(|f| f != FINALIZER);
             match self.store.update(machine).await {
                 Err(StoreError::Conflict { .. }) => continue,

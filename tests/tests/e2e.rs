@@ -25,6 +25,7 @@ mod hub;
 mod images;
 mod import;
 mod install;
+mod machine_failures;
 mod machines;
 mod openid;
 mod plans;

@@ -434,6 +434,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         name: "probe",
         tags: &tags,
         user_data: "#!/bin/sh\ntrue\n",
+        client_token: "",
     };
     let first = ec2.create(&request).await.unwrap();
     let again = ec2.create(&request).await.unwrap();

@@ -2,7 +2,7 @@
 //! machines and hosts, which machines to make, which to remove, and the next step of each.
 //! Nothing here reads or writes the store or calls a machine.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -37,6 +37,21 @@ pub(crate) enum Action {
     },
 }
 
+impl Action {
+    /// The machine a step of an existing machine is for.
+    pub(crate) fn machine(&self) -> Option<&str> {
+        match self {
+            Action::Create { .. } => None,
+            Action::Remove { machine }
+            | Action::Replace { machine, .. }
+            | Action::Provision { machine }
+            | Action::Bootstrap { machine }
+            | Action::Link { machine, .. }
+            | Action::Release { machine, .. } => Some(machine),
+        }
+    }
+}
+
 /// What the controller read about one cluster.
 pub(crate) struct View<'a> {
     pub pools: &'a [MachinePool],
@@ -46,8 +61,71 @@ pub(crate) struct View<'a> {
     pub hosts: &'a [&'a Object],
     /// The host that initialised the cluster (its etcd's first member).
     pub init_host: Option<&'a str>,
+    /// Each template's version with its credential's (`"<template rv>/<credential rv>"`): a
+    /// change of either is a change a refused step may be tried again for.
+    pub versions: &'a BTreeMap<String, String>,
     pub now: OffsetDateTime,
 }
+
+/// The first retry of a failed step comes this long after it; each further one twice as long
+/// after the last, up to [`RETRY_CAP`].
+const RETRY_BASE: Duration = Duration::from_secs(10);
+const RETRY_CAP: Duration = Duration::from_secs(300);
+
+/// How long after its `failures`-th failure in a row a step is tried again.
+pub(crate) fn retry_delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY_BASE.saturating_mul(1 << doublings).min(RETRY_CAP)
+}
+
+/// What a machine's steps are made of, as a string that changes whenever its pool's settings
+/// (its quantity aside), its template or the template's credential does: a failure recorded
+/// for another fingerprint is a failure of settings that are no longer asked for.
+pub(crate) fn fingerprint(machine: &Object, view: &View<'_>) -> String {
+    let pool = view
+        .pools
+        .iter()
+        .find(|p| p.name == text(machine, "/pool"))
+        .map(|p| {
+            let mut p = p.clone();
+            p.quantity = 0;
+            serde_json::to_string(&p).unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let template = text(machine, "/template");
+    let version = view.versions.get(template).map_or("", String::as_str);
+    format!("{pool}|{template}@{version}")
+}
+
+/// Whether `machine`'s last step failed for settings still asked for and is not to be tried
+/// yet: refused (until they change), or before its `nextAttempt`.
+fn backing_off(machine: &Object, view: &View<'_>) -> bool {
+    let status = Status::of(machine);
+    let Some(failed_for) = status.extra.get(FAILED_FOR).and_then(Value::as_str) else {
+        return false;
+    };
+    if failed_for != fingerprint(machine, view) {
+        return false;
+    }
+    if status.extra.get(REFUSED) == Some(&Value::Bool(true)) {
+        return true;
+    }
+    status
+        .extra
+        .get(NEXT_ATTEMPT)
+        .and_then(Value::as_str)
+        .and_then(parse_time)
+        .is_some_and(|next| view.now < next)
+}
+
+/// On a Machine's status, after a failed step: the fingerprint it failed for ...
+pub(crate) const FAILED_FOR: &str = "failedFor";
+/// ... how many times in a row ...
+pub(crate) const FAILURES: &str = "failures";
+/// ... when it is tried next (RFC 3339) ...
+pub(crate) const NEXT_ATTEMPT: &str = "nextAttempt";
+/// ... or that the provider refused it as asked: not until the settings change.
+pub(crate) const REFUSED: &str = "refused";
 
 /// A spec field at `pointer`, or "".
 pub(super) fn text<'a>(object: &'a Object, pointer: &str) -> &'a str {
@@ -287,6 +365,22 @@ pub(crate) fn decide(view: &View<'_>) -> Vec<Action> {
             host: host_of(machine, view.hosts).map(|h| h.metadata.name.clone()),
         });
     }
+    // A step that calls the driver waits out its machine's backoff.
+    actions.retain(|action| {
+        let machine = match action {
+            Action::Provision { machine }
+            | Action::Bootstrap { machine }
+            | Action::Release {
+                machine,
+                host: None,
+            } => machine,
+            _ => return true,
+        };
+        !view
+            .machines
+            .iter()
+            .any(|m| &m.metadata.name == machine && backing_off(m, view))
+    });
     actions
 }
 
@@ -324,6 +418,107 @@ mod tests {
     }
 
     #[test]
+    fn retries_wait_twice_as_long_each_time_up_to_five_minutes() {
+        let table = [
+            (0, 10),
+            (1, 10),
+            (2, 20),
+            (3, 40),
+            (4, 80),
+            (5, 160),
+            (6, 300),
+            (7, 300),
+            (40, 300),
+        ];
+        for (failures, secs) in table {
+            assert_eq!(
+                retry_delay(failures),
+                Duration::from_secs(secs),
+                "{failures}"
+            );
+        }
+    }
+
+    /// A failed step waits out its backoff (refused: until its settings change); a change of
+    /// the pool, the template or its credential lets it go at once.
+    #[test]
+    fn a_failed_step_waits_its_turn_and_a_refused_one_a_change() {
+        let pools = [pool("w", 1)];
+        let versions = BTreeMap::from([("lab-v1".to_owned(), "7/3".to_owned())]);
+        let view_of = |machines: &[&Object], versions: &BTreeMap<String, String>| -> Vec<Action> {
+            decide(&View {
+                pools: &pools,
+                machines,
+                hosts: &[],
+                init_host: None,
+                versions,
+                now: now(),
+            })
+        };
+        let provision = vec![Action::Provision {
+            machine: "edge-w-a".into(),
+        }];
+        let fresh = machine("edge-w-a", "w", "2026-11-26T11:59:00Z", phase::PENDING, "");
+        let settings = fingerprint(
+            &fresh,
+            &View {
+                pools: &pools,
+                machines: &[],
+                hosts: &[],
+                init_host: None,
+                versions: &versions,
+                now: now(),
+            },
+        );
+        let failed = |next: &str, refused: bool, failed_for: &str| {
+            let mut m = fresh.clone();
+            m.status = json!({"phase": phase::PENDING, "failures": 3, "nextAttempt": next,
+                              "refused": refused, "failedFor": failed_for});
+            m
+        };
+        // (next attempt, refused, failed for these settings?, versions, provisioned now?)
+        let other_versions = BTreeMap::from([("lab-v1".to_owned(), "8/3".to_owned())]);
+        let cases = [
+            ("2026-11-26T12:00:30Z", false, true, &versions, false),
+            ("2026-11-26T12:00:00Z", false, true, &versions, true),
+            ("2026-11-26T11:59:59Z", false, true, &versions, true),
+            ("", true, true, &versions, false),
+            ("2026-11-26T11:00:00Z", true, true, &versions, false),
+            ("", true, true, &other_versions, true),
+            ("2026-11-26T12:00:30Z", false, false, &versions, true),
+        ];
+        for (next, refused, same, versions, goes) in cases {
+            let m = failed(next, refused, if same { &settings } else { "before" });
+            let actions = view_of(&[&m], versions);
+            assert_eq!(
+                actions == provision,
+                goes,
+                "{next} refused={refused} same={same}: {actions:?}"
+            );
+        }
+        // A pool's quantity is not one of the settings; its roles are.
+        let mut grown = pools.clone();
+        grown[0].quantity = 5;
+        let mut other_roles = pools.clone();
+        other_roles[0].roles.etcd = true;
+        let view = |pools: &[MachinePool]| {
+            fingerprint(
+                &fresh,
+                &View {
+                    pools,
+                    machines: &[],
+                    hosts: &[],
+                    init_host: None,
+                    versions: &versions,
+                    now: now(),
+                },
+            )
+        };
+        assert_eq!(view(&grown), settings);
+        assert_ne!(view(&other_roles), settings);
+    }
+
+    #[test]
     fn a_pool_gets_its_machines_and_each_takes_its_next_step() {
         let m = [
             machine("edge-w-a", "w", "2026-11-26T10:00:00Z", "", ""),
@@ -350,6 +545,7 @@ mod tests {
             machines: &machines,
             hosts: &hosts,
             init_host: None,
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -411,6 +607,7 @@ mod tests {
                 machines: &machines,
                 hosts: &hosts,
                 init_host: init,
+                versions: &BTreeMap::new(),
                 now: now(),
             })
             .into_iter()
@@ -433,6 +630,7 @@ mod tests {
             machines: &machines,
             hosts: &hosts,
             init_host: None,
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(gone.len(), 3);
@@ -455,6 +653,7 @@ mod tests {
             machines: &[&going],
             hosts: &hosts,
             init_host: None,
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -469,6 +668,7 @@ mod tests {
             machines: &[&going],
             hosts: &[],
             init_host: None,
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -544,6 +744,7 @@ mod tests {
                 machines,
                 hosts: &hosts,
                 init_host: None,
+                versions: &BTreeMap::new(),
                 now: now(),
             }))
         };
@@ -580,6 +781,7 @@ mod tests {
             machines: &after,
             hosts: &hosts_d,
             init_host: None,
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(counts(&actions), (0, vec!["edge-w-c".to_owned()]));
@@ -621,6 +823,7 @@ mod tests {
                 machines: &machines,
                 hosts: &hosts,
                 init_host: Some("h-a"),
+                versions: &BTreeMap::new(),
                 now: now(),
             }))
             .1
@@ -657,6 +860,7 @@ mod tests {
             machines: &with_leaving,
             hosts: &hosts,
             init_host: Some("h-a"),
+            versions: &BTreeMap::new(),
             now: now(),
         });
         assert!(counts(&actions).1.is_empty(), "{actions:?}");
@@ -699,6 +903,7 @@ mod tests {
                 machines,
                 hosts: &hosts,
                 init_host: None,
+                versions: &BTreeMap::new(),
                 now: now(),
             })
         };

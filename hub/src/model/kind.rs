@@ -376,12 +376,16 @@ impl Kind {
     /// Removes what the API never returns (secret hashes, passwords, a provider's secret).
     pub fn redact(self, object: &mut Object) {
         redact_spec(&mut object.spec);
+        redact_status(&mut object.status);
     }
 
     /// As [`Kind::redact`], on an object already turned into JSON.
     pub fn redact_value(self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec") {
             redact_spec(spec);
+        }
+        if let Some(status) = object.get_mut("status") {
+            redact_status(status);
         }
     }
 }
@@ -402,6 +406,17 @@ fn redact_spec(spec: &mut Value) {
         if let Some(Value::Object(map)) = spec.pointer_mut(parent) {
             map.remove(field);
         }
+    }
+}
+
+/// On a Machine's status: the text of its bootstrap token, kept so that a retried create sends
+/// the same user data; never shown.
+pub const MACHINE_TOKEN_SECRET: &str = "bootstrapTokenSecret";
+
+/// The hub's own secrets in a status (a machine's bootstrap token), never shown.
+fn redact_status(status: &mut Value) {
+    if let Value::Object(map) = status {
+        map.remove(MACHINE_TOKEN_SECRET);
     }
 }
 

@@ -199,6 +199,15 @@ pub fn parse_time(text: &str) -> Option<time::OffsetDateTime> {
     time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
 }
 
+/// `at` as objects hold times: RFC 3339, UTC, to the second.
+pub fn format_time(at: time::OffsetDateTime) -> String {
+    at.to_offset(time::UtcOffset::UTC)
+        .replace_nanosecond(0)
+        .unwrap_or(at)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
 /// Sets one condition on an object (see [`update_status`]).
 pub async fn set_condition(
     store: &dyn Store,

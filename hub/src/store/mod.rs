@@ -13,7 +13,7 @@ use serde_json::Value;
 
 mod apply;
 mod passes;
-pub use passes::on_changes;
+pub use passes::{on_changes, on_changes_where};
 mod read_once;
 pub use read_once::ReadOnce;
 pub mod etcd;

@@ -19,9 +19,19 @@ pub async fn on_changes<F: Future<Output = ()>>(
     store: &dyn Store,
     kinds: &[&str],
     shutdown: &CancellationToken,
-    mut pass: impl FnMut() -> F,
+    pass: impl FnMut() -> F,
 ) {
     let relevant = |e: &WatchEvent| kinds.contains(&e.object.kind.as_str());
+    on_changes_where(store, relevant, shutdown, pass).await;
+}
+
+/// As [`on_changes`], a pass following the changes `relevant` says are.
+pub async fn on_changes_where<F: Future<Output = ()>>(
+    store: &dyn Store,
+    mut relevant: impl FnMut(&WatchEvent) -> bool,
+    shutdown: &CancellationToken,
+    mut pass: impl FnMut() -> F,
+) {
     loop {
         let Ok(from) = store.revision().await else {
             tokio::time::sleep(Duration::from_secs(1)).await;

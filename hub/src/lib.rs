@@ -249,11 +249,11 @@ impl Hub {
                     store: store.clone(),
                     ..planner.clone()
                 };
-                let machines = machines::Controller {
-                    store: store.clone(),
-                    server_url: planner.server_url.clone(),
-                    ca_checksum: planner.ca_checksum.clone(),
-                };
+                let machines = machines::Controller::new(
+                    store.clone(),
+                    planner.server_url.clone(),
+                    planner.ca_checksum.clone(),
+                );
                 async move {
                     tokio::join!(
                         planner.run(stop.clone()),

@@ -28,8 +28,8 @@ use crate::cloud::Moto;
 /// What the front is told to do, and what it saw.
 #[derive(Debug, Default)]
 struct State {
-    /// Actions in the order asked.
-    actions: Vec<String>,
+    /// Actions in the order asked, with the values of their parameters.
+    calls: Vec<(String, Vec<String>)>,
     /// By client token: the parameters first asked with (the signature's aside), and the
     /// answer given.
     tokens: HashMap<String, (String, Option<(u16, Bytes)>)>,
@@ -107,7 +107,17 @@ impl Ec2Front {
     /// How many calls of `action` the front has seen.
     pub fn count(&self, action: &str) -> usize {
         let state = self.state.lock().unwrap();
-        state.actions.iter().filter(|a| *a == action).count()
+        state.calls.iter().filter(|(a, _)| a == action).count()
+    }
+
+    /// How many calls of `action` have had `value` as one of their parameters' values.
+    pub fn count_naming(&self, action: &str, value: &str) -> usize {
+        let state = self.state.lock().unwrap();
+        state
+            .calls
+            .iter()
+            .filter(|(a, values)| a == action && values.iter().any(|v| v == value))
+            .count()
     }
 
     /// Calls of `action` are answered 503 (`None`: none are).
@@ -154,7 +164,8 @@ async fn answer(
     let mut lose = false;
     {
         let mut state = state.lock().unwrap();
-        state.actions.push(action.clone());
+        let values = form.iter().map(|(_, v)| v.clone()).collect();
+        state.calls.push((action.clone(), values));
         if state.failing.as_deref() == Some(action.as_str()) {
             return error(503, "Unavailable", "the front fails this action (test)");
         }

@@ -224,7 +224,37 @@ async fn a_machine_the_cloud_fails_is_retried_gently_and_leaves_no_token_behind(
     assert_eq!(tokens_named(&hub, &admin, &token).await, 1);
     assert!(made["status"].get("failures").is_none(), "{made}");
 
-    // 4. Removed before its host registered: the instance terminated, the machine gone, its
+    // 4. Its instance terminated at the provider (not through the hub): once a listing of
+    //    the pool has shown the instance, the next one that does not show it replaces the
+    //    machine — no `unhealthyAfter` needed — and its token goes with it.
+    let listings = front.count_naming("DescribeInstances", "tag:drover.io/pool");
+    until("the pool's instances listed", TIMEOUT, async || {
+        front.count_naming("DescribeInstances", "tag:drover.io/pool") > listings
+    })
+    .await;
+    let ec2 = moto.ec2();
+    ec2.call(
+        "TerminateInstances",
+        &[("InstanceId.1".to_owned(), live[0].id.clone())],
+    )
+    .await
+    .unwrap();
+    let terminated = Instant::now();
+    until("the machine replaced", TIMEOUT, async || {
+        let all = machines(&hub, &admin).await;
+        all.len() == 1
+            && all[0]["metadata"]["name"] != name.as_str()
+            && all[0]["status"]["phase"] == "Bootstrapping"
+    })
+    .await;
+    eprintln!(
+        "a machine whose instance was terminated replaced in {:?}",
+        terminated.elapsed()
+    );
+    assert_eq!(tokens_named(&hub, &admin, &token).await, 0);
+    let token = status(&hub, &admin, "cloud", "registrationToken").await;
+
+    // 5. Removed before its host registered: the instance terminated, the machine gone, its
     //    registration token deleted.
     set_pool(&hub, &admin, 0, "cloud", no_labels).await;
     until("the machine released", TIMEOUT, async || {

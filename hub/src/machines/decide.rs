@@ -64,6 +64,8 @@ pub(crate) struct View<'a> {
     /// Each template's version with its credential's (`"<template rv>/<credential rv>"`): a
     /// change of either is a change a refused step may be tried again for.
     pub versions: &'a BTreeMap<String, String>,
+    /// Machines whose instance the provider no longer has, and why that is known.
+    pub gone: &'a BTreeMap<String, String>,
     pub now: OffsetDateTime,
 }
 
@@ -246,16 +248,21 @@ pub(crate) fn decide(view: &View<'_>) -> Vec<Action> {
             .copied()
             .filter(|m| text(m, "/pool") == pool.name)
             .collect();
-        // Unhealthy machines are replaced: they leave, and the count below makes another.
-        if let Some(limit) = crate::model::parse_duration(&pool.unhealthy_after) {
-            for machine in &all {
-                if let Some(why) = unhealthy(machine, view, limit) {
-                    replacing.push(machine.metadata.name.clone());
-                    actions.push(Action::Replace {
-                        machine: machine.metadata.name.clone(),
-                        why,
-                    });
-                }
+        // Unhealthy machines are replaced: they leave, and the count below makes another. A
+        // machine whose instance is gone is, whatever `unhealthyAfter` says.
+        let limit = crate::model::parse_duration(&pool.unhealthy_after);
+        for machine in &all {
+            let why = view
+                .gone
+                .get(&machine.metadata.name)
+                .cloned()
+                .or_else(|| limit.and_then(|limit| unhealthy(machine, view, limit)));
+            if let Some(why) = why {
+                replacing.push(machine.metadata.name.clone());
+                actions.push(Action::Replace {
+                    machine: machine.metadata.name.clone(),
+                    why,
+                });
             }
         }
         let mine: Vec<&Object> = all
@@ -417,6 +424,59 @@ mod tests {
         Object::new("Host", name, json!({"cluster": "edge", "nodeName": node}))
     }
 
+    /// A machine whose instance is gone is replaced at once, `unhealthyAfter` set or not;
+    /// the others take their next step.
+    #[test]
+    fn a_machine_whose_instance_is_gone_is_replaced_without_unhealthy_after() {
+        let m = [
+            machine(
+                "edge-w-a",
+                "w",
+                "2026-11-26T11:59:00Z",
+                phase::BOOTSTRAPPING,
+                "",
+            ),
+            machine(
+                "edge-w-b",
+                "w",
+                "2026-11-26T11:59:00Z",
+                phase::RUNNING,
+                "h-b",
+            ),
+        ];
+        let machines: Vec<&Object> = m.iter().collect();
+        let hosts = [host("h-b", "edge-w-b")];
+        let hosts: Vec<&Object> = hosts.iter().collect();
+        let gone = BTreeMap::from([("edge-w-a".to_owned(), "its instance i-1 is gone".to_owned())]);
+        for unhealthy_after in ["", "1h"] {
+            let mut pools = [pool("w", 2)];
+            pools[0].unhealthy_after = unhealthy_after.into();
+            let actions = decide(&View {
+                pools: &pools,
+                machines: &machines,
+                hosts: &hosts,
+                init_host: None,
+                versions: &BTreeMap::new(),
+                gone: &gone,
+                now: now(),
+            });
+            assert_eq!(
+                actions,
+                vec![
+                    Action::Replace {
+                        machine: "edge-w-a".into(),
+                        why: "its instance i-1 is gone".into()
+                    },
+                    Action::Create {
+                        pool: "w".into(),
+                        template: "lab-v1".into()
+                    },
+                ],
+                "{unhealthy_after:?}"
+            );
+        }
+    }
+
     #[test]
     fn retries_wait_twice_as_long_each_time_up_to_five_minutes() {
         let table = [
@@ -452,6 +512,7 @@ mod tests {
                 hosts: &[],
                 init_host: None,
                 versions,
+                gone: &BTreeMap::new(),
                 now: now(),
             })
         };
@@ -467,6 +528,7 @@ mod tests {
                 hosts: &[],
                 init_host: None,
                 versions: &versions,
+                gone: &BTreeMap::new(),
                 now: now(),
             },
         );
@@ -510,6 +572,7 @@ mod tests {
                     hosts: &[],
                     init_host: None,
                     versions: &versions,
+                    gone: &BTreeMap::new(),
                     now: now(),
                 },
             )
@@ -546,6 +609,7 @@ mod tests {
             hosts: &hosts,
             init_host: None,
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -608,6 +672,7 @@ mod tests {
                 hosts: &hosts,
                 init_host: init,
                 versions: &BTreeMap::new(),
+                gone: &BTreeMap::new(),
                 now: now(),
             })
             .into_iter()
@@ -631,6 +696,7 @@ mod tests {
             hosts: &hosts,
             init_host: None,
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(gone.len(), 3);
@@ -654,6 +720,7 @@ mod tests {
             hosts: &hosts,
             init_host: None,
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -669,6 +736,7 @@ mod tests {
             hosts: &[],
             init_host: None,
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(
@@ -745,6 +813,7 @@ mod tests {
                 hosts: &hosts,
                 init_host: None,
                 versions: &BTreeMap::new(),
+                gone: &BTreeMap::new(),
                 now: now(),
             }))
         };
@@ -782,6 +851,7 @@ mod tests {
             hosts: &hosts_d,
             init_host: None,
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert_eq!(counts(&actions), (0, vec!["edge-w-c".to_owned()]));
@@ -824,6 +894,7 @@ mod tests {
                 hosts: &hosts,
                 init_host: Some("h-a"),
                 versions: &BTreeMap::new(),
+                gone: &BTreeMap::new(),
                 now: now(),
             }))
             .1
@@ -861,6 +932,7 @@ mod tests {
             hosts: &hosts,
             init_host: Some("h-a"),
             versions: &BTreeMap::new(),
+            gone: &BTreeMap::new(),
             now: now(),
         });
         assert!(counts(&actions).1.is_empty(), "{actions:?}");
@@ -904,6 +976,7 @@ mod tests {
                 hosts: &hosts,
                 init_host: None,
                 versions: &BTreeMap::new(),
+                gone: &BTreeMap::new(),
                 now: now(),
             })
         };

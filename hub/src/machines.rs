@@ -22,7 +22,6 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    auth::secret::{self, TokenKind},
     model::{
         CloudCredentialSpec, ClusterSpec, ClusterType, Kind, MachinePool, MachineTemplateSpec,
         Status, phase, update_status,
@@ -30,33 +29,22 @@ use crate::{
     store::{LabelSelector, Object, Op, Store, StoreError},
 };
 
+mod commands;
 mod decide;
+mod failures;
+mod instances;
+mod tokens;
+use commands::{host_command, uninstall_command, user_data};
 use decide::{Action, View, decide};
 use drivers::Driver;
+use failures::{Failure, MachineChanges, recovered};
+use instances::{Instances, POOL_TAG};
+use tokens::{CLIENT_KEY, TOKEN_FIELD, TOKEN_SECRET_FIELD};
 
 /// The finalizer a Machine carries until it is released at its driver.
 pub const FINALIZER: &str = crate::model::MACHINE_FINALIZER;
 /// How long one SSH command may take (the install downloads the agent).
 const SSH_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long a machine's registration token lives: a bootstrap takes minutes.
-const BOOTSTRAP_TOKEN_TTL: time::Duration = time::Duration::hours(1);
-/// On a Machine's status: the name of the registration token made for its bootstrap.
-const TOKEN_FIELD: &str = "registrationToken";
-/// ... and its text (the API leaves it out: `model::MACHINE_TOKEN_SECRET`).
-const TOKEN_SECRET_FIELD: &str = crate::model::MACHINE_TOKEN_SECRET;
-/// A recorded bootstrap token is used again only while it has this long to live: a machine
-/// made with it boots and registers within minutes.
-const TOKEN_REUSE_LEFT: time::Duration = time::Duration::minutes(20);
-
-/// On a Machine's status: which client token of its bootstrap token's its creates send.
-const CLIENT_KEY: &str = "clientKey";
-
-/// A machine's bootstrap token: its object's name and its text.
-#[derive(Debug)]
-struct BootstrapToken {
-    name: String,
-    value: String,
-}
 /// On a Machine's status: replaced as unhealthy ...
 const UNHEALTHY: &str = "unhealthy";
 /// ... and destroyed at its driver already.
@@ -64,66 +52,6 @@ const DESTROYED: &str = "destroyed";
 /// On a Host: its machine is destroyed, so no uninstall can run (the planner removes it
 /// without one).
 const MACHINE_GONE: &str = crate::model::MACHINE_DESTROYED;
-
-/// Which Machine events change more than a status, from what each Machine looked like last.
-#[derive(Debug, Default)]
-struct MachineChanges {
-    /// By name: (generation, being deleted, finalizers).
-    seen: std::collections::HashMap<String, (u64, bool, Vec<String>)>,
-}
-
-impl MachineChanges {
-    fn relevant(&mut self, e: &crate::store::WatchEvent) -> bool {
-        let meta = &e.object.metadata;
-        if e.kind == crate::store::EventType::Deleted {
-            self.seen.remove(&meta.name);
-            return true;
-        }
-        let now = (
-            meta.generation,
-            meta.deletion_timestamp.is_some(),
-            meta.finalizers.clone(),
-        );
-        self.seen.insert(meta.name.clone(), now.clone()) != Some(now)
-    }
-}
-
-/// Why a machine's step failed, and whether retrying the same settings can help.
-#[derive(Debug)]
-struct Failure {
-    why: String,
-    /// The provider (or the settings themselves) refused it as asked.
-    refused: bool,
-}
-
-impl Failure {
-    /// Settings that cannot work as they are: only a change of them helps.
-    fn settings(why: String) -> Self {
-        Self { why, refused: true }
-    }
-}
-
-impl From<drivers::DriverError> for Failure {
-    fn from(e: drivers::DriverError) -> Self {
-        Self {
-            refused: matches!(e, drivers::DriverError::Refused(_)),
-            why: e.to_string(),
-        }
-    }
-}
-
-/// Clears what [`Controller::failed`] recorded: the step went through.
-fn recovered(s: &mut Status) {
-    for field in [
-        decide::FAILED_FOR,
-        decide::FAILURES,
-        decide::NEXT_ATTEMPT,
-        decide::REFUSED,
-    ] {
-        s.extra.remove(field);
-    }
-    s.conditions.retain(|c| c.kind != "Ready");
-}
 
 /// What the controller needs besides the store.
 #[derive(Debug, Clone)]
@@ -134,25 +62,6 @@ pub struct Controller {
     instances: Arc<std::sync::Mutex<Instances>>,
 }
 
-/// The tag a pool's instances carry (with the cluster's and the machine's name).
-const POOL_TAG: &str = "drover.io/pool";
-/// A pool's instances are listed at most this often: passes come on every change, and every
-/// 10 s regardless, each of those listing afresh.
-const LIST_EVERY: Duration = Duration::from_secs(5);
-
-/// What the controller knows of its machines' instances from one pass to the next.
-#[derive(Debug, Default)]
-struct Instances {
-    /// Instance ids a listing has shown: one missing from a later listing is gone. (Not those
-    /// it made itself: a listing soon after the making may not show an instance yet.)
-    seen: std::collections::HashSet<String>,
-    /// By (cluster, pool): when last listed, and the ids listed.
-    listed: std::collections::HashMap<
-        (String, String),
-        (std::time::Instant, std::collections::HashSet<String>),
-    >,
-}
-
 impl Controller {
     pub fn new(store: Arc<dyn Store>, server_url: String, ca_checksum: String) -> Self {
         Self {
@@ -161,94 +70,6 @@ impl Controller {
             ca_checksum,
             instances: Arc::default(),
         }
-    }
-
-    /// The machines of `cluster` whose instance the provider no longer has, and why that is
-    /// known: one listing per cloud pool (by its tag, at most every [`LIST_EVERY`]) against
-    /// the instance each made machine recorded. An instance not listed is gone once a listing
-    /// had shown it, or once its machine's host had registered; a listing that fails tells
-    /// nothing.
-    async fn gone_instances(
-        &self,
-        cluster: &str,
-        pools: &[MachinePool],
-        machines: &[&Object],
-    ) -> Result<BTreeMap<String, String>, StoreError> {
-        let mut gone = BTreeMap::new();
-        for pool in pools {
-            let made: Vec<(&Object, String, bool)> = machines
-                .iter()
-                .copied()
-                .filter(|m| {
-                    m.metadata.deletion_timestamp.is_none() && decide::text(m, "/pool") == pool.name
-                })
-                .filter_map(|m| {
-                    let status = Status::of(m);
-                    let phase = status.extra.get("phase").and_then(Value::as_str)?;
-                    let running = phase == crate::model::phase::RUNNING;
-                    let id = status.extra.get("providerId").and_then(Value::as_str)?;
-                    (running || phase == crate::model::phase::BOOTSTRAPPING)
-                        .then(|| (m, id.to_owned(), running))
-                })
-                .collect();
-            let Some((first, _, _)) = made.first() else {
-                continue;
-            };
-            let Ok((template, credential)) = self.template_of(first).await else {
-                continue;
-            };
-            if template.amazonec2.is_none() {
-                continue;
-            }
-            let key = (cluster.to_owned(), pool.name.clone());
-            let cached = self
-                .instances
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .listed
-                .get(&key)
-                .filter(|(at, _)| at.elapsed() < LIST_EVERY)
-                .map(|(_, ids)| ids.clone());
-            let ids = match cached {
-                Some(ids) => ids,
-                None => {
-                    let Ok(driver) = self
-                        .driver_for(&first.metadata.name, &template, &credential)
-                        .await?
-                    else {
-                        continue;
-                    };
-                    match driver.list(POOL_TAG, &pool.name).await {
-                        Ok(found) => {
-                            let ids: std::collections::HashSet<String> =
-                                found.into_iter().map(|m| m.id).collect();
-                            self.instances
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .listed
-                                .insert(key, (std::time::Instant::now(), ids.clone()));
-                            ids
-                        }
-                        Err(e) => {
-                            tracing::debug!(cluster, pool = %pool.name, error = %e, "listing a pool's instances failed; its machines are checked next time");
-                            continue;
-                        }
-                    }
-                }
-            };
-            let mut known = self.instances.lock().unwrap_or_else(|p| p.into_inner());
-            for (machine, id, running) in made {
-                if ids.contains(&id) {
-                    known.seen.insert(id);
-                } else if running || known.seen.contains(&id) {
-                    gone.insert(
-                        machine.metadata.name.clone(),
-                        format!("its instance {id} is gone at the provider (terminated)"),
-                    );
-                }
-            }
-        }
-        Ok(gone)
     }
 
     /// Reconciles every cluster with machine pools whenever a Cluster, Host, template or
@@ -352,91 +173,6 @@ impl Controller {
             }
         }
         Ok(())
-    }
-
-    /// Each template's version with its credential's, for [`decide::fingerprint`].
-    async fn versions(&self) -> Result<BTreeMap<String, String>, StoreError> {
-        let everything = LabelSelector::everything();
-        let (templates, _) = self
-            .store
-            .list(Kind::MachineTemplate.name(), &everything)
-            .await?;
-        let (credentials, _) = self
-            .store
-            .list(Kind::CloudCredential.name(), &everything)
-            .await?;
-        Ok(templates
-            .iter()
-            .map(|t| {
-                let credential = t.spec.get("credential").and_then(Value::as_str);
-                let of_credential = credentials
-                    .iter()
-                    .find(|c| Some(c.metadata.name.as_str()) == credential)
-                    .map_or("", |c| c.metadata.resource_version.as_str());
-                (
-                    t.metadata.name.clone(),
-                    format!("{}/{of_credential}", t.metadata.resource_version),
-                )
-            })
-            .collect())
-    }
-
-    /// Records a failed step of machine `name` (in `phase`): how many in a row for these
-    /// settings (`fingerprint`), and when it is tried next — not before a change of them if
-    /// the provider refused it as asked — in its message and its `Ready` condition.
-    async fn failed(
-        &self,
-        name: &str,
-        to: &str,
-        step: &str,
-        failure: Failure,
-        fingerprint: &str,
-    ) -> Result<(), StoreError> {
-        let (to, fingerprint) = (to.to_owned(), fingerprint.to_owned());
-        let step = step.to_owned();
-        let now = time::OffsetDateTime::now_utc();
-        update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
-            let same = s.extra.get(decide::FAILED_FOR).and_then(Value::as_str)
-                == Some(fingerprint.as_str());
-            let failures = if same {
-                s.extra
-                    .get(decide::FAILURES)
-                    .and_then(Value::as_u64)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(0)
-                    .saturating_add(1)
-            } else {
-                1
-            };
-            let (reason, then) = if failure.refused {
-                s.extra.remove(decide::NEXT_ATTEMPT);
-                (
-                    "Refused",
-                    "refused as asked: not tried again until the pool, its template or the template's credential changes".to_owned(),
-                )
-            } else {
-                let delay = decide::retry_delay(failures);
-                let next = now + delay;
-                let at = crate::model::format_time(next);
-                s.extra.insert(decide::NEXT_ATTEMPT.into(), json!(at));
-                (
-                    "RetryBackoff",
-                    format!(
-                        "failed {failures} time(s) in a row; next attempt at {at} (in {}s)",
-                        delay.as_secs()
-                    ),
-                )
-            };
-            let message = format!("{step}: {}; {then}", failure.why);
-            s.extra.insert(decide::FAILED_FOR.into(), json!(fingerprint));
-            s.extra.insert(decide::FAILURES.into(), json!(failures));
-            s.extra
-                .insert(decide::REFUSED.into(), json!(failure.refused));
-            s.extra.insert("phase".into(), json!(to));
-            s.extra.insert("message".into(), json!(message));
-            s.set_condition("Ready", false, reason, &message);
-        })
-        .await
     }
 
     async fn act(
@@ -599,31 +335,6 @@ impl Controller {
             }
         }
         Ok(())
-    }
-
-    /// Deletes the registration token made for a machine's bootstrap, whatever step it
-    /// reached: a machine released before its host registered leaves no token that works
-    /// (and a destroyed instance's user data holds one).
-    async fn forget_bootstrap_token(&self, machine: &Object) -> Result<(), StoreError> {
-        match Status::of(machine)
-            .extra
-            .get(TOKEN_FIELD)
-            .and_then(Value::as_str)
-        {
-            Some(token) => self.forget_token(token).await,
-            None => Ok(()),
-        }
-    }
-
-    async fn forget_token(&self, name: &str) -> Result<(), StoreError> {
-        match self
-            .store
-            .delete(Kind::RegistrationToken.name(), name, None)
-            .await
-        {
-            Err(StoreError::NotFound { .. }) => Ok(()),
-            other => other.map(drop),
-        }
     }
 
     /// Sets a machine's phase and message.
@@ -830,6 +541,11 @@ impl Controller {
             }
         };
         tracing::info!(cluster, machine = %name, id = %made.id, "machine made");
+        // A listing from before the making does not show it: the next check lists afresh.
+        self.instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_listing(cluster, &pool.name);
         update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
             recovered(s);
             s.extra.insert("addresses".into(), json!(made.addresses));
@@ -842,77 +558,6 @@ impl Controller {
         })
         .await
         .map(|()| false)
-    }
-
-    /// A registration token for this machine alone, short-lived, recorded on the machine
-    /// (its name, and its text as a secret the API never shows) before it is used, and used
-    /// again on each attempt while it has a while to live: the user data made with it, and the
-    /// client token named after it, stay the same, so a repeated `RunInstances` is the same
-    /// request. A new one replaces the last (deleted once the machine's host has registered,
-    /// or with the machine).
-    async fn bootstrap_token(
-        &self,
-        cluster: &str,
-        name: &str,
-        machine: &Object,
-    ) -> Result<BootstrapToken, StoreError> {
-        let status = Status::of(machine);
-        let recorded = |field: &str| {
-            status
-                .extra
-                .get(field)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let previous = recorded(TOKEN_FIELD);
-        if let (Some(token), Some(value)) = (&previous, recorded(TOKEN_SECRET_FIELD)) {
-            let lasting = match self.store.get(Kind::RegistrationToken.name(), token).await {
-                Ok(object) => object
-                    .spec
-                    .get("expiresAt")
-                    .and_then(Value::as_str)
-                    .and_then(crate::model::parse_time)
-                    .is_some_and(|at| at - time::OffsetDateTime::now_utc() > TOKEN_REUSE_LEFT),
-                Err(StoreError::NotFound { .. }) => false,
-                Err(e) => return Err(e),
-            };
-            if lasting {
-                return Ok(BootstrapToken {
-                    name: token.clone(),
-                    value,
-                });
-            }
-        }
-        let token = secret::new_token(TokenKind::Registration);
-        let mut object = crate::registration::token_object(cluster, &token);
-        object.spec["expiresAt"] = json!(crate::auth::lifetimes::expiry(BOOTSTRAP_TOKEN_TTL));
-        let mut ops = vec![Op::Create(object)];
-        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
-        self.store.transact(ops).await?;
-        let (name_of_token, value) = (json!(token.name), json!(token.value));
-        update_status(self.store.as_ref(), Kind::Machine, name, move |s| {
-            s.extra.insert(TOKEN_FIELD.into(), name_of_token.clone());
-            s.extra.insert(TOKEN_SECRET_FIELD.into(), value.clone());
-        })
-        .await?;
-        if let Some(previous) = previous {
-            self.forget_token(&previous).await?;
-        }
-        Ok(BootstrapToken {
-            name: token.name,
-            value: token.value,
-        })
-    }
-
-    /// Moves a machine to its next client token: EC2 says its current one was used with other
-    /// parameters and no instance of the machine is found. The bootstrap token stays (and
-    /// valid): an instance the earlier request made, found later, boots with it.
-    async fn next_client_key(&self, machine: &str) -> Result<(), StoreError> {
-        update_status(self.store.as_ref(), Kind::Machine, machine, |s| {
-            let key = s.extra.get(CLIENT_KEY).and_then(Value::as_u64).unwrap_or(0);
-            s.extra.insert(CLIENT_KEY.into(), json!(key + 1));
-        })
-        .await
     }
 
     /// Provisioning → Bootstrapping: the host command over SSH, the host key pinned.
@@ -1178,144 +823,12 @@ fn first_address(status: &Status) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// User data that cloud-init runs as a script at first boot.
-fn user_data(command: &str) -> String {
-    format!("#!/bin/sh\n# Drover: install the system-agent and register with the hub.\n{command}\n")
-}
-
 /// Five lowercase letters and digits: a machine's name within its pool.
 fn suffix() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    secret::random_text::<8>()
+    crate::auth::secret::random_text::<8>()
         .bytes()
         .take(5)
         .map(|b| ALPHABET[usize::from(b) % ALPHABET.len()] as char)
         .collect()
-}
-
-/// Runs the system-agent's uninstall script where the install put it (under `--root DIR`
-/// when the template's flags give one), if it is there.
-fn uninstall_command(install_flags: &[String]) -> String {
-    let root = install_flags
-        .iter()
-        .position(|f| f == "--root")
-        .and_then(|i| install_flags.get(i + 1))
-        .map_or("", String::as_str);
-    let script = format!("{root}/usr/local/bin/drover-system-agent-uninstall.sh");
-    format!("if [ -x {0} ]; then {0}; fi", quote(&script))
-}
-
-/// `text` as one word for `sh`.
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
-
-/// The host command for a machine of `pool`: the hub's install script with the pool's roles,
-/// labels and taints, the machine's name as the node name and its address. With
-/// `--no-systemd` among the template's flags the agent runs in the foreground, so the command
-/// starts it detached (its output in `/var/log/drover-bootstrap.log`).
-fn host_command(
-    server: &str,
-    token: &str,
-    ca_checksum: &str,
-    pool: &MachinePool,
-    machine: &str,
-    address: Option<&str>,
-    install_flags: &[String],
-) -> String {
-    let mut flags = vec![
-        "--server".to_owned(),
-        quote(server),
-        "--token".to_owned(),
-        quote(token),
-        "--ca-checksum".to_owned(),
-        quote(ca_checksum),
-    ];
-    for (on, flag) in [
-        (pool.roles.etcd, "--etcd"),
-        (pool.roles.control_plane, "--controlplane"),
-        (pool.roles.worker, "--worker"),
-    ] {
-        if on {
-            flags.push(flag.to_owned());
-        }
-    }
-    flags.extend([
-        "--node-name".to_owned(),
-        quote(machine),
-        "--address".to_owned(),
-    ]);
-    // A machine whose address is not known when the command is written (a cloud's, booting
-    // its user data) takes the one it reaches the network from.
-    flags.push(address.map_or_else(
-        || r#""$(ip -4 route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')""#.to_owned(),
-        quote,
-    ));
-    for (k, v) in &pool.labels {
-        flags.extend(["--label".to_owned(), quote(&format!("{k}={v}"))]);
-    }
-    for taint in &pool.taints {
-        flags.extend(["--taint".to_owned(), quote(taint)]);
-    }
-    flags.extend(install_flags.iter().map(|f| quote(f)));
-    let install = format!(
-        "curl --insecure -fsSL {}/system-agent-install.sh | sh -s - {}",
-        quote(server.trim_end_matches('/')),
-        flags.join(" ")
-    );
-    if install_flags.iter().any(|f| f == "--no-systemd") {
-        format!(
-            "setsid sh -c {} </dev/null >/var/log/drover-bootstrap.log 2>&1 &",
-            quote(&install)
-        )
-    } else {
-        install
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[test]
-    fn the_host_command_carries_the_pools_roles_and_quotes_every_value() {
-        let pool: MachinePool = serde_json::from_value(json!({"name": "w", "quantity": 1,
-            "roles": {"etcd": true, "worker": true}, "template": "t",
-            "labels": {"rack": "r'1"}, "taints": ["gpu=yes:NoSchedule"]}))
-        .unwrap();
-        let command = host_command(
-            "https://hub:8443",
-            "drr_tabc.s3cret",
-            "ab12",
-            &pool,
-            "edge-w-x1y2z",
-            Some("10.0.0.5"),
-            &[],
-        );
-        assert_eq!(
-            command,
-            "curl --insecure -fsSL 'https://hub:8443'/system-agent-install.sh | sh -s - --server 'https://hub:8443' --token 'drr_tabc.s3cret' --ca-checksum 'ab12' --etcd --worker --node-name 'edge-w-x1y2z' --address '10.0.0.5' --label 'rack=r'\\''1' --taint 'gpu=yes:NoSchedule'"
-        );
-        let detached = host_command(
-            "https://hub",
-            "t",
-            "c",
-            &pool,
-            "m",
-            None,
-            &["--no-systemd".into()],
-        );
-        assert!(detached.starts_with("setsid sh -c 'curl"), "{detached}");
-        // No address given: the machine's own, from its route out, in the command's shell.
-        assert!(
-            detached.contains(r#"--address "$(ip -4 route get 1.1.1.1 |"#),
-            "{detached}"
-        );
-        assert!(
-            detached.ends_with(">/var/log/drover-bootstrap.log 2>&1 &"),
-            "{detached}"
-        );
-    }
 }

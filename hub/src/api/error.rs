@@ -121,6 +121,19 @@ impl From<StoreError> for ApiError {
                 "ServiceUnavailable",
                 message,
             ),
+            // The store took the write but its answer was lost: saying "nothing was changed"
+            // would be a guess.
+            StoreError::Backend(detail) if detail.contains(crate::store::MAY_HAVE_BEEN_APPLIED) => {
+                tracing::error!(error = %detail, "store failure with the write's outcome unknown");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    format!(
+                        "the hub's store did not answer whether this change was made; {}",
+                        crate::store::MAY_HAVE_BEEN_APPLIED
+                    ),
+                )
+            }
             StoreError::Backend(detail) => {
                 tracing::error!(error = %detail, "store failure");
                 Self::new(
@@ -151,5 +164,33 @@ impl From<TooManyStreams> for ApiError {
             "TooManyRequests",
             e.to_string(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "Nothing was changed" only when that is known: a write whose answer the store lost may
+    /// have been applied, and the caller is told to read it back.
+    #[test]
+    fn a_store_failure_says_whether_the_change_may_have_been_made() {
+        let lost = ApiError::from(StoreError::Backend(format!(
+            "etcd: transport error; {}",
+            crate::store::MAY_HAVE_BEEN_APPLIED
+        )));
+        assert_eq!(lost.code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            lost.message,
+            "the hub's store did not answer whether this change was made; the change may have \
+             been applied: read it back before retrying"
+        );
+        let refused = ApiError::from(StoreError::Backend("etcd: no leader".into()));
+        assert_eq!(refused.code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            refused.message.contains("nothing was changed"),
+            "{}",
+            refused.message
+        );
     }
 }

@@ -17,11 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use proto::etcd::{
-    KeyValue, RangeRequest, RequestOp, TxnRequest, kv_client::KvClient, lease_client::LeaseClient,
-    request_op, response_op, watch_client::WatchClient,
-};
-use tonic::transport::{Channel, Endpoint};
+use proto::etcd::{KeyValue, RangeRequest, RequestOp, TxnRequest, request_op, response_op};
 
 use super::{BoxFuture, LabelSelector, Object, Op, Store, StoreError, WatchStream, apply::Key};
 
@@ -45,9 +41,7 @@ pub struct EtcdStore {
 
 #[derive(Debug)]
 struct Inner {
-    kv: KvClient<Channel>,
-    watch: WatchClient<Channel>,
-    lease: LeaseClient<Channel>,
+    members: members::Members,
     /// `PREFIX`, e.g. `/drover`.
     prefix: String,
     retain: u64,
@@ -109,28 +103,9 @@ impl EtcdStore {
     /// As [`EtcdStore::connect`], keeping `retain` revisions of history for watches.
     pub async fn connect_with_retention(url: &str, retain: u64) -> Result<Self, StoreError> {
         let url = EtcdUrl::parse(url).map_err(StoreError::Invalid)?;
-        let mut endpoints = Vec::new();
-        for host in &url.endpoints {
-            let endpoint = Endpoint::from_shared(format!("http://{host}"))
-                .map_err(|e| StoreError::Invalid(format!("etcd endpoint {host:?}: {e}")))?
-                .connect_timeout(Duration::from_secs(3))
-                .tcp_nodelay(true)
-                // A member that stops answering is noticed within seconds, watches included.
-                .http2_keep_alive_interval(Duration::from_secs(5))
-                .keep_alive_timeout(Duration::from_secs(5))
-                .keep_alive_while_idle(true);
-            endpoints.push(endpoint);
-        }
-        let channel = Channel::balance_list(endpoints.into_iter());
         let store = Self {
             inner: Arc::new(Inner {
-                kv: KvClient::new(channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE)
-                    .max_encoding_message_size(MAX_MESSAGE),
-                watch: WatchClient::new(channel.clone())
-                    .max_decoding_message_size(MAX_MESSAGE)
-                    .max_encoding_message_size(MAX_MESSAGE),
-                lease: LeaseClient::new(channel),
+                members: members::Members::new(&url.endpoints)?,
                 prefix: url.prefix.clone(),
                 retain: retain.max(1),
                 compaction_step: AtomicU64::new(0),
@@ -170,8 +145,8 @@ impl EtcdStore {
         }
     }
 
-    fn kv(&self) -> KvClient<Channel> {
-        self.inner.kv.clone()
+    fn kv(&self) -> members::Kv<'_> {
+        self.inner.members.kv()
     }
 
     async fn current_revision(&self) -> Result<u64, StoreError> {
@@ -303,6 +278,7 @@ impl Store for EtcdStore {
 }
 
 mod keys;
+mod members;
 mod txn;
 mod url;
 mod watch;

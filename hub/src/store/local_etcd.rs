@@ -1,6 +1,7 @@
 //! A real etcd (Debian's `etcd-server`, or `$DROVER_ETCD`) started on loopback for the tests
-//! and benchmarks of the hub's HA store: a one-member cluster with its own data directory and
-//! free ports, killed and its data removed when dropped. Nothing is simulated here; this only
+//! and benchmarks of the hub's HA store: a one-member cluster (or several members, started
+//! together) with its own data directory and free ports, killed and its data removed when
+//! dropped. Nothing is simulated here; this only
 //! spares each test the same dozen flags.
 
 use std::{
@@ -18,6 +19,8 @@ pub struct LocalEtcd {
     dir: PathBuf,
     client: SocketAddr,
     peer: SocketAddr,
+    /// The member's name, and the cluster it starts in (`--initial-cluster`); `None`: alone.
+    member: Option<(String, String)>,
 }
 
 fn free_port() -> std::io::Result<SocketAddr> {
@@ -43,6 +46,7 @@ impl LocalEtcd {
             dir,
             client: free_port()?,
             peer: free_port()?,
+            member: None,
         };
         // A port found free may be taken before etcd binds it (tests start many at once):
         // then again on other ports.
@@ -62,21 +66,70 @@ impl LocalEtcd {
         }
     }
 
+    /// A cluster of `n` members, started together (a member is healthy only once a quorum of
+    /// the cluster is up), each with its own data directory under `parent`.
+    pub fn start_cluster(parent: &Path, n: usize) -> std::io::Result<Vec<Self>> {
+        let dir = parent.join(format!("etcd-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut members = Vec::new();
+        for i in 0..n {
+            let dir = dir.join(format!("member-{i}"));
+            std::fs::create_dir_all(&dir)?;
+            members.push(Self {
+                child: None,
+                dir,
+                client: free_port()?,
+                peer: free_port()?,
+                member: None,
+            });
+        }
+        let cluster = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("drover-test-{i}=http://{}", m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (i, member) in members.iter_mut().enumerate() {
+            member.member = Some((format!("drover-test-{i}"), cluster.clone()));
+            member.spawn()?;
+        }
+        for member in &mut members {
+            member.wait_healthy()?;
+        }
+        Ok(members)
+    }
+
+    /// The hub's `--store` value for every member of `cluster`.
+    pub fn cluster_url(cluster: &[Self]) -> String {
+        let hosts: Vec<String> = cluster.iter().map(|m| m.client.to_string()).collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
     /// (Re)starts the member on the same ports and data, e.g. after [`LocalEtcd::kill`].
     pub fn restart(&mut self) -> std::io::Result<()> {
+        self.spawn()?;
+        self.wait_healthy()
+    }
+
+    /// Starts the member's process (killing a running one first).
+    fn spawn(&mut self) -> std::io::Result<()> {
         self.kill();
         let (client, peer) = (
             format!("http://{}", self.client),
             format!("http://{}", self.peer),
         );
+        let (name, cluster) = self
+            .member
+            .clone()
+            .unwrap_or_else(|| ("drover-test".to_owned(), format!("drover-test={peer}")));
         let log = std::fs::File::create(self.dir.join("etcd.log"))?;
         let child = Command::new(binary())
-            .args(["--name", "drover-test"])
+            .args(["--name", &name])
             .arg("--data-dir")
             .arg(self.dir.join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("drover-test={peer}")])
+            .args(["--initial-cluster", &cluster])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -91,6 +144,11 @@ impl LocalEtcd {
                 )
             })?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until the member answers its health check, and is still running a moment later.
+    fn wait_healthy(&mut self) -> std::io::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.healthy() {
             if let Some(status) = self

@@ -14,6 +14,11 @@ use serde_json::Value;
 mod apply;
 mod passes;
 pub use passes::{on_changes, on_changes_where};
+
+/// Said of a write whose answer was lost on its way back from the store: it may have been
+/// applied, or not.
+pub const MAY_HAVE_BEEN_APPLIED: &str =
+    "the change may have been applied: read it back before retrying";
 mod read_once;
 pub use read_once::ReadOnce;
 pub mod etcd;

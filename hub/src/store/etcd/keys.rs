@@ -8,7 +8,7 @@ use proto::etcd::{
     PutRequest, RangeRequest, RequestOp, TxnRequest, compare, request_op,
 };
 
-use super::{EtcdStore, backend, revision_of};
+use super::{EtcdStore, backend, members, revision_of};
 use crate::store::{BoxFuture, LabelSelector, Object, Op, Store, StoreError, WatchStream};
 
 impl EtcdStore {
@@ -19,13 +19,14 @@ impl EtcdStore {
 
     /// A new lease of `ttl` seconds.
     pub(crate) async fn grant(&self, ttl: i64) -> Result<i64, StoreError> {
-        let granted = self
-            .inner
-            .lease
-            .clone()
+        let (member, mut lease) = self.inner.members.lease();
+        let granted = lease
             .lease_grant(LeaseGrantRequest { ttl, id: 0 })
             .await
-            .map_err(backend)?
+            .map_err(|e| {
+                self.lost(member, &e);
+                backend(e)
+            })?
             .into_inner();
         if !granted.error.is_empty() {
             return Err(StoreError::Backend(format!("etcd: {}", granted.error)));
@@ -41,28 +42,45 @@ impl EtcdStore {
                 ticks.tick().await;
                 Some((LeaseKeepAliveRequest { id: lease }, ticks))
             });
-        let mut responses = match self.inner.lease.clone().lease_keep_alive(requests).await {
+        let (member, mut client) = self.inner.members.lease();
+        let mut responses = match client.lease_keep_alive(requests).await {
             Ok(responses) => responses.into_inner(),
-            Err(e) => return backend(e),
+            Err(e) => {
+                self.lost(member, &e);
+                return backend(e);
+            }
         };
         loop {
             match responses.message().await {
                 Ok(Some(answer)) if answer.ttl > 0 => {}
                 Ok(Some(_)) => return StoreError::Backend(format!("etcd lease {lease:x} expired")),
-                Ok(None) => return StoreError::Backend("etcd ended the lease keep-alive".into()),
-                Err(e) => return backend(e),
+                // The member went away: the caller keeps the lease alive through the next.
+                Ok(None) => {
+                    self.inner
+                        .members
+                        .lost(member, "it ended the lease keep-alive");
+                    return StoreError::Backend("etcd ended the lease keep-alive".into());
+                }
+                Err(e) => {
+                    self.lost(member, &e);
+                    return backend(e);
+                }
             }
         }
     }
 
     /// Gives `lease` up: every key under it goes at once.
     pub(crate) async fn revoke(&self, lease: i64) {
-        let _ = self
-            .inner
-            .lease
-            .clone()
-            .lease_revoke(LeaseRevokeRequest { id: lease })
-            .await;
+        let (_, mut client) = self.inner.members.lease();
+        let _ = client.lease_revoke(LeaseRevokeRequest { id: lease }).await;
+    }
+
+    /// A stream on member `member` failed with `e`: if the member cannot serve, the next one
+    /// becomes current.
+    fn lost(&self, member: usize, e: &tonic::Status) {
+        if members::ended(e) != members::Ended::Answered {
+            self.inner.members.lost(member, e.message());
+        }
     }
 
     /// Sets `key` to `value`, under `lease` (0: none).

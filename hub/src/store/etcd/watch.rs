@@ -103,13 +103,14 @@ impl EtcdStore {
         // The request stream stays open for the watch's life: nothing more is sent on it.
         let requests =
             futures::stream::once(async move { create }).chain(futures::stream::pending());
-        let mut responses = self
-            .inner
-            .watch
-            .clone()
+        let (member, mut client) = self.inner.members.watch();
+        let mut responses = client
             .watch(requests)
             .await
-            .map_err(backend)?
+            .map_err(|e| {
+                self.inner.members.lost(member, e.message());
+                backend(e)
+            })?
             .into_inner();
         // etcd first acknowledges the watch with an empty "created" response.
         match responses.message().await.map_err(backend)? {

@@ -228,13 +228,15 @@ impl Replicas {
         }
         let mut campaign = tokio::time::interval(CAMPAIGN_EVERY);
         campaign.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let keep_alive = etcd.keep_alive(self.lease(), Duration::from_secs(LEASE_TTL as u64 / 3));
+        let ttl = Duration::from_secs(LEASE_TTL as u64);
+        let renew = |lease| etcd.keep_alive(lease, ttl / 3, ttl);
+        let keep_alive = renew(self.lease());
         tokio::pin!(keep_alive);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 lost = &mut keep_alive => {
-                    // The lease is gone (etcd was out of reach longer than its TTL): so are
+                    // The lease is gone (expired, or no member renewed it for its TTL): so are
                     // the leadership and the session records. Start over with a new lease.
                     tracing::warn!(error = %lost, "this replica's etcd lease was lost; rejoining");
                     self.leading.send_replace(None);
@@ -249,7 +251,7 @@ impl Replicas {
                         }
                         Err(e) => tracing::warn!(error = %e, "cannot get a new etcd lease; retrying"),
                     }
-                    keep_alive.set(etcd.keep_alive(self.lease(), Duration::from_secs(LEASE_TTL as u64 / 3)));
+                    keep_alive.set(renew(self.lease()));
                 }
                 _ = campaign.tick() => self.campaign(&etcd).await,
                 event = events.recv() => match event {

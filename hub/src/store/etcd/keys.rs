@@ -34,9 +34,38 @@ impl EtcdStore {
         Ok(granted.id)
     }
 
-    /// Keeps `lease` alive, renewing every `every`, until it is lost (expired, revoked, or etcd
-    /// unreachable for longer than its TTL): then returns why.
-    pub(crate) async fn keep_alive(&self, lease: i64, every: Duration) -> StoreError {
+    /// Keeps `lease` alive, renewing every `every`, until it is lost (expired, revoked, or no
+    /// member renewed it for `ttl`): then returns why. A member that goes away is not the
+    /// lease's end: the keep-alive reopens on the next member at once, and whoever holds a key
+    /// under the lease (the lead) keeps holding it.
+    pub(crate) async fn keep_alive(
+        &self,
+        lease: i64,
+        every: Duration,
+        ttl: Duration,
+    ) -> StoreError {
+        let mut renewed = std::time::Instant::now();
+        loop {
+            let broken = match self.keep_alive_on_one(lease, every, &mut renewed).await {
+                Ok(broken) => broken,
+                Err(lost) => return lost,
+            };
+            if renewed.elapsed() >= ttl {
+                return broken;
+            }
+            tracing::info!(error = %broken, "renewing this replica's etcd lease through another member");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Renews `lease` on the current member until its stream breaks (`Ok`: why) or the lease
+    /// is gone (`Err`); `renewed` is when it last was.
+    async fn keep_alive_on_one(
+        &self,
+        lease: i64,
+        every: Duration,
+        renewed: &mut std::time::Instant,
+    ) -> Result<StoreError, StoreError> {
         let requests =
             futures::stream::unfold(tokio::time::interval(every), move |mut ticks| async move {
                 ticks.tick().await;
@@ -47,23 +76,26 @@ impl EtcdStore {
             Ok(responses) => responses.into_inner(),
             Err(e) => {
                 self.lost(member, &e);
-                return backend(e);
+                return Ok(backend(e));
             }
         };
         loop {
             match responses.message().await {
-                Ok(Some(answer)) if answer.ttl > 0 => {}
-                Ok(Some(_)) => return StoreError::Backend(format!("etcd lease {lease:x} expired")),
-                // The member went away: the caller keeps the lease alive through the next.
+                Ok(Some(answer)) if answer.ttl > 0 => *renewed = std::time::Instant::now(),
+                Ok(Some(_)) => {
+                    return Err(StoreError::Backend(format!("etcd lease {lease:x} expired")));
+                }
                 Ok(None) => {
                     self.inner
                         .members
                         .lost(member, "it ended the lease keep-alive");
-                    return StoreError::Backend("etcd ended the lease keep-alive".into());
+                    return Ok(StoreError::Backend(
+                        "etcd ended the lease keep-alive".into(),
+                    ));
                 }
                 Err(e) => {
                     self.lost(member, &e);
-                    return backend(e);
+                    return Ok(backend(e));
                 }
             }
         }

@@ -92,7 +92,9 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     etcd.kill();
     // Alive but not ready while etcd is down (a load balancer sends it nothing), ready again
     // once etcd is back.
+    let killed = Instant::now();
     let (status, body) = readiness(&hub, 503).await;
+    eprintln!("/readyz answered 503 {:?} after etcd was killed", killed.elapsed());
     assert!(body.contains("the store"), "{status}: {body}");
     assert_eq!(https_get(hub.addr, "/healthz").await.0, 200);
     etcd.restart().unwrap();

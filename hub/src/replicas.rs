@@ -243,7 +243,10 @@ impl Replicas {
                     tokio::time::sleep(CAMPAIGN_EVERY).await;
                     match etcd.grant(LEASE_TTL).await {
                         Ok(lease) => {
-                            self.lease.store(lease, Ordering::SeqCst);
+                            // etcd may have kept the old lease through its own outage (leases
+                            // restart their TTL with it): given up, it frees the lead now
+                            // rather than a TTL later.
+                            etcd.revoke(self.lease.swap(lease, Ordering::SeqCst)).await;
                             let _ = self.announce().await;
                             for session in registry.sessions() {
                                 let _ = self.record(session.info()).await;

@@ -3,7 +3,7 @@
 //! the leader killed: another leads, the agents move, kubectl through any survivor works, no
 //! plan runs twice and no registration is lost; the leader's controllers reach a cluster whose
 //! agent is connected to another replica; three replicas on a three-member etcd lose no request
-//! and no leader when a member dies.
+//! and no leader when a member dies, and serve again within seconds of a full etcd outage.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,7 +94,10 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     // once etcd is back.
     let killed = Instant::now();
     let (status, body) = readiness(&hub, 503).await;
-    eprintln!("/readyz answered 503 {:?} after etcd was killed", killed.elapsed());
+    eprintln!(
+        "/readyz answered 503 {:?} after etcd was killed",
+        killed.elapsed()
+    );
     assert!(body.contains("the store"), "{status}: {body}");
     assert_eq!(https_get(hub.addr, "/healthz").await.0, 200);
     etcd.restart().unwrap();
@@ -439,4 +442,91 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
         "no replica led for {longest:?}"
     );
     leader_of(&hubs, Duration::from_secs(10)).await;
+}
+
+/// A full etcd outage (its one member killed for 20 s, longer than every replica's lease) and
+/// back: every replica's API, a leader, and kubectl through every replica (two of them
+/// forwarding to the agent's) serve again within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_full_etcd_outage_every_replica_serves_again() {
+    let mut etcd = LocalEtcd::start(&temp_dir("ha-outage")).unwrap();
+    let store = etcd.store_url();
+    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
+    let sim = SimConfig {
+        pods: 3,
+        ..SimConfig::default()
+    };
+    let imported = Imported::start_with("ha-outage", sim, &flags).await;
+    let dir = imported.dir.clone();
+    let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
+    let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
+    let servers = [&imported.hub, &second, &third]
+        .map(HubProcess::url)
+        .join(",");
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_SERVER".into(), servers);
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let Imported {
+        hub: first,
+        admin,
+        shutdown,
+        ..
+    } = imported;
+    let member = user_kubeconfig(&first, &admin, &dir, "mia", Some("cluster-member")).await;
+    until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
+    let hubs = [&first, &second, &third];
+    let kubeconfigs = [
+        member.clone(),
+        via(&member, &first, &second, "outage-2"),
+        via(&member, &first, &third, "outage-3"),
+    ];
+    for kubeconfig in &kubeconfigs {
+        kubectl_ok(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+    }
+
+    etcd.kill();
+    // Longer than a replica's lease (10 s): every lease, and the lead, may be gone.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    etcd.restart().unwrap();
+    let back = Instant::now();
+    let mut waiting: Vec<String> = Vec::new();
+    let mut ready = None;
+    while back.elapsed() < Duration::from_secs(60) {
+        waiting.clear();
+        for (i, hub) in hubs.iter().enumerate() {
+            let (code, _) = api(hub.addr, "GET", "/v1/clusters/prod", Some(&admin), None).await;
+            if code != 200 {
+                waiting.push(format!("the API of replica {}: {code}", i + 1));
+            }
+        }
+        let mut leading = 0;
+        for hub in &hubs {
+            leading += usize::from(leads(hub).await);
+        }
+        if leading != 1 {
+            waiting.push(format!("{leading} replicas lead"));
+        }
+        for (i, kubeconfig) in kubeconfigs.iter().enumerate() {
+            let (ok, _, err) = kubectl(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+            if !ok {
+                waiting.push(format!("kubectl through replica {}: {}", i + 1, err.trim()));
+            }
+        }
+        if waiting.is_empty() {
+            ready = Some(back.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let Some(ready) = ready else {
+        panic!("60 s after etcd came back, still waiting for: {waiting:#?}");
+    };
+    eprintln!(
+        "after a 20 s etcd outage: every replica's API, one leader and kubectl through every replica in {ready:?}"
+    );
+    // Not a lease's TTL (10 s): no replica waits for a lease given up to expire.
+    assert!(ready < Duration::from_secs(10), "back only after {ready:?}");
+    shutdown.cancel();
+    let _ = agent.await;
 }

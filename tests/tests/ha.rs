@@ -31,11 +31,7 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     let mut etcd = LocalEtcd::start(&temp_dir("ha-etcd")).unwrap();
     let store = etcd.store_url();
     let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
-    let sim = SimConfig {
-        pods: 3,
-        ..SimConfig::default()
-    };
-    let imported = Imported::start_with("ha-one", sim, &flags).await;
+    let imported = imported_on("ha-one", &flags).await;
     let env = imported.agent_env("drover-cluster-agent-0").await;
     let config = cluster_agent::Config::from_env(&env).unwrap();
     let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
@@ -111,6 +107,15 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     let _ = agent.await;
 }
 
+/// An imported simulated cluster of three pods on a hub started with `flags`.
+async fn imported_on(label: &str, flags: &[&str]) -> Imported {
+    let sim = SimConfig {
+        pods: 3,
+        ..SimConfig::default()
+    };
+    Imported::start_with(label, sim, flags).await
+}
+
 /// Polls the hub's `/readyz` until it answers `wanted` (within 30 s); the answer.
 async fn readiness(hub: &HubProcess, wanted: u16) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -170,12 +175,8 @@ async fn three_replicas_on_etcd_survive_the_loss_of_the_leader() {
     let etcd = LocalEtcd::start(&temp_dir("ha-etcd")).unwrap();
     let store = etcd.store_url();
     let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
-    let sim = SimConfig {
-        pods: 3,
-        ..SimConfig::default()
-    };
     // The first replica imports the cluster; two more join on the same etcd.
-    let imported = Imported::start_with("ha-three", sim, &flags).await;
+    let imported = imported_on("ha-three", &flags).await;
     let dir = imported.dir.clone();
     let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
     let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
@@ -452,11 +453,7 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
     let mut etcd = LocalEtcd::start(&temp_dir("ha-outage")).unwrap();
     let store = etcd.store_url();
     let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
-    let sim = SimConfig {
-        pods: 3,
-        ..SimConfig::default()
-    };
-    let imported = Imported::start_with("ha-outage", sim, &flags).await;
+    let imported = imported_on("ha-outage", &flags).await;
     let dir = imported.dir.clone();
     let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
     let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;

@@ -347,6 +347,64 @@ async fn the_leader_reaches_a_cluster_whose_agent_is_on_another_replica() {
     drop(etcd);
 }
 
+/// Three replicas on the etcd `store` names, the first with an imported simulated cluster
+/// whose cluster-agent knows all three, and a cluster member's kubeconfig through each.
+struct Replicas {
+    hubs: [HubProcess; 3],
+    admin: String,
+    kubeconfigs: [PathBuf; 3],
+    shutdown: tokio_util::sync::CancellationToken,
+    agent: tokio::task::JoinHandle<()>,
+}
+
+impl Replicas {
+    async fn start(label: &str, store: &str) -> Replicas {
+        let flags = ["--listen", "127.0.0.1:0", "--store", store];
+        let imported = imported_on(label, &flags).await;
+        let dir = imported.dir.clone();
+        let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
+        let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
+        let servers = [&imported.hub, &second, &third]
+            .map(HubProcess::url)
+            .join(",");
+        let mut env = imported.agent_env("drover-cluster-agent-0").await;
+        env.insert("DROVER_SERVER".into(), servers);
+        let config = cluster_agent::Config::from_env(&env).unwrap();
+        let stop = imported.shutdown.clone();
+        let agent = tokio::spawn(async move {
+            let _ = cluster_agent::run(config, stop).await;
+        });
+        let Imported {
+            hub: first,
+            admin,
+            shutdown,
+            ..
+        } = imported;
+        let member = user_kubeconfig(&first, &admin, &dir, "mia", Some("cluster-member")).await;
+        until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
+        let kubeconfigs = [
+            member.clone(),
+            via(&member, &first, &second, &format!("{label}-2")),
+            via(&member, &first, &third, &format!("{label}-3")),
+        ];
+        for kubeconfig in &kubeconfigs {
+            kubectl_ok(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+        }
+        Replicas {
+            hubs: [first, second, third],
+            admin,
+            kubeconfigs,
+            shutdown,
+            agent,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.agent.await;
+    }
+}
+
 /// Three replicas on a three-member etcd, each member SIGKILLed in turn for longer than a
 /// replica's lease lasts (quorum kept), while a client writes and reads through every replica
 /// in turn: no request fails beyond the one in flight at a kill, and some replica leads
@@ -355,14 +413,9 @@ async fn the_leader_reaches_a_cluster_whose_agent_is_on_another_replica() {
 async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
     let dir = temp_dir("ha-members");
     let mut cluster = LocalEtcd::start_cluster(&dir, 3).unwrap();
-    let store = LocalEtcd::cluster_url(&cluster);
-    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
-    let first = HubProcess::start_with(&dir.join("hub-1"), &flags).await;
-    let password = first.admin_password.clone().unwrap();
-    let admin = tests::login(first.addr, "admin", &password).await;
-    let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
-    let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
-    let hubs = [&first, &second, &third];
+    let replicas = Replicas::start("ha-members", &LocalEtcd::cluster_url(&cluster)).await;
+    let (admin, kubeconfigs) = (&replicas.admin, &replicas.kubeconfigs);
+    let hubs: Vec<&HubProcess> = replicas.hubs.iter().collect();
     leader_of(&hubs, Duration::from_secs(30)).await;
 
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -377,7 +430,7 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
                 hub.addr,
                 "POST",
                 "/v1/clusters",
-                Some(&admin),
+                Some(admin),
                 Some(json!({"metadata": {"name": name}, "spec": {"type": "imported"}})),
             )
             .await;
@@ -390,12 +443,28 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
                 hub.addr,
                 "GET",
                 &format!("/v1/clusters/{name}"),
-                Some(&admin),
+                Some(admin),
                 None,
             )
             .await;
             if code >= 500 {
                 failed.push(format!("GET {name} via {}: {code} {body}", hub.addr));
+            }
+        }
+        (done, failed)
+    };
+    // kubectl through each replica in turn (two of them forward to the agent's).
+    let kubectl_runs = async {
+        let (mut done, mut failed) = (0, Vec::new());
+        let mut i = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            i += 1;
+            let kubeconfig = &kubeconfigs[i % kubeconfigs.len()];
+            let (ok, _, err) = kubectl(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
+            if ok {
+                done += 1;
+            } else {
+                failed.push(format!("kubectl via replica {}: {}", i % 3 + 1, err.trim()));
             }
         }
         (done, failed)
@@ -431,18 +500,23 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     };
-    let ((done, failed), longest, ()) = tokio::join!(writes, vacancy, chaos);
+    let ((done, failed), (listed, kubectl_failed), longest, ()) =
+        tokio::join!(writes, kubectl_runs, vacancy, chaos);
     eprintln!(
         "each of 3 etcd members killed for 12 s in turn: {done} writes through 3 replicas, {} \
-         failed, no leader for at most {longest:?}",
-        failed.len()
+         failed; {listed} kubectl requests, {} failed; no leader for at most {longest:?}",
+        failed.len(),
+        kubectl_failed.len()
     );
+    // At most the one in flight at each kill.
     assert!(failed.len() <= 3, "{failed:#?}");
+    assert!(kubectl_failed.len() <= 3, "{kubectl_failed:#?}");
     assert!(
         longest < Duration::from_secs(10),
         "no replica led for {longest:?}"
     );
     leader_of(&hubs, Duration::from_secs(10)).await;
+    replicas.stop().await;
 }
 
 /// A full etcd outage (its one member killed for 20 s, longer than every replica's lease) and
@@ -451,36 +525,8 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_full_etcd_outage_every_replica_serves_again() {
     let mut etcd = LocalEtcd::start(&temp_dir("ha-outage")).unwrap();
-    let store = etcd.store_url();
-    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
-    let imported = imported_on("ha-outage", &flags).await;
-    let dir = imported.dir.clone();
-    let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
-    let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
-    let servers = [&imported.hub, &second, &third]
-        .map(HubProcess::url)
-        .join(",");
-    let mut env = imported.agent_env("drover-cluster-agent-0").await;
-    env.insert("DROVER_SERVER".into(), servers);
-    let config = cluster_agent::Config::from_env(&env).unwrap();
-    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
-    let Imported {
-        hub: first,
-        admin,
-        shutdown,
-        ..
-    } = imported;
-    let member = user_kubeconfig(&first, &admin, &dir, "mia", Some("cluster-member")).await;
-    until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
-    let hubs = [&first, &second, &third];
-    let kubeconfigs = [
-        member.clone(),
-        via(&member, &first, &second, "outage-2"),
-        via(&member, &first, &third, "outage-3"),
-    ];
-    for kubeconfig in &kubeconfigs {
-        kubectl_ok(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
-    }
+    let replicas = Replicas::start("ha-outage", &etcd.store_url()).await;
+    let (hubs, admin, kubeconfigs) = (&replicas.hubs, &replicas.admin, &replicas.kubeconfigs);
 
     etcd.kill();
     // Longer than a replica's lease (10 s): every lease, and the lead, may be gone.
@@ -492,13 +538,13 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
     while back.elapsed() < Duration::from_secs(60) {
         waiting.clear();
         for (i, hub) in hubs.iter().enumerate() {
-            let (code, _) = api(hub.addr, "GET", "/v1/clusters/prod", Some(&admin), None).await;
+            let (code, _) = api(hub.addr, "GET", "/v1/clusters/prod", Some(admin), None).await;
             if code != 200 {
                 waiting.push(format!("the API of replica {}: {code}", i + 1));
             }
         }
         let mut leading = 0;
-        for hub in &hubs {
+        for hub in hubs {
             leading += usize::from(leads(hub).await);
         }
         if leading != 1 {
@@ -524,6 +570,5 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
     );
     // Not a lease's TTL (10 s): no replica waits for a lease given up to expire.
     assert!(ready < Duration::from_secs(10), "back only after {ready:?}");
-    shutdown.cancel();
-    let _ = agent.await;
+    replicas.stop().await;
 }

@@ -112,6 +112,18 @@ impl EtcdStore {
                 endpoints: url.endpoints.join(","),
             }),
         };
+        // Members are checked in the background for as long as the store is in use.
+        let inner = Arc::downgrade(&store.inner);
+        let probe = store.meta_key("health").into_bytes();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(members::HEALTH_EVERY).await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.members.check(&probe).await;
+            }
+        });
         // The channel connects lazily; a hub that cannot reach its store says so at start.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

@@ -3,7 +3,8 @@
 //! once, and the request runs again there when that is safe — a read always, a write only if
 //! it cannot have reached etcd (the connection was refused) or etcd refused it before any
 //! member took it up (no leader). A write whose answer was lost is never sent again: it may
-//! have been applied, and the caller is told so.
+//! have been applied, and the caller is told so. Every member is also health-checked in the
+//! background, so a current member that died is usually left before a request finds out.
 
 use std::{
     future::Future,
@@ -25,6 +26,9 @@ use crate::store::StoreError;
 const RETRY_FOR: Duration = Duration::from_secs(10);
 /// The pause after every member was tried once.
 const ROUND_PAUSE: Duration = Duration::from_millis(200);
+/// How often every member is health-checked, and how long a check waits for an answer.
+pub(super) const HEALTH_EVERY: Duration = Duration::from_secs(2);
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The members, one lazily connected channel each, and which one is current.
 #[derive(Debug)]
@@ -112,6 +116,54 @@ impl Members {
                 "an etcd member cannot serve; using the next"
             );
         }
+    }
+
+    /// Asks every member a linearizable read of `key` (answered only by a member in a quorum
+    /// with a leader); if the current one does not answer within a second and another does,
+    /// that one becomes current — before a request has to find out.
+    pub(super) async fn check(&self, key: &[u8]) {
+        let probes = self.channels.iter().map(|(_, channel)| {
+            let mut kv = KvClient::new(channel.clone());
+            let request = RangeRequest {
+                key: key.to_vec(),
+                count_only: true,
+                ..RangeRequest::default()
+            };
+            async move {
+                match tokio::time::timeout(HEALTH_TIMEOUT, kv.range(request)).await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e.message().to_owned()),
+                    Err(_) => Some(format!("no answer within {HEALTH_TIMEOUT:?}")),
+                }
+            }
+        });
+        let failed = futures::future::join_all(probes).await;
+        let current = self.current.load(Ordering::Relaxed) % self.channels.len();
+        let Some(why) = &failed[current] else {
+            return;
+        };
+        let n = self.channels.len();
+        if let Some(next) = (1..n)
+            .map(|k| (current + k) % n)
+            .find(|i| failed[*i].is_none())
+            && self
+                .current
+                .compare_exchange(current, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                member = %self.channels[current].0,
+                next = %self.channels[next].0,
+                why = %why,
+                "an etcd member fails its health check; using the next"
+            );
+        }
+    }
+
+    /// The member requests go to now (its URL).
+    #[cfg(test)]
+    pub(super) fn current(&self) -> &str {
+        &self.channels[self.current.load(Ordering::Relaxed) % self.channels.len()].0
     }
 
     /// The KV service, on the member current at each call.
@@ -308,6 +360,39 @@ mod cluster_tests {
     use serde_json::json;
 
     use crate::store::{Object, Op, Store, etcd::EtcdStore, local_etcd::LocalEtcd};
+
+    /// A current member that dies is left by the background health check, before any request
+    /// has to find out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_member_is_left_before_a_request_finds_out() {
+        let dir = std::env::temp_dir().join(format!("drover-health-{}", std::process::id()));
+        let mut cluster = LocalEtcd::start_cluster(&dir, 3).unwrap();
+        let store = EtcdStore::connect(&LocalEtcd::cluster_url(&cluster))
+            .await
+            .unwrap();
+        let dead = store.inner.members.current().to_owned();
+        let victim = cluster
+            .iter_mut()
+            .find(|m| LocalEtcd::cluster_url(std::slice::from_ref(*m)).ends_with(&dead))
+            .unwrap();
+        victim.kill();
+        let killed = std::time::Instant::now();
+        // Polled without a request to the store: only the health check can move it.
+        while store.inner.members.current() == dead {
+            assert!(
+                killed.elapsed() < std::time::Duration::from_secs(10),
+                "still on {dead} 10 s after it died"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "left the dead member {dead} {:?} after it died, with no request",
+            killed.elapsed()
+        );
+        store.get("Thing", "none").await.unwrap_err();
+        drop(cluster);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Each member killed in turn (quorum kept) while a client writes and reads through the
     /// store without pause: no request fails beyond the one in flight at each kill, and every

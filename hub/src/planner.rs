@@ -264,6 +264,24 @@ impl Planner {
             return Ok(());
         }
 
+        // The agents' manifest carries their pull secret: while an owner of the cluster is not
+        // granted its credential, no host is planned with it (a manifest made earlier, for
+        // owners who were, included).
+        if let Some(credential) = spec
+            .agent_images
+            .as_ref()
+            .map(|i| i.pull_credential.as_str())
+            .filter(|c| !c.is_empty())
+            && let Err(why) =
+                crate::grants::cluster_may_use(self.store.as_ref(), name, credential).await?
+        {
+            let why = format!("spec.agentImages.pullCredential: {why}");
+            return self
+                .cluster_status(name, move |s| {
+                    s.set_condition_to("Provisioned", None, "AgentImages", &why);
+                })
+                .await;
+        }
         // The agents' manifest, made once (its registration token lives only inside it).
         let mut also = Vec::new();
         let manifest = match existing_manifest(plans.get(&init_name), dist) {

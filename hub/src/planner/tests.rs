@@ -556,6 +556,7 @@ async fn registries_are_written_on_every_host_with_their_credentials() {
 async fn registry_secrets_reach_only_clusters_whose_owners_are_granted_them() {
     let f = fixture();
     let spec = json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
+        "agentImages": {"registry": "mtls.example.com", "pullCredential": "corp-login"},
         "registries": {"configs": {"mtls.example.com": {"credential": "corp-login"}}}});
     f.store()
         .create(Object::new("Cluster", "edge", spec))
@@ -648,6 +649,39 @@ async fn registry_secrets_reach_only_clusters_whose_owners_are_granted_them() {
         MANIFEST_FILE
     )));
     assert!(!secret(&format!("{d}/config.yaml")));
+
+    // A later owner who is not granted the credential stops the planning of new hosts: the
+    // agents' manifest made earlier (with the pull secret) reaches no host of theirs, also
+    // with no registry naming the credential any more.
+    let mut cluster = f.store().get("Cluster", "edge").await.unwrap();
+    cluster.spec.as_object_mut().unwrap().remove("registries");
+    f.store().update(cluster).await.unwrap();
+    f.planner.reconcile_all().await;
+    f.applied("h-a", "K10abc::server:secret").await;
+    f.store()
+        .create(Object::new("User", "late", json!({})))
+        .await
+        .unwrap();
+    crate::refs::create(
+        f.store(),
+        Object::new(
+            "RoleBinding",
+            "edge-late",
+            json!({"user": "late", "role": "cluster-owner", "cluster": "edge"}),
+        ),
+    )
+    .await
+    .unwrap();
+    f.host("h-b", true, true, "10.0.0.2").await;
+    f.planner.reconcile_all().await;
+    assert!(f.plan("h-b").await.is_none());
+    let status = f.cluster_status().await;
+    assert!(
+        status.conditions.iter().any(|c| c.message.contains(
+            "is not granted to user \"late\", an owner of cluster \"edge\" (role binding \"edge-late\")"
+        )),
+        "{status:?}"
+    );
 }
 
 #[tokio::test]

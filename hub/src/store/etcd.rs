@@ -112,11 +112,19 @@ impl EtcdStore {
                 endpoints: url.endpoints.join(","),
             }),
         };
-        // Members are checked in the background for as long as the store is in use.
+        // Members are checked in the background for as long as the store is in use, and the
+        // cluster's member list read at once and every 15 checks (about 30 s).
         let inner = Arc::downgrade(&store.inner);
         let probe = store.meta_key("health").into_bytes();
         tokio::spawn(async move {
-            loop {
+            for round in 0_u64.. {
+                let Some(live) = inner.upgrade() else {
+                    return;
+                };
+                if round % 15 == 0 {
+                    live.members.learn().await;
+                }
+                drop(live);
                 tokio::time::sleep(members::HEALTH_EVERY).await;
                 let Some(inner) = inner.upgrade() else {
                     return;

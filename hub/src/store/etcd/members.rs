@@ -13,9 +13,9 @@ use std::{
 };
 
 use proto::etcd::{
-    CompactionRequest, CompactionResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
-    TxnRequest, TxnResponse, kv_client::KvClient, lease_client::LeaseClient, request_op,
-    watch_client::WatchClient,
+    CompactionRequest, CompactionResponse, MemberListRequest, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, TxnRequest, TxnResponse, cluster_client::ClusterClient,
+    kv_client::KvClient, lease_client::LeaseClient, request_op, watch_client::WatchClient,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -33,8 +33,22 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 /// The members, one lazily connected channel each, and which one is current.
 #[derive(Debug)]
 pub(super) struct Members {
-    channels: Vec<(String, Channel)>,
+    /// By client address (`HOST:PORT`): those given, then those learnt from the cluster.
+    channels: std::sync::RwLock<Vec<(String, Channel)>>,
     current: AtomicUsize,
+}
+
+/// A lazily connected channel to the member at `host` (`HOST:PORT`).
+fn channel_to(host: &str) -> Result<Channel, StoreError> {
+    Ok(Endpoint::from_shared(format!("http://{host}"))
+        .map_err(|e| StoreError::Invalid(format!("etcd endpoint {host:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(3))
+        .tcp_nodelay(true)
+        // A member that stops answering is noticed within seconds, watches included.
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
 }
 
 /// How a failed request ended, as far as the client can tell.
@@ -77,32 +91,79 @@ impl Members {
     pub(super) fn new(hosts: &[String]) -> Result<Self, StoreError> {
         let mut channels = Vec::new();
         for host in hosts {
-            let endpoint = Endpoint::from_shared(format!("http://{host}"))
-                .map_err(|e| StoreError::Invalid(format!("etcd endpoint {host:?}: {e}")))?
-                .connect_timeout(Duration::from_secs(3))
-                .tcp_nodelay(true)
-                // A member that stops answering is noticed within seconds, watches included.
-                .http2_keep_alive_interval(Duration::from_secs(5))
-                .keep_alive_timeout(Duration::from_secs(5))
-                .keep_alive_while_idle(true);
-            channels.push((host.clone(), endpoint.connect_lazy()));
+            channels.push((host.clone(), channel_to(host)?));
         }
         Ok(Self {
-            channels,
+            channels: std::sync::RwLock::new(channels),
             current: AtomicUsize::new(0),
         })
     }
 
+    /// The members as they are now.
+    fn all(&self) -> Vec<(String, Channel)> {
+        self.channels
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn len(&self) -> usize {
+        self.channels
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Asks the current member for the cluster's members and adds those not known yet (by
+    /// their plain-HTTP client URLs), so a member the hub was not told of serves it too.
+    pub(super) async fn learn(&self) {
+        let (_, channel) = self.pick();
+        let listed = tokio::time::timeout(
+            HEALTH_TIMEOUT,
+            ClusterClient::new(channel).member_list(MemberListRequest {
+                linearizable: false,
+            }),
+        )
+        .await;
+        let Ok(Ok(listed)) = listed else {
+            return;
+        };
+        let hosts: Vec<String> = listed
+            .into_inner()
+            .members
+            .into_iter()
+            .filter(|m| !m.is_learner)
+            .filter_map(|m| {
+                m.client_ur_ls.iter().find_map(|u| {
+                    u.strip_prefix("http://")
+                        .map(|h| h.trim_end_matches('/').to_owned())
+                })
+            })
+            .collect();
+        let mut channels = self.channels.write().unwrap_or_else(|p| p.into_inner());
+        for host in hosts {
+            if channels.iter().any(|(known, _)| *known == host) {
+                continue;
+            }
+            if let Ok(channel) = channel_to(&host) {
+                tracing::info!(member = %host, "an etcd member learnt from the cluster");
+                channels.push((host, channel));
+            }
+        }
+    }
+
     /// The current member: its index and channel.
     fn pick(&self) -> (usize, Channel) {
-        let i = self.current.load(Ordering::Relaxed) % self.channels.len();
-        (i, self.channels[i].1.clone())
+        let channels = self.channels.read().unwrap_or_else(|p| p.into_inner());
+        let i = self.current.load(Ordering::Relaxed) % channels.len();
+        (i, channels[i].1.clone())
     }
 
     /// Member `i` could not serve a request: the next becomes current (unless another request
     /// moved on already).
     pub(super) fn lost(&self, i: usize, why: &str) {
-        let next = (i + 1) % self.channels.len();
+        let channels = self.all();
+        let next = (i + 1) % channels.len();
         if self
             .current
             .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -110,8 +171,8 @@ impl Members {
             && next != i
         {
             tracing::warn!(
-                member = %self.channels[i].0,
-                next = %self.channels[next].0,
+                member = %channels[i].0,
+                next = %channels[next].0,
                 %why,
                 "an etcd member cannot serve; using the next"
             );
@@ -122,7 +183,8 @@ impl Members {
     /// with a leader); if the current one does not answer within a second and another does,
     /// that one becomes current — before a request has to find out.
     pub(super) async fn check(&self, key: &[u8]) {
-        let probes = self.channels.iter().map(|(_, channel)| {
+        let channels = self.all();
+        let probes = channels.iter().map(|(_, channel)| {
             let mut kv = KvClient::new(channel.clone());
             let request = RangeRequest {
                 key: key.to_vec(),
@@ -138,11 +200,11 @@ impl Members {
             }
         });
         let failed = futures::future::join_all(probes).await;
-        let current = self.current.load(Ordering::Relaxed) % self.channels.len();
+        let current = self.current.load(Ordering::Relaxed) % channels.len();
         let Some(why) = &failed[current] else {
             return;
         };
-        let n = self.channels.len();
+        let n = channels.len();
         if let Some(next) = (1..n)
             .map(|k| (current + k) % n)
             .find(|i| failed[*i].is_none())
@@ -152,8 +214,8 @@ impl Members {
                 .is_ok()
         {
             tracing::warn!(
-                member = %self.channels[current].0,
-                next = %self.channels[next].0,
+                member = %channels[current].0,
+                next = %channels[next].0,
                 why = %why,
                 "an etcd member fails its health check; using the next"
             );
@@ -162,8 +224,11 @@ impl Members {
 
     /// The member requests go to now (its URL).
     #[cfg(test)]
-    pub(super) fn current(&self) -> &str {
-        &self.channels[self.current.load(Ordering::Relaxed) % self.channels.len()].0
+    pub(super) fn current(&self) -> String {
+        let channels = self.all();
+        channels[self.current.load(Ordering::Relaxed) % channels.len()]
+            .0
+            .clone()
     }
 
     /// The KV service, on the member current at each call.
@@ -203,7 +268,7 @@ impl Members {
         let deadline = std::time::Instant::now() + RETRY_FOR;
         let mut last = None;
         for attempt in 1.. {
-            if attempt > 1 && (attempt - 1) % self.channels.len() == 0 {
+            if attempt > 1 && (attempt - 1) % self.len() == 0 {
                 if std::time::Instant::now() > deadline {
                     break;
                 }
@@ -390,6 +455,31 @@ mod cluster_tests {
             killed.elapsed()
         );
         store.get("Thing", "none").await.unwrap_err();
+        drop(cluster);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Given one member's URL, the store learns the others from the cluster, and carries on
+    /// when the one it was given dies.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_members_not_named_are_learnt_from_the_cluster() {
+        let dir = std::env::temp_dir().join(format!("drover-learn-{}", std::process::id()));
+        let mut cluster = LocalEtcd::start_cluster(&dir, 3).unwrap();
+        let store = EtcdStore::connect(&LocalEtcd::cluster_url(&cluster[..1]))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        while store.inner.members.len() < 3 {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the other members were not learnt"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        cluster[0].kill();
+        let made = Object::new("Thing", "after", json!({}));
+        store.transact(vec![Op::Create(made)]).await.unwrap();
+        store.get("Thing", "after").await.unwrap();
         drop(cluster);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -210,7 +210,16 @@ async function showKinds(holder) {
     while (queue.length > 0) {
       const r = queue.shift();
       const cell = holder.querySelector(`span.count[data-resource="${CSS.escape(resourceId(r))}"]`);
-      let result = cachedKinds.has(resourceId(r)) ? await kube(`${r.name}?limit=1`, { base: cacheBase }) : null;
+      let result = null;
+      if (cachedKinds.has(resourceId(r))) {
+        // A cache still filling (503, seconds after the agent connects) answers in a moment:
+        // asked again, for up to about 8 s, before the cluster's API server is.
+        for (let wait = 250; ; wait *= 2) {
+          result = await kube(`${r.name}?limit=1`, { base: cacheBase });
+          if (result.status !== 503 || wait > 4000) break;
+          await new Promise((done) => setTimeout(done, wait));
+        }
+      }
       if (!result || (!result.ok && result.status !== 403)) result = await kube(`${apiPath(r)}?limit=1`);
       if (!result.ok) {
         cell.textContent = result.status === 403 ? "not allowed" : "–";

@@ -224,6 +224,7 @@ struct Follow {
     cluster: String,
     last: Option<AccessSnapshot>,
     changes: Option<WatchStream>,
+    following: crate::store::Following,
     /// The cluster's `spec.authorizedEndpoint` as last seen: its status changes every half
     /// minute (facts), which must not cost a snapshot each time.
     endpoint_spec: Option<Value>,
@@ -247,7 +248,8 @@ impl Follow {
                     Some(Ok(event)) if !self.relevant(&event.object) => continue,
                     Some(Ok(_)) => {}
                     // Fell behind, or the store hiccuped: read it all again.
-                    Some(Err(_)) | None => {
+                    end => {
+                        self.following.broke(end.and_then(Result::err).as_ref());
                         self.changes = None;
                         continue;
                     }
@@ -285,6 +287,7 @@ impl Follow {
     async fn relist(&mut self) -> Result<(), StoreError> {
         let revision = self.store.revision().await?;
         self.changes = Some(self.store.watch(None, Some(revision)).await?);
+        self.following.resumed(revision);
         Ok(())
     }
 }
@@ -296,6 +299,7 @@ pub fn follow(store: Arc<dyn Store>, cluster: String) -> Snapshots {
         cluster,
         last: None,
         changes: None,
+        following: crate::store::Following::new("a cluster's access (for its agent)"),
         endpoint_spec: None,
     };
     Box::pin(futures::stream::unfold(state, |mut state| async move {

@@ -505,11 +505,12 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
     // Whether the watch is started again after it fell behind (or failed): deletions in the
     // gap were missed, so the stored credentials are compared with the sessions.
     let mut again = false;
+    let mut following = crate::store::Following::new("credential revocations");
     loop {
         // Only deletions matter: the watch starts now, without replaying every credential.
-        let watch = match store.revision().await {
-            Ok(now) => store.watch(Some(Kind::Token.name()), Some(now)).await,
-            Err(e) => Err(e),
+        let (watch, now) = match store.revision().await {
+            Ok(now) => (store.watch(Some(Kind::Token.name()), Some(now)).await, now),
+            Err(e) => (Err(e), 0),
         };
         let swept = match watch {
             // Listed after the watch starts: a deletion is in the list or in the watch.
@@ -520,11 +521,13 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
         let mut watch = match swept {
             Ok(w) => w,
             Err(e) => {
+                following.broke(Some(&e));
                 tracing::warn!(error = %e, "cannot watch credentials; retrying");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
             }
         };
+        following.resumed(now);
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -549,7 +552,10 @@ async fn revocations(store: Arc<dyn Store>, registry: Registry, shutdown: Cancel
                 }
                 Some(Ok(_)) => {}
                 // Fell behind or the store hiccuped: watch again from the current state.
-                Some(Err(_)) | None => break,
+                end => {
+                    following.broke(end.and_then(Result::err).as_ref());
+                    break;
+                }
             }
         }
     }

@@ -87,9 +87,13 @@ impl Controller {
                 kinds.contains(&e.object.kind.as_str())
             }
         };
-        crate::store::on_changes_where(self.store.as_ref(), relevant, &shutdown, || {
-            self.reconcile_all()
-        })
+        crate::store::on_changes_where(
+            "the machine controller",
+            self.store.as_ref(),
+            relevant,
+            &shutdown,
+            || self.reconcile_all(),
+        )
         .await;
     }
 

@@ -82,9 +82,13 @@ impl Planner {
             "CloudCredential",
             "RoleBinding",
         ];
-        crate::store::on_changes(self.store.as_ref(), &kinds, &shutdown, || {
-            self.reconcile_all()
-        })
+        crate::store::on_changes(
+            "the planner",
+            self.store.as_ref(),
+            &kinds,
+            &shutdown,
+            || self.reconcile_all(),
+        )
         .await;
     }
 

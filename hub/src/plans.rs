@@ -289,6 +289,7 @@ impl Dispatch {
 
     /// Keeps the dispatch true to the store until `shutdown`.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, shutdown: CancellationToken) {
+        let mut following = crate::store::Following::new("plan dispatch");
         loop {
             let listed = store
                 .list(Kind::Plan.name(), &LabelSelector::everything())
@@ -296,6 +297,7 @@ impl Dispatch {
             let (plans, revision) = match listed {
                 Ok(listed) => listed,
                 Err(e) => {
+                    following.broke(Some(&e));
                     tracing::warn!(error = %e, "cannot read plans; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -306,11 +308,13 @@ impl Dispatch {
             let mut changes = match store.watch(Some(Kind::Plan.name()), Some(revision)).await {
                 Ok(w) => w,
                 Err(e) => {
+                    following.broke(Some(&e));
                     tracing::warn!(error = %e, "cannot watch plans; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
+            following.resumed(revision);
             loop {
                 let change = tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -322,7 +326,10 @@ impl Dispatch {
                     }
                     Some(Ok(event)) => self.take(&event.object),
                     // Fell behind or the store hiccuped: read everything again.
-                    Some(Err(_)) | None => break,
+                    end => {
+                        following.broke(end.and_then(Result::err).as_ref());
+                        break;
+                    }
                 }
             }
         }

@@ -409,22 +409,29 @@ pub async fn collect(store: &dyn Store) -> Result<usize, StoreError> {
 /// every ten minutes (a pass lists every dependent: too much to do often on a large fleet),
 /// until `shutdown`. Runs on the leading replica.
 pub async fn run_collector(store: Arc<dyn Store>, shutdown: CancellationToken) {
+    let mut following = crate::store::Following::new("the collector of objects left behind");
     loop {
-        let from = match store.revision().await {
-            Ok(r) => r,
-            Err(_) => {
+        let watched = match store.revision().await {
+            Ok(from) => {
+                if let Err(e) = collect(store.as_ref()).await {
+                    tracing::warn!(error = %e, "collecting objects left behind failed; retrying");
+                }
+                store.watch(None, Some(from)).await.map(|w| (w, from))
+            }
+            Err(e) => Err(e),
+        };
+        let mut changes = match watched {
+            Ok((changes, from)) => {
+                following.resumed(from);
+                changes
+            }
+            Err(e) => {
+                following.broke(Some(&e));
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 }
             }
-        };
-        if let Err(e) = collect(store.as_ref()).await {
-            tracing::warn!(error = %e, "collecting objects left behind failed; retrying");
-        }
-        let mut changes = match store.watch(None, Some(from)).await {
-            Ok(w) => w,
-            Err(_) => continue,
         };
         loop {
             let due = tokio::select! {
@@ -433,7 +440,10 @@ pub async fn run_collector(store: Arc<dyn Store>, shutdown: CancellationToken) {
                 change = changes.next() => match change {
                     Some(Ok(e)) => e.kind == EventType::Deleted
                         && matches!(e.object.kind.as_str(), "Cluster" | "User" | "Project" | "Host"),
-                    Some(Err(_)) | None => break,
+                    end => {
+                        following.broke(end.and_then(Result::err).as_ref());
+                        break;
+                    }
                 },
             };
             if due && let Err(e) = collect(store.as_ref()).await {

@@ -188,6 +188,32 @@ impl Replicas {
         }
     }
 
+    /// Writes this replica's URL and where each of its agents is connected again, and drops
+    /// its records of agents no longer here (a disconnect whose record could not be removed
+    /// while the store was away): how many it recorded and dropped.
+    async fn resync(&self, registry: &Registry) -> Result<(usize, usize), StoreError> {
+        let Some(etcd) = self.etcd.as_ref() else {
+            return Ok((0, 0));
+        };
+        self.announce().await?;
+        let here: std::collections::HashSet<String> = registry
+            .sessions()
+            .iter()
+            .filter_map(|s| Self::session_key(etcd, s.info()))
+            .collect();
+        let mut dropped = 0;
+        for (key, replica, _) in etcd.list_raw(&etcd.meta_key("sessions/")).await? {
+            if replica == self.id && !here.contains(&key) {
+                etcd.delete_raw_if(&key, &self.id).await?;
+                dropped += 1;
+            }
+        }
+        for session in registry.sessions() {
+            self.record(session.info()).await?;
+        }
+        Ok((here.len(), dropped))
+    }
+
     async fn forget(&self, info: &SessionInfo) -> Result<(), StoreError> {
         let Some(etcd) = self.etcd.as_ref() else {
             return Ok(());
@@ -222,16 +248,16 @@ impl Replicas {
             return;
         };
         let mut events = registry.subscribe();
-        // Sessions that connected before this task subscribed.
-        for session in registry.sessions() {
-            let _ = self.record(session.info()).await;
-        }
         let mut campaign = tokio::time::interval(CAMPAIGN_EVERY);
         campaign.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ttl = Duration::from_secs(LEASE_TTL as u64);
         let renew = |lease| etcd.keep_alive(lease, ttl / 3, ttl);
         let keep_alive = renew(self.lease());
         tokio::pin!(keep_alive);
+        // Set when a record may be missing or stale (a new lease, a failed record or removal):
+        // the records are written again at the next campaign tick until that succeeds.
+        // Sessions that connected before this task subscribed are recorded at the first tick.
+        let mut resync = !registry.sessions().is_empty();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -247,33 +273,40 @@ impl Replicas {
                             // restart their TTL with it): given up, it frees the lead now
                             // rather than a TTL later.
                             etcd.revoke(self.lease.swap(lease, Ordering::SeqCst)).await;
-                            let _ = self.announce().await;
-                            for session in registry.sessions() {
-                                let _ = self.record(session.info()).await;
-                            }
+                            tracing::info!(replica = %self.id, lease, "this replica has a new etcd lease");
+                            resync = true;
                         }
                         Err(e) => tracing::warn!(error = %e, "cannot get a new etcd lease; retrying"),
                     }
                     keep_alive.set(renew(self.lease()));
                 }
-                _ = campaign.tick() => self.campaign(&etcd).await,
+                _ = campaign.tick() => {
+                    if resync {
+                        match self.resync(&registry).await {
+                            Ok((recorded, dropped)) => {
+                                resync = false;
+                                tracing::info!(replica = %self.id, url = %self.url, recorded, dropped, "rewrote this replica's address and where its agents are connected, for its peers to forward to");
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot record this replica's address and agents for its peers; retrying in 1 s"),
+                        }
+                    }
+                    self.campaign(&etcd).await;
+                }
                 event = events.recv() => match event {
                     Ok(SessionEvent::Connected(info)) => {
                         if let Err(e) = self.record(&info).await {
-                            tracing::warn!(agent = %info.peer.id, error = %e, "cannot record where an agent is connected");
+                            tracing::warn!(agent = %info.peer.id, error = %e, "cannot record where an agent is connected; retrying in 1 s");
+                            resync = true;
                         }
                     }
                     Ok(SessionEvent::Disconnected { info, .. }) => {
                         let still = registry.sessions().iter().any(|s| s.info().peer.id == info.peer.id);
-                        if !still {
-                            let _ = self.forget(&info).await;
+                        if !still && let Err(e) = self.forget(&info).await {
+                            tracing::warn!(agent = %info.peer.id, error = %e, "cannot remove the record of a disconnected agent; retrying in 1 s");
+                            resync = true;
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        for session in registry.sessions() {
-                            let _ = self.record(session.info()).await;
-                        }
-                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => resync = true,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 },
             }

@@ -19,6 +19,7 @@ use std::{
 pub mod browser;
 pub mod cloud;
 pub mod ec2_front;
+pub mod etcd_proxy;
 pub mod github;
 pub mod hosts;
 pub mod imported;

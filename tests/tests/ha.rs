@@ -519,6 +519,20 @@ async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
     replicas.stop().await;
 }
 
+/// What every replica's log says after a store outage (each line has all of its parts).
+const REBUILT: [&[&str]; 4] = [
+    &["rebuilt from a fresh read of the store", "plan dispatch"],
+    &[
+        "rebuilt from a fresh read of the store",
+        "the sign-in cache",
+    ],
+    &[
+        "rebuilt from a fresh read of the store",
+        "credential revocations",
+    ],
+    &["rewrote this replica's address and where its agents are connected"],
+];
+
 /// A full etcd outage (its one member killed for 20 s, longer than every replica's lease) and
 /// back: every replica's API, a leader, and kubectl through every replica (two of them
 /// forwarding to the agent's) serve again within seconds.
@@ -556,6 +570,19 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
                 waiting.push(format!("kubectl through replica {}: {}", i + 1, err.trim()));
             }
         }
+        // Each replica says what it rebuilt: what it reads of the store, and its records for
+        // its peers (its lease outlived by the outage).
+        for (i, hub) in hubs.iter().enumerate() {
+            let log = hub.log.lock().unwrap().join("\n");
+            for said in REBUILT {
+                if !log
+                    .lines()
+                    .any(|line| said.iter().all(|s| line.contains(s)))
+                {
+                    waiting.push(format!("replica {}'s log to say {said:?}", i + 1));
+                }
+            }
+        }
         if waiting.is_empty() {
             ready = Some(back.elapsed());
             break;
@@ -568,7 +595,68 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
     eprintln!(
         "after a 20 s etcd outage: every replica's API, one leader and kubectl through every replica in {ready:?}"
     );
+    for (i, hub) in hubs.iter().enumerate() {
+        for line in hub.log.lock().unwrap().iter() {
+            if ["store watch ended", "rebuilt", "lease", "rewrote"]
+                .iter()
+                .any(|s| line.contains(s))
+            {
+                eprintln!("replica {}: {line}", i + 1);
+            }
+        }
+    }
     // Not a lease's TTL (10 s): no replica waits for a lease given up to expire.
     assert!(ready < Duration::from_secs(10), "back only after {ready:?}");
     replicas.stop().await;
+}
+
+/// A write etcd applied whose answer never came back (a proxy in front of etcd closes the
+/// connection instead of passing the answer on): the client is told the change may have been
+/// applied, never that nothing changed, and the object is there when read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_is_lost_is_said_to_be_maybe_applied() {
+    let etcd = LocalEtcd::start(&temp_dir("ha-lost")).unwrap();
+    let proxy = tests::etcd_proxy::LossyProxy::start(etcd.client_addr()).await;
+    let store = format!("etcd://{}", proxy.addr());
+    let flags = ["--listen", "127.0.0.1:0", "--store", store.as_str()];
+    let hub = HubProcess::start_with(&temp_dir("ha-lost-hub"), &flags).await;
+    let admin = tests::login(hub.addr, "admin", hub.admin_password.as_ref().unwrap()).await;
+
+    // The marker is in the object written (a label), not in the read before the write.
+    proxy.lose_answer_to(b"lose-this-answer");
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({
+            "metadata": {"name": "edge", "labels": {"marker": "lose-this-answer"}},
+            "spec": {"type": "imported"},
+        })),
+    )
+    .await;
+    assert_eq!(proxy.lost(), 1, "the proxy lost an answer: {code} {body}");
+    assert!(
+        code == 503 || code == 504,
+        "an unknown outcome is a 503 or 504: {code} {body}"
+    );
+    let message = body.to_string();
+    assert!(
+        message.contains("may have been applied") && !message.contains("nothing was changed"),
+        "{message}"
+    );
+    // It was applied: read back (through the member the hub moved to), it is there.
+    let (code, cluster) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    assert_eq!(code, 200, "{cluster}");
+    assert_eq!(cluster["metadata"]["labels"]["marker"], "lose-this-answer");
+    // And the hub carries on writing.
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "next"}, "spec": {"type": "imported"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
 }

@@ -169,16 +169,18 @@ impl Known {
 
     /// Follows the store's changes until `shutdown`, forgetting on each relevant one.
     pub async fn follow(self: Arc<Self>, store: Arc<dyn Store>, shutdown: CancellationToken) {
+        let mut following = crate::store::Following::new("the sign-in cache");
         loop {
             self.watching.store(false, Ordering::SeqCst);
             self.forget();
-            let watch = match store.revision().await {
-                Ok(revision) => store.watch(None, Some(revision)).await,
-                Err(e) => Err(e),
+            let (watch, revision) = match store.revision().await {
+                Ok(revision) => (store.watch(None, Some(revision)).await, revision),
+                Err(e) => (Err(e), 0),
             };
             let mut watch = match watch {
                 Ok(watch) => watch,
                 Err(e) => {
+                    following.broke(Some(&e));
                     tracing::warn!(error = %e, "cannot watch the store; authenticating from it directly");
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -189,6 +191,7 @@ impl Known {
             // Anything read before the watch began belongs to an older generation.
             self.forget();
             self.watching.store(true, Ordering::SeqCst);
+            following.resumed(revision);
             loop {
                 let event = tokio::select! {
                     () = shutdown.cancelled() => {
@@ -204,7 +207,10 @@ impl Known {
                         }
                     }
                     // Fell behind or the store hiccuped: start over.
-                    Some(Err(_)) | None => break,
+                    end => {
+                        following.broke(end.and_then(Result::err).as_ref());
+                        break;
+                    }
                 }
             }
         }

@@ -63,19 +63,29 @@ impl Health {
         // Last seen: (kind, name) → (state and message, or a plan's condition reason).
         let mut seen: HashMap<(String, String), String> = HashMap::new();
         let mut host_cluster: HashMap<String, String> = HashMap::new();
+        let mut following = crate::store::Following::new("state-change events");
         loop {
             let mut watch = match self.store.watch(None, None).await {
                 Ok(w) => {
                     self.following.send_replace(true);
+                    following.resumed(None);
                     w
                 }
                 Err(e) => {
+                    following.broke(Some(&e));
                     tracing::warn!(error = %e, "cannot watch for state changes; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             };
-            while let Some(Ok(event)) = watch.next().await {
+            loop {
+                let event = match watch.next().await {
+                    Some(Ok(event)) => event,
+                    end => {
+                        following.broke(end.and_then(Result::err).as_ref());
+                        break;
+                    }
+                };
                 let object = &event.object;
                 let Some(kind) = Kind::from_name(&object.kind) else {
                     continue;

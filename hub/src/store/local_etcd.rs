@@ -207,6 +207,11 @@ impl LocalEtcd {
         format!("etcd://{}", self.client)
     }
 
+    /// Where the member serves its clients.
+    pub fn client_addr(&self) -> std::net::SocketAddr {
+        self.client
+    }
+
     /// Kills the member (SIGKILL), keeping its data.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod apply;
+mod follow;
+pub use follow::Following;
 mod passes;
 pub use passes::{on_changes, on_changes_where};
 

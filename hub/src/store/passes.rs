@@ -7,7 +7,7 @@ use std::{pin::pin, time::Duration};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Store, WatchEvent};
+use super::{Following, Store, WatchEvent};
 
 /// A pass this long after the last one even without a change.
 const PERIOD: Duration = Duration::from_secs(10);
@@ -15,33 +15,46 @@ const PERIOD: Duration = Duration::from_secs(10);
 /// given to settle before the pass that takes all of it in.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// `what` names the controller in what the loop logs.
 pub async fn on_changes<F: Future<Output = ()>>(
+    what: &'static str,
     store: &dyn Store,
     kinds: &[&str],
     shutdown: &CancellationToken,
     pass: impl FnMut() -> F,
 ) {
     let relevant = |e: &WatchEvent| kinds.contains(&e.object.kind.as_str());
-    on_changes_where(store, relevant, shutdown, pass).await;
+    on_changes_where(what, store, relevant, shutdown, pass).await;
 }
 
 /// As [`on_changes`], a pass following the changes `relevant` says are.
 pub async fn on_changes_where<F: Future<Output = ()>>(
+    what: &'static str,
     store: &dyn Store,
     mut relevant: impl FnMut(&WatchEvent) -> bool,
     shutdown: &CancellationToken,
     mut pass: impl FnMut() -> F,
 ) {
+    let mut following = Following::new(what);
     loop {
-        let Ok(from) = store.revision().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
+        let from = match store.revision().await {
+            Ok(from) => from,
+            Err(e) => {
+                following.broke(Some(&e));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
         };
         pass().await;
-        let Ok(mut changes) = store.watch(None, Some(from)).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
+        let mut changes = match store.watch(None, Some(from)).await {
+            Ok(changes) => changes,
+            Err(e) => {
+                following.broke(Some(&e));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
         };
+        following.resumed(from);
         // Every change is read as it comes, also while a pass runs: a change left unread
         // keeps the store's copy of it (and of every change after it) in memory.
         let mut dirty = false;
@@ -53,7 +66,10 @@ pub async fn on_changes_where<F: Future<Output = ()>>(
                     () = &mut tick => break,
                     change = changes.next() => match change {
                         Some(Ok(e)) => dirty = relevant(&e),
-                        Some(Err(_)) | None => break 'watching,
+                        end => {
+                            following.broke(end.and_then(Result::err).as_ref());
+                            break 'watching;
+                        }
                     },
                 }
             }
@@ -63,8 +79,12 @@ pub async fn on_changes_where<F: Future<Output = ()>>(
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = &mut settle => dirty = false,
-                    change = changes.next() => if !matches!(change, Some(Ok(_))) {
-                        break 'watching;
+                    change = changes.next() => match change {
+                        Some(Ok(_)) => {}
+                        end => {
+                            following.broke(end.and_then(Result::err).as_ref());
+                            break 'watching;
+                        }
                     },
                 }
             }
@@ -77,7 +97,10 @@ pub async fn on_changes_where<F: Future<Output = ()>>(
                     () = &mut running => break,
                     change = changes.next(), if !broken => match change {
                         Some(Ok(e)) => dirty |= relevant(&e),
-                        Some(Err(_)) | None => broken = true,
+                        end => {
+                            following.broke(end.and_then(Result::err).as_ref());
+                            broken = true;
+                        }
                     },
                 }
             }
@@ -126,7 +149,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let (counted, stop) = (count.clone(), shutdown.clone());
         tokio::spawn(async move {
-            on_changes(store.as_ref(), &["Host"], &stop, || {
+            on_changes("a test pass", store.as_ref(), &["Host"], &stop, || {
                 let (store, read, counted, gate) =
                     (store.clone(), read.clone(), counted.clone(), gate.clone());
                 async move {

@@ -9,6 +9,7 @@ mod endpoint_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
 mod floor;
+mod ha_scenario;
 mod health_scenario;
 mod hub_scenario;
 mod load;
@@ -62,6 +63,11 @@ enum Scenario {
     /// list's first page (and the hub's CPU per view), a followed log's delay, a shell's round
     /// trip.
     Explorer(explorer_scenario::Args),
+    /// Three hub replicas on a three-member etcd, each member killed in turn for longer than a
+    /// replica's lease while clients write, read and run kubectl through every replica:
+    /// requests failed and time without a leader per member lost, beside a window where
+    /// nothing fails.
+    Ha(ha_scenario::Args),
     /// The audit log's cost to the proxy: 64 clients through the hub with the log on and off,
     /// alternating hubs in one run.
     Audit(audit_scenario::Args),
@@ -112,6 +118,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Fleet(args) => runtime.block_on(fleet_scenario::run(args))?,
         Scenario::Rbac(args) => runtime.block_on(rbac_scenario::run(args))?,
         Scenario::Explorer(args) => runtime.block_on(explorer_scenario::run(args))?,
+        Scenario::Ha(args) => runtime.block_on(ha_scenario::run(args))?,
         Scenario::Audit(args) => runtime.block_on(audit_scenario::run(args))?,
         Scenario::Login(args) => runtime.block_on(login_scenario::run(args))?,
         Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,

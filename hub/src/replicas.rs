@@ -258,29 +258,39 @@ impl Replicas {
         // the records are written again at the next campaign tick until that succeeds.
         // Sessions that connected before this task subscribed are recorded at the first tick.
         let mut resync = !registry.sessions().is_empty();
+        // False from the loss of the lease until a new one is granted: the old one is never
+        // renewed again (etcd may have kept it through its own outage) and nothing is written
+        // under it.
+        let mut leased = true;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                lost = &mut keep_alive => {
+                lost = &mut keep_alive, if leased => {
                     // The lease is gone (expired, or no member renewed it for its TTL): so are
                     // the leadership and the session records. Start over with a new lease.
                     tracing::warn!(error = %lost, "this replica's etcd lease was lost; rejoining");
                     self.leading.send_replace(None);
-                    tokio::time::sleep(CAMPAIGN_EVERY).await;
-                    match etcd.grant(LEASE_TTL).await {
-                        Ok(lease) => {
-                            // etcd may have kept the old lease through its own outage (leases
-                            // restart their TTL with it): given up, it frees the lead now
-                            // rather than a TTL later.
-                            etcd.revoke(self.lease.swap(lease, Ordering::SeqCst)).await;
-                            tracing::info!(replica = %self.id, lease, "this replica has a new etcd lease");
-                            resync = true;
-                        }
-                        Err(e) => tracing::warn!(error = %e, "cannot get a new etcd lease; retrying"),
-                    }
-                    keep_alive.set(renew(self.lease()));
+                    leased = false;
                 }
                 _ = campaign.tick() => {
+                    if !leased {
+                        match etcd.grant(LEASE_TTL).await {
+                            Ok(lease) => {
+                                // etcd may have kept the old lease through its own outage
+                                // (leases restart their TTL with it): given up, it frees the
+                                // lead now rather than a TTL later.
+                                etcd.revoke(self.lease.swap(lease, Ordering::SeqCst)).await;
+                                tracing::info!(replica = %self.id, lease, "this replica has a new etcd lease");
+                                keep_alive.set(renew(lease));
+                                leased = true;
+                                resync = true;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot get a new etcd lease; retrying in 1 s");
+                                continue;
+                            }
+                        }
+                    }
                     if resync {
                         match self.resync(&registry).await {
                             Ok((recorded, dropped)) => {
@@ -293,6 +303,8 @@ impl Replicas {
                     self.campaign(&etcd).await;
                 }
                 event = events.recv() => match event {
+                    // Without a lease, recorded with the next one.
+                    Ok(SessionEvent::Connected(_) | SessionEvent::Disconnected { .. }) if !leased => resync = true,
                     Ok(SessionEvent::Connected(info)) => {
                         if let Err(e) = self.record(&info).await {
                             tracing::warn!(agent = %info.peer.id, error = %e, "cannot record where an agent is connected; retrying in 1 s");

@@ -7,16 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    path::{Path, PathBuf},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use hub::store::local_etcd::LocalEtcd;
 use serde_json::json;
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api, https_get, hub_command,
+    HubProcess, api,
+    ha::{Replicas, imported_on, leader_of, leads, via},
+    https_get, hub_command,
     imported::{
         IMPORT_OBJECTS, Imported, kubectl, kubectl_ok, remove_cluster, until_allowed,
         user_kubeconfig,
@@ -107,15 +106,6 @@ async fn a_hub_on_etcd_keeps_its_clusters_across_its_own_and_etcds_restarts() {
     let _ = agent.await;
 }
 
-/// An imported simulated cluster of three pods on a hub started with `flags`.
-async fn imported_on(label: &str, flags: &[&str]) -> Imported {
-    let sim = SimConfig {
-        pods: 3,
-        ..SimConfig::default()
-    };
-    Imported::start_with(label, sim, flags).await
-}
-
 /// Polls the hub's `/readyz` until it answers `wanted` (within 30 s); the answer.
 async fn readiness(hub: &HubProcess, wanted: u16) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -128,43 +118,6 @@ async fn readiness(hub: &HubProcess, wanted: u16) -> (u16, String) {
         assert!(
             Instant::now() < deadline,
             "/readyz still answers {status}: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The kubeconfig at `path`, aimed at another replica (same CA, same token).
-fn via(path: &Path, from: &HubProcess, to: &HubProcess, label: &str) -> PathBuf {
-    let text = std::fs::read_to_string(path).unwrap();
-    let other = path.with_file_name(format!("{label}.kubeconfig"));
-    std::fs::write(&other, text.replace(&from.url(), &to.url())).unwrap();
-    other
-}
-
-/// Whether `hub` says it leads (its `/metrics`).
-async fn leads(hub: &HubProcess) -> bool {
-    let (_, metrics) = https_get(hub.addr, "/metrics").await;
-    String::from_utf8_lossy(&metrics)
-        .lines()
-        .any(|line| line == "drover_replica_leader 1")
-}
-
-async fn leader_of(hubs: &[&HubProcess], within: Duration) -> usize {
-    let deadline = Instant::now() + within;
-    loop {
-        let mut leading = Vec::new();
-        for (i, hub) in hubs.iter().enumerate() {
-            if leads(hub).await {
-                leading.push(i);
-            }
-        }
-        assert!(leading.len() <= 1, "two replicas lead at once: {leading:?}");
-        if let [one] = leading[..] {
-            return one;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no replica leads after {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -347,174 +300,53 @@ async fn the_leader_reaches_a_cluster_whose_agent_is_on_another_replica() {
     drop(etcd);
 }
 
-/// Three replicas on the etcd `store` names, the first with an imported simulated cluster
-/// whose cluster-agent knows all three, and a cluster member's kubeconfig through each.
-struct Replicas {
-    hubs: [HubProcess; 3],
-    admin: String,
-    kubeconfigs: [PathBuf; 3],
-    shutdown: tokio_util::sync::CancellationToken,
-    agent: tokio::task::JoinHandle<()>,
-}
-
-impl Replicas {
-    async fn start(label: &str, store: &str) -> Replicas {
-        let flags = ["--listen", "127.0.0.1:0", "--store", store];
-        let imported = imported_on(label, &flags).await;
-        let dir = imported.dir.clone();
-        let second = HubProcess::start_with(&dir.join("hub-2"), &flags).await;
-        let third = HubProcess::start_with(&dir.join("hub-3"), &flags).await;
-        let servers = [&imported.hub, &second, &third]
-            .map(HubProcess::url)
-            .join(",");
-        let mut env = imported.agent_env("drover-cluster-agent-0").await;
-        env.insert("DROVER_SERVER".into(), servers);
-        let config = cluster_agent::Config::from_env(&env).unwrap();
-        let stop = imported.shutdown.clone();
-        let agent = tokio::spawn(async move {
-            let _ = cluster_agent::run(config, stop).await;
-        });
-        let Imported {
-            hub: first,
-            admin,
-            shutdown,
-            ..
-        } = imported;
-        let member = user_kubeconfig(&first, &admin, &dir, "mia", Some("cluster-member")).await;
-        until_allowed(&member, &["create", "configmaps", "-n", "default"]).await;
-        let kubeconfigs = [
-            member.clone(),
-            via(&member, &first, &second, &format!("{label}-2")),
-            via(&member, &first, &third, &format!("{label}-3")),
-        ];
-        for kubeconfig in &kubeconfigs {
-            kubectl_ok(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
-        }
-        Replicas {
-            hubs: [first, second, third],
-            admin,
-            kubeconfigs,
-            shutdown,
-            agent,
-        }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.agent.await;
-    }
-}
-
 /// Three replicas on a three-member etcd, each member SIGKILLed in turn for longer than a
 /// replica's lease lasts (quorum kept), while a client writes and reads through every replica
-/// in turn: no request fails beyond the one in flight at a kill, and some replica leads
-/// throughout — the leader's lease is renewed through the members that stay.
+/// in turn and kubectl runs through each: no request fails beyond the one in flight at a kill,
+/// and some replica leads throughout — the leader's lease is renewed through the members that
+/// stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_an_etcd_member_costs_no_request_and_no_leader() {
     let dir = temp_dir("ha-members");
     let mut cluster = LocalEtcd::start_cluster(&dir, 3).unwrap();
     let replicas = Replicas::start("ha-members", &LocalEtcd::cluster_url(&cluster)).await;
-    let (admin, kubeconfigs) = (&replicas.admin, &replicas.kubeconfigs);
     let hubs: Vec<&HubProcess> = replicas.hubs.iter().collect();
     leader_of(&hubs, Duration::from_secs(30)).await;
-
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let writes = async {
-        let (mut done, mut failed) = (0, Vec::new());
-        let mut i = 0;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            i += 1;
-            let hub = hubs[i % hubs.len()];
-            let name = format!("c-{i}");
-            let (code, body) = api(
-                hub.addr,
-                "POST",
-                "/v1/clusters",
-                Some(admin),
-                Some(json!({"metadata": {"name": name}, "spec": {"type": "imported"}})),
-            )
+    for (m, member) in cluster.iter_mut().enumerate() {
+        let window = replicas
+            .load_while(&format!("m{m}"), async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                member.kill();
+                // Longer than a replica's lease (10 s).
+                tokio::time::sleep(Duration::from_secs(12)).await;
+                tokio::task::block_in_place(|| member.restart()).unwrap();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            })
             .await;
-            if code == 201 {
-                done += 1;
-            } else {
-                failed.push(format!("POST {name} via {}: {code} {body}", hub.addr));
-            }
-            let (code, body) = api(
-                hub.addr,
-                "GET",
-                &format!("/v1/clusters/{name}"),
-                Some(admin),
-                None,
-            )
-            .await;
-            if code >= 500 {
-                failed.push(format!("GET {name} via {}: {code} {body}", hub.addr));
-            }
-        }
-        (done, failed)
-    };
-    // kubectl through each replica in turn (two of them forward to the agent's).
-    let kubectl_runs = async {
-        let (mut done, mut failed) = (0, Vec::new());
-        let mut i = 0;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            i += 1;
-            let kubeconfig = &kubeconfigs[i % kubeconfigs.len()];
-            let (ok, _, err) = kubectl(kubeconfig, &["get", "pods", "-A", "--no-headers"]).await;
-            if ok {
-                done += 1;
-            } else {
-                failed.push(format!("kubectl via replica {}: {}", i % 3 + 1, err.trim()));
-            }
-        }
-        (done, failed)
-    };
-    // The longest time no replica said it led.
-    let vacancy = async {
-        let (mut longest, mut since) = (Duration::ZERO, None::<Instant>);
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let mut any = false;
-            for hub in &hubs {
-                any |= leads(hub).await;
-            }
-            match (any, since) {
-                (false, None) => since = Some(Instant::now()),
-                (true, Some(at)) => {
-                    longest = longest.max(at.elapsed());
-                    since = None;
-                }
-                _ => {}
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        longest.max(since.map_or(Duration::ZERO, |at| at.elapsed()))
-    };
-    let chaos = async {
-        for member in &mut cluster {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            member.kill();
-            // Longer than a replica's lease (10 s).
-            tokio::time::sleep(Duration::from_secs(12)).await;
-            tokio::task::block_in_place(|| member.restart()).unwrap();
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    };
-    let ((done, failed), (listed, kubectl_failed), longest, ()) =
-        tokio::join!(writes, kubectl_runs, vacancy, chaos);
-    eprintln!(
-        "each of 3 etcd members killed for 12 s in turn: {done} writes through 3 replicas, {} \
-         failed; {listed} kubectl requests, {} failed; no leader for at most {longest:?}",
-        failed.len(),
-        kubectl_failed.len()
-    );
-    // At most the one in flight at each kill.
-    assert!(failed.len() <= 3, "{failed:#?}");
-    assert!(kubectl_failed.len() <= 3, "{kubectl_failed:#?}");
-    assert!(
-        longest < Duration::from_secs(10),
-        "no replica led for {longest:?}"
-    );
+        eprintln!(
+            "etcd member {} killed for 12 s: {} writes through 3 replicas, {} failed; {} \
+             kubectl requests, {} failed; no leader for at most {:?}",
+            m + 1,
+            window.writes,
+            window.failed.len(),
+            window.kubectl,
+            window.kubectl_failed.len(),
+            window.leaderless
+        );
+        // At most the one in flight at the kill.
+        assert!(window.failed.len() <= 1, "{:#?}", window.failed);
+        assert!(
+            window.kubectl_failed.len() <= 1,
+            "{:#?}",
+            window.kubectl_failed
+        );
+        assert!(
+            window.leaderless < Duration::from_secs(10),
+            "member {}: no replica led for {:?}",
+            m + 1,
+            window.leaderless
+        );
+    }
     leader_of(&hubs, Duration::from_secs(10)).await;
     replicas.stop().await;
 }
@@ -589,12 +421,6 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let Some(ready) = ready else {
-        panic!("60 s after etcd came back, still waiting for: {waiting:#?}");
-    };
-    eprintln!(
-        "after a 20 s etcd outage: every replica's API, one leader and kubectl through every replica in {ready:?}"
-    );
     for (i, hub) in hubs.iter().enumerate() {
         for line in hub.log.lock().unwrap().iter() {
             if ["store watch ended", "rebuilt", "lease", "rewrote"]
@@ -605,6 +431,12 @@ async fn after_a_full_etcd_outage_every_replica_serves_again() {
             }
         }
     }
+    let Some(ready) = ready else {
+        panic!("60 s after etcd came back, still waiting for: {waiting:#?}");
+    };
+    eprintln!(
+        "after a 20 s etcd outage: every replica's API, one leader and kubectl through every replica in {ready:?}"
+    );
     // Not a lease's TTL (10 s): no replica waits for a lease given up to expire.
     assert!(ready < Duration::from_secs(10), "back only after {ready:?}");
     replicas.stop().await;

@@ -1,7 +1,7 @@
 //! What hub replicas coordinate with besides objects: leases, raw keys under the prefix
 //! (membership, the leader's key), and the fenced writer a leader writes through.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proto::etcd::{
     Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
@@ -10,6 +10,9 @@ use proto::etcd::{
 
 use super::{EtcdStore, backend, members, revision_of};
 use crate::store::{BoxFuture, LabelSelector, Object, Op, Store, StoreError, WatchStream};
+
+/// How long a lease's grant or revocation is waited for.
+const LEASE_CALL: Duration = Duration::from_secs(3);
 
 impl EtcdStore {
     /// `PREFIX/<suffix>`: where hub replicas keep what is not an object.
@@ -20,14 +23,26 @@ impl EtcdStore {
     /// A new lease of `ttl` seconds.
     pub(crate) async fn grant(&self, ttl: i64) -> Result<i64, StoreError> {
         let (member, mut lease) = self.inner.members.lease();
-        let granted = lease
-            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
-            .await
-            .map_err(|e| {
-                self.lost(member, &e);
-                backend(e)
-            })?
-            .into_inner();
+        // A lease granted whose answer came too late expires by itself.
+        let granted = tokio::time::timeout(
+            LEASE_CALL,
+            lease.lease_grant(LeaseGrantRequest { ttl, id: 0 }),
+        )
+        .await
+        .map_err(|_| {
+            self.inner
+                .members
+                .lost(member, "no answer to a lease grant");
+            StoreError::Backend(format!(
+                "etcd: no answer to a lease grant within {} s",
+                LEASE_CALL.as_secs()
+            ))
+        })?
+        .map_err(|e| {
+            self.lost(member, &e);
+            backend(e)
+        })?
+        .into_inner();
         if !granted.error.is_empty() {
             return Err(StoreError::Backend(format!("etcd: {}", granted.error)));
         }
@@ -44,13 +59,30 @@ impl EtcdStore {
         every: Duration,
         ttl: Duration,
     ) -> StoreError {
-        let mut renewed = std::time::Instant::now();
+        let renewed = std::sync::Mutex::new(Instant::now());
+        let last = || *renewed.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let broken = match self.keep_alive_on_one(lease, every, &mut renewed).await {
-                Ok(broken) => broken,
-                Err(lost) => return lost,
+            // Bounded by the lease's own end: a call that hangs while etcd is away (a
+            // connection being made, a member that takes the stream and says nothing) must
+            // not keep the lease, and the lead under it, alive in this replica's mind.
+            let attempt = self.keep_alive_on_one(lease, every, &renewed);
+            tokio::pin!(attempt);
+            let broken = loop {
+                let end = tokio::time::Instant::from_std(last() + ttl);
+                tokio::select! {
+                    result = &mut attempt => match result {
+                        Ok(broken) => break broken,
+                        Err(lost) => return lost,
+                    },
+                    () = tokio::time::sleep_until(end) => if last().elapsed() >= ttl {
+                        return StoreError::Backend(format!(
+                            "no etcd member renewed the lease for {} s",
+                            ttl.as_secs()
+                        ));
+                    },
+                }
             };
-            if renewed.elapsed() >= ttl {
+            if last().elapsed() >= ttl {
                 return broken;
             }
             tracing::info!(error = %broken, "renewing this replica's etcd lease through another member");
@@ -64,7 +96,7 @@ impl EtcdStore {
         &self,
         lease: i64,
         every: Duration,
-        renewed: &mut std::time::Instant,
+        renewed: &std::sync::Mutex<Instant>,
     ) -> Result<StoreError, StoreError> {
         let requests =
             futures::stream::unfold(tokio::time::interval(every), move |mut ticks| async move {
@@ -81,7 +113,9 @@ impl EtcdStore {
         };
         loop {
             match responses.message().await {
-                Ok(Some(answer)) if answer.ttl > 0 => *renewed = std::time::Instant::now(),
+                Ok(Some(answer)) if answer.ttl > 0 => {
+                    *renewed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                }
                 Ok(Some(_)) => {
                     return Err(StoreError::Backend(format!("etcd lease {lease:x} expired")));
                 }
@@ -104,7 +138,12 @@ impl EtcdStore {
     /// Gives `lease` up: every key under it goes at once.
     pub(crate) async fn revoke(&self, lease: i64) {
         let (_, mut client) = self.inner.members.lease();
-        let _ = client.lease_revoke(LeaseRevokeRequest { id: lease }).await;
+        // Unanswered, the lease still ends with its TTL.
+        let _ = tokio::time::timeout(
+            LEASE_CALL,
+            client.lease_revoke(LeaseRevokeRequest { id: lease }),
+        )
+        .await;
     }
 
     /// A stream on member `member` failed with `e`: if the member cannot serve, the next one

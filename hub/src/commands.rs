@@ -36,10 +36,15 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Logs to stderr at the level `DROVER_LOG` sets (default `info`), as every Drover process
 /// logs; the agents' `agentkit::agent_main` does the same.
 pub fn init_logging() {
+    init_logging_at("info");
+}
+
+/// As [`init_logging`], at `level` unless `DROVER_LOG` says otherwise.
+pub fn init_logging_at(level: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DROVER_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| level.into()),
         )
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal, not in a journal or a log file.

@@ -415,16 +415,17 @@ where
     let mut int = signal(SignalKind::interrupt())?;
     let shutdown = CancellationToken::new();
     let hub = Hub::start(config, shutdown.clone()).await?;
-    // For people (and scripts) on stdout; the log on stderr says the same for machines.
-    #[allow(clippy::print_stdout)]
-    {
-        print!("{}", hub.banner());
-    }
     tracing::info!(
         url = %hub.url(), listen = %hub.local_addr(), ca_checksum = %hub.ca_checksum(),
         "Drover hub is up; agents pin the CA by this checksum"
     );
     alongside(&hub, shutdown.clone()).await?;
+    // For people (and scripts) on stdout, after the start's log lines on stderr (which say
+    // the same for machines), so that at a terminal the password is the last thing shown.
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", hub.banner());
+    }
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

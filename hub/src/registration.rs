@@ -380,9 +380,17 @@ pub fn commands(api: &Api, cluster_type: ClusterType, token: &str) -> Value {
         ClusterType::Imported => json!({
             "token": token,
             "manifestUrl": format!("{url}/v3/import/{token}.yaml"),
-            "importCommand": format!("kubectl apply -f {url}/v3/import/{token}.yaml"),
-            // The hub's own CA is not in kubectl's trust store; the manifest carries the CA
-            // checksum the agents then verify.
+            // `kubectl apply -f URL` cannot pin a CA, and the hub's own CA is in no trust
+            // store: the CA is fetched, checked against the checksum, then trusted for the
+            // manifest.
+            "importCommand": format!(
+                "curl -fsSk {url}/cacerts -o drover-ca.pem && echo '{}  drover-ca.pem' | sha256sum -c --quiet && curl -fsS --cacert drover-ca.pem {url}/v3/import/{token}.yaml | kubectl apply -f -",
+                api.ca_checksum
+            ),
+            // For a hub serving a certificate the cluster's kubectl trusts (`--tls-cert`).
+            "importCommandTrusted": format!("kubectl apply -f {url}/v3/import/{token}.yaml"),
+            // Rancher's documented fallback: no certificate check at all (the agents still
+            // verify the CA checksum the manifest carries).
             "importCommandInsecure": format!("curl --insecure -sfL {url}/v3/import/{token}.yaml | kubectl apply -f -"),
         }),
         ClusterType::Custom => json!({

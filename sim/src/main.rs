@@ -72,7 +72,8 @@ enum Command {
     Fleet(FleetArgs),
     /// The hub (as `drover-hub serve` runs it) with N simulated imported clusters (demo-1…)
     /// and 3 simulated hosts in this process, to see a populated dashboard; any further
-    /// arguments are `drover-hub serve` flags (for example `--data-dir DIR`).
+    /// arguments are `drover-hub serve` flags (for example `--data-dir DIR`; the default is
+    /// ./drover-demo). Logs warnings only unless DROVER_LOG says otherwise.
     Demo {
         /// Simulated clusters, 1 to 20
         #[arg(value_parser = clap::value_parser!(u16).range(1..=20))]
@@ -165,10 +166,24 @@ fn fleet(args: FleetArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Where the demo keeps its state unless told otherwise: not the hub's own default, so a
+/// demo and a hub of one's own started in the same directory never share an admin or a CA.
+const DEMO_DATA_DIR: &str = "./drover-demo";
+
 fn demo(clusters: u16, serve: Vec<String>) -> anyhow::Result<()> {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let told = env.contains_key("DROVER_DATA_DIR")
+        || serve
+            .iter()
+            .any(|a| a == "--data-dir" || a.starts_with("--data-dir="));
+    let own = if told {
+        Vec::new()
+    } else {
+        vec!["--data-dir".to_owned(), DEMO_DATA_DIR.to_owned()]
+    };
     let args = ["drover-hub".to_owned(), "serve".to_owned()]
         .into_iter()
+        .chain(own)
         .chain(serve);
     let config = match hub::args::parse(args, &env) {
         Ok(hub::Command::Serve(config)) => config,
@@ -193,7 +208,12 @@ fn say(result: Result<String, String>) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    hub::commands::init_logging();
+    match cli.command {
+        // The demo is for a person at a terminal: the password and URL it prints are not to
+        // scroll away under every simulated agent's connection (`DROVER_LOG=info` shows them).
+        Command::Demo { .. } => hub::commands::init_logging_at("warn"),
+        _ => hub::commands::init_logging(),
+    }
     let (listen, nodes, pods, kubeconfig) = match cli.command {
         Command::Cluster {
             listen,

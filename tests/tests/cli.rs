@@ -90,8 +90,19 @@ async fn an_operator_logs_in_creates_a_cluster_and_manages_tokens_from_the_comma
     let r = cli(&config, &["cluster", "create", "prod"], "");
     assert_eq!(r.code, 0, "{}", r.stderr);
     // The command names the hub by its server URL (here the machine's name), not how we reached it.
+    // First the command that pins the hub's CA, then the alternatives.
+    let first = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("/v3/import/drr_"))
+        .unwrap();
     assert!(
-        r.stdout.contains("kubectl apply -f https://") && r.stdout.contains("/v3/import/drr_"),
+        first.trim().starts_with("curl -fsSk https://") && first.contains("sha256sum -c"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("kubectl apply -f https://"),
         "{}",
         r.stdout
     );

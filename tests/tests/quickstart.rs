@@ -14,6 +14,7 @@ use std::{
 };
 
 use tests::{binary, temp_dir};
+use tokio::io::AsyncBufReadExt;
 
 /// The commands of the quick start, as the README shows them.
 fn quick_start() -> String {
@@ -32,6 +33,81 @@ fn quick_start() -> String {
     block.to_owned()
 }
 
+/// Runs the quick start in `dir` (a clone, as far as it can tell) and returns its stdout,
+/// failing the test if it fails or takes longer than 180 s.
+async fn run_in(dir: &Path, script: &str, run: &str) -> String {
+    // `cargo build` has been done by `cargo test`; every other line runs as written.
+    let prelude = "cargo() { echo \"cargo $*: built by cargo test\"; }\n";
+    let out = std::fs::File::create(dir.join(format!("{run}.out"))).unwrap();
+    let err = std::fs::File::create(dir.join(format!("{run}.err"))).unwrap();
+    let mut shell = tokio::process::Command::new("bash")
+        .args(["-e", "-c", &format!("{prelude}{script}")])
+        .current_dir(dir)
+        .env("HOME", dir.join("home"))
+        .env_remove("KUBECONFIG")
+        .env_remove("DROVER_CONFIG")
+        .env_remove("DROVER_LOG")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own process group: the hub, the cluster and the agent it starts in the
+        // background go with it at the end.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = shell.id().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(180), shell.wait()).await;
+    stop_group(group).await;
+    let stdout = std::fs::read_to_string(dir.join(format!("{run}.out"))).unwrap();
+    let stderr = std::fs::read_to_string(dir.join(format!("{run}.err"))).unwrap();
+    let logs = ["hub.log", "sim.log", "agent.log"]
+        .map(|log| {
+            let text =
+                std::fs::read_to_string(dir.join("quickstart").join(log)).unwrap_or_default();
+            format!("--- {log}\n{}", tail(&text))
+        })
+        .join("\n");
+    let status = status.unwrap_or_else(|_| {
+        panic!(
+            "the quick start ({run}) did not finish in 180 s\n{stdout}\n{}\n{logs}",
+            tail(&stderr)
+        )
+    });
+    assert!(
+        status.unwrap().success(),
+        "the quick start ({run}) failed\n{stdout}\n{}\n{logs}",
+        tail(&stderr)
+    );
+    stdout
+}
+
+fn tail(text: &str) -> String {
+    let mut lines: Vec<&str> = text.lines().rev().take(40).collect();
+    lines.reverse();
+    lines.join("\n")
+}
+
+/// Ends process group `group` and waits until the ports it held are free again.
+async fn stop_group(group: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", "--", &format!("-{group}")])
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while [8443, 6443]
+        .iter()
+        .any(|port| TcpListener::bind((Ipv4Addr::LOCALHOST, *port)).is_err())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the quick start's processes still hold their ports 30 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The README's lines in any order: the demo first (its own `drover-demo`), then the quick
+/// start, then the quick start again in the same clone; each quick start ends with kubectl
+/// listing the cluster's nodes through the hub.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_quick_start_works_as_written() {
     let script = quick_start();
@@ -49,52 +125,62 @@ async fn the_readme_quick_start_works_as_written() {
     let built = binary("drover-hub").parent().unwrap().to_owned();
     std::fs::create_dir_all(dir.join("target")).unwrap();
     symlink(&built, dir.join("target/release")).unwrap();
-    // `cargo build` has been done by `cargo test`; every other line runs as written.
-    let prelude = "cargo() { echo \"cargo $*: built by cargo test\"; }\n";
-    let out = std::fs::File::create(dir.join("quickstart.out")).unwrap();
-    let err = std::fs::File::create(dir.join("quickstart.err")).unwrap();
-    let mut shell = tokio::process::Command::new("bash")
-        .args(["-e", "-c", &format!("{prelude}{script}")])
+
+    // The demo, as the README starts it (on another port: 8443 is the quick start's).
+    let mut demo = tokio::process::Command::new(binary("drover-sim"))
+        .args(["demo", "1", "--listen", "127.0.0.1:0"])
         .current_dir(&dir)
-        .env("HOME", dir.join("home"))
-        .env_remove("KUBECONFIG")
-        .env_remove("DROVER_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own process group: the hub, the cluster and the agent it starts in the
-        // background go with it at the end.
-        .process_group(0)
+        .env_remove("DROVER_LOG")
+        .env_remove("DROVER_DATA_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let group = shell.id().unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(180), shell.wait()).await;
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", "--", &format!("-{group}")])
-        .status();
-    let stdout = std::fs::read_to_string(dir.join("quickstart.out")).unwrap();
-    let stderr = std::fs::read_to_string(dir.join("quickstart.err")).unwrap();
-    let tail = |text: &str| text.lines().rev().take(40).collect::<Vec<_>>().join("\n");
-    let status = status.unwrap_or_else(|_| {
-        panic!(
-            "the quick start did not finish in 180 s\n{stdout}\n{}",
-            tail(&stderr)
-        )
-    });
+    let mut printed = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = printed.next_line().await.unwrap() {
+            let done = line.contains("CA checksum");
+            banner.push(line);
+            if done {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the demo is up within 60 s");
+    // The password is what it prints last but the URL lines.
     assert!(
-        status.unwrap().success(),
-        "the quick start failed\n{stdout}\n{}",
-        tail(&stderr)
+        banner.iter().any(|l| l.contains("with password")),
+        "{banner:?}"
     );
-    // kubectl, through the hub, lists the simulated cluster's three nodes.
-    let nodes: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.starts_with("node-") && l.contains(" Ready "))
-        .collect();
-    assert_eq!(nodes.len(), 3, "{stdout}");
+    demo.kill().await.unwrap();
     assert!(
-        stdout.contains("deployment.apps/drover-cluster-agent created"),
-        "{stdout}"
+        dir.join("drover-demo").is_dir(),
+        "the demo keeps its state in ./drover-demo"
     );
+    assert!(
+        !dir.join("drover-data").exists(),
+        "the demo leaves ./drover-data alone"
+    );
+
+    for run in ["first", "again"] {
+        let stdout = run_in(&dir, &script, run).await;
+        // kubectl, through the hub, lists the simulated cluster's three nodes.
+        let nodes: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("node-") && l.contains(" Ready "))
+            .collect();
+        assert_eq!(nodes.len(), 3, "{run}: {stdout}");
+        assert!(
+            stdout.contains("deployment.apps/drover-cluster-agent created"),
+            "{run}: {stdout}"
+        );
+        // The hub's log went to its file, not the terminal.
+        let log = std::fs::read_to_string(dir.join("quickstart/hub.log")).unwrap();
+        assert!(log.contains("Drover hub is up"), "{log}");
+        assert!(!stdout.contains(" INFO "), "{run}: {stdout}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -52,9 +52,14 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                     .unwrap_or("");
                 let mut out =
                     format!("Cluster {name} created.\n\nRegister it with:\n\n    {command}\n");
+                if let Some(trusted) = r["importCommandTrusted"].as_str() {
+                    out.push_str(&format!(
+                        "\nIf the cluster trusts the hub's certificate (a --tls-cert from a public CA):\n\n    {trusted}\n"
+                    ));
+                }
                 if let Some(insecure) = r["importCommandInsecure"].as_str() {
                     out.push_str(&format!(
-                        "\nIf kubectl does not trust the hub's certificate:\n\n    {insecure}\n"
+                        "\nWithout sha256sum, skipping the certificate check (agents still pin the CA):\n\n    {insecure}\n"
                     ));
                 }
                 if r["roleFlags"].is_array() {

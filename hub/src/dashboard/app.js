@@ -291,7 +291,7 @@ function setupClusterActions() {
         return;
       }
       const r = result.data.registration || {};
-      document.getElementById("registration-command").textContent = r.hostCommand || r.importCommandInsecure || r.importCommand;
+      document.getElementById("registration-command").textContent = r.hostCommand || r.importCommand;
       document.getElementById("registration").hidden = false;
     });
   }
@@ -461,7 +461,7 @@ function setupCreateCluster() {
     const registration = result.data.registration || {};
     const imported = spec.type === "imported";
     document.getElementById("command").textContent = imported
-      ? registration.importCommandInsecure || registration.importCommand
+      ? registration.importCommand
       : registration.hostCommand;
     document.getElementById("created-help").textContent = imported
       ? "Run this where kubectl reaches the cluster; the agents then connect to the hub."

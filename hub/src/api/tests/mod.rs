@@ -225,12 +225,20 @@ async fn wrong_passwords_are_refused_then_rate_limited() {
 async fn an_imported_cluster_comes_with_its_import_command() {
     let t = setup().await;
     let created = t.create(&t.admin, "clusters", imported("prod")).await;
-    let command = created["registration"]["importCommand"].as_str().unwrap();
-    assert!(
-        command.starts_with("kubectl apply -f https://hub.example:8443/v3/import/drr_"),
-        "{command}"
+    let registration = &created["registration"];
+    let command = registration["importCommand"].as_str().unwrap();
+    // The hub's CA fetched, checked against its checksum, then trusted for the manifest.
+    let pinned = format!(
+        "curl -fsSk https://hub.example:8443/cacerts -o drover-ca.pem && echo '{}  drover-ca.pem' | sha256sum -c --quiet && curl -fsS --cacert drover-ca.pem https://hub.example:8443/v3/import/drr_",
+        t.api.ca_checksum
     );
-    assert!(command.ends_with(".yaml"));
+    assert!(command.starts_with(&pinned), "{command}");
+    assert!(command.ends_with(".yaml | kubectl apply -f -"), "{command}");
+    let trusted = registration["importCommandTrusted"].as_str().unwrap();
+    assert!(
+        trusted.starts_with("kubectl apply -f https://hub.example:8443/v3/import/drr_"),
+        "{trusted}"
+    );
     assert_eq!(created["state"]["state"], "pending");
     assert_eq!(created["metadata"]["generation"], 1);
 

@@ -105,6 +105,46 @@ enum CliCommand {
     Pool(PoolArgs),
     /// The machines the hub made for a cluster's pools.
     Machine(MachineArgs),
+    /// Print objects of any kind the hub keeps (a table, or -o yaml|json)
+    Get(GetArgs),
+    /// Create or update the objects in a file (each by its kind and name)
+    Apply(ApplyArgs),
+    /// The hosts of custom clusters: list, show one.
+    Host(HostArgs),
+    /// The hub's settings: show, set.
+    Setting(SettingArgs),
+}
+
+#[derive(Args, Debug)]
+struct GetArgs {
+    #[command(flatten)]
+    get: objects::Get,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct ApplyArgs {
+    #[command(flatten)]
+    apply: objects::Apply,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct HostArgs {
+    #[command(subcommand)]
+    command: objects::HostCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct SettingArgs {
+    #[command(subcommand)]
+    command: objects::SettingCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
 }
 
 #[derive(Args, Debug)]
@@ -589,6 +629,14 @@ where
             Ok(command)
         }
         CliCommand::Role(args) => Ok(client(access::role_request(args.command), args.opts, env)),
+        CliCommand::Get(args) => Ok(client(objects::get_request(args.get), args.opts, env)),
+        CliCommand::Apply(args) => Ok(client(objects::apply_request(args.apply), args.opts, env)),
+        CliCommand::Host(args) => Ok(client(objects::host_request(args.command), args.opts, env)),
+        CliCommand::Setting(args) => Ok(client(
+            objects::setting_request(args.command),
+            args.opts,
+            env,
+        )),
     }
 }
 
@@ -619,6 +667,7 @@ fn check_server_url(url: &str) -> Result<String, ConfigError> {
 }
 
 mod access;
+mod objects;
 mod serve;
 #[cfg(test)]
 mod tests;

@@ -563,3 +563,156 @@ async fn an_admin_manages_users_and_their_roles_from_the_command_line() {
     assert!(!cli(&config, &["user", "list"], "").stdout.contains("ann "));
     assert!(!logs_in(hub.addr, "ann", "another long password").await);
 }
+
+/// Any of the hub's objects from the command line, as kubectl users work: `get` (a table,
+/// YAML or JSON, one or all, by label), `apply -f` (created, configured, unchanged), `host`
+/// and `setting`; and a user who may not do something is told so with exit code 1.
+#[tokio::test]
+async fn objects_of_any_kind_are_read_and_applied_from_the_command_line() {
+    let data = temp_dir("cli-objects");
+    let hub = HubProcess::start(&data).await;
+    let config = data.join("cli.json");
+    let password = hub.admin_password.clone().unwrap();
+    let r = cli(
+        &config,
+        &["login", "--server", &hub.url(), "--password-stdin"],
+        &format!("{password}\n"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let file = data.join("fleet.yaml");
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    write(
+        "apiVersion: drover.io/v1\nkind: Cluster\nmetadata: {name: edge, labels: {env: prod}}\n\
+         spec: {type: custom, distribution: k3s, version: v1.33.4+k3s1}\n---\n\
+         kind: Host\nmetadata: {name: h1}\n\
+         spec: {cluster: edge, roles: {etcd: true, controlPlane: true}, address: 10.0.0.5}\n---\n\
+         kind: Setting\nmetadata: {name: session-ttl}\nspec: {value: 8h}\n",
+    );
+    let apply = || cli(&config, &["apply", "-f", file.to_str().unwrap()], "");
+    let r = apply();
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        "cluster/edge created\nhost/h1 created\nsetting/session-ttl created\n"
+    );
+    let r = apply();
+    assert_eq!(
+        r.stdout, "cluster/edge unchanged\nhost/h1 unchanged\nsetting/session-ttl unchanged\n",
+        "{}",
+        r.stderr
+    );
+
+    // get: a table, one object as YAML, by label, JSON.
+    let r = cli(&config, &["get", "clusters"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("NAME"), "{}", r.stdout);
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("edge ")),
+        "{}",
+        r.stdout
+    );
+    let r = cli(&config, &["get", "Cluster", "edge", "-o", "yaml"], "");
+    assert!(r.stdout.contains("env: prod"), "{}", r.stdout);
+    let r = cli(
+        &config,
+        &["get", "cluster", "-l", "env=test", "-o", "json"],
+        "",
+    );
+    let listed: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(listed["items"], serde_json::json!([]), "{}", r.stdout);
+    let r = cli(&config, &["get", "pods"], "");
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("no kind \"pods\"") && r.stderr.contains("clusters, "),
+        "{}",
+        r.stderr
+    );
+    let r = cli(&config, &["get", "cluster", "nowhere"], "");
+    assert_eq!(r.code, 1, "{}", r.stdout);
+
+    // A label changed in the file: configured.
+    write(
+        "kind: Cluster\nmetadata: {name: edge, labels: {env: test}}\n\
+         spec: {type: custom, distribution: k3s, version: v1.33.4+k3s1}\n",
+    );
+    assert_eq!(apply().stdout, "cluster/edge configured\n");
+    let r = cli(&config, &["get", "cluster", "-l", "env=test"], "");
+    assert!(
+        r.stdout.lines().any(|l| l.starts_with("edge ")),
+        "{}",
+        r.stdout
+    );
+
+    // host and setting.
+    let r = cli(&config, &["host", "list", "--cluster", "edge"], "");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("h1 "))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert_eq!(
+        row.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["h1", "edge", "etcd,controlplane", "10.0.0.5"]
+    );
+    assert!(
+        cli(&config, &["host", "get", "h1"], "")
+            .stdout
+            .contains("h1 ")
+    );
+    let r = cli(&config, &["setting", "set", "session-ttl", "12h"], "");
+    assert_eq!(r.stdout, "setting/session-ttl configured\n", "{}", r.stderr);
+    let r = cli(&config, &["setting", "get", "session-ttl"], "");
+    let row = r.stdout.lines().nth(1).unwrap_or_default().to_owned();
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["session-ttl", "12h"]
+    );
+    let r = cli(&config, &["setting", "set", "session-ttl", "forever"], "");
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("session-ttl"), "{}", r.stderr);
+    // A file that is not objects says which and why; nothing else is applied.
+    write("kind: Setting\nspec: {value: 1h}\n");
+    let r = apply();
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("no kind or no metadata.name"),
+        "{}",
+        r.stderr
+    );
+
+    // A user who is not an admin is told what they may not do, with exit code 1.
+    let r = cli(
+        &config,
+        &["user", "create", "bob", "--password-stdin"],
+        "a long enough password\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let bob = data.join("bob.json");
+    let r = cli(
+        &bob,
+        &[
+            "login",
+            "--server",
+            &hub.url(),
+            "--username",
+            "bob",
+            "--password-stdin",
+        ],
+        "a long enough password\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for args in [
+        &["user", "list"][..],
+        &["get", "cloudcredentials"],
+        &["setting", "set", "session-ttl", "1h"],
+    ] {
+        let r = cli(&bob, args, "");
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stdout);
+        assert!(
+            r.stderr.contains("user \"bob\" may not") && r.stderr.contains("admin role"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+}

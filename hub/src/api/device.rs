@@ -328,6 +328,7 @@ pub async fn decide(
             client: Some(client),
             given: Some((&token_name, &token_hash)),
             also: vec![mark],
+            replaces: None,
         },
     )
     .await;

@@ -59,6 +59,7 @@ fn yes() -> Option<bool> {
 pub(super) async fn login(
     State(api): State<Api>,
     remote: Option<axum::Extension<tunnel::listener::RemoteAddr>>,
+    headers: HeaderMap,
     body: Result<Json<LoginRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body.map_err(|e| {
@@ -68,7 +69,8 @@ pub(super) async fn login(
     })?;
     let addr: Option<IpAddr> = remote.map(|r| r.0.0.ip());
     let user = authenticate(&api, &request, addr).await?;
-    issue(&api, &user, request).await
+    let replaces = auth::cookie(&headers, auth::SESSION_COOKIE);
+    issue(&api, &user, request, replaces).await
 }
 
 /// The user `request` signs in as, if its password is right and the name is not locked out.
@@ -155,6 +157,7 @@ pub async fn form_login(
     };
     let how = Issue {
         session: true,
+        replaces: auth::cookie(headers, auth::SESSION_COOKIE),
         ..Issue::default()
     };
     match issue_token(api, &user, how).await {
@@ -320,6 +323,36 @@ pub(super) struct Issue<'a> {
     pub(super) given: Option<(&'a str, &'a str)>,
     /// More writes made in the same transaction as the token (a device login marked done).
     pub(super) also: Vec<crate::store::Op>,
+    /// The session cookie the browser signing in still sends: a new session replaces that
+    /// one (if it is a session and the secret opens it), so logging in again leaves no
+    /// second session behind.
+    pub(super) replaces: Option<&'a str>,
+}
+
+/// The deletion of the session `cookie` holds, if it is a live session token its secret opens
+/// (a cookie naming someone else's token without its secret removes nothing).
+async fn replaced_session(
+    api: &Api,
+    cookie: Option<&str>,
+) -> Result<Option<crate::store::Op>, ApiError> {
+    let Some((secret::TokenKind::Token, name, secret)) = cookie.and_then(secret::parse_token)
+    else {
+        return Ok(None);
+    };
+    let old = match api.store.get(Kind::Token.name(), name).await {
+        Ok(old) => old,
+        Err(crate::store::StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let session = old.spec.get("session").and_then(Value::as_bool) == Some(true);
+    if !session || !secret::opens(&old, secret) {
+        return Ok(None);
+    }
+    Ok(Some(crate::store::Op::Delete {
+        kind: Kind::Token.name().to_owned(),
+        name: old.metadata.name,
+        resource_version: old.metadata.resource_version.parse().ok(),
+    }))
 }
 
 /// A token issued: its value (unless the client made it), expiry and lifetime.
@@ -331,7 +364,12 @@ pub(super) struct Issued {
 }
 
 /// A new session or API token for `user`, as `request` asks.
-async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response, ApiError> {
+async fn issue(
+    api: &Api,
+    user: &str,
+    request: LoginRequest,
+    replaces: Option<&str>,
+) -> Result<Response, ApiError> {
     let session = request.session.unwrap_or(true);
     let issued = issue_token(
         api,
@@ -340,6 +378,7 @@ async fn issue(api: &Api, user: &str, request: LoginRequest) -> Result<Response,
             session,
             description: request.description,
             client: request.client,
+            replaces,
             ..Issue::default()
         },
     )
@@ -423,6 +462,9 @@ pub(super) async fn issue_token(api: &Api, user: &str, how: Issue<'_>) -> Result
         .insert(auth::lifetimes::USER_LABEL.to_owned(), user.to_owned());
     let mut ops = vec![crate::store::Op::Create(object)];
     ops.extend(how.also);
+    if session && let Some(old) = replaced_session(api, how.replaces).await? {
+        ops.push(old);
+    }
     // A new login from the same client replaces that client's earlier token, in the same
     // write: a user who logs in again does not leave the old token valid.
     if let Some(client) = &client {

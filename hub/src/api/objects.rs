@@ -54,6 +54,7 @@ pub(super) async fn list_or_watch(
     let principal = api.principal(&headers).await?;
     let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
+    crate::auth::may_list(&principal, kind)?;
     let selector = params.selector()?;
     let revision = params.revision()?;
     if params.watch.unwrap_or(false) {
@@ -748,6 +749,15 @@ async fn replace(
     };
     // Moving an object (say, a host to another cluster) needs rights on both ends.
     allow(principal, Verb::Update, kind, &object)?;
+    // As kube-apiserver: an update that changes nothing writes nothing (no new
+    // resourceVersion, no watch event); a resourceVersion it names must still be the current one.
+    let unchanged = object.spec == current.spec
+        && object.metadata.labels == current.metadata.labels
+        && object.metadata.annotations == current.metadata.annotations;
+    let rv = &object.metadata.resource_version;
+    if unchanged && (rv.is_empty() || *rv == current.metadata.resource_version) {
+        return Ok(Json(present(kind, current)));
+    }
     let updated = api.store.update(object).await?;
     Ok(Json(present(kind, updated)))
 }

@@ -273,7 +273,8 @@ pub(super) async fn callback(
     headers: HeaderMap,
 ) -> Response {
     let browser_state = crate::auth::cookie(&headers, LOGIN_COOKIE).map(str::to_owned);
-    match finish(&api, &provider, query, browser_state.as_deref()).await {
+    let replaces = crate::auth::cookie(&headers, crate::auth::SESSION_COOKIE);
+    match finish(&api, &provider, query, browser_state.as_deref(), replaces).await {
         Ok(Done::Browser { issued, next }) => {
             // A page of this hub moves on: a cookie set in answer to the provider's
             // (cross-site) redirect would not be sent on a redirect of that same navigation.
@@ -314,6 +315,7 @@ async fn finish(
     provider: &str,
     query: Callback,
     browser_state: Option<&str>,
+    replaces: Option<&str>,
 ) -> Result<Done, ApiError> {
     let state = query
         .state
@@ -387,6 +389,7 @@ async fn finish(
         &user,
         super::login::Issue {
             session: true,
+            replaces,
             ..super::login::Issue::default()
         },
     )

@@ -409,6 +409,23 @@ pub fn authorize(
     }
 }
 
+/// Whether `principal` may list or watch `kind` at all. Lists are filtered to the objects the
+/// caller may read; a kind whose objects a non-admin can never list (users, directories,
+/// cloud credentials) is refused outright, as Kubernetes refuses a list, so a client says
+/// "not allowed" rather than showing an empty list.
+pub fn may_list(principal: &Principal, kind: Kind) -> Result<(), AuthError> {
+    match kind {
+        Kind::User | Kind::AuthProvider | Kind::CloudCredential if !principal.admin => {
+            Err(AuthError::Forbidden(format!(
+                "user {:?} may not list {}: that needs the admin role",
+                principal.user,
+                kind.plural()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn forbidden_message(principal: &Principal, verb: Verb, kind: Kind, object: &Object) -> String {
     let what = format!("{:?} {} {:?}", verb, kind.name(), object.metadata.name).to_lowercase();
     match cluster_of(kind, object) {

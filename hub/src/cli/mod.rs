@@ -1,4 +1,4 @@
-//! `drover-hub login|cluster|kubeconfig|token`: the REST API for people and scripts. Tables for
+//! `drover-hub login|cluster|kubeconfig|token|get|apply|…`: the REST API for people and scripts. Tables for
 //! people, `-o json|yaml` for scripts. Exit codes: 0 done; 1 the hub refused (the message says
 //! why); 2 bad command line; 3 the hub cannot be reached or its certificate is not the one
 //! trusted; 4 not logged in.
@@ -186,6 +186,30 @@ pub enum Request {
         name: String,
     },
     RoleList,
+    /// Objects of any kind (`kind` as the user wrote it: plural, singular, any case).
+    Get {
+        kind: String,
+        name: Option<String>,
+        selector: Option<String>,
+    },
+    /// Creates or merges every object in the file (`-`: stdin).
+    Apply {
+        file: PathBuf,
+    },
+    HostList {
+        cluster: Option<String>,
+    },
+    HostGet {
+        name: String,
+    },
+    SettingList,
+    SettingGet {
+        name: String,
+    },
+    SettingSet {
+        name: String,
+        value: String,
+    },
 }
 
 impl Request {
@@ -287,6 +311,13 @@ pub async fn run(
     }
     let saved = load(config)?;
     let client = Client::new(&saved)?;
+    match &request {
+        Request::Apply { file } => return objects::apply(&client, &saved, file).await,
+        Request::SettingSet { name, value } => {
+            return objects::set_setting(&client, &saved, name, value).await;
+        }
+        _ => {}
+    }
     let (method, path, body) = match &request {
         Request::ClusterCreate { name, spec } => (
             "POST",
@@ -462,7 +493,14 @@ pub async fn run(
         }
         Request::RoleRevoke { name } => ("DELETE", format!("/v1/rolebindings/{name}"), None),
         Request::RoleList => ("GET", "/v1/rolebindings".to_owned(), None),
-        Request::Login { .. } => unreachable!("handled above"),
+        Request::Get { .. }
+        | Request::HostList { .. }
+        | Request::HostGet { .. }
+        | Request::SettingList
+        | Request::SettingGet { .. } => ("GET", objects::read_path(&request)?, None),
+        Request::Login { .. } | Request::Apply { .. } | Request::SettingSet { .. } => {
+            unreachable!("handled above")
+        }
     };
     let (status, bytes) = client
         .send(method, &path, Some(&saved.token), body.as_ref())
@@ -511,7 +549,11 @@ pub async fn run(
             })
             .await?;
         }
-        Request::SnapshotList { cluster } | Request::MachineList { cluster } => {
+        Request::SnapshotList { cluster }
+        | Request::MachineList { cluster }
+        | Request::HostList {
+            cluster: Some(cluster),
+        } => {
             if let Some(items) = value["items"].as_array_mut() {
                 items.retain(|s| s["spec"]["cluster"] == cluster.as_str());
             }
@@ -617,4 +659,5 @@ async fn get_cluster(client: &Client, saved: &Saved, cluster: &str) -> Result<Va
 
 mod connection;
 pub use connection::provider_redirects;
+mod objects;
 mod render;

@@ -9,6 +9,11 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
         Output::Json => serde_json::to_string_pretty(value).unwrap_or_default() + "\n",
         Output::Yaml => serde_saphyr::to_string(value).unwrap_or_default(),
         Output::Table => match request {
+            Request::Get { .. }
+            | Request::HostList { .. }
+            | Request::HostGet { .. }
+            | Request::SettingList
+            | Request::SettingGet { .. } => super::objects::render_table(request, value),
             Request::ClusterList => table(
                 &["NAME", "TYPE", "STATE", "MESSAGE"],
                 value["items"].as_array().into_iter().flatten().map(|c| {

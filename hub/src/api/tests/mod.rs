@@ -141,14 +141,24 @@ impl TestApi {
 
     /// `GET /v1/me` with the session `cookie` (`name=value`) alone.
     async fn me_by_cookie(&self, cookie: &str) -> Value {
+        let (status, me) = self.me_by_cookie_status(cookie).await;
+        assert_eq!(status, StatusCode::OK);
+        me
+    }
+
+    async fn me_by_cookie_status(&self, cookie: &str) -> (StatusCode, Value) {
         let request = Request::builder()
             .uri("/v1/me")
             .header("cookie", cookie)
             .body(Body::empty())
             .unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap()
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     async fn create(&self, token: &str, plural: &str, body: Value) -> Value {
@@ -617,8 +627,9 @@ async fn rbac_matrix_through_the_api() {
             StatusCode::NOT_FOUND,
             "{name} delete another's cluster"
         );
+        // No user but an admin lists users: refused, not an empty list.
         let (users_list, _) = t.call(Method::GET, "/v1/users", token, None).await;
-        assert!(users_list.is_success(), "list is allowed but filtered");
+        assert_eq!(users_list, StatusCode::FORBIDDEN, "{name} lists users");
     }
     for (method, path) in [
         (Method::GET, "/v1/clusters/mine"),
@@ -1044,4 +1055,118 @@ async fn a_patch_without_a_resource_version_survives_a_concurrent_status_writer(
             .contains("changed by someone else"),
         "{body}"
     );
+}
+
+/// A list the caller may never see any of is refused, as Kubernetes refuses it, instead of
+/// answering an empty list a client would show as "nothing here"; lists of what the caller
+/// may partly see stay filtered.
+#[tokio::test]
+async fn a_list_no_object_of_which_is_readable_is_refused_not_empty() {
+    let t = setup().await;
+    let bob = t.user("bob", None).await;
+    for plural in ["users", "authproviders", "cloudcredentials"] {
+        let (status, body) = t
+            .call(Method::GET, &format!("/v1/{plural}"), Some(&bob), None)
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{plural}: {body}");
+        assert_eq!(
+            body["message"],
+            format!("user \"bob\" may not list {plural}: that needs the admin role")
+        );
+        let (status, _) = t
+            .call(
+                Method::GET,
+                &format!("/v1/{plural}?watch=true"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "watching {plural}");
+        let (status, _) = t
+            .call(Method::GET, &format!("/v1/{plural}"), Some(&t.admin), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "an admin lists {plural}");
+    }
+    // bob still reads himself, and lists clusters (none of which he sees).
+    let (status, _) = t.call(Method::GET, "/v1/users/bob", Some(&bob), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, clusters) = t.call(Method::GET, "/v1/clusters", Some(&bob), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(clusters["items"], json!([]));
+}
+
+/// A browser that signs in again, its session cookie still set, gets a new session in place
+/// of the old one (by `POST /v1/login` or the page's form): one session per browser, not one
+/// per login. A cookie naming someone else's session without its secret removes nothing.
+#[tokio::test]
+async fn signing_in_again_in_a_browser_replaces_its_session() {
+    let t = setup().await;
+    t.user("bob", None).await;
+    let sessions = |t: &TestApi| {
+        let store = t.store.clone();
+        async move {
+            let (tokens, _) = store
+                .list(
+                    Kind::Token.name(),
+                    &crate::store::LabelSelector::everything(),
+                )
+                .await
+                .unwrap();
+            tokens
+                .into_iter()
+                .filter(|o| o.spec["user"] == "bob" && o.spec["session"] == true)
+                .map(|o| o.metadata.name)
+                .collect::<Vec<_>>()
+        }
+    };
+    let login = |cookie: Option<String>| {
+        let router = t.router.clone();
+        async move {
+            let mut request = Request::builder()
+                .method(Method::POST)
+                .uri("/v1/login")
+                .header("content-type", "application/json");
+            if let Some(cookie) = cookie {
+                request = request.header("cookie", cookie);
+            }
+            let body = json!({"username": "bob", "password": "a long enough password"});
+            let response = router
+                .oneshot(request.body(Body::from(body.to_string())).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let set = response.headers()["set-cookie"].to_str().unwrap();
+            set.split(';').next().unwrap().to_owned()
+        }
+    };
+    let first = login(None).await;
+    assert_eq!(sessions(&t).await.len(), 1);
+    let second = login(Some(first.clone())).await;
+    let now = sessions(&t).await;
+    assert_eq!(now.len(), 1, "the first session was replaced: {now:?}");
+    assert_eq!(t.me_by_cookie(&second).await["user"], "bob");
+    let (status, _) = t.me_by_cookie_status(&first).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the old session ends");
+
+    // The page's form does the same.
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("host", "hub.example:8443".parse().unwrap());
+    headers.insert("origin", "https://hub.example:8443".parse().unwrap());
+    headers.insert("cookie", second.parse().unwrap());
+    let body = "next=%2Fclusters&username=bob&password=a+long+enough+password";
+    let signed_in = form_login(&t.api, None, &headers, body.as_bytes()).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(sessions(&t).await.len(), 1);
+
+    // A cookie with bob's session name and a made-up secret: a new session, bob's kept.
+    let kept = sessions(&t).await;
+    login(Some(format!(
+        "{}=drt_{}.not-the-secret",
+        crate::auth::SESSION_COOKIE,
+        kept[0]
+    )))
+    .await;
+    let after = sessions(&t).await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&kept[0]));
 }

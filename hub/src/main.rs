@@ -15,7 +15,7 @@ const PURGE_DELAY_MS: &str = "10";
 /// mimalloc looks for memory to give back only when an allocation takes its slow path, and
 /// gives back only what was freed longer ago than the delay: after a burst (a fleet
 /// reconnecting to a restarted hub) a quiet hub rarely looks again that late, and about 2 KiB
-/// an agent it no longer uses stays resident (docs/benchmarks.md). At 0 every free page goes
+/// an agent it no longer uses stays resident (docs/benchmarks-history.md). At 0 every free page goes
 /// back at once, a system call each, which slowed the plan fan-out by half; at 10 ms the
 /// fan-out measured the same as at 1 s. mimalloc reads its options from the environment as the
 /// process starts, and setting one from Rust takes its C API (unsafe, which this workspace

@@ -4,7 +4,7 @@
 //!
 //! A heartbeat as a gRPC call opens a yamux stream, routes a request through tonic on a task of
 //! its own and closes the stream: at 1,000 beats a second that was most of an idle hub's work
-//! (docs/benchmarks.md, "health"). A message is one WebSocket text frame each way, read and
+//! (docs/benchmarks-history.md, "health"). A message is one WebSocket text frame each way, read and
 //! answered by the task that already owns the session, with no stream, call or task per beat.
 //!
 //! The agent offers them in its upgrade request ([`MESSAGES_HEADER`]) and uses them only if the

@@ -48,7 +48,7 @@ pub struct SessionSettings {
     /// Memory a session may hold for received-but-unread data beyond the 256 KiB every stream
     /// starts with; streams that move bulk data grow their windows out of this pool. It also
     /// bounds how much bulk data can queue in front of a small request on the same session:
-    /// larger moves bulk faster and delays everything else more (see docs/benchmarks.md, "Tunnel tuning").
+    /// larger moves bulk faster and delays everything else more (see docs/benchmarks-history.md, "Tunnel tuning").
     pub window_growth: usize,
     /// Largest yamux data frame; bulk streams interleave with others at this granularity.
     pub frame_size: usize,
@@ -67,7 +67,7 @@ impl Default for SessionSettings {
             // streams the last finished 1.6–2.2 times later than the first, and a small
             // request behind them waited 3.4–3.7 ms at p99 (without: 1.02–1.04 times and
             // 0.27–0.35 ms, the same aggregate). The price is one bulk stream alone: about
-            // 256 KiB per round trip (docs/benchmarks.md, "Tunnel tuning").
+            // 256 KiB per round trip (docs/benchmarks-history.md, "Tunnel tuning").
             window_growth: 0,
             // 128 KiB measured best on one bulk stream (vs 64 KiB: ratio ~0.8 against ~0.65,
             // less CPU per GiB); 256 KiB stalls at times on the 256 KiB initial window.

@@ -210,15 +210,7 @@ impl Imported {
             &["apply", "-f", manifest_path.to_str().unwrap()],
         )
         .await;
-        // The agent's pod is given its service account's token: what it may do in the
-        // cluster is what the manifest's RBAC grants that account, nothing more.
-        let agent_token = kubectl_ok(
-            &sim_admin,
-            &["create", "token", "drover-agent", "-n", "drover-system"],
-        )
-        .await
-        .trim()
-        .to_owned();
+        let agent_token = agent_token(&sim_admin).await;
         Self {
             agent_token,
             dir,
@@ -315,6 +307,19 @@ impl Imported {
         ]);
         env
     }
+}
+
+/// The token the agent's pod is given for its service account, from a cluster the import
+/// manifest was applied to (`sim_admin`: kubectl as its admin): what the agent may do in the
+/// cluster is what the manifest's RBAC grants that account, nothing more.
+pub async fn agent_token(sim_admin: &Path) -> String {
+    kubectl_ok(
+        sim_admin,
+        &["create", "token", "drover-agent", "-n", "drover-system"],
+    )
+    .await
+    .trim()
+    .to_owned()
 }
 
 /// Waits until `kubectl auth can-i <can>` says yes for the user of `kubeconfig`: until the

@@ -21,6 +21,7 @@ pub mod cloud;
 pub mod ec2_front;
 pub mod etcd_proxy;
 pub mod github;
+pub mod guide;
 pub mod ha;
 pub mod hosts;
 pub mod imported;

@@ -19,6 +19,7 @@ mod explorer;
 mod faults;
 mod fleet;
 mod github;
+mod guides;
 mod ha;
 mod health;
 mod hub;

@@ -26,7 +26,11 @@ pub(crate) fn owner_only_file(path: &Path) -> io::Result<()> {
 
 /// Replaces `path` with `data` atomically; the file gets permission bits `mode`.
 pub(crate) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name's parent is "", which cannot be opened to flush: it is ".".
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {

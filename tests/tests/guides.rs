@@ -17,6 +17,14 @@ use tests::{
 
 const STEP: Duration = Duration::from_secs(120);
 
+/// Whether a table in `text` has a row starting with `words`.
+fn has_row(text: &str, words: &[&str]) -> bool {
+    text.lines().any(|l| {
+        let row: Vec<&str> = l.split_whitespace().collect();
+        row.starts_with(words)
+    })
+}
+
 /// A hub, and a shell whose CLI is logged in to it as `admin`.
 async fn hub_and_shell(label: &str) -> (HubProcess, Shell, String) {
     let dir = temp_dir(label);
@@ -83,11 +91,7 @@ async fn the_import_guide_works_as_written() {
 
     let active = shell.run(&steps[2], STEP).await;
     assert!(
-        active
-            .stdout
-            .lines()
-            .any(|l| l.split_whitespace().take(3).collect::<Vec<_>>()
-                == ["prod", "imported", "active"]),
+        has_row(&active.stdout, &["prod", "imported", "active"]),
         "{}",
         active.stdout
     );
@@ -100,17 +104,16 @@ async fn the_import_guide_works_as_written() {
     assert_eq!(ready, 3, "{}", nodes.stdout);
     let granted = shell.run(&steps[4], STEP).await;
     assert!(
-        granted
-            .stdout
-            .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>()
-                == [
-                    "ann-cluster-member-prod",
-                    "user",
-                    "ann",
-                    "cluster-member",
-                    "prod"
-                ]),
+        has_row(
+            &granted.stdout,
+            &[
+                "ann-cluster-member-prod",
+                "user",
+                "ann",
+                "cluster-member",
+                "prod"
+            ]
+        ),
         "{}",
         granted.stdout
     );
@@ -178,4 +181,129 @@ async fn the_backup_guide_works_as_written() {
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert_eq!(names, ["kept"], "{}", listed.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_guide_works_as_written() {
+    let steps = blocks("run-hubs-on-etcd");
+    assert_eq!(steps.len(), 5, "{steps:#?}");
+    for port in [9441, 9442, 9443] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "the guide's replicas listen on 127.0.0.1:{port}, which is taken on this machine"
+        );
+    }
+    let dir = temp_dir("guide-etcd");
+    let etcd = hub::store::local_etcd::LocalEtcd::start_cluster(&dir.join("etcd"), 3).unwrap();
+    let mut shell = Shell::new(&dir.join("work"));
+    // Step 1 is the reader's own etcd: here, the test's.
+    shell.set(
+        "DROVER_STORE",
+        &hub::store::local_etcd::LocalEtcd::cluster_url(&etcd),
+    );
+    shell.run(&steps[0], STEP).await;
+    let checksums = shell.run(&steps[1], STEP).await;
+    let sums: Vec<&str> = checksums
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(sums.len(), 3, "{}", checksums.stdout);
+    assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
+    let listed = shell.run(&steps[2], STEP).await;
+    assert!(
+        has_row(&listed.stdout, &["prod", "imported", "pending"]),
+        "{}",
+        listed.stdout
+    );
+    let leads = |text: &str| {
+        text.lines()
+            .filter(|l| l.ends_with("drover_replica_leader 1"))
+            .map(|l| l.split_whitespace().next().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let before = shell.run(&steps[3], STEP).await;
+    let leader = leads(&before.stdout);
+    assert_eq!(leader.len(), 1, "{}", before.stdout);
+    let after = shell.run(&steps[4], STEP).await;
+    assert!(
+        after.stdout.contains(&format!("stopped {}", leader[0])),
+        "{}",
+        after.stdout
+    );
+    let now = leads(&after.stdout);
+    assert_eq!(now.len(), 1, "{}", after.stdout);
+    assert_ne!(now, leader, "{}", after.stdout);
+    drop(shell);
+    drop(etcd);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ldap_guide_works_as_written() {
+    use tests::ldap::{BASE, READER_DN, READER_PASSWORD, Slapd, user_dn};
+    let steps = blocks("connect-ldap");
+    assert_eq!(steps.len(), 3, "{steps:#?}");
+    let (hub, mut shell, _) = hub_and_shell("guide-ldap").await;
+    let config = shell.dir.join("home/.config/drover/cli.json");
+    assert_eq!(hub_cli(&config, &["cluster", "create", "prod"], "").code, 0);
+    // The reader's directory: alice in eng, inside a group of groups.
+    let slapd = Slapd::start(&shell.dir).await;
+    slapd.add_user("alice", "Alice Liddell", "alice-password-1");
+    slapd.add_group("eng", &[user_dn("alice")]);
+    // Step 1, with the test's values.
+    std::fs::write(shell.dir.join("corp-ca.pem"), &slapd.ca_pem).unwrap();
+    for (name, value) in [
+        ("HUB", hub.url()),
+        ("LDAP_URL", slapd.ldaps_url.clone()),
+        ("LDAP_CA", "corp-ca.pem".to_owned()),
+        ("LDAP_BIND_DN", READER_DN.to_owned()),
+        ("LDAP_BIND_PASSWORD", READER_PASSWORD.to_owned()),
+        ("LDAP_USERS", format!("ou=people,{BASE}")),
+        ("LDAP_GROUPS", format!("ou=groups,{BASE}")),
+    ] {
+        shell.set(name, &value);
+    }
+    let added = shell.run(&steps[0], STEP).await;
+    assert_eq!(
+        added.stdout, "authprovider/corp created\n",
+        "{}",
+        added.stderr
+    );
+    let read = hub_cli(&config, &["get", "authprovider", "corp", "-o", "yaml"], "");
+    assert!(
+        read.stdout.contains("ldaps://") && !read.stdout.contains(READER_PASSWORD),
+        "{}",
+        read.stdout
+    );
+    // Alice types her password at the prompt; here the CLI reads it from DROVER_PASSWORD.
+    shell.set("DROVER_PASSWORD", "alice-password-1");
+    let signed_in = shell.run(&steps[1], STEP).await;
+    assert!(
+        signed_in.stdout.contains("Logged in"),
+        "{}",
+        signed_in.stdout
+    );
+    assert!(
+        signed_in
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("corp-alice ")),
+        "{}",
+        signed_in.stdout
+    );
+    let granted = shell.run(&steps[2], STEP).await;
+    assert!(
+        has_row(
+            &granted.stdout,
+            &[
+                "group-corp-eng-cluster-member-prod",
+                "group",
+                "corp:eng",
+                "cluster-member",
+                "prod"
+            ]
+        ),
+        "{}",
+        granted.stdout
+    );
 }

@@ -191,3 +191,26 @@ pub async fn device_request(
     browser.find("dl#device-request").await;
     browser.text("dl#device-request").await
 }
+
+/// Goes to `start` (the hub's link to the provider, or the URL the CLI printed) and signs in
+/// at the provider as `login`.
+pub async fn through_provider(browser: &crate::browser::Browser<'_>, start: &str, login: &str) {
+    browser.goto(start).await;
+    // The provider's own pages: its sign-in form (unless its session is still on), then its
+    // consent (asked for every time: the hub asks for offline access).
+    if browser.exists("input[name=login]").await {
+        browser.type_into("input[name=login]", login).await;
+        browser
+            .type_into("input[name=password]", "any password")
+            .await;
+        browser.click("button[type=submit]").await;
+    }
+    browser
+        .until(
+            "the provider's consent page",
+            Duration::from_secs(20),
+            "return document.querySelector('input[name=prompt][value=consent]') !== null;",
+        )
+        .await;
+    browser.click("button[type=submit]").await;
+}

@@ -29,6 +29,11 @@ fn has_row(text: &str, words: &[&str]) -> bool {
 async fn hub_and_shell(label: &str) -> (HubProcess, Shell, String) {
     let dir = temp_dir(label);
     let hub = HubProcess::start(&dir.join("hub")).await;
+    shell_on(hub, &dir).await
+}
+
+/// A shell in `dir/work` whose CLI is logged in to `hub` as `admin`.
+async fn shell_on(hub: HubProcess, dir: &std::path::Path) -> (HubProcess, Shell, String) {
     let password = hub.admin_password.clone().unwrap();
     let shell = Shell::new(&dir.join("work"));
     let config = shell.dir.join("home/.config/drover/cli.json");
@@ -305,5 +310,86 @@ async fn the_ldap_guide_works_as_written() {
         ),
         "{}",
         granted.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openid_guide_works_as_written() {
+    use serde_json::json;
+    use tests::{browser::Driver, oidc::OpenIdProvider, signin::through_provider};
+    let steps = blocks("connect-oidc");
+    assert_eq!(steps.len(), 3, "{steps:#?}");
+    let dir = temp_dir("guide-oidc");
+    // The provider redirects back to the hub's own URL.
+    let hub = HubProcess::start_at_own_url(&dir.join("hub")).await;
+    let (hub, mut shell, _) = shell_on(hub, &dir).await;
+    let config = shell.dir.join("home/.config/drover/cli.json");
+    assert_eq!(hub_cli(&config, &["cluster", "create", "prod"], "").code, 0);
+    // Step 1, the reader's provider: the test's, with the hub registered as its client.
+    let secret = "the hub-s client secret at the provider";
+    let callback = format!("{}/v1/login/sso/callback", hub.url());
+    let users = json!({"olivia": {"name": "Olivia Ops", "preferred_username": "olivia",
+                                  "groups": ["ops"]}});
+    let idp = OpenIdProvider::start(&dir, "drover", secret, &callback, users).await;
+    std::fs::write(shell.dir.join("idp-ca.pem"), &idp.ca_pem).unwrap();
+    for (name, value) in [
+        ("HUB", hub.url()),
+        ("OIDC_ISSUER", idp.issuer.clone()),
+        ("OIDC_CLIENT_ID", "drover".to_owned()),
+        ("OIDC_CLIENT_SECRET", secret.to_owned()),
+        ("OIDC_CA", "idp-ca.pem".to_owned()),
+    ] {
+        shell.set(name, &value);
+    }
+    let added = shell.run(&steps[0], STEP).await;
+    assert_eq!(
+        added.stdout, "authprovider/sso created\n",
+        "{}",
+        added.stderr
+    );
+    shell.run(&steps[1], STEP).await;
+
+    // Step 5: the CLI waits while olivia confirms its code in a browser.
+    let printed = shell.dir.join("block.err");
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("olivia", 1280, 900).await;
+    let confirm = async {
+        let (page, code) = loop {
+            let text = std::fs::read_to_string(&printed).unwrap_or_default();
+            let page = text
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("https://"));
+            let code = text.lines().find_map(|l| l.trim().strip_prefix("Code:"));
+            if let (Some(page), Some(code)) = (page, code) {
+                break (page.to_owned(), code.trim().to_owned());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        browser.goto(&page).await;
+        let sign_in = browser
+            .run(
+                "return document.querySelector('a[data-provider=sso]').href;",
+                json!([]),
+            )
+            .await;
+        through_provider(&browser, sign_in.as_str().unwrap(), "olivia").await;
+        let request = tests::signin::device_request(&browser, &page, &code).await;
+        assert!(request.contains(&code), "{request}");
+        browser.click("#device-approve").await;
+        browser.find("#cli-done").await;
+    };
+    let (signed_in, ()) = tokio::join!(shell.run(&steps[2], STEP), confirm);
+    assert!(
+        signed_in.stdout.contains("as sso-olivia (with sso)"),
+        "{}",
+        signed_in.stdout
+    );
+    let olivia = shell.dir.join("olivia.json");
+    let r = hub_cli(&olivia, &["get", "clusters"], "");
+    assert!(
+        has_row(&r.stdout, &["prod"]),
+        "her group's role shows her prod: {}",
+        r.stdout
     );
 }

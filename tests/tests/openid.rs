@@ -15,37 +15,17 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tests::{
     HubProcess, api,
-    browser::{Browser, Driver, check_and_save_as},
+    browser::{Driver, check_and_save_as},
     leaked_secrets,
     oidc::OpenIdProvider,
-    signin::{CliLogin, back_at_hub, bind_group, create_provider, groups_become, refresh_every},
+    signin::{
+        CliLogin, back_at_hub, bind_group, create_provider, groups_become, refresh_every,
+        through_provider,
+    },
     temp_dir,
 };
 
 const CLIENT_SECRET: &str = "drover's client secret at the provider";
-
-/// Goes to `start` (the hub's link to the provider, or the URL the CLI printed) and signs in
-/// at the provider as `login`.
-async fn through_provider(browser: &Browser<'_>, start: &str, login: &str) {
-    browser.goto(start).await;
-    // The provider's own pages: its sign-in form (unless its session is still on), then its
-    // consent (asked for every time: the hub asks for offline access).
-    if browser.exists("input[name=login]").await {
-        browser.type_into("input[name=login]", login).await;
-        browser
-            .type_into("input[name=password]", "any password")
-            .await;
-        browser.click("button[type=submit]").await;
-    }
-    browser
-        .until(
-            "the provider's consent page",
-            Duration::from_secs(20),
-            "return document.querySelector('input[name=prompt][value=consent]') !== null;",
-        )
-        .await;
-    browser.click("button[type=submit]").await;
-}
 
 /// A hub at its own URL, an OpenID provider with `users` (login → claims), and the hub's
 /// provider `sso` for it asking for `scopes`: the test's directory, the hub, the admin's token,

@@ -1,6 +1,7 @@
 //! Scenario `hub`: how fast `drover-hub serve` is ready after exec, and how much memory it
 //! holds when idle — on its first start (it creates its CA and the admin user) and on a
-//! restart. Runs the release binary next to this one (`cargo build --release -p hub` first).
+//! restart; and the size of each of Drover's binaries beside this one (what the README
+//! states). Runs the release binary next to this one (`cargo build --release --bins` first).
 
 use std::{
     path::PathBuf,
@@ -12,6 +13,16 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+
+/// The binaries whose sizes are reported (those built are).
+const BINARIES: [&str; 6] = [
+    "drover-hub",
+    "drover-cluster-agent",
+    "drover-node-agent",
+    "drover-system-agent",
+    "drover-kube-api-auth",
+    "drover-sim",
+];
 
 /// How long the hub sits idle before its memory is read.
 const IDLE: Duration = Duration::from_secs(3);
@@ -100,8 +111,17 @@ pub(crate) async fn run(_: Args) -> anyhow::Result<Value> {
     let (first_ms, first_rss) = one_start(&exe, &data).await?;
     let (restart_ms, restart_rss) = one_start(&exe, &data).await?;
     let _ = std::fs::remove_dir_all(&data);
+    let dir = exe.parent().unwrap_or(std::path::Path::new("."));
+    let mut sizes = serde_json::Map::new();
+    for name in BINARIES {
+        if let Ok(meta) = std::fs::metadata(dir.join(name)) {
+            let mib = meta.len() as f64 / (1024.0 * 1024.0);
+            sizes.insert(name.to_owned(), json!((mib * 10.0).round() / 10.0));
+        }
+    }
     Ok(json!({
         "scenario": "hub",
+        "binary_mib": sizes,
         "exec_to_readyz_ms_first_start": first_ms,
         "exec_to_readyz_ms_restart": restart_ms,
         "idle_rss_mib_first_start": first_rss,

@@ -671,6 +671,21 @@ async fn objects_of_any_kind_are_read_and_applied_from_the_command_line() {
     let r = cli(&config, &["setting", "set", "session-ttl", "forever"], "");
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stderr.contains("session-ttl"), "{}", r.stderr);
+    // The hub refuses an object: the error names it and what was applied before it.
+    write(
+        "kind: Cluster\nmetadata: {name: second}\nspec: {type: imported}\n---\n\
+         kind: Setting\nmetadata: {name: session-ttl}\nspec: {value: forever}\n",
+    );
+    let r = apply();
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("setting/session-ttl: the hub answered 422")
+            && r.stderr
+                .contains("(applied before it: cluster/second created)"),
+        "{}",
+        r.stderr
+    );
     // A file that is not objects says which and why; nothing else is applied.
     write("kind: Setting\nspec: {value: 1h}\n");
     let r = apply();

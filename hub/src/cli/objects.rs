@@ -206,12 +206,18 @@ pub(super) async fn apply(
         let line = create_or_merge(client, saved, kind, object)
             .await
             .map_err(|e| match e {
-                CliError::Refused(why) => CliError::Refused(format!(
-                    "{}{}/{}: {why}",
-                    said,
-                    kind.name().to_ascii_lowercase(),
-                    text_of(&object["metadata"]["name"])
-                )),
+                CliError::Refused(why) => {
+                    let before = if said.is_empty() {
+                        "nothing before it was applied".to_owned()
+                    } else {
+                        format!("applied before it: {}", said.trim_end().replace('\n', ", "))
+                    };
+                    CliError::Refused(format!(
+                        "{}/{}: {why} ({before})",
+                        kind.name().to_ascii_lowercase(),
+                        text_of(&object["metadata"]["name"])
+                    ))
+                }
                 other => other,
             })?;
         said.push_str(&line);

@@ -216,10 +216,22 @@ impl Ctx<'_> {
     pub(super) fn install(&self, server: bool) -> Instruction {
         let kind = if server { "server" } else { "agent" };
         let script = match (&self.installer, self.dist) {
-            (Installer::Script(url), Distribution::K3s) => format!("curl -sfL {url} | sh -s -"),
-            (Installer::Script(url), Distribution::Rke2) => format!(
-                "curl -sfL {url} | sh - && systemctl enable rke2-{kind} && systemctl restart rke2-{kind}"
-            ),
+            // Downloaded first, then run: piped into sh, a failed download ran an empty script
+            // that exited 0, and the failure showed only minutes later as a missing node token.
+            // Now the step fails at once with curl's own error as its last line.
+            (Installer::Script(url), dist) => {
+                let start = match dist {
+                    Distribution::K3s => String::new(),
+                    Distribution::Rke2 => {
+                        format!("systemctl enable rke2-{kind}\nsystemctl restart rke2-{kind}\n")
+                    }
+                };
+                format!(
+                    "set -e\ninstaller=$(mktemp)\ntrap 'rm -f \"$installer\"' EXIT\n\
+                     curl -fsSL -o \"$installer\" {url} || {{ code=$?; echo \"downloading the installer {url} failed (curl exit $code)\" >&2; exit $code; }}\n\
+                     sh \"$installer\"\n{start}"
+                )
+            }
             // K3s's and RKE2's documented air-gap installs, with the files from the hub.
             (Installer::Hub { base }, dist) => {
                 let agents = base
@@ -294,6 +306,9 @@ impl Ctx<'_> {
     }
 }
 
+/// Seconds a new server is given to write its node token.
+const NODE_TOKEN_WAIT: u32 = 120;
+
 /// The plan that makes `host` a node of the cluster at the cluster's version.
 pub(super) fn host_plan(
     ctx: &Ctx<'_>,
@@ -350,11 +365,18 @@ pub(super) fn host_plan(
     }
     let mut instructions = vec![ctx.install(server)];
     if step == Step::Init {
+        let unit = unit(ctx.dist, server);
+        let log = format!("$(journalctl -u {unit} -n 5 --no-pager 2>/dev/null | tr '\\n' ' ')");
         instructions.push(Instruction {
             name: NODE_TOKEN.into(),
-            // The server writes it shortly after it starts.
+            // The server writes it seconds after it starts: a service that failed is said at
+            // once, one that is still silent after two minutes with the end of its log.
             script: format!(
-                "for i in $(seq 300); do [ -s {data}/server/node-token ] && exec cat {data}/server/node-token; sleep 1; done; echo 'no node token after 300 s' >&2; exit 1"
+                "for i in $(seq {NODE_TOKEN_WAIT}); do\n\
+                 [ -s {data}/server/node-token ] && exec cat {data}/server/node-token\n\
+                 if systemctl is-failed --quiet {unit} 2>/dev/null; then echo \"the {unit} service failed before writing its node token; its log ends with: {log}\" >&2; exit 1; fi\n\
+                 sleep 1\ndone\n\
+                 echo \"the {unit} service has not written its node token after {NODE_TOKEN_WAIT} s; its log ends with: {log}\" >&2\nexit 1\n"
             ),
             save_output: true,
             ..Instruction::default()

@@ -1335,3 +1335,132 @@ async fn reports_landing_while_a_pass_writes_neither_hold_its_plans_back_nor_are
         "the report before it kept"
     );
 }
+
+/// Runs `script` with `sh` and `env` (`KEY=VALUE`), `PATH` led by `path_first`: whether it
+/// succeeded, its stdout and stderr, and how long it took.
+fn run_script(
+    script: &str,
+    env: &[String],
+    path_first: &std::path::Path,
+) -> (bool, String, String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let path = format!(
+        "{}:{}",
+        path_first.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env("PATH", path)
+        .envs(env.iter().filter_map(|kv| kv.split_once('=')))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// The install step downloads the installer, then runs it (with the plan's variables): a
+/// download that fails fails the step at once, curl's error and the URL in its last lines,
+/// where piped into `sh` it used to "succeed" and leave the next step waiting minutes.
+#[test]
+fn a_failed_installer_download_fails_the_install_step_at_once_saying_why() {
+    let dir = std::env::temp_dir().join(format!("drover-installer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("install.sh"),
+        "echo \"installed $INSTALL_K3S_EXEC$INSTALL_RKE2_TYPE $INSTALL_K3S_VERSION$INSTALL_RKE2_VERSION\"\n",
+    )
+    .unwrap();
+    for dist in [Distribution::K3s, Distribution::Rke2] {
+        let ctx = |url: String| Ctx {
+            installer: Installer::Script(url),
+            ..dist_ctx(dist)
+        };
+        // RKE2's step also starts its service: a stand-in systemctl says what it was asked.
+        std::fs::write(dir.join("systemctl"), "#!/bin/sh\necho \"systemctl $*\"\n").unwrap();
+        std::process::Command::new("chmod")
+            .args(["0755", dir.join("systemctl").to_str().unwrap()])
+            .status()
+            .unwrap();
+        let good = ctx(format!("file://{}/install.sh", dir.display())).install(true);
+        let (ok, stdout, stderr, _) = run_script(&good.script, &good.env, &dir);
+        assert!(ok, "{dist:?}: {stderr}");
+        match dist {
+            Distribution::K3s => assert_eq!(stdout, "installed server v1.33.4+k3s1\n"),
+            Distribution::Rke2 => assert_eq!(
+                stdout,
+                "installed server v1.33.4+k3s1\nsystemctl enable rke2-server\nsystemctl restart rke2-server\n"
+            ),
+        }
+        let missing = format!("file://{}/missing.sh", dir.display());
+        let bad = ctx(missing.clone()).install(true);
+        let (ok, stdout, stderr, took) = run_script(&bad.script, &bad.env, &dir);
+        assert!(!ok, "{dist:?}: a failed download fails the step: {stdout}");
+        assert!(stdout.is_empty(), "nothing was installed: {stdout}");
+        assert!(stderr.contains("curl: (37)"), "curl's own error: {stderr}");
+        assert_eq!(
+            stderr.lines().last().unwrap(),
+            format!("downloading the installer {missing} failed (curl exit 37)")
+        );
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A server whose service failed before writing its node token fails the wait at once, with
+/// the end of the service's log: not after minutes of "no node token".
+#[test]
+fn a_failed_server_fails_the_node_token_wait_at_once_with_its_log() {
+    let dir = std::env::temp_dir().join(format!("drover-node-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, body) in [
+        (
+            "systemctl",
+            "#!/bin/sh\n[ \"$1\" = is-failed ] && exit 0\nexit 1\n",
+        ),
+        (
+            "journalctl",
+            "#!/bin/sh\necho 'level=fatal msg=\"starting kubernetes: port 6443 in use\"'\n",
+        ),
+    ] {
+        std::fs::write(dir.join(name), body).unwrap();
+        std::process::Command::new("chmod")
+            .args(["0755", dir.join(name).to_str().unwrap()])
+            .status()
+            .unwrap();
+    }
+    let host = HostSpec {
+        cluster: "edge".into(),
+        roles: crate::model::HostRoles {
+            etcd: true,
+            control_plane: true,
+            worker: true,
+        },
+        node_name: "n".into(),
+        address: String::new(),
+        internal_address: String::new(),
+        node_labels: std::collections::BTreeMap::new(),
+        taints: Vec::new(),
+    };
+    let ctx = dist_ctx(Distribution::K3s);
+    let plan = host_plan::host_plan(&ctx, &host, Step::Init, None, None);
+    let wait = plan
+        .instructions
+        .iter()
+        .find(|i| i.name == NODE_TOKEN)
+        .unwrap();
+    let (ok, _, stderr, took) = run_script(&wait.script, &wait.env, &dir);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        "the k3s service failed before writing its node token; its log ends with: \
+         level=fatal msg=\"starting kubernetes: port 6443 in use\""
+    );
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -235,7 +235,7 @@ async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> R
             "instruction {:?} exited with {}: {}",
             result.name,
             result.exit_code,
-            last_line(&result.stderr)
+            last_lines(&result.stderr)
         );
         record
             .record(|s| s.results.push(result))
@@ -262,11 +262,18 @@ async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> R
     Ok(())
 }
 
-fn last_line(text: &str) -> &str {
-    text.trim_end()
+/// The last (up to) three non-empty lines of `text`, joined with " / ": a tool's own error
+/// (curl's, say) is often followed by a line of the script's saying what it was doing.
+fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text
         .lines()
-        .last()
-        .unwrap_or("no output on stderr")
+        .map(str::trim_end)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return "no output on stderr".to_owned();
+    }
+    lines[lines.len().saturating_sub(3)..].join(" / ")
 }
 
 /// Keeps the applied plan's periodic instructions and probes going; never returns.

@@ -255,3 +255,18 @@ fn waits_double_up_to_the_cap() {
     let waits: Vec<u64> = (1..6).map(|n| r.wait(n).as_secs()).collect();
     assert_eq!(waits, [5, 10, 20, 30, 30]);
 }
+
+/// A failed instruction's message ends with its stderr's last lines (up to three): the
+/// tool's own error and the script's word on what it was doing both reach the hub.
+#[test]
+fn a_failure_says_the_last_lines_of_stderr() {
+    assert_eq!(
+        last_lines(
+            "% Total\ncurl: (6) Could not resolve host: get.k3s.io\n\n\
+             downloading the installer https://get.k3s.io failed (curl exit 6)\n"
+        ),
+        "% Total / curl: (6) Could not resolve host: get.k3s.io / downloading the installer https://get.k3s.io failed (curl exit 6)"
+    );
+    assert_eq!(last_lines("one\n"), "one");
+    assert_eq!(last_lines(" \n"), "no output on stderr");
+}

@@ -571,8 +571,13 @@ member: cn=Dev,ou=corp,{BASE}
     let pat = tests::login(hub.addr, "pat", "pat's long enough password").await;
     let (status, _) = api(hub.addr, "GET", "/v1/authproviders/corp", Some(&pat), None).await;
     assert_eq!(status, 404);
-    let (_, listed) = api(hub.addr, "GET", "/v1/authproviders", Some(&pat), None).await;
-    assert_eq!(listed["items"], json!([]), "{listed}");
+    // Listing them is refused outright (as Kubernetes refuses a list), naming no provider.
+    let (status, listed) = api(hub.addr, "GET", "/v1/authproviders", Some(&pat), None).await;
+    assert_eq!(status, 403, "{listed}");
+    assert!(
+        !listed.to_string().contains("corp") && !listed.to_string().contains("nowhere"),
+        "{listed}"
+    );
     let (status, _) = api(
         hub.addr,
         "POST",

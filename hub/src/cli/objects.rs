@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{CliError, Request, Saved, connection::Client, render::table, render::text};
+use super::{CliError, Request, Saved, connection::Client};
 use crate::model::Kind;
 
 /// The kind a user means by `word`: its plural (`clusters`), its name in any case (`Cluster`,
@@ -50,59 +50,6 @@ pub(super) fn read_path(request: &Request) -> Result<String, CliError> {
         Request::SettingGet { name } => format!("/v1/settings/{}", encoded(name)),
         other => unreachable!("not a read: {other:?}"),
     })
-}
-
-/// One object, or a list's items.
-fn items(value: &Value) -> Vec<&Value> {
-    match value["items"].as_array() {
-        Some(items) => items.iter().collect(),
-        None => vec![value],
-    }
-}
-
-/// The table a reading request prints.
-pub(super) fn render_table(request: &Request, value: &Value) -> String {
-    let rows = items(value);
-    match request {
-        Request::HostList { .. } | Request::HostGet { .. } => table(
-            &["NAME", "CLUSTER", "ROLES", "ADDRESS", "STATE", "MESSAGE"],
-            rows.into_iter().map(|h| {
-                let roles = &h["spec"]["roles"];
-                let named: Vec<&str> = [
-                    ("etcd", "etcd"),
-                    ("controlPlane", "controlplane"),
-                    ("worker", "worker"),
-                ]
-                .into_iter()
-                .filter(|(field, _)| roles[*field] == true)
-                .map(|(_, name)| name)
-                .collect();
-                vec![
-                    text(&h["metadata"]["name"]),
-                    text(&h["spec"]["cluster"]),
-                    named.join(","),
-                    text(&h["spec"]["address"]),
-                    text(&h["state"]["state"]),
-                    text(&h["state"]["message"]),
-                ]
-            }),
-        ),
-        Request::SettingList | Request::SettingGet { .. } => table(
-            &["NAME", "VALUE"],
-            rows.into_iter()
-                .map(|s| vec![text(&s["metadata"]["name"]), text(&s["spec"]["value"])]),
-        ),
-        _ => table(
-            &["NAME", "STATE", "CREATED"],
-            rows.into_iter().map(|o| {
-                vec![
-                    text(&o["metadata"]["name"]),
-                    text(&o["state"]["state"]),
-                    text(&o["metadata"]["creationTimestamp"]),
-                ]
-            }),
-        ),
-    }
 }
 
 /// A GET of `path`: the object, `None` when the hub says there is none.
@@ -266,7 +213,6 @@ pub(super) async fn set_setting(
     value: &str,
 ) -> Result<String, CliError> {
     let object = json!({
-        "apiVersion": crate::api::API_VERSION,
         "kind": Kind::Setting.name(),
         "metadata": {"name": name},
         "spec": {"value": value},

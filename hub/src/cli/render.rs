@@ -13,7 +13,7 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             | Request::HostList { .. }
             | Request::HostGet { .. }
             | Request::SettingList
-            | Request::SettingGet { .. } => super::objects::render_table(request, value),
+            | Request::SettingGet { .. } => objects_table(request, value),
             Request::ClusterList => table(
                 &["NAME", "TYPE", "STATE", "MESSAGE"],
                 value["items"].as_array().into_iter().flatten().map(|c| {
@@ -253,4 +253,57 @@ pub(super) fn table(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) -
         out.push_str(&line(row));
     }
     out
+}
+
+/// One object, or a list's items.
+fn items(value: &Value) -> Vec<&Value> {
+    match value["items"].as_array() {
+        Some(items) => items.iter().collect(),
+        None => vec![value],
+    }
+}
+
+/// The table a reading request prints.
+fn objects_table(request: &Request, value: &Value) -> String {
+    let rows = items(value);
+    match request {
+        Request::HostList { .. } | Request::HostGet { .. } => table(
+            &["NAME", "CLUSTER", "ROLES", "ADDRESS", "STATE", "MESSAGE"],
+            rows.into_iter().map(|h| {
+                let roles = &h["spec"]["roles"];
+                let named: Vec<&str> = [
+                    ("etcd", "etcd"),
+                    ("controlPlane", "controlplane"),
+                    ("worker", "worker"),
+                ]
+                .into_iter()
+                .filter(|(field, _)| roles[*field] == true)
+                .map(|(_, name)| name)
+                .collect();
+                vec![
+                    text(&h["metadata"]["name"]),
+                    text(&h["spec"]["cluster"]),
+                    named.join(","),
+                    text(&h["spec"]["address"]),
+                    text(&h["state"]["state"]),
+                    text(&h["state"]["message"]),
+                ]
+            }),
+        ),
+        Request::SettingList | Request::SettingGet { .. } => table(
+            &["NAME", "VALUE"],
+            rows.into_iter()
+                .map(|s| vec![text(&s["metadata"]["name"]), text(&s["spec"]["value"])]),
+        ),
+        _ => table(
+            &["NAME", "STATE", "CREATED"],
+            rows.into_iter().map(|o| {
+                vec![
+                    text(&o["metadata"]["name"]),
+                    text(&o["state"]["state"]),
+                    text(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+    }
 }

@@ -506,14 +506,7 @@ pub async fn run(
         .send(method, &path, Some(&saved.token), body.as_ref())
         .await?;
     if !(200..300).contains(&status) {
-        let message = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-        return Err(match status {
-            401 => CliError::NotLoggedIn(message),
-            _ => CliError::Refused(format!("the hub answered {status}: {message}")),
-        });
+        return Err(refused(status, &bytes));
     }
     if let Request::Kubeconfig { .. } = request {
         return Ok(String::from_utf8_lossy(&bytes).into_owned());
@@ -561,6 +554,18 @@ pub async fn run(
         _ => {}
     }
     Ok(render(&request, &value, output))
+}
+
+/// What the hub's non-2xx answer means for the CLI: its message, as "not logged in" for 401.
+fn refused(status: u16, bytes: &[u8]) -> CliError {
+    let message = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
+    match status {
+        401 => CliError::NotLoggedIn(message),
+        _ => CliError::Refused(format!("the hub answered {status}: {message}")),
+    }
 }
 
 /// How long the CLI waits for a deletion or a snapshot.

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{CliError, Request, Saved, connection::Client};
+use super::{CliError, Request, Saved, connection::Client, refused};
 use crate::model::Kind;
 
 /// The kind a user means by `word`: its plural (`clusters`), its name in any case (`Cluster`,
@@ -61,17 +61,6 @@ async fn read(client: &Client, saved: &Saved, path: &str) -> Result<Option<Value
             .map(Some)
             .map_err(|e| CliError::Refused(format!("unreadable answer: {e}"))),
         _ => Err(refused(status, &bytes)),
-    }
-}
-
-fn refused(status: u16, bytes: &[u8]) -> CliError {
-    let message = serde_json::from_slice::<Value>(bytes)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
-    match status {
-        401 => CliError::NotLoggedIn(message),
-        _ => CliError::Refused(format!("the hub answered {status}: {message}")),
     }
 }
 

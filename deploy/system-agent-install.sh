@@ -27,8 +27,9 @@ system-agent-install.sh: install Drover's system-agent and register this host.
                           comma-separated                         (DROVER_NO_PROXY; default: NO_PROXY)
   --no-systemd            run the agent in the foreground instead of as a systemd unit
                           (containers, tests)                     (DROVER_NO_SYSTEMD=true)
-  --root DIR              install under DIR instead of /  (several hosts on one machine, tests)
-                                                                  (DROVER_INSTALL_ROOT)
+  --root DIR              install under DIR instead of /, and keep the host's plans there:
+                          what they write is confined to DIR (several hosts on one
+                          machine, tests; needs Linux's Landlock)  (DROVER_INSTALL_ROOT)
 USAGE
 }
 
@@ -197,6 +198,7 @@ DROVER_ADDRESS=$ADDRESS
 DROVER_INTERNAL_ADDRESS=$INTERNAL_ADDRESS
 DROVER_LABELS=$LABELS
 DROVER_TAINTS=$TAINTS
+DROVER_ROOT=$ROOT
 HTTPS_PROXY='$PROXY'
 NO_PROXY='$NO_PROXY_LIST'
 CONF

@@ -125,6 +125,7 @@ fn boot_instances(
                         ..system_agent::HostSpec::default()
                     },
                     local_plans: None,
+                    root: system_agent::Root::default(),
                     retry: system_agent::Retry::default(),
                     machine: None,
                 };

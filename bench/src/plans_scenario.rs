@@ -96,6 +96,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
                     ..system_agent::HostSpec::default()
                 },
                 local_plans: None,
+                root: system_agent::Root::default(),
                 machine: None,
                 retry: system_agent::Retry::default(),
             };

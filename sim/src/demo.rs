@@ -1,10 +1,11 @@
 //! `drover-sim demo N`: the real hub (the `hub` library, as `drover-hub serve` runs it) and,
 //! in the same process, the fleet it shows: simulated imported clusters (a simulated API
 //! server each, not a real Kubernetes) with their real cluster-agent and a real node-agent per
-//! node, and simulated hosts (real system-agents on a paused custom cluster, so nothing is
-//! installed). The agents are the real code and reach the hub over
-//! its real tunnel; only the clusters and machines are stand-ins (every "host" and "node"
-//! reports the machine the hub runs on).
+//! node, and a custom cluster the hub's planner provisions on three simulated hosts (real
+//! system-agents, each a [`crate::host`] with its own root directory and loopback address,
+//! installing the stand-in distribution from the hub's artifacts). The agents are the real
+//! code and reach the hub over its real tunnel; only the clusters and machines are stand-ins
+//! (every "host" and "node" reports the machine the hub runs on).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -14,25 +15,34 @@ use tunnel::Secret;
 use crate::cluster::{SimCluster, SimConfig};
 
 /// `drover-sim demo N [serve flags]`: the hub as `drover-hub serve` with those flags would
-/// run it, with N simulated imported clusters and three simulated hosts; until SIGINT or
-/// SIGTERM.
+/// run it, with N simulated imported clusters and a custom cluster on three simulated hosts;
+/// until SIGINT or SIGTERM.
 pub async fn serve(config: hub::Config, clusters: usize) -> anyhow::Result<()> {
     let data_dir = config.data_dir.clone();
     hub::serve(config, |hub, shutdown| {
         // The agents reach the hub at its listening address, so the demo works whatever the
         // server URL says.
+        let port = hub.local_addr().port();
         let demo = DemoHub {
-            url: format!("https://127.0.0.1:{}", hub.local_addr().port()),
+            url: format!("https://127.0.0.1:{port}"),
             ca_checksum: hub.ca_checksum().to_owned(),
             dir: data_dir.join("demo"),
+            artifacts: data_dir.join("artifacts"),
+            // A loopback network of this hub's own (its port is its alone), so that two demos,
+            // or a demo and the provisioning guide's hosts, never share the hosts' ports.
+            loopback: [127, (port >> 8) as u8, (port & 0xff) as u8],
         };
         start(hub.store().clone(), demo, clusters, shutdown)
     })
     .await
 }
 
-/// Registers `clusters` imported clusters (demo-1…) and the paused custom cluster
-/// `demo-hosts` in `store`, and starts their simulated clusters and agents.
+/// The demo's custom cluster, the version it runs, and its hosts' roles.
+pub const CUSTOM_CLUSTER: &str = "demo-edge";
+const CUSTOM_VERSION: &str = "v1.33.4+k3s1";
+
+/// Registers `clusters` imported clusters (demo-1…) and the custom cluster `demo-edge` in
+/// `store`, and starts their simulated clusters, hosts and agents.
 async fn start(
     store: std::sync::Arc<dyn hub::store::Store>,
     demo: DemoHub,
@@ -60,19 +70,25 @@ async fn start(
             imported_cluster(demo.clone(), name, token, manifest, nodes, shutdown.clone()),
         ));
     }
-    let name = "demo-hosts".to_owned();
-    let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": "v1.33.4+k3s1",
-        "paused": true, "description": "simulated hosts (drover-sim demo); paused: nothing is installed"});
-    let token = hub::registration::ensure_cluster(store.as_ref(), &name, &spec).await?;
+    // The custom cluster: the hub installs the stand-in distribution from its own artifacts,
+    // as it would for air-gapped machines.
+    let sim = std::env::current_exe()?;
+    crate::standin::artifacts::write(&demo.artifacts, CUSTOM_VERSION, &sim)
+        .map_err(anyhow::Error::msg)?;
+    hub::model::set_setting(store.as_ref(), "install-source", "hub").await?;
+    let spec = serde_json::json!({"type": "custom", "distribution": "k3s", "version": CUSTOM_VERSION,
+        "description": "provisioned by the hub on three simulated hosts (drover-sim demo)"});
+    let token = hub::registration::ensure_cluster(store.as_ref(), CUSTOM_CLUSTER, &spec).await?;
     tokio::spawn(log_failure(
-        name.clone(),
-        hosts(demo, name, token, 3, shutdown),
+        CUSTOM_CLUSTER.to_owned(),
+        hosts(demo, CUSTOM_CLUSTER.to_owned(), token, 3, shutdown),
     ));
     #[allow(clippy::print_stdout)]
     {
         println!(
-            "Demo: {clusters} simulated clusters (demo-1…) and 3 simulated hosts (demo-hosts) are \
-             connecting; they are stand-ins from `sim`, not real Kubernetes."
+            "Demo: {clusters} simulated clusters (demo-1…) are connecting, and the hub is \
+             provisioning {CUSTOM_CLUSTER} on 3 simulated hosts; they are stand-ins from `sim`, \
+             not real Kubernetes."
         );
     }
     Ok(())
@@ -91,6 +107,10 @@ pub struct DemoHub {
     pub ca_checksum: String,
     /// Each agent's state goes in a directory of its own under this one.
     pub dir: PathBuf,
+    /// The hub's artifacts directory.
+    pub artifacts: PathBuf,
+    /// The first three bytes of the simulated hosts' loopback addresses.
+    pub loopback: [u8; 3],
 }
 
 impl DemoHub {
@@ -180,9 +200,9 @@ pub async fn imported_cluster(
     Ok(())
 }
 
-/// Runs `hosts` system-agents registering to custom cluster `name` with `registration`, with
-/// every role on the first and worker on the rest; until `shutdown`. The cluster should be
-/// paused: these hosts are this machine, where nothing is to be installed.
+/// Runs `hosts` simulated hosts registering to custom cluster `name` with `registration`,
+/// every role on the first and worker on the rest, each with its own root directory and
+/// loopback address; until `shutdown` (which stops their services too).
 pub async fn hosts(
     hub: DemoHub,
     name: String,
@@ -190,43 +210,27 @@ pub async fn hosts(
     hosts: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut agents = Vec::with_capacity(hosts);
+    let mut running = tokio::task::JoinSet::new();
     for i in 0..hosts {
-        let roles = if i == 0 {
-            system_agent::Roles {
-                etcd: true,
-                control_plane: true,
-                worker: true,
-            }
-        } else {
-            system_agent::Roles {
-                worker: true,
-                ..system_agent::Roles::default()
-            }
+        let roles = system_agent::Roles {
+            etcd: i == 0,
+            control_plane: i == 0,
+            worker: true,
         };
-        let dir = hub.dir.join(&name).join(format!("host-{i}"));
-        let config = system_agent::Config {
-            hub: Some(system_agent::HubSettings {
-                server: hub.url.clone(),
-                token: Secret::new(registration.clone()),
-                ca_checksum: hub.ca_checksum.clone(),
-                state_dir: dir.clone(),
-                local_address: None,
-                proxy: Default::default(),
-            }),
-            dir,
-            host: system_agent::HostSpec {
-                roles,
-                node_name: format!("{name}-{i}"),
-                ..system_agent::HostSpec::default()
-            },
-            local_plans: None,
-            machine: None,
-            retry: system_agent::Retry::default(),
+        let [a, b, c] = hub.loopback;
+        let host = crate::host::HostConfig {
+            server: hub.url.clone(),
+            token: Secret::new(registration.clone()),
+            ca_checksum: hub.ca_checksum.clone(),
+            name: format!("{name}-{i}"),
+            roles,
+            address: std::net::Ipv4Addr::new(a, b, c, 1 + i as u8),
+            dir: std::path::absolute(hub.dir.join(&name).join(format!("host-{i}")))?,
         };
-        agents.push(system_agent::Agent::start(config, shutdown.clone()).await?);
+        running.spawn(crate::host::run(host, shutdown.clone()));
     }
-    shutdown.cancelled().await;
-    drop(agents);
+    while let Some(done) = running.join_next().await {
+        done??;
+    }
     Ok(())
 }

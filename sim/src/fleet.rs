@@ -174,6 +174,7 @@ async fn start_system(config: FleetConfig, shutdown: CancellationToken) -> anyho
                     ..system_agent::HostSpec::default()
                 },
                 local_plans: None,
+                root: system_agent::Root::default(),
                 retry: system_agent::Retry::default(),
                 machine: machine.clone(),
             };

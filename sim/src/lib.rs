@@ -6,4 +6,5 @@
 pub mod cluster;
 pub mod demo;
 pub mod fleet;
+pub mod host;
 pub mod standin;

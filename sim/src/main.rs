@@ -67,6 +67,23 @@ enum Command {
     ServeNode {
         distribution: sim::standin::Distribution,
     },
+    /// One simulated host on this machine, for trying provisioning with no root privileges:
+    /// the real system-agent registering with the hub as the host command's would, with
+    /// everything its plans write in DIR/root (and confined there) and its services on
+    /// its own loopback address. The registration token is read from DROVER_TOKEN (or --token).
+    /// Runs until Ctrl-C, which stops the host's services too, as powering it off would;
+    /// starting it again starts them.
+    Host(HostArgs),
+    /// Write the stand-in distribution's air-gap artifacts for VERSION into a hub's artifacts
+    /// directory (DATA-DIR/artifacts), so that hosts of a hub whose `install-source` setting is
+    /// `hub` install the stand-in (`drover-sim host`, the tests' hosts).
+    Artifacts {
+        /// The hub's artifacts directory, `<data dir>/artifacts`
+        dir: std::path::PathBuf,
+        /// The K3s or RKE2 versions, as a cluster's spec.version names them
+        #[arg(required = true)]
+        versions: Vec<String>,
+    },
     /// Run N agents in this process, each the real agent code with its own tunnel session to
     /// the hub, for capacity planning; prints a JSON line of progress every 5 s until Ctrl-C.
     Fleet(FleetArgs),
@@ -82,6 +99,78 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         serve: Vec<String>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct HostArgs {
+    /// The node's name
+    name: String,
+    /// The hub's URL, as the cluster's registration command names it
+    #[arg(long)]
+    server: String,
+    /// The cluster's registration token (drr_…) [default: $DROVER_TOKEN]
+    #[arg(long)]
+    token: Option<String>,
+    /// The hub's CA checksum, as the registration command names it
+    #[arg(long)]
+    ca_checksum: String,
+    /// The host's own loopback address (127.0.0.2 and up; each host on this machine needs its
+    /// own): its node address, where its services listen
+    #[arg(long)]
+    address: std::net::Ipv4Addr,
+    #[arg(long)]
+    etcd: bool,
+    #[arg(long)]
+    controlplane: bool,
+    #[arg(long)]
+    worker: bool,
+    /// etcd, control plane and worker
+    #[arg(long)]
+    all_roles: bool,
+    /// The host's directory [default: ./drover-hosts/NAME]
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
+fn host(args: HostArgs) -> anyhow::Result<()> {
+    let token = match args.token {
+        Some(token) => token,
+        None => std::env::var("DROVER_TOKEN").map_err(|_| {
+            anyhow::anyhow!(
+                "give the cluster's registration token (drr_…) with --token, or in DROVER_TOKEN"
+            )
+        })?,
+    };
+    let roles = system_agent::Roles {
+        etcd: args.etcd || args.all_roles,
+        control_plane: args.controlplane || args.all_roles,
+        worker: args.worker || args.all_roles,
+    };
+    if !(roles.etcd || roles.control_plane || roles.worker) {
+        anyhow::bail!("give the host's roles: --etcd, --controlplane, --worker or --all-roles");
+    }
+    let dir = args
+        .dir
+        .unwrap_or_else(|| std::path::Path::new("drover-hosts").join(&args.name));
+    // Absolute: the plans' instructions run in the root, and are told where it is.
+    let dir = std::path::absolute(&dir)?;
+    let config = sim::host::HostConfig {
+        server: args.server,
+        token: tunnel::Secret::new(token),
+        ca_checksum: args.ca_checksum,
+        name: args.name,
+        roles,
+        address: args.address,
+        dir,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let shutdown = tunnel::shutdown_on_signal();
+        sim::host::run(config, shutdown).await
+    })
 }
 
 #[derive(clap::Args, Debug)]
@@ -237,6 +326,20 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Systemctl { args } => return say(sim::standin::systemctl(&args)),
         Command::Fleet(args) => return fleet(args),
+        Command::Host(args) => return host(args),
+        Command::Artifacts { dir, versions } => {
+            let exe = std::env::current_exe()?;
+            for version in &versions {
+                let written = sim::standin::artifacts::write(&dir, version, &exe)
+                    .map_err(anyhow::Error::msg)?;
+                say(Ok(format!(
+                    "{version}: {} files of the stand-in distribution in {}",
+                    written.len(),
+                    dir.display()
+                )))?;
+            }
+            return Ok(());
+        }
         Command::Demo { clusters, serve } => return demo(clusters, serve),
         Command::ServeNode { distribution } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()

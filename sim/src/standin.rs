@@ -28,10 +28,32 @@ use std::{
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod artifacts;
 mod day2;
 mod node;
 pub use day2::{client_cert_path, command, systemctl, units};
 pub use node::serve_node;
+
+/// `path` on this host: under its root directory when it shares its machine with others (the
+/// system-agent's `DROVER_ROOT`, which the plan's instructions, and so the installer and the
+/// service it starts, inherit), else the machine's own.
+pub fn rooted(path: impl AsRef<Path>) -> PathBuf {
+    let path = path.as_ref();
+    match std::env::var_os("DROVER_ROOT").filter(|r| !r.is_empty()) {
+        Some(root) => Path::new(&root).join(path.strip_prefix("/").unwrap_or(path)),
+        None => path.to_owned(),
+    }
+}
+
+/// This host's own loopback address (the system-agent's `DROVER_LOOPBACK`, else 127.0.0.1):
+/// where its services listen for what the real ones serve on 127.0.0.1, so that several hosts
+/// on one machine each have their own ports.
+pub fn loopback() -> std::net::Ipv4Addr {
+    std::env::var("DROVER_LOOPBACK")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+}
 
 /// Which distribution is stood in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -50,17 +72,17 @@ impl Distribution {
 
     /// `/etc/rancher/<dist>/config.yaml`, which the real distribution reads too.
     pub fn config_path(self) -> PathBuf {
-        PathBuf::from(format!("/etc/rancher/{}/config.yaml", self.name()))
+        rooted(format!("/etc/rancher/{}/config.yaml", self.name()))
     }
 
     /// `/var/lib/rancher/<dist>`.
     pub fn data_dir(self) -> PathBuf {
-        PathBuf::from(format!("/var/lib/rancher/{}", self.name()))
+        rooted(format!("/var/lib/rancher/{}", self.name()))
     }
 
     /// Where the distribution writes the admin kubeconfig.
     pub fn kubeconfig_path(self) -> PathBuf {
-        PathBuf::from(format!("/etc/rancher/{0}/{0}.yaml", self.name()))
+        rooted(format!("/etc/rancher/{0}/{0}.yaml", self.name()))
     }
 
     pub fn node_token_path(self) -> PathBuf {
@@ -140,7 +162,7 @@ impl NodeConfig {
         let version = self
             .apiserver_arg("authentication-token-webhook-version")
             .unwrap_or("v1beta1");
-        crate::cluster::webhook::TokenWebhook::from_config_file(Path::new(file), version, ttl)
+        crate::cluster::webhook::TokenWebhook::from_config_file(&rooted(file), version, ttl)
             .map(Some)
     }
 
@@ -215,13 +237,13 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         && std::env::var("INSTALL_K3S_SKIP_DOWNLOAD").is_ok_and(|v| v == "true");
     if !skip {
         write_script(
-            &Path::new("/usr/local/bin").join(dist.name()),
+            &rooted("/usr/local/bin").join(dist.name()),
             &binary_script(dist, &exe, &version),
         )?;
     }
     // A test's network namespace has no systemd: a `systemctl` for the stand-in's units.
     write_script(
-        Path::new("/usr/local/bin/systemctl"),
+        &rooted("/usr/local/bin/systemctl"),
         &format!(
             "#!/bin/sh\n# stand-in: no systemd in this network namespace\nexec {} systemctl \"$@\"\n",
             exe.display()
@@ -233,12 +255,14 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         (Distribution::K3s, false) => "/usr/local/bin/k3s-agent-uninstall.sh",
         (Distribution::Rke2, _) => "/usr/local/bin/rke2-uninstall.sh",
     };
+    let uninstall = rooted(uninstall);
     write_script(
-        Path::new(uninstall),
+        &uninstall,
         &format!(
-            "#!/bin/sh\n# stand-in for the {0} uninstall script\nrm -f {uninstall}\nexec {1} uninstall {0}\n",
+            "#!/bin/sh\n# stand-in for the {0} uninstall script\nrm -f '{2}'\nexec {1} uninstall {0}\n",
             dist.name(),
-            exe.display()
+            exe.display(),
+            uninstall.display()
         ),
     )?;
     // Counted once the install is complete: an interrupted run does not count.
@@ -328,7 +352,7 @@ pub fn uninstall(dist: Distribution) -> Result<String, String> {
             stop_pid_file(&entry.path());
         }
     }
-    let _ = std::fs::remove_file(Path::new("/usr/local/bin").join(dist.name()));
+    let _ = std::fs::remove_file(rooted("/usr/local/bin").join(dist.name()));
     for dir in [
         dist.data_dir(),
         dist.config_path()

@@ -36,8 +36,13 @@ pub fn check(instruction: &Instruction) -> Result<(), String> {
 }
 
 /// Runs `instruction` to its end, in a process group of its own whose leader's pid goes to
-/// `started` first. Dropping the future kills the whole group.
-pub async fn run(instruction: &Instruction, started: impl FnOnce(u32)) -> InstructionResult {
+/// `started` first, confined to `root` when the host has one (its working directory then).
+/// Dropping the future kills the whole group.
+pub async fn run(
+    instruction: &Instruction,
+    root: &crate::root::Root,
+    started: impl FnOnce(u32),
+) -> InstructionResult {
     let mut result = InstructionResult {
         name: instruction.name.clone(),
         exit_code: -1,
@@ -64,15 +69,27 @@ pub async fn run(instruction: &Instruction, started: impl FnOnce(u32)) -> Instru
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match command.spawn() {
+    if let Some(dir) = &root.dir {
+        command.current_dir(dir);
+    }
+    let what = if instruction.script.is_empty() {
+        instruction.command.as_str()
+    } else {
+        "/bin/sh"
+    };
+    // Started from the confining thread, so the process is confined from its first step; the
+    // runtime's context there lets tokio reap it.
+    let runtime = tokio::runtime::Handle::current();
+    let spawned = root.confined(|| {
+        let _entered = runtime.enter();
+        command
+            .spawn()
+            .map_err(|e| format!("cannot start {what}: {e}"))
+    });
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let what = if instruction.script.is_empty() {
-                instruction.command.as_str()
-            } else {
-                "/bin/sh"
-            };
-            result.stderr = format!("cannot start {what}: {e}");
+            result.stderr = e;
             result.finished_at = crate::now();
             return result;
         }
@@ -158,6 +175,7 @@ async fn tail(pipe: Option<impl AsyncRead + Unpin>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::root::Root;
 
     fn script(name: &str, script: &str) -> Instruction {
         Instruction {
@@ -172,7 +190,7 @@ mod tests {
         let mut i = script("greet", "echo \"$0 $1 $GREETING\"; echo oops >&2; exit 3");
         i.args = vec!["world".into()];
         i.env = vec!["GREETING=hello=there".into()];
-        let r = run(&i, drop).await;
+        let r = run(&i, &Root::default(), drop).await;
         assert_eq!(r.exit_code, 3);
         assert_eq!(r.stdout, "greet world hello=there\n");
         assert_eq!(r.stderr, "oops\n");
@@ -185,6 +203,7 @@ mod tests {
                 args: vec!["-n".into(), "a b".into()],
                 ..Instruction::default()
             },
+            &Root::default(),
             drop,
         )
         .await;
@@ -198,6 +217,7 @@ mod tests {
                 "noisy",
                 "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done",
             ),
+            &Root::default(),
             drop,
         )
         .await;
@@ -216,7 +236,8 @@ mod tests {
             &format!("(sleep 1; touch {}) & sleep 30", marker.display()),
         );
         let (tx, rx) = std::sync::mpsc::channel();
-        let run = run(&i, move |pid| tx.send(pid).unwrap());
+        let root = Root::default();
+        let run = run(&i, &root, move |pid| tx.send(pid).unwrap());
         let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
         assert!(cut.is_err(), "still running when cut short");
         let pid = rx.recv().unwrap();
@@ -242,6 +263,7 @@ mod tests {
                 command: "/nonexistent/program".into(),
                 ..Instruction::default()
             },
+            &Root::default(),
             drop,
         )
         .await;
@@ -255,5 +277,58 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.contains("not both"));
+    }
+
+    #[tokio::test]
+    async fn inside_a_root_an_instruction_writes_there_and_a_write_outside_names_its_path() {
+        let base = crate::testing::tempdir();
+        let dir = base.join("root");
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = Root {
+            dir: Some(dir.clone()),
+            loopback: None,
+        };
+        root.prepare().unwrap();
+        let outside = base.join("escaped");
+        let mut i = script(
+            "install",
+            &format!(
+                "mkdir -p \"$DROVER_ROOT/etc/rancher\" && echo ok > \"$DROVER_ROOT/etc/rancher/x\" && \
+                 (sleep 0.1; echo late > {0}) & wait; pwd; mktemp; echo out > {0}",
+                outside.display()
+            ),
+        );
+        i.env = root
+            .place(proto::plan::v1::Plan {
+                instructions: vec![i.clone()],
+                ..Default::default()
+            })
+            .instructions[0]
+            .env
+            .clone();
+        let r = run(&i, &root, drop).await;
+        assert_ne!(r.exit_code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains(&outside.display().to_string())
+                && r.stderr.contains("Permission denied"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("etc/rancher/x")).unwrap(),
+            "ok\n"
+        );
+        // Its working directory and its temp files are in the root too.
+        let mut lines = r.stdout.lines();
+        assert_eq!(lines.next(), Some(dir.display().to_string().as_str()));
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with(&dir.join("tmp/").display().to_string())
+        );
+        // Neither it nor the child it left in the background wrote outside.
+        assert!(!outside.exists());
+        std::fs::remove_dir_all(base).unwrap();
     }
 }

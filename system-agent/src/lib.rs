@@ -22,6 +22,9 @@ Configured from the environment (the install script writes /etc/drover/system-ag
   DROVER_ADDRESS, DROVER_INTERNAL_ADDRESS   the node's addresses
   DROVER_LABELS            k=v,k=v        DROVER_TAINTS  k=v:Effect,...
   DROVER_LOCAL_PLANS       a directory of plans (*.json) applied with no hub
+  DROVER_ROOT              a directory every path of a plan lands under, its instructions
+                           confined to it (a host sharing its machine; needs Landlock)
+  DROVER_LOOPBACK          the address (127.x.y.z) that is 127.0.0.1 to this host's probes
   DROVER_MAX_FAILURES      attempts per plan (default 5)
   DROVER_RETRY_SECONDS     the first retry's wait, doubling up to 300 (default 5)
 ";
@@ -46,11 +49,13 @@ mod hub;
 pub mod local;
 pub mod probe;
 pub mod record;
+pub mod root;
 #[cfg(test)]
 mod testing;
 pub mod transfer;
 
 pub use applier::Retry;
+pub use root::Root;
 
 /// The agent kind this crate is.
 pub const KIND: AgentKind = AgentKind::SystemAgent;
@@ -69,6 +74,8 @@ pub struct Config {
     pub host: HostSpec,
     /// Plans in JSON files applied with no hub (`*.json`, one plan each).
     pub local_plans: Option<PathBuf>,
+    /// Where the plans land: the machine itself, or a root directory of the host's own.
+    pub root: Root,
     pub retry: Retry,
     /// Where the machine's facts and usage are read (`None`: a reader of its own). A fleet
     /// simulator gives all its agents, on one machine, one reader.
@@ -167,6 +174,30 @@ impl Config {
                         ))
                     }),
             };
+        let root = Root {
+            dir: match get("DROVER_ROOT") {
+                None => None,
+                Some(dir) if dir.starts_with('/') && dir != "/" => Some(PathBuf::from(dir)),
+                Some(dir) => {
+                    return Err(ConfigError(format!(
+                        "DROVER_ROOT={dir:?}: give an absolute directory other than /"
+                    )));
+                }
+            },
+            loopback: match get("DROVER_LOOPBACK") {
+                None => None,
+                Some(text) => Some(
+                    text.parse::<std::net::Ipv4Addr>()
+                        .ok()
+                        .filter(std::net::Ipv4Addr::is_loopback)
+                        .ok_or_else(|| {
+                            ConfigError(format!(
+                                "DROVER_LOOPBACK={text:?}: give a loopback address, 127.x.y.z"
+                            ))
+                        })?,
+                ),
+            },
+        };
         let retry = Retry {
             max_failures: number("DROVER_MAX_FAILURES", 5, 1..=1000)? as u32,
             base: Duration::from_secs(number("DROVER_RETRY_SECONDS", 5, 1..=3600)?),
@@ -190,6 +221,7 @@ impl Config {
                 taints,
             },
             local_plans,
+            root,
             machine: None,
             retry,
         })
@@ -278,6 +310,7 @@ impl Agent {
                 dir.clone(),
                 config.dir.join("local"),
                 config.retry,
+                config.root.clone(),
                 shutdown.clone(),
             ));
         }
@@ -296,6 +329,7 @@ impl Agent {
                     slot.clone(),
                     config.retry,
                     Some(hub_files.clone()),
+                    config.root.clone(),
                     shutdown.clone(),
                 ));
             }

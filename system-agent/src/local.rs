@@ -25,11 +25,12 @@ struct Slot {
     seen: Vec<u8>,
 }
 
-/// Follows `plans` until `shutdown`, keeping records in `records`.
+/// Follows `plans` until `shutdown`, keeping records in `records`; they land where `root` says.
 pub async fn follow(
     plans: PathBuf,
     records: PathBuf,
     retry: applier::Retry,
+    root: crate::root::Root,
     shutdown: CancellationToken,
 ) {
     if let Err(e) = std::fs::create_dir_all(&records) {
@@ -65,7 +66,13 @@ pub async fn follow(
                         }
                     };
                     let stop = shutdown.child_token();
-                    tokio::spawn(applier::drive(record.clone(), retry, None, stop.clone()));
+                    tokio::spawn(applier::drive(
+                        record.clone(),
+                        retry,
+                        None,
+                        root.clone(),
+                        stop.clone(),
+                    ));
                     slots.entry(name.clone()).or_insert(Slot {
                         record,
                         stop,
@@ -164,6 +171,7 @@ mod tests {
             plans.clone(),
             records.clone(),
             applier::Retry::default(),
+            crate::root::Root::default(),
             shutdown.clone(),
         ));
         let status = until(&records.join("setup.json"), |s| {

@@ -12,10 +12,28 @@ use std::{
 
 /// The `sh` blocks of `docs/guides/<name>.md`, in order.
 pub fn blocks(name: &str) -> Vec<String> {
+    sh_blocks(&read_doc(&format!("guides/{name}.md")))
+}
+
+/// The `sh` blocks of the guide that opens `docs/<file>`: those before its `## Reference`.
+pub fn guide_blocks(file: &str) -> Vec<String> {
+    let text = read_doc(file);
+    let guide = text.split("\n## Reference\n").next().unwrap_or_default();
+    assert!(
+        guide.len() < text.len(),
+        "docs/{file} has no `## Reference` after its guide"
+    );
+    sh_blocks(guide)
+}
+
+fn read_doc(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/guides")
-        .join(format!("{name}.md"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        .join("../docs")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn sh_blocks(text: &str) -> Vec<String> {
     // A block may be indented under a numbered step: its lines lose the fence's indent.
     let mut found = Vec::new();
     let mut open: Option<(usize, Vec<&str>)> = None;

@@ -1,6 +1,6 @@
 //! Hosts for provisioning tests: one Linux network namespace per host (each with its own
-//! address on a bridge, and its own /etc/rancher, /etc/default, /etc/drover, /var/lib/rancher
-//! and /usr/local/bin by a private mount namespace), the hub on the bridge serving the air-gap
+//! address on a bridge, and its own root directory, the host command's `--root`, under which
+//! the agent and everything its plans write are kept), the hub on the bridge serving the air-gap
 //! artifacts, and the hub's host command run on each. The distribution's binary and install
 //! script among the artifacts are the `drover-sim` stand-ins (real K3s cannot be downloaded
 //! here). Needs root.
@@ -136,51 +136,15 @@ impl Site {
         // The air-gap artifacts the hub serves: for each version, the distribution's binary
         // (K3s) or tarball (RKE2), its images (these bytes) and install script (the
         // stand-ins), under the names each distribution's air-gap install uses.
-        let dist = if versions[0].contains("+rke2") {
-            sim::standin::Distribution::Rke2
-        } else {
-            sim::standin::Distribution::K3s
-        };
+        // The air-gap artifacts the hub serves: for each version, the stand-in distribution.
+        let dist = sim::standin::artifacts::distribution_of(versions[0]);
         for version in versions {
-            let artifacts = dir.join("hub/artifacts").join(version);
-            std::fs::create_dir_all(&artifacts).unwrap();
-            let sim = binary("drover-sim");
-            let install = format!(
-                "#!/bin/sh\nexec {} install {}\n",
-                sim.display(),
-                dist.name()
-            );
-            let files: Vec<(&str, Vec<u8>)> = match dist {
-                sim::standin::Distribution::K3s => vec![
-                    (
-                        "k3s",
-                        sim::standin::binary_script(dist, &sim, version).into_bytes(),
-                    ),
-                    ("k3s-airgap-images-amd64.tar.zst", b"images".to_vec()),
-                    ("k3s-install.sh", install.into_bytes()),
-                ],
-                sim::standin::Distribution::Rke2 => vec![
-                    (
-                        "rke2.linux-amd64.tar.gz",
-                        b"the stand-in writes its own binary".to_vec(),
-                    ),
-                    ("rke2-images.linux-amd64.tar.zst", b"images".to_vec()),
-                    ("sha256sum-amd64.txt", b"checksums".to_vec()),
-                    ("rke2-install.sh", install.into_bytes()),
-                ],
-            };
-            for (name, bytes) in files {
-                std::fs::write(artifacts.join(name), bytes).unwrap();
-            }
-        }
-        // The agents' image archives (stand-ins: the stand-in distribution runs the agents
-        // from this build's binaries), which air-gapped hosts fetch into the distribution's
-        // images directory.
-        let agent_images = dir.join("hub/artifacts/drover");
-        std::fs::create_dir_all(&agent_images).unwrap();
-        for image in ["cluster-agent", "node-agent"] {
-            let file = format!("drover-{image}-{}-amd64.oci.tar", env!("CARGO_PKG_VERSION"));
-            std::fs::write(agent_images.join(file), format!("{image} image")).unwrap();
+            sim::standin::artifacts::write(
+                &dir.join("hub/artifacts"),
+                version,
+                &binary("drover-sim"),
+            )
+            .unwrap();
         }
         let mut cluster = json!({"distribution": dist.name(), "version": versions[0]});
         if let (Value::Object(c), Value::Object(more)) = (&mut cluster, spec) {
@@ -469,16 +433,7 @@ impl Drop for Host {
 impl Host {
     pub fn new(base: &Path, i: usize) -> Host {
         let dir = base.join(format!("host-{i}"));
-        for sub in [
-            "etc-rancher",
-            "etc-default",
-            "etc-drover",
-            "var-lib-rancher",
-            "usr-local-bin",
-            "root",
-        ] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
+        std::fs::create_dir_all(dir.join("root")).unwrap();
         Host {
             i,
             dir,
@@ -486,14 +441,15 @@ impl Host {
         }
     }
 
-    /// `command` in the host's network namespace with its own /etc/rancher and /var/lib/rancher.
+    /// `path` on this host: under its root directory, where the host command's `--root` put
+    /// the agent, and where the agent keeps everything its plans write.
+    pub fn file(&self, path: &str) -> PathBuf {
+        self.dir.join("root").join(path.trim_start_matches('/'))
+    }
+
+    /// `command` in the host's network namespace, in a mount namespace of its own (so that a
+    /// bind mount it makes, the machines' common install root, is its host's alone).
     pub fn spawn(&self, command: &str) {
-        let script = format!(
-            "mount --bind {d}/etc-rancher /etc/rancher && mount --bind {d}/var-lib-rancher /var/lib/rancher && \
-             mount --bind {d}/usr-local-bin /usr/local/bin && mount --bind {d}/etc-drover /etc/drover && \
-             mount --bind {d}/etc-default /etc/default && {command}",
-            d = self.dir.display()
-        );
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -508,7 +464,7 @@ impl Host {
                 "private",
                 "sh",
                 "-c",
-                &script,
+                command,
             ])
             // The stand-in installer "downloads" for two seconds: time to interrupt it.
             .env("DROVER_SIM_INSTALL_SECONDS", "2")
@@ -568,8 +524,7 @@ impl Host {
             .iter()
             .filter_map(|dist| {
                 std::fs::read_to_string(
-                    self.dir
-                        .join(format!("var-lib-rancher/{dist}/drover-sim-installs")),
+                    self.file(&format!("/var/lib/rancher/{dist}/drover-sim-installs")),
                 )
                 .ok()
             })

@@ -182,6 +182,9 @@ pub struct HubProcess {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
+/// The unprivileged user tests run a person's commands as, when they run as root.
+pub const NOBODY: &str = "65534";
+
 impl HubProcess {
     /// Starts the hub on 127.0.0.1 port 0 with `data_dir`; returns once it says it is up.
     pub async fn start(data_dir: &Path) -> Self {
@@ -219,8 +222,24 @@ impl HubProcess {
 
     /// `drover-sim demo CLUSTERS`: the hub with a simulated fleet in one process, on
     /// 127.0.0.1 port 0 with `data_dir`.
+    /// As a person would run it: with no root privileges (as `nobody`, by `setpriv`, when the
+    /// tests run as root), its data directory theirs.
     pub async fn start_demo(data_dir: &Path, clusters: usize) -> Self {
-        let mut command = Command::new(binary("drover-sim"));
+        let mut command = if hosts::is_root() {
+            std::fs::create_dir_all(data_dir).unwrap();
+            let chowned = std::process::Command::new("chown")
+                .args([&format!("{NOBODY}:{NOBODY}"), data_dir.to_str().unwrap()])
+                .status()
+                .unwrap();
+            assert!(chowned.success());
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
+                .arg(binary("drover-sim"));
+            command
+        } else {
+            Command::new(binary("drover-sim"))
+        };
         command
             .args(["demo", &clusters.to_string()])
             .args(["--listen", "127.0.0.1:0"]);

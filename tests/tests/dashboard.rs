@@ -368,6 +368,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
                 ..system_agent::HostSpec::default()
             },
             local_plans: None,
+            root: system_agent::Root::default(),
             machine: None,
             retry: system_agent::Retry::default(),
         },

@@ -64,8 +64,8 @@ fn scheduled(list: &[Value]) -> Vec<String> {
 
 /// The snapshot files on host `i`, by name.
 fn files_on(site: &Site, dist: Distribution, i: usize) -> BTreeSet<String> {
-    std::fs::read_dir(site.hosts[i].dir.join(format!(
-        "var-lib-rancher/{}/server/db/snapshots",
+    std::fs::read_dir(site.hosts[i].file(&format!(
+        "/var/lib/rancher/{}/server/db/snapshots",
         dist.name()
     )))
     .map(|d| {
@@ -195,10 +195,7 @@ async fn day2(dist: Distribution, version: &str) {
         "{file}"
     );
     // The file is on the host, as the hub says.
-    let on_host = site.hosts[0]
-        .dir
-        .join("var-lib-rancher")
-        .join(file.strip_prefix("/var/lib/rancher/").unwrap());
+    let on_host = site.hosts[0].file(file);
     assert_eq!(record["sha256"], sha256(&on_host).as_str());
     assert_eq!(
         record["size"].as_u64().unwrap(),
@@ -315,8 +312,8 @@ async fn day2(dist: Distribution, version: &str) {
     // 3. Certificate rotation, host by host: the servers' certificates are new, and the
     // cluster is active again.
     let cert = |i: usize| {
-        site.hosts[i].dir.join(format!(
-            "var-lib-rancher/{name}/server/tls/client-kube-apiserver.crt"
+        site.hosts[i].file(&format!(
+            "/var/lib/rancher/{name}/server/tls/client-kube-apiserver.crt"
         ))
     };
     let before = [sha256(&cert(0)), sha256(&cert(1))];
@@ -440,7 +437,7 @@ async fn day2(dist: Distribution, version: &str) {
     }
     eprintln!("removed in {:?}", started.elapsed());
     for host in &site.hosts {
-        let bin = host.dir.join("usr-local-bin");
+        let bin = host.file("/usr/local/bin");
         assert!(
             [
                 "k3s-uninstall.sh",
@@ -454,8 +451,7 @@ async fn day2(dist: Distribution, version: &str) {
         );
         assert!(
             !host
-                .dir
-                .join(format!("var-lib-rancher/{name}/installed"))
+                .file(&format!("/var/lib/rancher/{name}/installed"))
                 .exists(),
             "host {}",
             host.i

@@ -48,7 +48,7 @@ fn mode(path: &Path) -> u32 {
 /// kubectl to host `i`'s API server directly, checking its certificate for `name`, as the
 /// cluster's admin (the distribution's own kubeconfig on that host).
 async fn direct(site: &Site, i: usize, name: &str) -> (bool, String) {
-    let kubeconfig = site.hosts[i - 1].dir.join("etc-rancher/k3s/k3s.yaml");
+    let kubeconfig = site.hosts[i - 1].file("/etc/rancher/k3s/k3s.yaml");
     let server = format!("--server=https://{}:6443", address(i));
     let tls_name = format!("--tls-server-name={name}");
     let (ok, out, err) = kubectl(
@@ -128,7 +128,7 @@ async fn the_distributions_configuration_and_registries_reach_every_host() {
 
     // config.yaml: K3s's flags as keys; the cluster's options on servers, the node options
     // (kubelet-arg; the labelled worker's own) everywhere.
-    let k3s = |i: usize, file: &str| site.hosts[i - 1].dir.join("etc-rancher/k3s").join(file);
+    let k3s = |i: usize, file: &str| site.hosts[i - 1].file("/etc/rancher/k3s").join(file);
     for i in 1..=3 {
         let config = yaml(&k3s(i, "config.yaml"));
         let server = i < 3;
@@ -190,7 +190,7 @@ async fn the_distributions_configuration_and_registries_reach_every_host() {
             0o600,
             "it holds a password"
         );
-        let files = site.hosts[i - 1].dir.join("etc-rancher/k3s/registries.d");
+        let files = site.hosts[i - 1].file("/etc/rancher/k3s/registries.d");
         assert_eq!(
             std::fs::read_to_string(files.join("registry.corp.example_5000/ca.crt")).unwrap(),
             *CA

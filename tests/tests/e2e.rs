@@ -31,6 +31,7 @@ mod machines;
 mod openid;
 mod plans;
 mod provision;
+mod provision_guide;
 mod proxy;
 mod quickstart;
 mod rbac;

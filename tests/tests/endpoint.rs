@@ -99,7 +99,7 @@ fn contexts(kubeconfig: &Path) -> Vec<String> {
 
 /// The stand-in API server's audit log, read as its admin at the host's address.
 async fn cluster_audit(site: &Site, dir: &Path) -> Vec<Value> {
-    let admin = site.hosts[0].dir.join("etc-rancher/k3s/k3s.yaml");
+    let admin = site.hosts[0].file("/etc/rancher/k3s/k3s.yaml");
     let text = std::fs::read_to_string(admin)
         .unwrap()
         .replace("127.0.0.1", &address(1));
@@ -127,7 +127,7 @@ async fn kubectl_reaches_the_cluster_directly_with_the_hubs_tokens_also_while_th
     wait_active(&site.hub, &site.admin, Duration::from_secs(180)).await;
     eprintln!("provisioned in {:?}", started.elapsed());
     // The API server was installed with the webhook: its flags in the distribution's config.
-    let config_path = site.hosts[0].dir.join("etc-rancher/k3s/config.yaml");
+    let config_path = site.hosts[0].file("/etc/rancher/k3s/config.yaml");
     let config_yaml = || std::fs::read_to_string(&config_path).unwrap();
     assert!(
         config_yaml().contains("authentication-token-webhook-config-file="),

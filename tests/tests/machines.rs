@@ -345,8 +345,7 @@ async fn a_pool_of_ssh_machines_becomes_a_cluster_and_scales_down() {
     // The stand-in's uninstall script ran on the worker's machine: its distribution is gone.
     assert!(
         !hosts[worker_index]
-            .dir
-            .join("var-lib-rancher/k3s/installed")
+            .file("/var/lib/rancher/k3s/installed")
             .exists(),
         "the worker's distribution is still installed"
     );
@@ -702,7 +701,7 @@ async fn a_pool_of_ec2_machines_boots_from_user_data_and_leaves_nothing_behind()
         let index = hypervisor.booted.lock().unwrap()[id].0;
         // The stand-in's uninstall ran on it before the instance went.
         assert!(
-            !dir.join(format!("host-{index}/var-lib-rancher/k3s/installed"))
+            !dir.join(format!("host-{index}/root/var/lib/rancher/k3s/installed"))
                 .exists(),
             "{id}'s distribution is still installed"
         );

@@ -93,7 +93,7 @@ async fn provision_and_roll(dist: Distribution) {
     assert_eq!(listed, wanted(&first), "kubectl through the hub");
     // Installed from the hub's artifacts, as an air-gapped host is.
     for host in hosts {
-        let bin = host.dir.join("usr-local-bin");
+        let bin = host.file("/usr/local/bin");
         assert_eq!(
             std::fs::read_to_string(bin.join(dist.name())).unwrap(),
             sim::standin::binary_script(dist, &tests::binary("drover-sim"), &first),
@@ -107,9 +107,7 @@ async fn provision_and_roll(dist: Distribution) {
         };
         assert!(bin.join(uninstall).exists(), "host {}: {uninstall}", host.i);
         // The agents' images from the hub, where the distribution imports images at start.
-        let images = host
-            .dir
-            .join(format!("var-lib-rancher/{}/agent/images", dist.name()));
+        let images = host.file(&format!("/var/lib/rancher/{}/agent/images", dist.name()));
         for image in ["cluster-agent", "node-agent"] {
             let file = format!("drover-{image}-{}-amd64.oci.tar", env!("CARGO_PKG_VERSION"));
             assert_eq!(

@@ -174,7 +174,7 @@ async fn hosts_reach_the_hub_through_a_proxy_or_directly_as_no_proxy_says() {
     assert!(env.contains(&format!("HTTPS_PROXY='{good}'")), "{env}");
     // The distribution's service gets the cluster's agentEnv.
     for (host, unit) in [(0, "k3s"), (1, "k3s-agent")] {
-        let path = site.hosts[host].dir.join("etc-default").join(unit);
+        let path = site.hosts[host].file("/etc/default").join(unit);
         let service_env = std::fs::read_to_string(&path).unwrap();
         assert!(
             service_env.contains(&format!("HTTPS_PROXY=\"{good}\"")),

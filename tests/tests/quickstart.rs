@@ -155,7 +155,19 @@ async fn the_readme_quick_start_works_as_written() {
         banner.iter().any(|l| l.contains("with password")),
         "{banner:?}"
     );
-    demo.kill().await.unwrap();
+    // Stopped as Ctrl-C would: its simulated hosts stop their services with it.
+    let pid = demo.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    tokio::time::timeout(Duration::from_secs(30), demo.wait())
+        .await
+        .expect("the demo stops within 30 s of Ctrl-C")
+        .unwrap();
     assert!(
         dir.join("drover-demo").is_dir(),
         "the demo keeps its state in ./drover-demo"

@@ -239,35 +239,42 @@ impl Ctx<'_> {
                     .map_or_else(String::new, |(artifacts, _)| {
                         format!("{artifacts}/{AGENT_IMAGES_DIR}")
                     });
-                let images = format!("/var/lib/rancher/{}/agent/images", dist.name());
+                let name = dist.name();
+                let images = rooted(&format!("/var/lib/rancher/{name}/agent/images"));
+                let ca = rooted(HUB_CA);
                 let agent_images: String = agent_image_archives()
                     .iter()
                     .map(|file| {
                         format!(
-                            "curl -fsS --cacert {HUB_CA} -o {images}/{file} \"{agents}/{file}\" || \
+                            "curl -fsS --cacert {ca} -o {images}/{file} \"{agents}/{file}\" || \
                              {{ echo \"the hub has no {file}: build the agents' images with scripts/images and put them in the hub's artifacts/{AGENT_IMAGES_DIR}/\" >&2; exit 1; }}\n"
                         )
                     })
                     .collect();
                 let fetch = format!(
                     "set -e\ncase \"$(uname -m)\" in aarch64|arm64) arch=arm64 ;; *) arch=amd64 ;; esac\n\
-                     fetch() {{ curl -fsS --cacert {HUB_CA} -o \"$2\" \"{base}/$1\"; }}\n\
+                     fetch() {{ curl -fsS --cacert {ca} -o \"$2\" \"{base}/$1\"; }}\n\
                      mkdir -p {images}\n{agent_images}"
                 );
                 match dist {
-                    Distribution::K3s => format!(
-                        "{fetch}mkdir -p /usr/local/bin /var/lib/rancher/k3s/agent/images\n\
-                         fetch k3s /usr/local/bin/k3s.download && chmod 0755 /usr/local/bin/k3s.download && mv -f /usr/local/bin/k3s.download /usr/local/bin/k3s\n\
-                         fetch k3s-airgap-images-$arch.tar.zst /var/lib/rancher/k3s/agent/images/k3s-airgap-images-$arch.tar.zst\n\
-                         fetch k3s-install.sh /var/lib/rancher/k3s/install.sh\n\
-                         INSTALL_K3S_SKIP_DOWNLOAD=true sh /var/lib/rancher/k3s/install.sh\n"
-                    ),
+                    Distribution::K3s => {
+                        let (bin, data) =
+                            (rooted("/usr/local/bin"), rooted("/var/lib/rancher/k3s"));
+                        format!(
+                            "{fetch}mkdir -p {bin}\n\
+                             fetch k3s {bin}/k3s.download && chmod 0755 {bin}/k3s.download && mv -f {bin}/k3s.download {bin}/k3s\n\
+                             fetch k3s-airgap-images-$arch.tar.zst {images}/k3s-airgap-images-$arch.tar.zst\n\
+                             fetch k3s-install.sh {data}/install.sh\n\
+                             INSTALL_K3S_SKIP_DOWNLOAD=true sh {data}/install.sh\n"
+                        )
+                    }
                     Distribution::Rke2 => format!(
-                        "{fetch}dir=/var/lib/rancher/rke2/artifacts\nmkdir -p $dir\n\
-                         for f in rke2.linux-$arch.tar.gz rke2-images.linux-$arch.tar.zst sha256sum-$arch.txt; do fetch $f $dir/$f; done\n\
-                         fetch rke2-install.sh $dir/install.sh\n\
-                         INSTALL_RKE2_ARTIFACT_PATH=$dir sh $dir/install.sh\n\
-                         systemctl enable rke2-{kind} && systemctl restart rke2-{kind}\n"
+                        "{fetch}dir={}\nmkdir -p \"$dir\"\n\
+                         for f in rke2.linux-$arch.tar.gz rke2-images.linux-$arch.tar.zst sha256sum-$arch.txt; do fetch $f \"$dir/$f\"; done\n\
+                         fetch rke2-install.sh \"$dir/install.sh\"\n\
+                         INSTALL_RKE2_ARTIFACT_PATH=\"$dir\" sh \"$dir/install.sh\"\n\
+                         systemctl enable rke2-{kind} && systemctl restart rke2-{kind}\n",
+                        rooted("/var/lib/rancher/rke2/artifacts")
                     ),
                 }
             }
@@ -300,10 +307,17 @@ impl Ctx<'_> {
         };
         Instruction {
             name: "uninstall".into(),
-            script: script.into(),
+            script: rooted(script),
             ..Instruction::default()
         }
     }
+}
+
+/// `path` in a script, under the host's root: the system-agent gives every instruction
+/// `DROVER_ROOT` (empty on a host of its own, a directory on one that shares its machine), and
+/// the plan's scripts put it before every path they name.
+pub(super) fn rooted(path: &str) -> String {
+    format!("\"$DROVER_ROOT{path}\"")
 }
 
 /// Seconds a new server is given to write its node token.
@@ -367,13 +381,14 @@ pub(super) fn host_plan(
     if step == Step::Init {
         let unit = unit(ctx.dist, server);
         let log = format!("$(journalctl -u {unit} -n 5 --no-pager 2>/dev/null | tr '\\n' ' ')");
+        let token = rooted(&format!("{data}/server/node-token"));
         instructions.push(Instruction {
             name: NODE_TOKEN.into(),
             // The server writes it seconds after it starts: a service that failed is said at
             // once, one that is still silent after two minutes with the end of its log.
             script: format!(
                 "for i in $(seq {NODE_TOKEN_WAIT}); do\n\
-                 [ -s {data}/server/node-token ] && exec cat {data}/server/node-token\n\
+                 [ -s {token} ] && exec cat {token}\n\
                  if systemctl is-failed --quiet {unit} 2>/dev/null; then echo \"the {unit} service failed before writing its node token; its log ends with: {log}\" >&2; exit 1; fi\n\
                  sleep 1\ndone\n\
                  echo \"the {unit} service has not written its node token after {NODE_TOKEN_WAIT} s; its log ends with: {log}\" >&2\nexit 1\n"

@@ -7,7 +7,7 @@
 //! a hub that restarts carries on where it was, and each step's task has its own checksum, so
 //! no step runs twice. The planner carries a pass out (`Planner::restore`).
 
-use proto::plan::v1::{Download, Plan};
+use proto::plan::v1::{Download, Instruction, Plan};
 use serde::{Deserialize, Serialize};
 
 use super::tasks::{Cluster, Progress, SnapshotStatus, Task, step, task_plan, task_state};
@@ -253,11 +253,14 @@ fn rejoin(
         }
         let mut steps = Vec::new();
         if spec.roles.etcd {
-            steps.push(step(
-                "remove-etcd-member-data",
-                "rm",
-                &["-rf", &format!("{}/server/db/etcd", c.data_dir())],
-            ));
+            steps.push(Instruction {
+                name: "remove-etcd-member-data".into(),
+                script: format!(
+                    "rm -rf {}",
+                    super::host_plan::rooted(&format!("{}/server/db/etcd", c.data_dir()))
+                ),
+                ..Instruction::default()
+            });
         }
         steps.push(step("start", "systemctl", &["start", c.unit(spec)]));
         let plan = task_plan(id, steps, c.probes(name));

@@ -173,12 +173,13 @@ fn take(c: &Cluster<'_>, snapshot: &Object, hub_files: bool) -> Option<Step> {
         return Some(Step::Claim(kept));
     }
     let dist = c.dist.name();
+    // The file is named as the host knows it (without its root, if it has one).
     let script = format!(
         "set -e\n{dist} etcd-snapshot save --name \"$1\"\n\
-         f=$(ls -1t {data}/server/db/snapshots/\"$1\"-* | head -n 1)\n\
-         echo \"file=$f\"\necho \"size=$(stat -c %s \"$f\")\"\n\
+         f=$(ls -1t {snapshots}/\"$1\"-* | head -n 1)\n\
+         echo \"file=${{f#\"$DROVER_ROOT\"}}\"\necho \"size=$(stat -c %s \"$f\")\"\n\
          echo \"sha256=$(sha256sum \"$f\" | cut -d ' ' -f 1)\"\n",
-        data = c.data_dir()
+        snapshots = super::host_plan::rooted(&format!("{}/server/db/snapshots", c.data_dir()))
     );
     let mut plan = task_plan(
         &snapshot.metadata.uid,

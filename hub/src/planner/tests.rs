@@ -388,7 +388,7 @@ async fn air_gapped_hosts_fetch_the_artifacts_from_the_hub_trusting_its_ca() {
     let script = &plan.instructions[0].script;
     assert!(
         script.contains("https://hub.example:8443/v3/artifacts/v1.33.4+k3s1")
-            && script.contains("--cacert /etc/drover/hub-ca.pem")
+            && script.contains("--cacert \"$DROVER_ROOT/etc/drover/hub-ca.pem\"")
             && script.contains("INSTALL_K3S_SKIP_DOWNLOAD=true"),
         "{script}"
     );

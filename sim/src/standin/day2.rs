@@ -63,7 +63,7 @@ fn flag<'a>(args: &[&'a str], name: &str) -> Option<&'a str> {
 }
 
 fn snapshot_dir(dist: Distribution, args: &[&str]) -> PathBuf {
-    flag(args, "etcd-snapshot-dir").map_or_else(|| dist.snapshot_dir(), PathBuf::from)
+    flag(args, "etcd-snapshot-dir").map_or_else(|| dist.snapshot_dir(), super::rooted)
 }
 
 /// `etcd-snapshot save [--name N] [--etcd-snapshot-dir D]`: `<D>/<N>-<node>-<unix time>`, as
@@ -89,9 +89,12 @@ fn save(dist: Distribution, args: &[&str]) -> Result<String, String> {
 fn running_state() -> Result<String, String> {
     use std::io::{Read, Write};
     let failed = |e: std::io::Error| {
-        format!("etcd-snapshot: the server is not running or not answering on 127.0.0.1:2381 ({e})")
+        format!(
+            "etcd-snapshot: the server is not running or not answering on {}:2381 ({e})",
+            super::loopback()
+        )
     };
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", 2381)).map_err(failed)?;
+    let mut stream = std::net::TcpStream::connect((super::loopback(), 2381)).map_err(failed)?;
     stream
         .set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .map_err(failed)?;
@@ -196,7 +199,7 @@ fn reset(dist: Distribution, args: &[&str]) -> Result<String, String> {
         // stand-in's datastore has no members to forget.
         return Ok("Managed etcd cluster membership has been reset, restart without --cluster-reset flag now.".into());
     };
-    let text = std::fs::read_to_string(from).map_err(|e| format!("{from}: {e}"))?;
+    let text = std::fs::read_to_string(super::rooted(from)).map_err(|e| format!("{from}: {e}"))?;
     serde_json::from_str::<Value>(&text)
         .map_err(|e| format!("{from}: not a snapshot this server can restore: {e}"))?;
     write_private(&db, &text)?;

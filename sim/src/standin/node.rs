@@ -22,8 +22,9 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
     let config = NodeConfig::read(dist)?;
     let node = config.node_name();
     let mut tasks = tokio::task::JoinSet::new();
+    let loopback = super::loopback();
     tasks.spawn(serve_health(
-        ([127, 0, 0, 1], 10248).into(),
+        (loopback, 10248).into(),
         "/healthz",
         "ok",
         shutdown.clone(),
@@ -49,7 +50,12 @@ pub async fn serve_node(dist: Distribution, shutdown: CancellationToken) -> Resu
         };
         let sim = SimCluster::start_with(
             SimConfig {
-                listen: ([0, 0, 0, 0], 6443).into(),
+                // Every address, as K3s; a host sharing its machine only its own.
+                listen: if loopback == std::net::Ipv4Addr::LOCALHOST {
+                    ([0, 0, 0, 0], 6443).into()
+                } else {
+                    (loopback, 6443).into()
+                },
                 nodes: 0,
                 pods: 0,
                 version: Some(installed.version.clone()),
@@ -240,7 +246,7 @@ async fn serve_etcd(
     state: Option<std::sync::Arc<dyn Fn() -> Value + Send + Sync>>,
     shutdown: CancellationToken,
 ) {
-    let addr: SocketAddr = ([127, 0, 0, 1], 2381).into();
+    let addr: SocketAddr = (super::loopback(), 2381).into();
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => {

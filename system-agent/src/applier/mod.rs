@@ -8,7 +8,7 @@ use futures::future::join_all;
 use proto::plan::v1::{InstructionResult, Plan, PlanState, PlanStatus, ProbeStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::{exec, files, probe, record::Record, transfer};
+use crate::{exec, files, probe, record::Record, root::Root, transfer};
 
 /// How failures are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,11 +80,12 @@ fn next(checksum: &str, plan: &Plan, status: &PlanStatus, retry: &Retry) -> Next
 /// Drives `record`'s plan until `shutdown`: applies new plans, retries failed ones, and keeps
 /// the applied one's periodic instructions and probes reporting.
 /// `hub` moves the plans' files (`None`: plans that name files to move fail, as local plans
-/// have no hub).
+/// have no hub). `root` says where the plans land (see [`Root`]).
 pub async fn drive(
     record: Arc<Record>,
     retry: Retry,
     hub: Option<transfer::Hub>,
+    root: Root,
     shutdown: CancellationToken,
 ) {
     stop_leftover(&record);
@@ -97,13 +98,13 @@ pub async fn drive(
         let work = async {
             match step {
                 Next::Nothing => std::future::pending().await,
-                Next::Apply => apply(&record, &checksum, &plan, &retry, hub.as_ref()).await,
+                Next::Apply => apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await,
                 Next::RetryAfter(wait) => {
                     tracing::info!(plan = %short(&checksum), ?wait, "retrying the failed plan after a wait");
                     tokio::time::sleep(wait).await;
-                    apply(&record, &checksum, &plan, &retry, hub.as_ref()).await;
+                    apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await;
                 }
-                Next::Monitor => monitor(&record, &plan).await,
+                Next::Monitor => monitor(&record, &root.place(plan), &root).await,
             }
         };
         tokio::select! {
@@ -145,6 +146,7 @@ async fn apply(
     plan: &Plan,
     retry: &Retry,
     hub: Option<&transfer::Hub>,
+    root: &Root,
 ) {
     let max = retry.max(plan);
     let recorded = record.record(|s| {
@@ -164,7 +166,7 @@ async fn apply(
         return;
     }
     tracing::info!(plan = %short(checksum), "applying a plan");
-    let outcome = attempt(record, plan, hub).await;
+    let outcome = attempt(record, plan, hub, root).await;
     let finished = record.record(|s| match &outcome {
         Ok(()) => {
             s.state = PlanState::Applied as i32;
@@ -199,9 +201,16 @@ pub fn check_plan(plan: &Plan) -> Result<(), String> {
     transfer::check(&plan.downloads, &plan.uploads)
 }
 
-async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> Result<(), String> {
-    // Nothing is touched unless every entry makes sense.
+async fn attempt(
+    record: &Record,
+    plan: &Plan,
+    hub: Option<&transfer::Hub>,
+    root: &Root,
+) -> Result<(), String> {
+    // Nothing is touched unless every entry makes sense, as the hub wrote it.
     check_plan(plan)?;
+    root.prepare()?;
+    let plan = &root.place(plan.clone());
     let moving = !plan.downloads.is_empty() || !plan.uploads.is_empty();
     if moving && hub.is_none() {
         return Err("this plan moves files to or from the hub, and it has no hub".into());
@@ -211,11 +220,9 @@ async fn attempt(record: &Record, plan: &Plan, hub: Option<&transfer::Hub>) -> R
             transfer::download(hub, download).await?;
         }
     }
-    for file in &plan.files {
-        files::apply(file)?;
-    }
+    root.confined(|| plan.files.iter().try_for_each(files::apply))?;
     for instruction in &plan.instructions {
-        let mut result = exec::run(instruction, |pid| {
+        let mut result = exec::run(instruction, root, |pid| {
             let running =
                 exec::start_time(pid).map(|start_time| crate::record::Running { pid, start_time });
             if let Err(e) = record.set_running(running) {
@@ -277,7 +284,7 @@ fn last_lines(text: &str) -> String {
 }
 
 /// Keeps the applied plan's periodic instructions and probes going; never returns.
-async fn monitor(record: &Record, plan: &Plan) {
+async fn monitor(record: &Record, plan: &Plan, root: &Root) {
     let periodic = plan.periodic.iter().filter_map(|p| {
         let instruction = p.instruction.clone()?;
         let period = Duration::from_secs(if p.period_seconds == 0 {
@@ -289,7 +296,7 @@ async fn monitor(record: &Record, plan: &Plan) {
             let mut ticks = tokio::time::interval(period);
             loop {
                 ticks.tick().await;
-                let result = exec::run(&instruction, drop).await;
+                let result = exec::run(&instruction, root, drop).await;
                 keep_periodic(record, result);
             }
         })

@@ -54,7 +54,13 @@ async fn drive_within(
         .set_desired(checksum(plan), Some(plan.clone()))
         .unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(drive(record.clone(), retry, None, shutdown.clone()));
+    let task = tokio::spawn(drive(
+        record.clone(),
+        retry,
+        None,
+        crate::root::Root::default(),
+        shutdown.clone(),
+    ));
     let deadline = tokio::time::Instant::now() + within;
     let status = loop {
         let status = record.status();

@@ -115,7 +115,10 @@ fn tasks(pass: &Pass) -> Vec<(String, Vec<String>)> {
             let steps = plan
                 .instructions
                 .iter()
-                .map(|i| format!("{} {}", i.command, i.args.join(" ")))
+                .map(|i| match i.script.is_empty() {
+                    true => format!("{} {}", i.command, i.args.join(" ")),
+                    false => i.script.clone(),
+                })
                 .collect();
             (host.clone(), steps)
         })
@@ -156,7 +159,7 @@ fn a_restore_stops_every_host_resets_etcd_then_rejoins_servers_one_by_one_then_w
             vec![(
                 "bb",
                 vec![
-                    "rm -rf /var/lib/rancher/k3s/server/db/etcd",
+                    "rm -rf \"$DROVER_ROOT/var/lib/rancher/k3s/server/db/etcd\"",
                     "systemctl start k3s",
                 ],
             )],

@@ -541,7 +541,7 @@ fn a_removed_host_is_uninstalled_then_released() {
     assert_eq!(drain.as_deref(), Some("node-bb"));
     assert_eq!(
         plan.instructions[0].script,
-        "/usr/local/bin/k3s-agent-uninstall.sh"
+        "\"$DROVER_ROOT/usr/local/bin/k3s-agent-uninstall.sh\""
     );
     // A server runs the server's uninstall script.
     let mut server = host("a", "all", "10.0.0.1");
@@ -555,7 +555,7 @@ fn a_removed_host_is_uninstalled_then_released() {
     };
     assert_eq!(
         server_plan.instructions[0].script,
-        "/usr/local/bin/k3s-uninstall.sh"
+        "\"$DROVER_ROOT/usr/local/bin/k3s-uninstall.sh\""
     );
     // A machine of a pool with drainBeforeDelete is drained all the same.
     server

@@ -255,8 +255,15 @@ enum ClusterCommand {
     /// Show one cluster
     Get { name: String },
     /// Delete a cluster: its hosts run their uninstall plan, its agents' credentials are
-    /// revoked, and what Drover created in an imported cluster is removed; waits until done
-    Delete { name: String },
+    /// revoked, and what Drover created in an imported cluster is removed; waits until done,
+    /// saying what it waits on
+    Delete {
+        name: String,
+        /// Remove it without waiting for its hosts to uninstall (they are gone for good): their
+        /// credentials are revoked and they are forgotten; what they ran keeps running
+        #[arg(long)]
+        force: bool,
+    },
     /// Take an etcd snapshot of a custom cluster now (waits until it is saved)
     Snapshot {
         cluster: String,
@@ -489,7 +496,7 @@ where
                 }
                 ClusterCommand::List => Request::ClusterList,
                 ClusterCommand::Get { name } => Request::ClusterGet { name },
-                ClusterCommand::Delete { name } => Request::ClusterDelete { name },
+                ClusterCommand::Delete { name, force } => Request::ClusterDelete { name, force },
                 ClusterCommand::Snapshot {
                     cluster,
                     name,

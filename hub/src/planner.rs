@@ -539,29 +539,32 @@ impl Planner {
                         tracing::info!(host = %name, %node, "cannot delete the node: {why}");
                     }
                 }
-                let mut ops = vec![Op::Delete {
-                    kind: Kind::Plan.name().into(),
-                    name: name.clone(),
-                    resource_version: None,
-                }];
-                // The machine's agent loses its credential with the host: a host registered
-                // again later gets a new one.
-                if let Some(token) =
-                    crate::agents::host_credential(self.store.as_ref(), host).await?
-                {
-                    ops.push(Op::Delete {
-                        kind: Kind::Token.name().into(),
-                        resource_version: Some(token.revision()),
-                        name: token.metadata.name,
-                    });
-                }
-                let mut host = host.clone();
-                host.metadata.finalizers.retain(|f| f != FINALIZER);
+                let ops = self.release(host).await?;
                 tracing::info!(host = %name, "uninstalled; removing the host and its credential");
-                ops.push(Op::Update(host));
                 self.store.transact(ops).await.map(drop)
             }
         }
+    }
+
+    /// What lets a deleted host go: its plan deleted, its agent's credential revoked (a host
+    /// registered again later gets a new one), and the planner's finalizer off it.
+    async fn release(&self, host: &Object) -> Result<Vec<Op>, StoreError> {
+        let mut ops = vec![Op::Delete {
+            kind: Kind::Plan.name().into(),
+            name: host.metadata.name.clone(),
+            resource_version: None,
+        }];
+        if let Some(token) = crate::agents::host_credential(self.store.as_ref(), host).await? {
+            ops.push(Op::Delete {
+                kind: Kind::Token.name().into(),
+                resource_version: Some(token.revision()),
+                name: token.metadata.name,
+            });
+        }
+        let mut host = host.clone();
+        host.metadata.finalizers.retain(|f| f != FINALIZER);
+        ops.push(Op::Update(host));
+        Ok(ops)
     }
 
     /// Drains `node` through the cluster's agent: `Ok` once drained, else why not yet.

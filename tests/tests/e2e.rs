@@ -26,6 +26,7 @@ mod hub;
 mod images;
 mod import;
 mod install;
+mod local_hosts;
 mod machine_failures;
 mod machines;
 mod openid;

@@ -243,6 +243,9 @@ impl ListParams {
 pub struct DeleteParams {
     #[serde(default)]
     pub resource_version: Option<u64>,
+    /// A cluster only: removed without waiting for its hosts to uninstall (they are gone).
+    #[serde(default)]
+    pub force: bool,
 }
 
 pub(crate) type PathKindName = Path<(String, String)>;

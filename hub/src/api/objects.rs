@@ -841,6 +841,28 @@ pub(super) async fn delete(
             ));
         }
     }
+    if params.force {
+        if kind != Kind::Cluster {
+            return Err(ApiError::bad_request(format!(
+                "force applies to clusters only (a cluster whose hosts are gone), not to {}",
+                kind.name()
+            )));
+        }
+        // Said on the cluster first, so the planner's removal (this delete's, or one already
+        // waiting on its hosts) stops waiting for them.
+        let asked = format!("{} at {}", principal.user, crate::store::now_rfc3339());
+        api.store
+            .transact(vec![crate::store::Op::Modify {
+                kind: kind.name().into(),
+                name: name.clone(),
+                change: crate::store::Modifier::new(move |c| {
+                    c.metadata
+                        .annotations
+                        .insert(crate::model::REMOVE_ANYWAY.to_owned(), asked.clone());
+                }),
+            }])
+            .await?;
+    }
     let deleted = api
         .store
         .delete(kind.name(), &name, params.resource_version)

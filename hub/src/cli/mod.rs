@@ -88,6 +88,8 @@ pub enum Request {
     },
     ClusterDelete {
         name: String,
+        /// Without waiting for its hosts.
+        force: bool,
     },
     SnapshotCreate {
         cluster: String,
@@ -326,7 +328,14 @@ pub async fn run(
         ),
         Request::ClusterList => ("GET", "/v1/clusters".to_owned(), None),
         Request::ClusterGet { name } => ("GET", format!("/v1/clusters/{name}"), None),
-        Request::ClusterDelete { name } => ("DELETE", format!("/v1/clusters/{name}"), None),
+        Request::ClusterDelete { name, force } => (
+            "DELETE",
+            match force {
+                true => format!("/v1/clusters/{name}?force=true"),
+                false => format!("/v1/clusters/{name}"),
+            },
+            None,
+        ),
         Request::SnapshotCreate {
             cluster,
             name,
@@ -516,9 +525,21 @@ pub async fn run(
     // As kubectl waits for finalizers: a cluster is deleted once its cleanup is done, a
     // snapshot taken once it is saved.
     match &request {
-        Request::ClusterDelete { name } => {
+        Request::ClusterDelete { name, .. } => {
+            // What the removal waits on changes as hosts uninstall: said as it changes.
+            let said = std::sync::Mutex::new(String::new());
             until(&client, &saved, &format!("/v1/clusters/{name}"), |v| {
-                v.is_none().then_some(Ok(()))
+                let Some(v) = v else { return Some(Ok(())) };
+                let now = text(&v["state"]["message"]);
+                let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+                if !now.is_empty() && *said != now {
+                    #[allow(clippy::print_stderr)]
+                    {
+                        eprintln!("{now}");
+                    }
+                    *said = now;
+                }
+                None
             })
             .await?;
         }

@@ -98,7 +98,7 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                 text(&value["metadata"]["name"])
             ),
             Request::ProjectRemoveMember { binding } => format!("Binding {binding} removed.\n"),
-            Request::ClusterDelete { name } => format!("Cluster {name} deleted.\n"),
+            Request::ClusterDelete { name, .. } => format!("Cluster {name} deleted.\n"),
             Request::SnapshotCreate { name, .. } => format!(
                 "Snapshot {name} saved on {}: {} ({} bytes, sha256 {}).\n",
                 text(&value["status"]["host"]),

@@ -220,6 +220,22 @@ function setupClusterActions() {
       download.textContent = "Kubeconfig downloaded";
     });
   }
+  // Deleting waits for the hosts to uninstall; removing anyway (hosts gone for good) does not.
+  for (const [id, force] of [["delete-cluster", false], ["remove-anyway", true]]) {
+    const button = document.getElementById(id);
+    if (!button) continue;
+    button.addEventListener("click", async () => {
+      const { cluster, hosts } = button.dataset;
+      const question = force
+        ? `Remove cluster ${cluster} without its hosts? These hosts are forgotten and may keep running its distribution: ${hosts}.`
+        : `Delete cluster ${cluster}? Its hosts uninstall its distribution, and its agents' credentials are revoked.`;
+      if (!window.confirm(question)) return;
+      const path = `/v1/clusters/${encodeURIComponent(cluster)}${force ? "?force=true" : ""}`;
+      const result = await apiCall("DELETE", path);
+      if (result.ok) window.location.reload();
+      else showError("delete-cluster-error", result);
+    });
+  }
   const pause = document.getElementById("pause");
   if (pause) {
     pause.addEventListener("click", async () => {

@@ -584,6 +584,14 @@ pub(super) async fn one(
     } else {
         String::new()
     };
+    let remove = if owner {
+        match removal(&dash, &shown, &name).await {
+            Ok(section) => section,
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        String::new()
+    };
     let summary = dash
         .health
         .cluster_summaries()
@@ -603,6 +611,7 @@ pub(super) async fn one(
 <p class="error" role="alert" id="kubeconfig-error"></p>
 {pause}
 {register}
+{remove}
 <h2>{machines_title}</h2>
 <table class="list" id="machines" data-watch="/v1/hosts?watch=true" data-rows="/clusters/{title}/machines?part=rows" data-poll="10">
 <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
@@ -622,6 +631,41 @@ pub(super) async fn one(
         events = escape(&events_url),
     );
     page(&name, Some(&principal), "clusters", &content)
+}
+
+/// An owner's way to delete the cluster; once it is being removed and still has hosts, the way
+/// to remove it anyway (its hosts gone for good), whose confirmation names the hosts that may
+/// keep running.
+async fn removal(dash: &Dash, shown: &Value, name: &str) -> Result<String, ApiError> {
+    if shown["metadata"]["deletionTimestamp"].is_null() {
+        return Ok(format!(
+            r#"<button type="button" class="danger" id="delete-cluster" data-cluster="{name}">Delete cluster</button>
+<p class="error" role="alert" id="delete-cluster-error"></p>"#,
+            name = escape(name)
+        ));
+    }
+    let (hosts, _) = dash
+        .api
+        .store
+        .list(Kind::Host.name(), &LabelSelector::everything())
+        .await?;
+    let hosts: Vec<String> = hosts
+        .iter()
+        .filter(|h| h.spec["cluster"].as_str() == Some(name))
+        .map(|h| match h.spec["nodeName"].as_str() {
+            Some(node) if !node.is_empty() => format!("{node} ({})", h.metadata.name),
+            _ => h.metadata.name.clone(),
+        })
+        .collect();
+    if hosts.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(format!(
+        r#"<button type="button" class="danger" id="remove-anyway" data-cluster="{name}" data-hosts="{hosts}">Remove anyway</button>
+<p class="error" role="alert" id="delete-cluster-error"></p>"#,
+        name = escape(name),
+        hosts = escape(&hosts.join(", ")),
+    ))
 }
 
 #[cfg(test)]

@@ -104,6 +104,17 @@ impl Health {
                             object.metadata.name
                         );
                         self.events.normal("Removed", &subject, message);
+                        // Removed anyway: what was not cleaned, as a warning that stays.
+                        let anyway = Status::of(object).conditions.into_iter().find(|c| {
+                            c.kind == "Removed" && c.reason == crate::model::REMOVED_ANYWAY
+                        });
+                        if let Some(condition) = anyway {
+                            self.events.warning(
+                                crate::model::REMOVED_ANYWAY,
+                                &subject,
+                                format!("cluster {}: {}", object.metadata.name, condition.message),
+                            );
+                        }
                     }
                     continue;
                 }

@@ -364,3 +364,10 @@ pub fn concurrency(text: &str, of: usize) -> Option<usize> {
         None => text.parse().ok().filter(|n| *n >= 1),
     }
 }
+
+/// The annotation that removes a cluster without waiting for its hosts (`drover-hub cluster
+/// delete --force`, `DELETE /v1/clusters/NAME?force=true`, the dashboard's "Remove anyway"):
+/// who asked, and when.
+pub const REMOVE_ANYWAY: &str = "drover.io/remove-anyway";
+/// The `Removed` condition's reason on a cluster removed anyway.
+pub const REMOVED_ANYWAY: &str = "RemovedAnyway";

@@ -116,8 +116,16 @@ impl State {
 /// still provisioning or updating; active when every condition holds.
 pub fn derive_state(kind: Kind, meta: &ObjectMeta, status: &Status, spec: &Value) -> State {
     if meta.deletion_timestamp.is_some() {
-        let waiting = meta.finalizers.join(", ");
-        return State::new("removing", format!("waiting for {waiting}"), false, true);
+        // What the removal itself says it waits on, else whose finalizers are left.
+        let said = status
+            .conditions
+            .iter()
+            .find(|c| c.kind == "Removed" && c.status != "True" && !c.message.is_empty());
+        let message = match said {
+            Some(c) => c.message.clone(),
+            None => format!("waiting for {}", meta.finalizers.join(", ")),
+        };
+        return State::new("removing", message, false, true);
     }
     let failed = |c: &Condition| {
         c.status == "False" && (c.reason.contains("Error") || c.reason.contains("Failed"))

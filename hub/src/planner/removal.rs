@@ -27,9 +27,63 @@ use time::OffsetDateTime;
 use super::{Ctx, FINALIZER, Planner};
 use crate::{
     model::update_status,
-    model::{ClusterSpec, ClusterType, Kind},
+    model::{ClusterSpec, ClusterType, Kind, REMOVE_ANYWAY, REMOVED_ANYWAY},
     store::{LabelSelector, Object, Op, StoreError},
 };
+
+/// A host's name as a person knows it: its node's, and the hub's.
+fn host_label(host: &Object) -> String {
+    match host.spec.get("nodeName").and_then(Value::as_str) {
+        Some(node) if !node.is_empty() => format!("{node} ({})", host.metadata.name),
+        _ => host.metadata.name.clone(),
+    }
+}
+
+/// What a cluster removed anyway leaves behind: its hosts, which may still run the
+/// distribution.
+fn left_running(hosts: &[&Object]) -> String {
+    let names: Vec<String> = hosts.iter().map(|h| host_label(h)).collect();
+    format!(
+        "removed without uninstalling from its hosts, which may still run its distribution: {}; \
+         on each, run /usr/local/bin/k3s-uninstall.sh (k3s-agent-uninstall.sh on a worker, \
+         rke2-uninstall.sh for RKE2) and drover-system-agent-uninstall.sh",
+        names.join(", ")
+    )
+}
+
+/// What an ordinary removal waits on: each host and where it stands, since when, and the way
+/// out. Nothing in it moves by itself (no elapsed time): the planner wakes on its own writes,
+/// and a message that changed every pass would be written every pass.
+fn waiting_on(cluster: &Object, hosts: &[&Object]) -> String {
+    let hosts: Vec<String> = hosts
+        .iter()
+        .map(|h| {
+            let state = crate::model::derive_state(
+                Kind::Host,
+                &h.metadata,
+                &crate::model::Status::of(h),
+                &h.spec,
+            );
+            match state.message.is_empty() {
+                true => format!("{} ({})", host_label(h), state.state),
+                false => format!("{} ({}: {})", host_label(h), state.state, state.message),
+            }
+        })
+        .collect();
+    let since = cluster
+        .metadata
+        .deletion_timestamp
+        .as_deref()
+        .map(|t| format!(" since {t}"))
+        .unwrap_or_default();
+    format!(
+        "removing: waiting{since} for {} host(s) to run their uninstall plan: {}; if they are \
+         gone for good, `drover-hub cluster delete {} --force` removes the cluster without them",
+        hosts.len(),
+        hosts.join("; "),
+        cluster.metadata.name
+    )
+}
 
 /// How long an imported cluster's removal waits for its agent to clean the cluster.
 const DOWNSTREAM_WAIT: Duration = Duration::from_secs(120);
@@ -70,8 +124,18 @@ impl Planner {
         if !cluster.metadata.finalizers.iter().any(|f| f == FINALIZER) {
             return Ok(());
         }
-        // 1. Hosts: each uninstalls, then goes.
+        // 1. Hosts: each uninstalls, then goes; removed anyway, they go at once.
         if !hosts.is_empty() {
+            let anyway = cluster.metadata.annotations.contains_key(REMOVE_ANYWAY);
+            if anyway {
+                // Said before they are forgotten, and kept on the cluster to its last write,
+                // whose deletion the hub's events report as a warning.
+                let message = left_running(hosts);
+                update_status(self.store.as_ref(), Kind::Cluster, name, move |s| {
+                    s.set_condition_to("Removed", None, REMOVED_ANYWAY, &message);
+                })
+                .await?;
+            }
             for host in hosts {
                 if host.metadata.deletion_timestamp.is_none() {
                     match self
@@ -82,14 +146,18 @@ impl Planner {
                         Ok(_) | Err(StoreError::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
+                } else if anyway {
+                    tracing::warn!(cluster = %name, host = %host.metadata.name, "removed anyway: the host is forgotten without uninstalling");
+                    let ops = self.release(host).await?;
+                    self.store.transact(ops).await?;
                 } else if let Some(ctx) = ctx {
                     self.remove(ctx, cluster, host, plans, false).await?;
                 }
             }
-            let message = format!(
-                "removing: waiting for {} host(s) to run their uninstall plan",
-                hosts.len()
-            );
+            if anyway {
+                return Ok(());
+            }
+            let message = waiting_on(cluster, hosts);
             return update_status(self.store.as_ref(), Kind::Cluster, name, move |s| {
                 s.set_condition_to("Removed", None, "Removing", &message);
             })

@@ -125,3 +125,48 @@ fn the_last_write_deletes_the_clusters_objects_clearing_their_finalizers_then_le
         ]
     );
 }
+
+#[test]
+fn an_ordinary_removal_says_whom_it_waits_on_since_when_and_the_way_out() {
+    let c = cluster("custom");
+    let mut gone = object(
+        "Host",
+        "h-1",
+        json!({"cluster": "edge", "nodeName": "node-1"}),
+    );
+    gone.metadata.deletion_timestamp = Some("2026-03-04T10:00:00Z".into());
+    let unnamed = object("Host", "h-2", json!({"cluster": "edge"}));
+    let message = waiting_on(&c, &[&gone, &unnamed]);
+    assert!(
+        message.starts_with(
+            "removing: waiting since 2026-03-04T10:00:00Z for 2 host(s) to run their uninstall plan: node-1 (h-1) ("
+        ),
+        "{message}"
+    );
+    assert!(message.contains("; h-2 ("), "{message}");
+    assert!(
+        message
+            .ends_with("`drover-hub cluster delete edge --force` removes the cluster without them"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_removal_anyway_names_the_hosts_that_may_still_run_the_distribution() {
+    let a = object(
+        "Host",
+        "h-1",
+        json!({"cluster": "edge", "nodeName": "node-1"}),
+    );
+    let b = object(
+        "Host",
+        "h-2",
+        json!({"cluster": "edge", "nodeName": "node-2"}),
+    );
+    let message = left_running(&[&a, &b]);
+    assert!(
+        message.contains("may still run its distribution: node-1 (h-1), node-2 (h-2);"),
+        "{message}"
+    );
+    assert!(message.contains("k3s-uninstall.sh"), "{message}");
+}

@@ -1,0 +1,337 @@
+//! Custom clusters on `drover-sim host`s (real system-agents, each in a root directory and on a
+//! loopback address of its own, no root privileges): a failed download explained within
+//! seconds wherever a person looks, and a cluster whose hosts are gone removed anyway.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use tests::{
+    HubProcess, api, binary,
+    browser::{Browser, Driver},
+    create_custom_cluster, hub_cli, login, temp_dir,
+};
+
+/// One `drover-sim host` process; stopped (as Ctrl-C would: its services with it) when dropped.
+struct LocalHost {
+    child: std::process::Child,
+}
+
+impl LocalHost {
+    fn start(hub: &HubProcess, token: &str, name: &str, address: &str, dir: &Path) -> Self {
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = std::process::Command::new(binary("drover-sim"))
+            .args(["host", name, "--server", &hub.url(), "--ca-checksum"])
+            .arg(&hub.ca_checksum)
+            .args(["--address", address, "--all-roles", "--dir"])
+            .arg(dir.join(name))
+            .env("DROVER_TOKEN", token)
+            .env("DROVER_RETRY_SECONDS", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self { child }
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &self.child.id().to_string()])
+                .status();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for LocalHost {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Polls `path` as the admin until `done` accepts it; panics after `within`.
+async fn until(
+    hub: &HubProcess,
+    admin: &str,
+    path: &str,
+    within: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, value) = api(hub.addr, "GET", path, Some(admin), None).await;
+        if done(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{path}: {value:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn set(hub: &HubProcess, admin: &str, setting: &str, value: &str) {
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/settings",
+        Some(admin),
+        Some(json!({"metadata": {"name": setting}, "spec": {"value": value}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
+/// `browser` signed in to the dashboard as admin.
+async fn signed_in(browser: &Browser<'_>, hub: &HubProcess) {
+    browser.goto(&format!("{}/login", hub.url())).await;
+    browser.type_into("#username", "admin").await;
+    browser
+        .type_into("#password", hub.admin_password.as_deref().unwrap())
+        .await;
+    browser.click("form#login button[type=submit]").await;
+    browser.find("table#clusters").await;
+}
+
+/// The hub, its admin token, and the CLI's config logged in as admin.
+async fn hub(dir: &Path) -> (HubProcess, String, PathBuf) {
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let password = hub.admin_password.clone().unwrap();
+    let admin = login(hub.addr, "admin", &password).await;
+    let config = dir.join("cli.json");
+    let r = hub_cli(
+        &config,
+        &["login", "--server", &hub.url(), "--password-stdin"],
+        &format!("{password}\n"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    (hub, admin, config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_download_fails_its_step_at_once_and_says_curls_error_everywhere() {
+    let dir = temp_dir("local-download");
+    let (hub, admin, config) = hub(&dir).await;
+    // Nothing listens on the discard port: curl fails to connect at once.
+    let url = "https://127.0.0.1:9/k3s-install.sh";
+    set(&hub, &admin, "k3s-install-url", url).await;
+    let registration = create_custom_cluster(
+        hub.addr,
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1"}),
+    )
+    .await;
+    let started = Instant::now();
+    let _host = LocalHost::start(
+        &hub,
+        registration["token"].as_str().unwrap(),
+        "node-d1",
+        "127.0.0.31",
+        &dir,
+    );
+    let hosts = until(&hub, &admin, "/v1/hosts", Duration::from_secs(30), |v| {
+        v["items"].as_array().is_some_and(|i| i.len() == 1)
+    })
+    .await;
+    let host = hosts["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The plan's status: the step, curl's own error and the URL.
+    let plan = until(
+        &hub,
+        &admin,
+        &format!("/v1/plans/{host}"),
+        Duration::from_secs(10),
+        |p| {
+            p["status"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        },
+    )
+    .await;
+    let failed_after = started.elapsed();
+    let message = plan["status"]["message"].as_str().unwrap();
+    let curl = "Failed to connect to 127.0.0.1 port 9";
+    assert!(
+        message.starts_with("instruction \"install\" exited with 7: curl: (7) ")
+            && message.contains(curl)
+            && message.contains(&format!(
+                "downloading the installer {url} failed (curl exit 7)"
+            )),
+        "{message}"
+    );
+    assert!(failed_after < Duration::from_secs(10), "{failed_after:?}");
+    // The host's state, the cluster's condition and the CLI say the same.
+    for path in [format!("/v1/hosts/{host}"), "/v1/clusters/edge".to_owned()] {
+        let object = until(&hub, &admin, &path, Duration::from_secs(10), |o| {
+            o["state"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(curl))
+        })
+        .await;
+        assert_eq!(object["state"]["error"], true, "{object:#}");
+    }
+    for args in [["host", "get", host.as_str()], ["cluster", "get", "edge"]] {
+        let shown = hub_cli(&config, &args, "");
+        assert_eq!(shown.code, 0, "{}", shown.stderr);
+        assert!(shown.stdout.contains(curl), "{args:?}: {}", shown.stdout);
+    }
+    let listed = hub_cli(&config, &["host", "list"], "");
+    assert!(listed.stdout.contains(curl), "{}", listed.stdout);
+    // And the cluster's page: its row, its host's row and its conditions.
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("download-failed", 1280, 900).await;
+    signed_in(&browser, &hub).await;
+    browser.goto(&format!("{}/clusters/edge", hub.url())).await;
+    for table in ["cluster", "machines", "conditions"] {
+        let shown = browser.text(&format!("table#{table}")).await;
+        assert!(shown.contains(curl), "{table}: {shown}");
+    }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_hosts_are_gone_is_removed_anyway_with_a_warning() {
+    let dir = temp_dir("local-force");
+    let (hub, admin, config) = hub(&dir).await;
+    set(&hub, &admin, "install-source", "hub").await;
+    sim::standin::artifacts::write(
+        &dir.join("hub/artifacts"),
+        "v1.33.4+k3s1",
+        &binary("drover-sim"),
+    )
+    .unwrap();
+    // Two clusters of a host each: one removed anyway with the CLI, one in the dashboard.
+    let mut hosts = Vec::new();
+    for (cluster, node, address) in [
+        ("edge", "node-r1", "127.0.0.32"),
+        ("core", "node-r2", "127.0.0.33"),
+    ] {
+        let registration = create_custom_cluster(
+            hub.addr,
+            &admin,
+            cluster,
+            json!({"distribution": "k3s", "version": "v1.33.4+k3s1"}),
+        )
+        .await;
+        let token = registration["token"].as_str().unwrap();
+        hosts.push(LocalHost::start(&hub, token, node, address, &dir));
+    }
+    for cluster in ["edge", "core"] {
+        until(
+            &hub,
+            &admin,
+            &format!("/v1/clusters/{cluster}"),
+            Duration::from_secs(120),
+            |c| c["state"]["state"] == "active",
+        )
+        .await;
+    }
+    // The machines are gone for good.
+    for host in &mut hosts {
+        host.stop();
+    }
+
+    // An ordinary delete waits for the host, saying on whom, since when, and the way out.
+    let waiting = std::process::Command::new("timeout")
+        .arg("6")
+        .arg(binary("drover-hub"))
+        .args(["cluster", "delete", "edge", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&waiting.stderr);
+    assert_eq!(waiting.status.code(), Some(124), "still waiting: {said}");
+    assert!(
+        said.contains("removing: waiting since ")
+            && said.contains("host(s) to run their uninstall plan: node-r1 (h-")
+            && said.contains(
+                "`drover-hub cluster delete edge --force` removes the cluster without them"
+            ),
+        "{said}"
+    );
+    let (_, cluster) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    assert_eq!(cluster["state"]["state"], "removing", "{cluster:#}");
+
+    let forced = hub_cli(&config, &["cluster", "delete", "edge", "--force"], "");
+    assert_eq!(forced.code, 0, "{}", forced.stderr);
+    assert!(
+        forced.stdout.contains("Cluster edge deleted."),
+        "{}",
+        forced.stdout
+    );
+
+    // The dashboard: Delete waits the same way; Remove anyway asks, naming the host.
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("remove-anyway", 1280, 900).await;
+    signed_in(&browser, &hub).await;
+    browser.goto(&format!("{}/clusters/core", hub.url())).await;
+    let answer_yes =
+        "window.asked = []; window.confirm = (q) => { window.asked.push(q); return true; };";
+    browser.run(answer_yes, json!([])).await;
+    browser.click("#delete-cluster").await;
+    browser.find("#remove-anyway").await;
+    browser.run(answer_yes, json!([])).await;
+    browser.click("#remove-anyway").await;
+    let asked = browser.run("return window.asked;", json!([])).await;
+    let asked = asked[0].as_str().unwrap_or_default();
+    assert!(
+        asked.starts_with("Remove cluster core without its hosts?")
+            && asked.contains("may keep running its distribution: node-r2 (h-"),
+        "{asked}"
+    );
+    until(&hub, &admin, "/v1/clusters", Duration::from_secs(30), |c| {
+        c["items"] == json!([])
+    })
+    .await;
+    browser.close().await;
+
+    let (_, listed) = api(hub.addr, "GET", "/v1/hosts", Some(&admin), None).await;
+    assert_eq!(listed["items"], json!([]), "the hosts are forgotten");
+    for (cluster, node) in [("edge", "node-r1"), ("core", "node-r2")] {
+        let (_, events) = api(
+            hub.addr,
+            "GET",
+            &format!("/v1/events?cluster={cluster}"),
+            Some(&admin),
+            None,
+        )
+        .await;
+        let warning = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["reason"] == "RemovedAnyway")
+            .unwrap_or_else(|| panic!("{events:#}"));
+        assert_eq!(warning["type"], "Warning");
+        let message = warning["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("may still run its distribution: {node} (h-"))
+                && message.contains("k3s-uninstall.sh"),
+            "{message}"
+        );
+    }
+    // Its agent's credential went with it: the host, started again, is refused.
+    let again = LocalHost::start(&hub, "unused", "node-r1", "127.0.0.32", &dir);
+    let log = dir.join("node-r1.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("refused this agent's credential")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(again);
+}

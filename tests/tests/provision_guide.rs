@@ -1,7 +1,7 @@
 //! The guide that opens docs/provisioning.md, run as written: three `drover-sim host`s on this
 //! machine become a K3s (stand-in) cluster through the real planner and system-agents, which
-//! is then reached with kubectl, upgraded, snapshotted and deleted, and nothing is written
-//! outside the hosts' own directories.
+//! is then reached with kubectl, upgraded, snapshotted, restored and deleted, and nothing is
+//! written outside the hosts' own directories.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,7 +24,7 @@ const OUTSIDE: [&str; 6] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_provisioning_guide_works_as_written_and_writes_only_in_the_hosts_roots() {
     let steps = guide_blocks("provisioning.md");
-    assert_eq!(steps.len(), 8, "{steps:#?}");
+    assert_eq!(steps.len(), 9, "{steps:#?}");
     let there_before: Vec<&str> = OUTSIDE
         .iter()
         .copied()
@@ -143,7 +143,28 @@ async fn the_provisioning_guide_works_as_written_and_writes_only_in_the_hosts_ro
         .join(format!("drover-hosts/{node}/root"))
         .join(file);
     assert!(on_disk.is_file(), "{}", on_disk.display());
-    let deleted = shell.run(&steps[7], STEP).await;
+    let restored = shell.run(&steps[7], Duration::from_secs(400)).await;
+    assert!(
+        restored
+            .stdout
+            .contains("namespace/after-the-snapshot created")
+            && restored
+                .stdout
+                .contains("Restoring cluster edge from first"),
+        "{}",
+        restored.stdout
+    );
+    let namespaces = restored
+        .stdout
+        .split("Restoring cluster edge from first")
+        .nth(1)
+        .unwrap();
+    assert!(
+        namespaces.contains("default") && !namespaces.contains("after-the-snapshot"),
+        "{}",
+        restored.stdout
+    );
+    let deleted = shell.run(&steps[8], STEP).await;
     assert!(
         deleted.stdout.contains("Cluster edge deleted."),
         "{}",

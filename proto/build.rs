@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "InstructionResult",
         "ProbeStatus",
         "PlanStatus",
+        "InstructionProgress",
     ];
     let mut builder = tonic_prost_build::configure().codec_path("crate::codec::LeanCodec");
     for message in messages {

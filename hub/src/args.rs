@@ -264,6 +264,9 @@ enum ClusterCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Follow a custom cluster's provisioning as lines: its and each host's state when it
+    /// changes, and each running step's output (as `kubectl logs -f`); ends once it is active
+    Watch { name: String },
     /// Take an etcd snapshot of a custom cluster now (waits until it is saved)
     Snapshot {
         cluster: String,
@@ -496,6 +499,7 @@ where
                 }
                 ClusterCommand::List => Request::ClusterList,
                 ClusterCommand::Get { name } => Request::ClusterGet { name },
+                ClusterCommand::Watch { name } => Request::ClusterWatch { name },
                 ClusterCommand::Delete { name, force } => Request::ClusterDelete { name, force },
                 ClusterCommand::Snapshot {
                     cluster,

@@ -648,15 +648,30 @@ fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static st
                 status.message, status.failure_count, status.max_failures
             ),
         ),
-        _ => {
-            let done = status.results.len();
-            (
-                None,
-                "Applying",
-                format!("applying the plan ({done} instructions done)"),
-            )
-        }
+        _ => (None, "Applying", applying(status)),
     }
+}
+
+/// Where a plan being applied is: the step running now, since when, and the last line it
+/// wrote (what a person watching wants; the whole tail is on the Plan).
+fn applying(status: &PlanStatus) -> String {
+    let done = status.results.len();
+    let Some(current) = &status.current else {
+        return format!("applying the plan ({done} instructions done)");
+    };
+    let last = current
+        .output
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty());
+    format!(
+        "applying the plan: step {} {:?} running since {}{}",
+        done + 1,
+        current.name,
+        current.started_at,
+        last.map(|l| format!(": {l}")).unwrap_or_default()
+    )
 }
 
 /// Stores a host's plan status on its Plan and, for the host's plan, its Host: what the
@@ -802,6 +817,18 @@ mod tests {
         );
         let (_, _, message) = provisioned("a", &status("a", PlanState::Failed, 3));
         assert!(message.starts_with("gave up after 3"), "{message}");
+        // While a step runs: which, since when, and the last line it wrote.
+        let mut running = status("a", PlanState::InProgress, 0);
+        running.results.push(Default::default());
+        running.current = Some(proto::plan::v1::InstructionProgress {
+            name: "install".into(),
+            started_at: "2026-12-02T12:00:00Z".into(),
+            output: "[INFO] Downloading\n[INFO] Starting k3s\n\n".into(),
+        });
+        assert_eq!(
+            provisioned("a", &running).2,
+            "applying the plan: step 2 \"install\" running since 2026-12-02T12:00:00Z: [INFO] Starting k3s"
+        );
     }
 
     #[test]

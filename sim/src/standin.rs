@@ -221,6 +221,14 @@ pub fn install(dist: Distribution) -> Result<String, String> {
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .unwrap_or(1.0);
+    // As the real installer says what it is doing while it downloads.
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!(
+            "[INFO] stand-in {} {version}: downloading ({seconds} s, DROVER_SIM_INSTALL_SECONDS)",
+            dist.name()
+        );
+    }
     std::thread::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 600.0)));
     std::fs::write(
         data.join("installed"),

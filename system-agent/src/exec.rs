@@ -9,6 +9,53 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// How much of each of stdout and stderr is kept: the last 32 KiB.
 pub const OUTPUT_LIMIT: usize = 32 * 1024;
 
+/// How much of a running instruction's latest output is shown to people watching it.
+pub const LIVE_LIMIT: usize = 4 * 1024;
+
+/// What a running instruction has written lately (stdout and stderr as they came), for people
+/// watching it; the last [`LIVE_LIMIT`] bytes, from a line's start.
+#[derive(Debug, Default)]
+pub struct Live {
+    text: std::sync::Mutex<(u64, String)>,
+    wrote: tokio::sync::Notify,
+}
+
+impl Live {
+    /// Returns once the instruction has written something since the last [`Live::snapshot`]
+    /// (or the last call of this).
+    pub async fn wrote(&self) {
+        self.wrote.notified().await;
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut guard = self.text.lock().unwrap_or_else(|e| e.into_inner());
+        let (version, text) = &mut *guard;
+        text.push_str(&String::from_utf8_lossy(bytes));
+        if text.len() > LIVE_LIMIT {
+            let mut cut = text.len() - LIVE_LIMIT;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            // From the next line's start, when there is one in what is kept.
+            if let Some(newline) = text[cut..].find('\n') {
+                cut += newline + 1;
+            }
+            text.drain(..cut);
+        }
+        *version += 1;
+        self.wrote.notify_one();
+    }
+
+    /// How many writes it has seen, and its whole lines now (a line still being written is
+    /// shown once it ends, not in pieces).
+    pub fn snapshot(&self) -> (u64, String) {
+        let guard = self.text.lock().unwrap_or_else(|e| e.into_inner());
+        let (writes, text) = &*guard;
+        let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
+        (*writes, whole.to_owned())
+    }
+}
+
 /// Checks an instruction before anything runs; the message names it.
 pub fn check(instruction: &Instruction) -> Result<(), String> {
     let name = &instruction.name;
@@ -41,6 +88,7 @@ pub fn check(instruction: &Instruction) -> Result<(), String> {
 pub async fn run(
     instruction: &Instruction,
     root: &crate::root::Root,
+    live: Option<&Live>,
     started: impl FnOnce(u32),
 ) -> InstructionResult {
     let mut result = InstructionResult {
@@ -99,7 +147,9 @@ pub async fn run(
         Group(pid)
     });
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let (out, err, status) = tokio::join!(tail(stdout), tail(stderr), child.wait());
+    // What it saves is data (a token, say), not progress: only the rest is shown as it comes.
+    let shown = live.filter(|_| !instruction.save_output);
+    let (out, err, status) = tokio::join!(tail(stdout, shown), tail(stderr, live), child.wait());
     // Ended by itself: what it left running in its group (a service it started in the
     // background, say) is its business.
     std::mem::forget(guard);
@@ -149,7 +199,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// Reads `pipe` to its end, keeping the last [`OUTPUT_LIMIT`] bytes.
-async fn tail(pipe: Option<impl AsyncRead + Unpin>) -> String {
+async fn tail(pipe: Option<impl AsyncRead + Unpin>, live: Option<&Live>) -> String {
     let Some(mut pipe) = pipe else {
         return String::new();
     };
@@ -159,6 +209,9 @@ async fn tail(pipe: Option<impl AsyncRead + Unpin>) -> String {
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(live) = live {
+                    live.push(&chunk[..n]);
+                }
                 kept.extend_from_slice(&chunk[..n]);
                 if kept.len() > 2 * OUTPUT_LIMIT {
                     kept.drain(..kept.len() - OUTPUT_LIMIT);
@@ -190,7 +243,7 @@ mod tests {
         let mut i = script("greet", "echo \"$0 $1 $GREETING\"; echo oops >&2; exit 3");
         i.args = vec!["world".into()];
         i.env = vec!["GREETING=hello=there".into()];
-        let r = run(&i, &Root::default(), drop).await;
+        let r = run(&i, &Root::default(), None, drop).await;
         assert_eq!(r.exit_code, 3);
         assert_eq!(r.stdout, "greet world hello=there\n");
         assert_eq!(r.stderr, "oops\n");
@@ -204,10 +257,42 @@ mod tests {
                 ..Instruction::default()
             },
             &Root::default(),
+            None,
             drop,
         )
         .await;
         assert_eq!((r.exit_code, r.stdout.as_str()), (0, "a b"));
+    }
+
+    #[tokio::test]
+    async fn output_is_shown_as_it_comes_bounded_and_saved_output_is_not() {
+        let live = Live::default();
+        let mut i = script(
+            "noisy",
+            "echo token-on-stdout; i=0; while [ $i -lt 2000 ]; do echo progress-line-$i >&2; i=$((i+1)); done",
+        );
+        i.save_output = true;
+        let r = run(&i, &Root::default(), Some(&live), drop).await;
+        assert_eq!(r.stdout, "token-on-stdout\n");
+        let (writes, text) = live.snapshot();
+        assert!(writes > 0);
+        assert!(text.len() <= LIVE_LIMIT, "{}", text.len());
+        assert!(
+            text.starts_with("progress-line-"),
+            "from a line's start: {text:.40}"
+        );
+        assert!(text.ends_with("progress-line-1999\n"));
+        assert!(!text.contains("token-on-stdout"));
+        // Without saveOutput, stdout is progress too; a line is shown once it is whole.
+        let live = Live::default();
+        run(
+            &script("say", "echo step one; printf 'half a li'"),
+            &Root::default(),
+            Some(&live),
+            drop,
+        )
+        .await;
+        assert_eq!(live.snapshot().1, "step one\n");
     }
 
     #[tokio::test]
@@ -218,6 +303,7 @@ mod tests {
                 "i=0; while [ $i -lt 20000 ]; do echo line-$i; i=$((i+1)); done",
             ),
             &Root::default(),
+            None,
             drop,
         )
         .await;
@@ -237,7 +323,7 @@ mod tests {
         );
         let (tx, rx) = std::sync::mpsc::channel();
         let root = Root::default();
-        let run = run(&i, &root, move |pid| tx.send(pid).unwrap());
+        let run = run(&i, &root, None, move |pid| tx.send(pid).unwrap());
         let cut = tokio::time::timeout(std::time::Duration::from_millis(300), run).await;
         assert!(cut.is_err(), "still running when cut short");
         let pid = rx.recv().unwrap();
@@ -264,6 +350,7 @@ mod tests {
                 ..Instruction::default()
             },
             &Root::default(),
+            None,
             drop,
         )
         .await;
@@ -306,7 +393,7 @@ mod tests {
             .instructions[0]
             .env
             .clone();
-        let r = run(&i, &root, drop).await;
+        let r = run(&i, &root, None, drop).await;
         assert_ne!(r.exit_code, 0, "{r:?}");
         assert!(
             r.stderr.contains(&outside.display().to_string())

@@ -24,6 +24,18 @@ struct LocalHost {
 
 impl LocalHost {
     fn start(hub: &HubProcess, token: &str, name: &str, address: &str, dir: &Path) -> Self {
+        Self::start_with(hub, token, name, address, dir, &[])
+    }
+
+    /// As [`LocalHost::start`], with `env` added (the stand-in's `DROVER_SIM_INSTALL_SECONDS`).
+    fn start_with(
+        hub: &HubProcess,
+        token: &str,
+        name: &str,
+        address: &str,
+        dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         let child = std::process::Command::new(binary("drover-sim"))
             .args(["host", name, "--server", &hub.url(), "--ca-checksum"])
@@ -32,6 +44,7 @@ impl LocalHost {
             .arg(dir.join(name))
             .env("DROVER_TOKEN", token)
             .env("DROVER_RETRY_SECONDS", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -96,6 +109,17 @@ async fn signed_in(browser: &Browser<'_>, hub: &HubProcess) {
         .await;
     browser.click("form#login button[type=submit]").await;
     browser.find("table#clusters").await;
+}
+
+/// Makes `hub` (its data in `dir/hub`) install the stand-in distribution from its artifacts.
+async fn installs_the_standin(hub: &HubProcess, admin: &str, dir: &Path) {
+    set(hub, admin, "install-source", "hub").await;
+    sim::standin::artifacts::write(
+        &dir.join("hub/artifacts"),
+        "v1.33.4+k3s1",
+        &binary("drover-sim"),
+    )
+    .unwrap();
 }
 
 /// The hub, its admin token, and the CLI's config logged in as admin.
@@ -198,16 +222,56 @@ async fn a_failed_download_fails_its_step_at_once_and_says_curls_error_everywher
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_step_and_its_output_are_on_the_cluster_page_as_they_come() {
+    let dir = temp_dir("local-progress");
+    let (hub, admin, _) = hub(&dir).await;
+    installs_the_standin(&hub, &admin, &dir).await;
+    let registration = create_custom_cluster(
+        hub.addr,
+        &admin,
+        "edge",
+        json!({"distribution": "k3s", "version": "v1.33.4+k3s1"}),
+    )
+    .await;
+    // A download that takes a while, as a real one does.
+    let _host = LocalHost::start_with(
+        &hub,
+        registration["token"].as_str().unwrap(),
+        "node-p1",
+        "127.0.0.34",
+        &dir,
+        &[("DROVER_SIM_INSTALL_SECONDS", "60")],
+    );
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("progress", 1280, 900).await;
+    signed_in(&browser, &hub).await;
+    browser.goto(&format!("{}/clusters/edge", hub.url())).await;
+    // The rows are redrawn as the host reports: no reload.
+    browser
+        .until(
+            "the host's running step and its output",
+            Duration::from_secs(30),
+            "const row = document.querySelector('#machines tbody tr'); \
+             return !!row && row.textContent.includes('step install running since') \
+               && !!row.querySelector('details.live[open] pre') \
+               && row.querySelector('details.live pre').textContent.includes('[INFO] stand-in k3s v1.33.4+k3s1: downloading');",
+        )
+        .await;
+    // The cluster says which host and step it waits on.
+    let (_, cluster) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    let message = cluster["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("(node-p1): applying its plan: step 1 \"install\" running since "),
+        "{message}"
+    );
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_whose_hosts_are_gone_is_removed_anyway_with_a_warning() {
     let dir = temp_dir("local-force");
     let (hub, admin, config) = hub(&dir).await;
-    set(&hub, &admin, "install-source", "hub").await;
-    sim::standin::artifacts::write(
-        &dir.join("hub/artifacts"),
-        "v1.33.4+k3s1",
-        &binary("drover-sim"),
-    )
-    .unwrap();
+    installs_the_standin(&hub, &admin, &dir).await;
     // Two clusters of a host each: one removed anyway with the CLI, one in the dashboard.
     let mut hosts = Vec::new();
     for (cluster, node, address) in [

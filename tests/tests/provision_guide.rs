@@ -34,6 +34,8 @@ async fn the_provisioning_guide_works_as_written_and_writes_only_in_the_hosts_ro
     // ./drover-data, the CLI logged in as admin.
     let dir = temp_dir("guide-provision");
     let mut shell = Shell::new(&dir.join("quickstart"));
+    // As a real download takes a while: long enough for the watch to see the step's output.
+    shell.set("DROVER_SIM_INSTALL_SECONDS", "3");
     let hub = HubProcess::start(&shell.dir.join("drover-data")).await;
     let login = hub_cli(
         &shell.dir.join("home/.config/drover/cli.json"),
@@ -62,6 +64,15 @@ async fn the_provisioning_guide_works_as_written_and_writes_only_in_the_hosts_ro
     );
     shell.run(&steps[2], STEP).await;
     let hosts = shell.run(&steps[3], Duration::from_secs(200)).await;
+    // The watch said which step each host ran, what it wrote, and when the cluster was up.
+    for said in [
+        "applying the plan: step 1 \"install\" running since ",
+        " | [INFO] stand-in k3s v1.33.4+k3s1: downloading",
+        "cluster edge: provisioning — ",
+        "cluster edge: active",
+    ] {
+        assert!(hosts.stdout.contains(said), "{said}: {}", hosts.stdout);
+    }
     let rows: Vec<&str> = hosts
         .stdout
         .lines()

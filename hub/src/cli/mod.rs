@@ -86,6 +86,9 @@ pub enum Request {
     ClusterGet {
         name: String,
     },
+    ClusterWatch {
+        name: String,
+    },
     ClusterDelete {
         name: String,
         /// Without waiting for its hosts.
@@ -315,6 +318,7 @@ pub async fn run(
     let client = Client::new(&saved)?;
     match &request {
         Request::Apply { file } => return objects::apply(&client, &saved, file).await,
+        Request::ClusterWatch { name } => return watch::run(&client, &saved, name).await,
         Request::SettingSet { name, value } => {
             return objects::set_setting(&client, &saved, name, value).await;
         }
@@ -507,7 +511,10 @@ pub async fn run(
         | Request::HostGet { .. }
         | Request::SettingList
         | Request::SettingGet { .. } => ("GET", objects::read_path(&request)?, None),
-        Request::Login { .. } | Request::Apply { .. } | Request::SettingSet { .. } => {
+        Request::Login { .. }
+        | Request::Apply { .. }
+        | Request::SettingSet { .. }
+        | Request::ClusterWatch { .. } => {
             unreachable!("handled above")
         }
     };
@@ -687,3 +694,4 @@ mod connection;
 pub use connection::provider_redirects;
 mod objects;
 mod render;
+mod watch;

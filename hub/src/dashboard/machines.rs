@@ -59,6 +59,18 @@ fn provisioning(host: &Value, plan: Option<&Object>) -> String {
         state = escape(&state),
         s = if ran == 1 { "" } else { "s" },
     );
+    // The step running now, since when, and its latest output, open: what `kubectl logs -f`
+    // would show (the rows are redrawn as the host's reports arrive).
+    let current = &status["current"];
+    if current.is_object() {
+        let _ = write!(
+            out,
+            r#"<div class="step">step <strong>{name}</strong> running since <time datetime="{since}">{since}</time></div><details class="output live" open><summary>{name} output</summary><pre>{output}</pre></details>"#,
+            name = escape(&text(&current["name"])),
+            since = escape(&text(&current["startedAt"])),
+            output = escape(&text(&current["output"])),
+        );
+    }
     if state == "failed" {
         let _ = write!(
             out,

@@ -20,6 +20,8 @@ pub(super) struct PlanReport {
     pub(super) out_of_attempts: bool,
     /// The one-time instructions' results (name, exit code, stdout, finished at).
     pub(super) results: Vec<Value>,
+    /// The instruction running now and since when.
+    pub(super) current: Option<(String, String)>,
 }
 
 impl PlanReport {
@@ -61,6 +63,11 @@ impl PlanReport {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default(),
+            current: s.get("current").and_then(|c| {
+                let name = c.get("name")?.as_str()?.to_owned();
+                let since = c.get("startedAt")?.as_str().unwrap_or_default().to_owned();
+                Some((name, since))
+            }),
         }
     }
 
@@ -105,16 +112,71 @@ impl PlanReport {
             && self.healthy.len() >= probes
     }
 
+    /// Where plan `sum` is, for the cluster's condition: taken or not, the step running and
+    /// since when, or the probes that pass so far. Nothing in it moves by itself (no elapsed
+    /// time, no output): the planner writes it when it changes.
     pub(super) fn progress(&self, sum: &str) -> String {
         if self.checksum != sum {
             "waiting for the system-agent to take its plan".into()
         } else if self.applied != sum {
-            format!(
-                "applying its plan ({} instructions done)",
-                self.results.len()
-            )
+            let done = self.results.len();
+            match &self.current {
+                Some((name, since)) => format!(
+                    "applying its plan: step {} {name:?} running since {since}",
+                    done + 1
+                ),
+                None => format!("applying its plan ({done} instructions done)"),
+            }
+        } else if self.healthy.is_empty() {
+            "waiting for its probes to pass (none yet)".into()
         } else {
-            "waiting for its probes to pass".into()
+            format!(
+                "waiting for its probes to pass ({} passing so far)",
+                self.healthy.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn reported(status: Value) -> PlanReport {
+        let mut plan = Object::new("Plan", "h-1", json!({}));
+        plan.status = status;
+        PlanReport::of(&plan)
+    }
+
+    #[test]
+    fn progress_says_the_step_running_since_when_and_the_probes_passing() {
+        let cases = [
+            (
+                json!({"checksum": "old"}),
+                "waiting for the system-agent to take its plan",
+            ),
+            (
+                json!({"checksum": "a", "results": [{"name": "x"}],
+                       "current": {"name": "install", "startedAt": "2026-12-02T12:00:00Z", "output": "[INFO] y"}}),
+                "applying its plan: step 2 \"install\" running since 2026-12-02T12:00:00Z",
+            ),
+            (
+                json!({"checksum": "a", "results": [{"name": "x"}], "current": null}),
+                "applying its plan (1 instructions done)",
+            ),
+            (
+                json!({"checksum": "a", "appliedChecksum": "a", "probes": [{"name": "kubelet", "healthy": true}, {"name": "etcd"}]}),
+                "waiting for its probes to pass (kubelet passing so far)",
+            ),
+            (
+                json!({"checksum": "a", "appliedChecksum": "a"}),
+                "waiting for its probes to pass (none yet)",
+            ),
+        ];
+        for (status, said) in cases {
+            assert_eq!(reported(status.clone()).progress("a"), said, "{status}");
         }
     }
 }

@@ -133,6 +133,11 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
     let mut ready_through: HashMap<Step, bool> = HashMap::new();
     for (host, spec, step) in &ordered {
         let name = &host.metadata.name;
+        // As people know it in what the cluster waits on: its node's name, and the hub's.
+        let who = match spec.node_name.as_str() {
+            "" => name.clone(),
+            node => format!("{name} ({node})"),
+        };
         let stored = view.plans.get(name.as_str());
         let group = usize::from(*step == Step::Worker);
         let target = match (step, &join) {
@@ -143,12 +148,12 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
                 *ready_through.entry(*step).or_insert(true) = false;
                 out.waiting.push(if init_address.is_empty() {
                     format!(
-                        "{name}: the init host {} has no address to join (install it with --address or --internal-address)",
+                        "{who}: the init host {} has no address to join (install it with --address or --internal-address)",
                         view.init
                     )
                 } else {
                     format!(
-                        "{name}: waiting for the init host {} to report its join token",
+                        "{who}: waiting for the init host {} to report its join token",
                         view.init
                     )
                 });
@@ -180,7 +185,7 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
                     }
                     None => out
                         .waiting
-                        .push(format!("{name}: {}", report.progress(&target_sum))),
+                        .push(format!("{who}: {}", report.progress(&target_sum))),
                 }
             }
             continue;
@@ -197,12 +202,12 @@ pub(super) fn rollout(view: &View<'_>) -> Rollout {
             .all(|(_, ok)| *ok);
         if *step != Step::Init && !earlier_ready {
             out.waiting
-                .push(format!("{name}: waiting for the hosts before it"));
+                .push(format!("{who}: waiting for the hosts before it"));
             continue;
         }
         if upgrade && in_flight[group] >= limits[group] {
             out.waiting
-                .push(format!("{name}: waiting for its turn to upgrade"));
+                .push(format!("{who}: waiting for its turn to upgrade"));
             continue;
         }
         in_flight[group] += 1;

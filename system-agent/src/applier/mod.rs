@@ -5,10 +5,15 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::future::join_all;
-use proto::plan::v1::{InstructionResult, Plan, PlanState, PlanStatus, ProbeStatus};
+use proto::plan::v1::{
+    InstructionProgress, InstructionResult, Plan, PlanState, PlanStatus, ProbeStatus,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::{exec, files, probe, record::Record, root::Root, transfer};
+
+/// How often, at most, a running instruction's new output is recorded for people watching it.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// How failures are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +162,7 @@ async fn apply(
         s.state = PlanState::InProgress as i32;
         s.max_failures = max;
         s.results.clear();
+        s.current = None;
         s.periodic.clear();
         s.probes.clear();
         s.message.clear();
@@ -222,14 +228,43 @@ async fn attempt(
     }
     root.confined(|| plan.files.iter().try_for_each(files::apply))?;
     for instruction in &plan.instructions {
-        let mut result = exec::run(instruction, root, |pid| {
+        // The step and its latest output are in the status while it runs, for people watching
+        // (at most every PROGRESS_EVERY, and only when it wrote something new).
+        let live = exec::Live::default();
+        let started_at = crate::now();
+        let show = |output: String| {
+            let current = InstructionProgress {
+                name: instruction.name.clone(),
+                started_at: started_at.clone(),
+                output,
+            };
+            if let Err(e) = record.record(|s| s.current = Some(current)) {
+                tracing::warn!(error = %e, "cannot record an instruction's progress");
+            }
+        };
+        show(String::new());
+        let run = exec::run(instruction, root, Some(&live), |pid| {
             let running =
                 exec::start_time(pid).map(|start_time| crate::record::Running { pid, start_time });
             if let Err(e) = record.set_running(running) {
                 tracing::warn!(error = %e, "cannot record the running instruction");
             }
-        })
-        .await;
+        });
+        tokio::pin!(run);
+        // Its first words are shown at once, then at most every PROGRESS_EVERY.
+        let mut next = tokio::time::Instant::now();
+        let mut result = loop {
+            tokio::select! {
+                result = &mut run => break result,
+                () = async {
+                    live.wrote().await;
+                    tokio::time::sleep_until(next).await;
+                } => {
+                    show(live.snapshot().1);
+                    next = tokio::time::Instant::now() + PROGRESS_EVERY;
+                }
+            }
+        };
         if let Err(e) = record.set_running(None) {
             tracing::warn!(error = %e, "cannot update the plan record");
         }
@@ -245,7 +280,10 @@ async fn attempt(
             last_lines(&result.stderr)
         );
         record
-            .record(|s| s.results.push(result))
+            .record(|s| {
+                s.current = None;
+                s.results.push(result);
+            })
             .map_err(|e| format!("cannot record an instruction's result: {e}"))?;
         if failed {
             return Err(message);
@@ -296,7 +334,7 @@ async fn monitor(record: &Record, plan: &Plan, root: &Root) {
             let mut ticks = tokio::time::interval(period);
             loop {
                 ticks.tick().await;
-                let result = exec::run(&instruction, root, drop).await;
+                let result = exec::run(&instruction, root, None, drop).await;
                 keep_periodic(record, result);
             }
         })

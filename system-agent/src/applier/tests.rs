@@ -276,3 +276,37 @@ fn a_failure_says_the_last_lines_of_stderr() {
     assert_eq!(last_lines("one\n"), "one");
     assert_eq!(last_lines(" \n"), "no output on stderr");
 }
+
+#[tokio::test]
+async fn a_running_instruction_is_in_the_status_with_its_latest_output_until_it_ends() {
+    let dir = Dir(crate::testing::tempdir());
+    let release = dir.0.join("release");
+    let plan = Plan {
+        instructions: vec![
+            script("quick", "true"),
+            script(
+                "install",
+                &format!(
+                    "echo '[INFO] downloading' >&2; while [ ! -e {} ]; do sleep 0.05; done",
+                    release.display()
+                ),
+            ),
+        ],
+        ..Plan::default()
+    };
+    let path = dir.0.join("plan.json");
+    let running = drive_until(&path, &plan, fast(), |s| {
+        s.current
+            .as_ref()
+            .is_some_and(|c| c.output.contains("[INFO] downloading"))
+    })
+    .await;
+    let current = running.current.unwrap();
+    assert_eq!(current.name, "install");
+    assert!(!current.started_at.is_empty());
+    assert_eq!(running.results.len(), 1, "the step before it is done");
+    std::fs::write(&release, "").unwrap();
+    let done = drive_until(&path, &plan, fast(), applied).await;
+    assert!(applied(&done), "{done:?}");
+    assert_eq!(done.current, None, "nothing runs once it is applied");
+}

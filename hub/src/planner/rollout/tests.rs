@@ -182,8 +182,8 @@ fn a_new_cluster_plans_its_init_host_first_and_the_others_wait_for_its_token() {
     assert_eq!(
         pass.waiting,
         [
-            "bb: waiting for the init host a to report its join token",
-            "ccc: waiting for the init host a to report its join token",
+            "bb (node-bb): waiting for the init host a to report its join token",
+            "ccc (node-ccc): waiting for the init host a to report its join token",
         ]
     );
     // An init host without an address cannot be joined, and the others say why.
@@ -231,7 +231,7 @@ fn once_the_init_host_reports_its_token_the_others_join_it_in_order() {
             }));
             assert!(
                 pass.waiting
-                    .contains(&"ccc: waiting for the hosts before it".to_owned()),
+                    .contains(&"ccc (node-ccc): waiting for the hosts before it".to_owned()),
                 "{:?}",
                 pass.waiting
             );
@@ -264,7 +264,7 @@ fn a_version_change_rolls_servers_then_workers_within_the_concurrency() {
     assert_eq!(written(&pass), ["bb"]);
     assert!(
         pass.waiting
-            .contains(&"ccc: waiting for its turn to upgrade".to_owned()),
+            .contains(&"ccc (node-ccc): waiting for its turn to upgrade".to_owned()),
         "{:?}",
         pass.waiting
     );

@@ -227,6 +227,15 @@ impl HubProcess {
     pub async fn start_demo(data_dir: &Path, clusters: usize) -> Self {
         let mut command = if hosts::is_root() {
             std::fs::create_dir_all(data_dir).unwrap();
+            // The way to it must be open to others (a test run's temp directory is 0700).
+            for dir in data_dir.ancestors().skip(1) {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+                if mode & 0o001 == 0 {
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))
+                        .unwrap();
+                }
+            }
             let chowned = std::process::Command::new("chown")
                 .args([&format!("{NOBODY}:{NOBODY}"), data_dir.to_str().unwrap()])
                 .status()

@@ -619,7 +619,14 @@ impl plans_server::Plans for PlansService {
 fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static str, String) {
     let state = PlanState::try_from(status.state).unwrap_or_default();
     if desired.is_empty() {
-        return (Some(true), "NoPlan", String::new());
+        // Registered, and not given a plan yet: the planner plans a cluster's hosts in order
+        // (the first server, the other etcd hosts, the control plane, the workers), or the
+        // cluster is paused. Not "active": it runs nothing yet.
+        return (
+            None,
+            "Waiting",
+            "waiting for its plan: the planner gives the cluster's hosts theirs in order (the cluster's state says what it waits on)".into(),
+        );
     }
     if status.applied_checksum == desired && state != PlanState::InProgress {
         return (Some(true), "Applied", String::new());
@@ -803,6 +810,10 @@ mod tests {
         let mut applied = status("a", PlanState::Applied, 0);
         applied.applied_checksum = "a".into();
         assert_eq!(provisioned("a", &applied).0, Some(true));
+        // No plan for it yet: waiting, not provisioned.
+        let (ok, reason, message) = provisioned("", &PlanStatus::default());
+        assert_eq!((ok, reason), (None, "Waiting"));
+        assert!(message.starts_with("waiting for its plan"), "{message}");
         // Applied an older plan; the new one has not arrived.
         assert_eq!(provisioned("b", &applied).1, "Waiting");
         assert_eq!(

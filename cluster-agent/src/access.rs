@@ -8,10 +8,13 @@
 //! | `cluster-owner` | ClusterRoleBinding `drover-cluster-owner` to `cluster-admin` |
 //! | `cluster-member` | RoleBinding `drover-cluster-member` to `edit` in every namespace but the agent's own; and what `read-only` has |
 //! | `read-only` | ClusterRoleBindings `drover-read-only` to `view` (read everything but secrets, in every namespace) and `drover-cluster-view` to the ClusterRole of that name (nodes, namespaces) |
-//! | `project-owner` / `project-member` / `read-only` of project P | RoleBindings `drover-project-owner` / `-member` / `-read-only` to `admin` / `edit` / `view` in each namespace labelled `drover.io/project=P` |
+//! | `project-owner` / `project-member` / `project-read-only` of project P | RoleBindings `drover-project-owner` / `-member` / `-read-only` to `admin` / `edit` / `view` in each namespace labelled `drover.io/project=P` |
+//! | a cluster template T of the hub's own | ClusterRole `drover-role-T` (its rules and what it inherits) and ClusterRoleBinding `drover-role-T` to it |
+//! | a project template T of project P | that ClusterRole, and a RoleBinding `drover-role-T` to it in each namespace of P |
 //! | a project secret of P | a Secret of that name in each namespace of P |
 //!
-//! Users and groups are subjects alike. Every object written carries `drover.io/sync`; objects
+//! Each binding lists every subject that holds the role there. Users and groups are subjects
+//! alike. Every object written carries `drover.io/sync`; objects
 //! without it are never changed or deleted, even under a name this controller would use. It
 //! reconciles when the hub's access changes, when a namespace or one of its own objects
 //! changes (so a deleted binding comes back), and every minute; an object already as wanted is
@@ -187,6 +190,34 @@ fn cluster_role_ref(name: &str) -> RoleRef {
     }
 }
 
+/// The ClusterRole (and its bindings' name) of a template of the hub's own.
+fn template_role(template: &str) -> String {
+    format!("drover-role-{template}")
+}
+
+/// The snapshot's templates of the hub's own (not builtin) of `context`.
+fn defined<'a>(
+    snapshot: &'a AccessSnapshot,
+    context: &'a str,
+) -> impl Iterator<Item = &'a proto::cluster::v1::Template> {
+    snapshot
+        .templates
+        .iter()
+        .filter(move |t| !t.builtin && t.context == context)
+}
+
+/// A template's rule as the API server keeps it (empty lists left out).
+fn policy_rule(rule: &proto::cluster::v1::Rule) -> PolicyRule {
+    let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    PolicyRule {
+        api_groups: some(&rule.api_groups),
+        resources: some(&rule.resources),
+        resource_names: some(&rule.resource_names),
+        verbs: rule.verbs.clone(),
+        non_resource_urls: some(&rule.non_resource_urls),
+    }
+}
+
 /// What the cluster should hold.
 #[derive(Debug, Default)]
 struct Desired {
@@ -235,6 +266,30 @@ fn desired(snapshot: &AccessSnapshot, namespaces: &[Namespace], own_namespace: &
         want.cluster_bindings
             .push(cluster_binding(CLUSTER_VIEW, CLUSTER_VIEW, viewers));
     }
+    // Each template of the hub's own: one ClusterRole with its rules (and what it inherits),
+    // bound once cluster-wide with every subject that holds it, or once in each namespace of
+    // each project where someone holds it.
+    for template in snapshot.templates.iter().filter(|t| !t.builtin) {
+        let name = template_role(&template.name);
+        want.cluster_roles.push(ClusterRole {
+            metadata: meta(&name, None, labels(RBAC, None)),
+            rules: Some(template.rules.iter().map(policy_rule).collect()),
+            ..ClusterRole::default()
+        });
+    }
+    for template in defined(snapshot, "cluster") {
+        let holders = subjects(
+            snapshot
+                .cluster_grants
+                .iter()
+                .filter(|g| g.role == template.name),
+        );
+        if !holders.is_empty() {
+            let name = template_role(&template.name);
+            want.cluster_bindings
+                .push(cluster_binding(&name, &name, holders));
+        }
+    }
     let members = subjects(with("cluster-member"));
     for ns in namespaces {
         let name = ns.name_any();
@@ -258,13 +313,28 @@ fn desired(snapshot: &AccessSnapshot, namespaces: &[Namespace], own_namespace: &
         for (role, binding, cluster_role) in [
             ("project-owner", "drover-project-owner", "admin"),
             ("project-member", "drover-project-member", "edit"),
-            ("read-only", "drover-project-read-only", "view"),
+            ("project-read-only", "drover-project-read-only", "view"),
         ] {
-            let subjects = subjects(project.grants.iter().filter(|g| g.role == role));
+            // A hub of the release before templates called the project's `read-only` so.
+            let named = |g: &&Grant| {
+                g.role == role || (role == "project-read-only" && g.role == "read-only")
+            };
+            let subjects = subjects(project.grants.iter().filter(named));
             if !subjects.is_empty() {
                 want.bindings.push(RoleBinding {
                     metadata: meta(binding, Some(&name), labels(RBAC, Some(&project.name))),
                     role_ref: cluster_role_ref(cluster_role),
+                    subjects: Some(subjects),
+                });
+            }
+        }
+        for template in defined(snapshot, "project") {
+            let subjects = subjects(project.grants.iter().filter(|g| g.role == template.name));
+            if !subjects.is_empty() {
+                let role = template_role(&template.name);
+                want.bindings.push(RoleBinding {
+                    metadata: meta(&role, Some(&name), labels(RBAC, Some(&project.name))),
+                    role_ref: cluster_role_ref(&role),
                     subjects: Some(subjects),
                 });
             }
@@ -484,6 +554,7 @@ mod tests {
                 }],
             }],
             endpoint: None,
+            templates: Vec::new(),
         };
         let namespaces = [
             namespace("drover-system", None),
@@ -541,6 +612,107 @@ mod tests {
         assert_eq!(want.secrets.len(), 1);
         assert_eq!(want.secrets[0].namespace().as_deref(), Some("shop-a"));
         assert_eq!(want.secrets[0].type_.as_deref(), Some("Opaque"));
+    }
+
+    #[test]
+    fn each_template_is_one_role_bound_once_with_all_its_holders() {
+        use proto::cluster::v1::{Rule, Template};
+        let deployer = Template {
+            name: "deployer".into(),
+            builtin: false,
+            context: "project".into(),
+            rules: vec![Rule {
+                api_groups: vec!["apps".into()],
+                resources: vec!["deployments".into()],
+                verbs: vec!["get".into(), "patch".into()],
+                ..Rule::default()
+            }],
+        };
+        let auditor = Template {
+            name: "auditor".into(),
+            context: "cluster".into(),
+            ..deployer.clone()
+        };
+        let snapshot = AccessSnapshot {
+            cluster_grants: vec![
+                grant("auditor", "User", "ann"),
+                grant("auditor", "Group", "audit"),
+            ],
+            projects: vec![
+                ProjectAccess {
+                    name: "shop".into(),
+                    grants: vec![
+                        grant("deployer", "Group", "ci"),
+                        grant("deployer", "User", "dan"),
+                        grant("read-only", "User", "old-hub"),
+                    ],
+                    secrets: Vec::new(),
+                },
+                ProjectAccess {
+                    name: "empty".into(),
+                    ..ProjectAccess::default()
+                },
+            ],
+            endpoint: None,
+            templates: vec![deployer, auditor],
+        };
+        let namespaces = [
+            namespace("shop-a", Some("shop")),
+            namespace("shop-b", Some("shop")),
+            namespace("empty-a", Some("empty")),
+        ];
+        let want = desired(&snapshot, &namespaces, "drover-system");
+        let roles: Vec<(String, Option<Vec<String>>)> = want
+            .cluster_roles
+            .iter()
+            .map(|r| {
+                (
+                    r.name_any(),
+                    r.rules.as_ref().map(|rules| rules[0].verbs.clone()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (
+                    "drover-role-deployer".into(),
+                    Some(vec!["get".into(), "patch".into()])
+                ),
+                (
+                    "drover-role-auditor".into(),
+                    Some(vec!["get".into(), "patch".into()])
+                ),
+            ]
+        );
+        let auditors = want
+            .cluster_bindings
+            .iter()
+            .find(|b| b.name_any() == "drover-role-auditor")
+            .unwrap();
+        assert_eq!(auditors.role_ref.name, "drover-role-auditor");
+        assert_eq!(auditors.subjects.as_ref().unwrap().len(), 2);
+        // One RoleBinding per namespace of the project where someone holds it, none in the
+        // project where no one does, and no project template cluster-wide.
+        let deployers: Vec<(String, usize)> = want
+            .bindings
+            .iter()
+            .filter(|b| b.name_any() == "drover-role-deployer")
+            .map(|b| (b.namespace().unwrap(), b.subjects.as_ref().unwrap().len()))
+            .collect();
+        assert_eq!(deployers, [("shop-a".into(), 2), ("shop-b".into(), 2)]);
+        assert!(
+            !want
+                .cluster_bindings
+                .iter()
+                .any(|b| b.name_any() == "drover-role-deployer")
+        );
+        // The project read-only of a hub from before templates still binds view.
+        assert!(
+            want.bindings
+                .iter()
+                .any(|b| b.name_any() == "drover-project-read-only" && b.role_ref.name == "view")
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Who may do what in each cluster, as the cluster-agent needs it to keep the cluster's RBAC in
-//! step with the hub: the cluster's role bindings (users and groups), its projects with their
-//! members and secrets. Sent whole at connect and again whenever one of those objects changes
+//! step with the hub: the cluster's role bindings (users and groups) and the templates they
+//! name, its projects with their members and secrets. Sent whole at connect and again whenever one of those objects changes
 //! (`ClusterAgent.WatchAccess`); the agent compares and writes only what differs.
 
 use std::{pin::Pin, sync::Arc, time::Duration};
@@ -8,19 +8,21 @@ use std::{pin::Pin, sync::Arc, time::Duration};
 use base64::Engine as _;
 use futures::{Stream, StreamExt};
 use proto::cluster::v1::{
-    AccessSnapshot, AuthorizedEndpoint, ClusterToken, Grant, ProjectAccess, ProjectSecret, Subject,
+    AccessSnapshot, AuthorizedEndpoint, ClusterToken, Grant, ProjectAccess, ProjectSecret, Rule,
+    Subject, Template,
 };
 use serde_json::Value;
 
 use crate::{
     model::{
-        ClusterSpec, Kind, ProjectSecretSpec, ProjectSpec, Role, RoleBindingSpec, TokenSpec,
-        UserSpec,
+        ClusterSpec, Granted, HUB_GROUP, Kind, ProjectSecretSpec, ProjectSpec, RoleBindingSpec,
+        TemplateContext, TokenSpec, UserSpec,
     },
+    roles::Catalog,
     store::{LabelSelector, Object, Store, StoreError, WatchStream},
 };
 
-fn grant(spec: &RoleBindingSpec) -> Option<Grant> {
+fn grant(spec: &RoleBindingSpec, template: &str) -> Option<Grant> {
     let subject = match (&spec.user, &spec.group) {
         (Some(user), _) => Subject {
             kind: "User".into(),
@@ -33,7 +35,7 @@ fn grant(spec: &RoleBindingSpec) -> Option<Grant> {
         (None, None) => return None,
     };
     Some(Grant {
-        role: spec.role.label().to_owned(),
+        role: template.to_owned(),
         subject: Some(subject),
     })
 }
@@ -65,6 +67,18 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         .knowing(Kind::User, &users);
     let projects = liveness.keep_live(mine(all_projects.clone())).await?;
     let endpoint = endpoint(store, cluster, &users, &bindings, &mut liveness).await?;
+    let global_bindings = liveness
+        .keep_live(
+            bindings
+                .iter()
+                .filter(|b| b.spec.get("cluster").is_none())
+                .cloned()
+                .collect(),
+        )
+        .await?
+        .into_iter()
+        .filter_map(|b| serde_json::from_value::<RoleBindingSpec>(b.spec).ok())
+        .collect::<Vec<_>>();
     let bindings = liveness.keep_live(mine(bindings)).await?;
     let secrets = liveness.keep_live(mine(secrets)).await?;
     let mut snapshot = AccessSnapshot {
@@ -83,24 +97,48 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         }
     }
     snapshot.projects.sort_by(|a, b| a.name.cmp(&b.name));
+    let catalog = Catalog::read(store).await?;
+    let context_of = |template: &str| catalog.template(template).map(|t| t.context);
     for binding in bindings {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec) else {
             continue;
         };
-        if spec.cluster.as_deref() != Some(cluster) || spec.role == Role::Admin {
+        if spec.cluster.as_deref() != Some(cluster) {
             continue;
         }
-        let Some(grant) = grant(&spec) else { continue };
-        match &spec.project {
-            None => snapshot.cluster_grants.push(grant),
+        let Some(template) = spec.template() else {
+            continue;
+        };
+        // A binding to a template that does not exist, or of the other context, grants
+        // nothing (validation refuses both; a template cannot go while bound).
+        match (&spec.project, context_of(&template)) {
+            (None, Some(TemplateContext::Cluster)) => {
+                snapshot.cluster_grants.extend(grant(&spec, &template));
+            }
             // A binding to a project that does not exist (yet) grants nothing.
-            Some(project) => {
+            (Some(project), Some(TemplateContext::Project)) => {
                 if let Some(p) = snapshot.projects.iter_mut().find(|p| &p.name == project) {
-                    p.grants.push(grant);
+                    p.grants.extend(grant(&spec, &template));
                 }
+            }
+            _ => {}
+        }
+    }
+    // Global roles that hold cluster templates hold them here too.
+    for spec in global_bindings {
+        let Some(Granted::Global(name)) = spec.granted() else {
+            continue;
+        };
+        for template in catalog
+            .global(&name)
+            .map_or(&[][..], |g| &g.inherited_cluster_roles)
+        {
+            if context_of(template) == Some(TemplateContext::Cluster) {
+                snapshot.cluster_grants.extend(grant(&spec, template));
             }
         }
     }
+    snapshot.templates = templates(&catalog, &snapshot);
     for secret in secrets {
         let Ok(spec) = serde_json::from_value::<ProjectSecretSpec>(secret.spec) else {
             continue;
@@ -137,6 +175,52 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
     Ok(snapshot)
 }
 
+/// The templates `snapshot`'s grants name, each with its rules and what it inherits (those
+/// on the hub's own objects left out: the cluster has none of those).
+fn templates(catalog: &Catalog, snapshot: &AccessSnapshot) -> Vec<Template> {
+    let named: std::collections::BTreeSet<&str> = snapshot
+        .cluster_grants
+        .iter()
+        .chain(snapshot.projects.iter().flat_map(|p| &p.grants))
+        .map(|g| g.role.as_str())
+        .collect();
+    named
+        .into_iter()
+        .filter_map(|name| {
+            let spec = catalog.template(name)?;
+            let rules = if spec.builtin {
+                Vec::new()
+            } else {
+                catalog
+                    .rules_of(name)
+                    .into_iter()
+                    .filter_map(|rule| {
+                        let api_groups: Vec<String> = rule
+                            .api_groups
+                            .into_iter()
+                            .filter(|g| g != HUB_GROUP)
+                            .collect();
+                        let keep = !api_groups.is_empty() || !rule.non_resource_urls.is_empty();
+                        keep.then_some(Rule {
+                            api_groups,
+                            resources: rule.resources,
+                            resource_names: rule.resource_names,
+                            verbs: rule.verbs,
+                            non_resource_urls: rule.non_resource_urls,
+                        })
+                    })
+                    .collect()
+            };
+            Some(Template {
+                name: name.to_owned(),
+                builtin: spec.builtin,
+                context: spec.context.label().to_owned(),
+                rules,
+            })
+        })
+        .collect()
+}
+
 /// The authorized endpoint's part of `cluster`'s access, when it is on: every kubeconfig token
 /// made for this cluster that may open it now (live, unexpired, of an enabled user who holds
 /// a role on the cluster or is an admin), with who it acts as downstream.
@@ -165,6 +249,7 @@ async fn endpoint(
         .collect();
     let tokens = liveness.keep_live(tokens).await?;
     let bindings = liveness.keep_live(bindings.to_vec()).await?;
+    let catalog = Catalog::read(store).await?;
     let mut out = Vec::new();
     for token in tokens {
         let Ok(spec) = serde_json::from_value::<TokenSpec>(token.spec) else {
@@ -183,7 +268,7 @@ async fn endpoint(
         }
         let mut groups = user_spec.groups;
         groups.extend(user_spec.provider_groups);
-        let roles = crate::auth::roles_of(&bindings, &user, &groups);
+        let roles = crate::auth::roles_of(&bindings, &catalog, &user, &groups);
         if !roles.reaches(cluster) {
             continue;
         }
@@ -210,6 +295,8 @@ fn relevant(kind: &str) -> bool {
         Kind::Project,
         Kind::ProjectSecret,
         Kind::User,
+        Kind::RoleTemplate,
+        Kind::GlobalRole,
     ]
     .iter()
     .any(|k| k.name() == kind)

@@ -1,6 +1,7 @@
 //! The first administrator. On the first start, with no users at all, the hub creates `admin`
 //! with a random password that it prints once; only its hash is kept. `drover-hub
-//! reset-admin-password` sets a new one when it is lost.
+//! reset-admin-password` sets a new one when it is lost. The builtin role templates and global
+//! roles are written as this hub defines them at every start.
 
 use serde_json::json;
 
@@ -50,6 +51,40 @@ pub async fn first_admin(store: &dyn Store) -> Result<Option<String>, StoreError
         Err(StoreError::AlreadyExists { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Writes the builtin role templates and global roles as this hub defines them, where the
+/// store lacks them or holds another version (a hub of another release wrote it). What they
+/// grant comes from the code whatever the store holds (`crate::roles::Catalog`): these copies
+/// are for the API's lists and watches.
+pub async fn builtin_roles(store: &dyn Store) -> Result<(), StoreError> {
+    let templates = crate::roles::builtin::templates()
+        .into_iter()
+        .map(|(name, spec)| (Kind::RoleTemplate, name, serde_json::to_value(spec)));
+    let globals = crate::roles::builtin::globals()
+        .into_iter()
+        .map(|(name, spec)| (Kind::GlobalRole, name, serde_json::to_value(spec)));
+    for (kind, name, spec) in templates.chain(globals) {
+        let spec = spec.map_err(|e| StoreError::Backend(e.to_string()))?;
+        let written = match store.get(kind.name(), &name).await {
+            Ok(found) if found.spec == spec => continue,
+            Ok(mut found) => {
+                found.spec = spec;
+                store.update(found).await.map(drop)
+            }
+            Err(StoreError::NotFound { .. }) => store
+                .create(Object::new(kind.name(), &name, spec))
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
+        match written {
+            // Another replica wrote it at the same moment.
+            Ok(()) | Err(StoreError::AlreadyExists { .. } | StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Gives `admin` a new random password (creating the user and its admin binding if they are

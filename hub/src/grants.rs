@@ -3,14 +3,16 @@
 //! (`api::uses`); the planner and the import manifest ask it of the cluster itself before they
 //! put a credential's secret where the cluster's owners can read it (the manifest they fetch
 //! with their registration token, the plans their hosts receive): the cluster may have it only
-//! if every one of its owners may.
+//! if every one of its owners (whoever may read its plans or make its registration tokens)
+//! may.
 
 use serde_json::Value;
 
 use crate::{
     auth::roles_of,
-    model::{Allowed, Kind, Role, RoleBindingSpec, UserSpec},
+    model::{Allowed, Granted, HUB_GROUP, Kind, RoleBindingSpec, UserSpec},
     refs::Liveness,
+    roles::Catalog,
     store::{LabelSelector, Store, StoreError},
 };
 
@@ -45,26 +47,42 @@ pub async fn cluster_may_use(
         .list(Kind::RoleBinding.name(), &LabelSelector::everything())
         .await?;
     let bindings = Liveness::new(store).keep_live(bindings).await?;
-    let admin_groups: Vec<String> = bindings
-        .iter()
-        .filter_map(|b| serde_json::from_value::<RoleBindingSpec>(b.spec.clone()).ok())
-        .filter(|b| b.role == Role::Admin)
-        .filter_map(|b| b.group)
-        .collect();
+    let catalog = Catalog::read(store).await?;
+    // Whoever a binding makes able to read the cluster's secrets (its plans, its tokens):
+    // on this cluster, or on every cluster through a global role.
+    let owning_template = |template: &str| {
+        let rules = catalog.rules_of(template);
+        let may = |verb: &str, kind: Kind| {
+            crate::roles::allows(&rules, verb, HUB_GROUP, kind.plural(), None)
+        };
+        may("get", Kind::Plan) || may("create", Kind::RegistrationToken)
+    };
+    let owning = |spec: &RoleBindingSpec| match spec.granted() {
+        Some(Granted::Template(template)) => {
+            spec.cluster.as_deref() == Some(cluster)
+                && spec.project.is_none()
+                && owning_template(&template)
+        }
+        Some(Granted::Global(name)) => catalog
+            .global(&name)
+            .is_some_and(|g| g.inherited_cluster_roles.iter().any(|t| owning_template(t))),
+        None => false,
+    };
+    let admin_groups = admin_groups_of(&bindings, &catalog, credential);
     for binding in &bindings {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec.clone()) else {
             continue;
         };
-        if spec.role != Role::ClusterOwner
-            || spec.cluster.as_deref() != Some(cluster)
-            || spec.project.is_some()
-        {
+        if !owning(&spec) {
             continue;
         }
         let ok = match (&spec.user, &spec.group) {
             (Some(user), _) => {
                 let groups = groups_of(store, user).await?;
-                roles_of(&bindings, user, &groups).admin || granted(&allowed, user, &groups)
+                let roles = roles_of(&bindings, &catalog, user, &groups);
+                roles.admin
+                    || uses_any(&roles.global, credential)
+                    || granted(&allowed, user, &groups)
             }
             (None, Some(group)) => {
                 admin_groups.contains(group) || allowed.groups.iter().any(|g| g == group)
@@ -83,6 +101,38 @@ pub async fn cluster_may_use(
         }
     }
     Ok(Ok(()))
+}
+
+/// Whether global rules let their holder use `credential`.
+fn uses_any(rules: &[crate::model::PolicyRule], credential: &str) -> bool {
+    crate::roles::allows(
+        rules,
+        "use",
+        HUB_GROUP,
+        Kind::CloudCredential.plural(),
+        Some(credential),
+    )
+}
+
+/// The groups bound to a global role that lets them use `credential` (as `admin` does).
+fn admin_groups_of(
+    bindings: &[crate::store::Object],
+    catalog: &Catalog,
+    credential: &str,
+) -> Vec<String> {
+    bindings
+        .iter()
+        .filter_map(|b| serde_json::from_value::<RoleBindingSpec>(b.spec.clone()).ok())
+        .filter(|b| {
+            let Some(Granted::Global(name)) = b.granted() else {
+                return false;
+            };
+            catalog
+                .global(&name)
+                .is_some_and(|g| uses_any(&g.rules, credential))
+        })
+        .filter_map(|b| b.group)
+        .collect()
 }
 
 /// A user's groups as stored (local and the directory's last known), none if no such user.

@@ -41,6 +41,7 @@ pub mod proxy;
 pub mod refs;
 pub mod registration;
 pub mod replicas;
+pub mod roles;
 mod routes;
 pub mod store;
 pub mod websec;
@@ -168,6 +169,7 @@ impl Hub {
             Arc::new(auth::known::Tracked::new(objects, known.clone()));
         tasks.spawn(known.clone().follow(store.clone(), shutdown.clone()));
         let bootstrap_password = bootstrap::first_admin(store.as_ref()).await?;
+        bootstrap::builtin_roles(store.as_ref()).await?;
         // Objects from before references were recorded get them before anything is served
         // (until then they would grant nothing).
         refs::backfill(store.as_ref()).await?;

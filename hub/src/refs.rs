@@ -88,7 +88,9 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
         | Kind::Setting
         | Kind::AuthProvider
         | Kind::CloudCredential
-        | Kind::MachineTemplate => {}
+        | Kind::MachineTemplate
+        | Kind::RoleTemplate
+        | Kind::GlobalRole => {}
     }
     named
 }

@@ -23,6 +23,7 @@ mod kubeconfig;
 mod login;
 mod objects;
 pub mod openapi;
+mod roles;
 mod sso;
 pub mod state;
 mod uses;
@@ -91,13 +92,14 @@ async fn audit_log(
     >,
 ) -> Result<Json<Value>, ApiError> {
     let principal = api.principal(&headers).await?;
-    if !principal.admin {
+    if !principal.may_hub("get", "audit") {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
             format!(
-                "user {:?} may not read the audit log: that is for admins",
-                principal.user
+                "user {:?} may not read the audit log: that is for admins, or a global role that allows get audit ({})",
+                principal.user,
+                crate::model::HUB_GROUP
             ),
         ));
     }
@@ -202,10 +204,29 @@ async fn openapi_document() -> Json<Value> {
 
 async fn me(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let p = api.principal(&headers).await?;
+    let templates =
+        |access: &crate::auth::Access| access.templates.iter().cloned().collect::<Vec<_>>();
+    let clusters: serde_json::Map<String, Value> = p
+        .clusters
+        .iter()
+        .map(|(c, a)| (c.clone(), json!(templates(a))))
+        .collect();
+    let projects: serde_json::Map<String, Value> = p
+        .projects
+        .iter()
+        .map(|(name, (c, a))| {
+            (
+                name.clone(),
+                json!({"cluster": c, "roleTemplates": templates(a)}),
+            )
+        })
+        .collect();
     Ok(Json(json!({
         "user": p.user,
         "admin": p.admin,
-        "clusters": p.clusters,
+        "clusters": clusters,
+        "projects": projects,
+        "everyCluster": templates(&p.everywhere),
     })))
 }
 

@@ -633,6 +633,7 @@ async fn new_object(
     )?;
     let mut spec = checked_spec(reads, kind, &name, spec, None).await?;
     super::uses::check(reads, principal, kind, &spec, None).await?;
+    super::roles::check(reads, principal, kind, &name, &spec, None).await?;
     if let Some(token) = &new_secret {
         set(&mut spec, "secretHash", Value::String(token.hash.clone()));
         shown_once.insert("token".into(), Value::String(token.value.clone()));
@@ -655,6 +656,8 @@ async fn new_object(
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
             let token = secret::new_token(secret::TokenKind::Registration);
             also.push(Op::Create(registration::token_object(&name, &token)));
+            // Who may create clusters without being an admin owns what they create.
+            also.extend(super::roles::creator_owns(principal, &name).map(Op::Create));
             shown_once.insert(
                 "registration".into(),
                 registration::commands(api, cluster.cluster_type, &token.value),
@@ -713,6 +716,15 @@ async fn replace(
         api.store.as_ref(),
         principal,
         kind,
+        &spec,
+        Some(&current.spec),
+    )
+    .await?;
+    super::roles::check(
+        api.store.as_ref(),
+        principal,
+        kind,
+        &name,
         &spec,
         Some(&current.spec),
     )
@@ -819,6 +831,7 @@ pub(super) async fn delete(
     let kind = kind_of(&plural)?;
     let current = super::readable(&api, &principal, kind, &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;
+    super::roles::check_delete(api.store.as_ref(), kind, &current).await?;
     if kind == Kind::CloudCredential {
         let (templates, _) = api
             .store

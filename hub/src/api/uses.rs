@@ -72,6 +72,12 @@ async fn may_use(
         },
         _ => name.to_owned(),
     };
+    // A global role may let its holders use every credential (or those it names).
+    if principal.may_globally("use", Kind::CloudCredential, Some(&credential)) {
+        return Ok(crate::grants::grants_of(store, &credential)
+            .await?
+            .is_some());
+    }
     Ok(crate::grants::grants_of(store, &credential)
         .await?
         .is_some_and(|allowed| {

@@ -1,10 +1,11 @@
 //! Who is calling, and what they may do. A request carries a bearer token (API token) or the
-//! dashboard's session cookie; both name a Token object whose secret hash must match. Roles
-//! come from RoleBindings: `admin` everywhere, or `cluster-owner`, `cluster-member`,
-//! `read-only` on one cluster. Every request is checked, every time.
+//! dashboard's session cookie; both name a Token object whose secret hash must match. What the
+//! caller may do comes from their RoleBindings: the rules of the global roles, role templates
+//! on clusters and on projects they grant (`crate::roles`). Every request is checked, every
+//! time.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     net::IpAddr,
     sync::Mutex,
     time::{Duration, Instant},
@@ -14,7 +15,8 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use crate::{
-    model::{Kind, Role, RoleBindingSpec, TokenSpec, UserSpec, expired},
+    model::{Granted, HUB_GROUP, Kind, PolicyRule, RoleBindingSpec, TokenSpec, UserSpec, expired},
+    roles::{Catalog, builtin},
     store::{LabelSelector, Object, Store, StoreError},
 };
 
@@ -27,17 +29,61 @@ pub mod streams;
 /// The dashboard's session cookie.
 pub const SESSION_COOKIE: &str = "drover_session";
 
+/// What a user holds in one place (a cluster, a project, or every cluster): the templates
+/// and their rules, with what those inherit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    pub templates: BTreeSet<String>,
+    pub rules: Vec<PolicyRule>,
+}
+
+impl Access {
+    fn add(&mut self, catalog: &Catalog, template: &str) {
+        if !self.templates.insert(template.to_owned()) {
+            return;
+        }
+        for rule in catalog.rules_of(template) {
+            if !self.rules.contains(&rule) {
+                self.rules.push(rule);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: &Access) {
+        self.templates.extend(other.templates.iter().cloned());
+        for rule in &other.rules {
+            if !self.rules.contains(rule) {
+                self.rules.push(rule.clone());
+            }
+        }
+    }
+
+    /// Whether these rules allow `verb` on the hub's object `name` of `kind`.
+    pub fn allows_hub(&self, verb: &str, kind: Kind, name: Option<&str>) -> bool {
+        crate::roles::allows(&self.rules, verb, HUB_GROUP, kind.plural(), name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.templates.is_empty()
+    }
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub user: String,
     /// The user's groups (downstream, the impersonated groups).
     pub groups: Vec<String>,
+    /// Whether the global roles held allow everything.
     pub admin: bool,
-    /// The strongest cluster role held on each cluster.
-    pub clusters: BTreeMap<String, Role>,
-    /// The strongest role held on each project, with the project's cluster.
-    pub projects: BTreeMap<String, (String, Role)>,
+    /// The rules of the global roles held (and of `user-base`, which everyone holds).
+    pub global: Vec<PolicyRule>,
+    /// The cluster templates the global roles grant on every cluster.
+    pub everywhere: Access,
+    /// The templates held on each cluster (bound there).
+    pub clusters: BTreeMap<String, Access>,
+    /// The templates held on each project, with the project's cluster.
+    pub projects: BTreeMap<String, (String, Access)>,
     /// The Token object that authenticated this request.
     pub token: String,
     /// Where the user signs in: `local` (the hub's own users) or an AuthProvider's name.
@@ -58,6 +104,18 @@ pub enum Verb {
 impl Verb {
     fn reads(self) -> bool {
         matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+
+    /// The verb as rules name it.
+    pub fn rule_verb(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Delete => "delete",
+        }
     }
 }
 
@@ -168,11 +226,14 @@ pub(crate) async fn principal_until(
         .filter(|b| binds(b, &user, &user_spec.groups))
         .collect();
     let bindings = liveness.keep_live(mine).await.map_err(store_error)?;
+    let catalog = Catalog::read(store).await.map_err(store_error)?;
     let Roles {
         admin,
+        global,
+        everywhere,
         clusters,
         projects,
-    } = roles_of(&bindings, &user, &user_spec.groups);
+    } = roles_of(&bindings, &catalog, &user, &user_spec.groups);
     let expires = token
         .spec
         .get("expiresAt")
@@ -183,6 +244,8 @@ pub(crate) async fn principal_until(
             user,
             groups: user_spec.groups,
             admin,
+            global,
+            everywhere,
             clusters,
             projects,
             token: token.metadata.name,
@@ -208,30 +271,15 @@ pub fn downstream_groups(admin: bool, groups: &[String]) -> Vec<String> {
     all
 }
 
-/// How much a role may do; a user with several roles on a cluster (or a project) has the
-/// strongest.
-fn rank(role: Role) -> u8 {
-    match role {
-        Role::Admin => 4,
-        Role::ClusterOwner | Role::ProjectOwner => 3,
-        Role::ClusterMember | Role::ProjectMember => 2,
-        Role::ReadOnly => 1,
-    }
-}
-
 /// What a user may do, from the role bindings of the user and of their groups.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roles {
     pub admin: bool,
-    pub clusters: BTreeMap<String, Role>,
-    /// Project → (its cluster, role).
-    pub projects: BTreeMap<String, (String, Role)>,
-}
-
-fn keep_stronger(entry: &mut Role, role: Role) {
-    if rank(role) > rank(*entry) {
-        *entry = role;
-    }
+    pub global: Vec<PolicyRule>,
+    pub everywhere: Access,
+    pub clusters: BTreeMap<String, Access>,
+    /// Project → (its cluster, what is held on it).
+    pub projects: BTreeMap<String, (String, Access)>,
 }
 
 /// Whether `binding` names `user` or one of `groups`.
@@ -240,10 +288,37 @@ fn binds(binding: &Object, user: &str, groups: &[String]) -> bool {
     named("user") == Some(user) || named("group").is_some_and(|g| groups.iter().any(|m| m == g))
 }
 
+/// Whether `rules` allow everything, as the `admin` global role does.
+fn all_allowed(rules: &[PolicyRule]) -> bool {
+    crate::roles::allows(rules, "*", "*", "*", None) && crate::roles::allows_url(rules, "*", "*")
+}
+
 /// The roles `user`, a member of `groups`, holds through `bindings` (live ones: see
-/// `crate::refs`).
-pub fn roles_of(bindings: &[Object], user: &str, groups: &[String]) -> Roles {
+/// `crate::refs`), their templates and global roles as `catalog` defines them. A binding to a
+/// template or global role that does not exist grants nothing; so does a cluster template
+/// bound on a project or a project template bound on a cluster.
+pub fn roles_of(bindings: &[Object], catalog: &Catalog, user: &str, groups: &[String]) -> Roles {
+    use crate::model::TemplateContext;
     let mut roles = Roles::default();
+    let add_global = |roles: &mut Roles, name: &str| {
+        let Some(global) = catalog.global(name) else {
+            return;
+        };
+        for rule in &global.rules {
+            if !roles.global.contains(rule) {
+                roles.global.push(rule.clone());
+            }
+        }
+        for template in &global.inherited_cluster_roles {
+            if catalog
+                .template(template)
+                .is_some_and(|t| t.context == TemplateContext::Cluster)
+            {
+                roles.everywhere.add(catalog, template);
+            }
+        }
+    };
+    add_global(&mut roles, builtin::EVERYONE);
     for binding in bindings {
         if !binds(binding, user, groups) {
             continue;
@@ -251,18 +326,38 @@ pub fn roles_of(bindings: &[Object], user: &str, groups: &[String]) -> Roles {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec.clone()) else {
             continue;
         };
-        match (spec.role, spec.cluster, spec.project) {
-            (Role::Admin, _, _) => roles.admin = true,
-            (role, Some(cluster), Some(project)) => {
-                let entry = roles.projects.entry(project).or_insert((cluster, role));
-                keep_stronger(&mut entry.1, role);
+        let Some(granted) = spec.granted() else {
+            continue;
+        };
+        let template = match granted {
+            Granted::Global(name) => {
+                add_global(&mut roles, &name);
+                continue;
             }
-            (role, Some(cluster), None) => {
-                keep_stronger(roles.clusters.entry(cluster).or_insert(role), role);
+            Granted::Template(name) => name,
+        };
+        let Some(context) = catalog.template(&template).map(|t| t.context) else {
+            continue;
+        };
+        match (context, spec.cluster, spec.project) {
+            (TemplateContext::Project, Some(cluster), Some(project)) => {
+                let entry = roles
+                    .projects
+                    .entry(project)
+                    .or_insert_with(|| (cluster, Access::default()));
+                entry.1.add(catalog, &template);
             }
-            (_, None, _) => {}
+            (TemplateContext::Cluster, Some(cluster), None) => {
+                roles
+                    .clusters
+                    .entry(cluster)
+                    .or_default()
+                    .add(catalog, &template);
+            }
+            _ => {}
         }
     }
+    roles.admin = all_allowed(&roles.global);
     roles
 }
 
@@ -270,6 +365,7 @@ impl Roles {
     /// Whether these roles reach `cluster`: admin, or any role on it or one of its projects.
     pub fn reaches(&self, cluster: &str) -> bool {
         self.admin
+            || !self.everywhere.is_empty()
             || self.clusters.contains_key(cluster)
             || self.projects.values().any(|(c, _)| c == cluster)
     }
@@ -280,13 +376,82 @@ impl Principal {
     /// takes to reach the cluster through the proxy (its own RBAC decides the rest).
     pub fn reaches(&self, cluster: &str) -> bool {
         self.admin
+            || !self.everywhere.is_empty()
             || self.clusters.contains_key(cluster)
             || self.projects.values().any(|(c, _)| c == cluster)
     }
 
-    /// The role held on `project`, if any.
-    pub fn project_role(&self, project: &str) -> Option<Role> {
-        self.projects.get(project).map(|(_, role)| *role)
+    /// What is held on the whole of `cluster`: its own templates and those held everywhere.
+    pub fn on_cluster(&self, cluster: &str) -> Access {
+        let mut access = self.everywhere.clone();
+        if let Some(own) = self.clusters.get(cluster) {
+            access.merge(own);
+        }
+        access
+    }
+
+    /// What is held on `project`, if anything.
+    pub fn on_project(&self, project: &str) -> Option<&Access> {
+        self.projects.get(project).map(|(_, access)| access)
+    }
+
+    /// Whether any role held on `cluster`, or on one of its projects, writes to the cluster
+    /// (anything but get, list and watch on its resources).
+    pub fn writes_in(&self, cluster: &str) -> bool {
+        self.admin
+            || crate::roles::writes_downstream(&self.on_cluster(cluster).rules)
+            || self
+                .projects
+                .values()
+                .any(|(c, a)| c == cluster && crate::roles::writes_downstream(&a.rules))
+    }
+
+    /// Whether the global roles held allow `verb` on the hub's objects of `kind` (named
+    /// `name`, or all of them).
+    pub fn may_globally(&self, verb: &str, kind: Kind, name: Option<&str>) -> bool {
+        self.admin || crate::roles::allows(&self.global, verb, HUB_GROUP, kind.plural(), name)
+    }
+
+    /// Whether the global roles held allow `verb` on the hub resource `resource` that is no
+    /// kind of object (`audit`).
+    pub fn may_hub(&self, verb: &str, resource: &str) -> bool {
+        self.admin || crate::roles::allows(&self.global, verb, HUB_GROUP, resource, None)
+    }
+}
+
+#[cfg(test)]
+impl Principal {
+    /// A caller `user` holding builtin roles: `admin`, on clusters, and `(project, its
+    /// cluster, role)` on projects, as bindings by their old names would give.
+    pub fn holding(
+        user: &str,
+        admin: bool,
+        clusters: &[(&str, crate::model::Role)],
+        projects: &[(&str, &str, crate::model::Role)],
+    ) -> Principal {
+        let binding = |spec: Value| Object::new(Kind::RoleBinding.name(), "b", spec);
+        let mut bindings: Vec<Object> = clusters
+            .iter()
+            .map(|(c, r)| binding(serde_json::json!({"user": user, "role": r.label(), "cluster": c})))
+            .chain(projects.iter().map(|(p, c, r)| {
+                binding(serde_json::json!({"user": user, "role": r.label(), "cluster": c, "project": p}))
+            }))
+            .collect();
+        if admin {
+            bindings.push(binding(serde_json::json!({"user": user, "role": "admin"})));
+        }
+        let roles = roles_of(&bindings, &Catalog::new(&[], &[]), user, &[]);
+        Principal {
+            user: user.into(),
+            groups: Vec::new(),
+            admin: roles.admin,
+            global: roles.global,
+            everywhere: roles.everywhere,
+            clusters: roles.clusters,
+            projects: roles.projects,
+            token: "t".into(),
+            provider: "local".into(),
+        }
     }
 }
 
@@ -315,12 +480,29 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::Setting
         | Kind::AuthProvider
         | Kind::CloudCredential
-        | Kind::MachineTemplate => None,
+        | Kind::MachineTemplate
+        | Kind::RoleTemplate
+        | Kind::GlobalRole => None,
+    }
+}
+
+/// The project an object belongs to, for project roles.
+fn project_of(kind: Kind, object: &Object) -> Option<&str> {
+    match kind {
+        Kind::Project => Some(&object.metadata.name),
+        Kind::RoleBinding | Kind::ProjectSecret => spec_str(object, "project"),
+        _ => None,
     }
 }
 
 /// May `principal` do `verb` to `object` of `kind`? For `List`/`Watch`, call per item and keep
 /// the allowed ones; for `Create`, pass the object to be created.
+///
+/// The rules of the roles held decide, on `management.drover.io` and the kind's plural: the
+/// global roles' on every object, the templates held on an object's cluster (or project) on
+/// the objects of that cluster (or project). Some things no role grants but `admin`, as the
+/// hub makes them itself (hosts, machines, plans, a snapshot's contents) or as they could
+/// grant more than their author holds (roles); a user's own tokens and user are theirs.
 pub fn authorize(
     principal: &Principal,
     verb: Verb,
@@ -330,76 +512,44 @@ pub fn authorize(
     if principal.admin {
         return Ok(());
     }
-    let role = cluster_of(kind, object)
-        .and_then(|c| principal.clusters.get(c))
-        .copied();
-    let owner = role == Some(Role::ClusterOwner);
-    let allowed = match kind {
-        // Creating clusters and hosts is for admins (hosts arrive through registration).
-        Kind::Cluster | Kind::Host => match verb {
-            // Project members see their project's cluster (not its hosts).
-            v if v.reads() => {
-                role.is_some()
-                    || (kind == Kind::Cluster && principal.reaches(&object.metadata.name))
-            }
-            Verb::Update | Verb::Delete => owner,
-            _ => false,
-        },
-        Kind::RegistrationToken => owner,
-        // The hub makes machines from pools; the cluster's people see them, its owners may
-        // delete one (it is replaced).
-        Kind::Machine => match verb {
-            v if v.reads() => role.is_some(),
-            Verb::Delete => owner,
-            _ => false,
-        },
-        // A project's owner manages its members; a cluster's owner, everyone's.
-        Kind::RoleBinding => {
-            let project_owner = spec_str(object, "project")
-                .is_some_and(|p| principal.project_role(p) == Some(Role::ProjectOwner));
-            match verb {
-                v if v.reads() => role.is_some() || project_owner,
-                _ => owner || project_owner,
-            }
-        }
-        // Projects: their members see them; the cluster's owner makes and changes them.
-        Kind::Project => match verb {
-            v if v.reads() => {
-                role.is_some() || principal.project_role(&object.metadata.name).is_some()
-            }
-            _ => owner,
-        },
-        // A project's secrets are its owners' (and the cluster's owners') to read and write.
-        Kind::ProjectSecret => {
-            owner
-                || spec_str(object, "project")
-                    .is_some_and(|p| principal.project_role(p) == Some(Role::ProjectOwner))
-        }
-        // The cluster's people see its snapshots; its owners take and delete them (the hub
-        // writes what a snapshot holds: there is nothing to update).
-        Kind::EtcdSnapshot => match verb {
-            v if v.reads() => role.is_some(),
-            Verb::Create | Verb::Delete => owner,
-            _ => false,
-        },
-        // Plans carry the cluster's join token: its owners may read them, no one else.
-        Kind::Plan => verb.reads() && owner,
-        Kind::User => verb == Verb::Get && object.metadata.name == principal.user,
-        Kind::Token => {
-            let mine = spec_str(object, "user") == Some(principal.user.as_str());
-            let agent = object.spec.get("agent").is_some();
-            match verb {
-                Verb::Update => false,
-                Verb::Create => mine,
-                _ => mine || (agent && owner),
-            }
-        }
-        Kind::Setting => verb.reads(),
-        // A directory's settings and service account are admins' alone; so are a cloud's keys.
-        Kind::AuthProvider | Kind::CloudCredential => false,
-        // What a machine is made from holds no secret: anyone signed in may read it.
-        Kind::MachineTemplate => verb.reads(),
+    let name = object.metadata.name.as_str();
+    let verbs: &[&str] = match verb {
+        Verb::Update => &["update", "patch"],
+        v => &[v.rule_verb()],
     };
+    let by = |access: &Access| verbs.iter().any(|v| access.allows_hub(v, kind, Some(name)));
+    let globally = verbs
+        .iter()
+        .any(|v| principal.may_globally(v, kind, Some(name)));
+    let on_cluster = || cluster_of(kind, object).is_some_and(|c| by(&principal.on_cluster(c)));
+    let on_project =
+        || project_of(kind, object).is_some_and(|p| principal.on_project(p).is_some_and(by));
+    let reserved = matches!(
+        (kind, verb),
+        (Kind::Host, Verb::Create)
+            | (Kind::Machine, Verb::Create | Verb::Update)
+            | (Kind::Plan, Verb::Create | Verb::Update | Verb::Delete)
+            | (Kind::EtcdSnapshot, Verb::Update)
+            | (
+                Kind::RoleTemplate | Kind::GlobalRole,
+                Verb::Create | Verb::Update | Verb::Delete
+            )
+            | (Kind::Token, Verb::Update)
+    );
+    let allowed = !reserved
+        && match kind {
+            // A cluster is made by those a global role lets (who then own it); the people of
+            // a project see its cluster (not its hosts).
+            Kind::Cluster if verb == Verb::Create => globally,
+            Kind::Cluster => globally || on_cluster() || (verb.reads() && principal.reaches(name)),
+            Kind::User => (verb == Verb::Get && name == principal.user) || globally,
+            Kind::Token => {
+                let mine = spec_str(object, "user") == Some(principal.user.as_str());
+                let agent = object.spec.get("agent").is_some();
+                mine || (agent && verb != Verb::Create && on_cluster())
+            }
+            _ => globally || on_cluster() || on_project(),
+        };
     if allowed {
         Ok(())
     } else {
@@ -410,12 +560,14 @@ pub fn authorize(
 }
 
 /// Whether `principal` may list or watch `kind` at all. Lists are filtered to the objects the
-/// caller may read; a kind whose objects a non-admin can never list (users, directories,
-/// cloud credentials) is refused outright, as Kubernetes refuses a list, so a client says
-/// "not allowed" rather than showing an empty list.
+/// caller may read; a kind whose objects are no cluster's or project's (users, directories,
+/// cloud credentials) is refused outright unless a global role lets the caller list it, as
+/// Kubernetes refuses a list, so a client says "not allowed" rather than showing an empty list.
 pub fn may_list(principal: &Principal, kind: Kind) -> Result<(), AuthError> {
     match kind {
-        Kind::User | Kind::AuthProvider | Kind::CloudCredential if !principal.admin => {
+        Kind::User | Kind::AuthProvider | Kind::CloudCredential
+            if !principal.may_globally("list", kind, None) =>
+        {
             Err(AuthError::Forbidden(format!(
                 "user {:?} may not list {}: that needs the admin role",
                 principal.user,
@@ -433,9 +585,13 @@ fn forbidden_message(principal: &Principal, verb: Verb, kind: Kind, object: &Obj
             "user {:?} may not {what}: that needs {} on cluster {cluster:?}; ask an admin or the cluster's owner",
             principal.user,
             if verb.reads() {
-                "a role"
+                "a role".to_owned()
             } else {
-                "the cluster-owner role"
+                format!(
+                    "the cluster-owner role (or a role that allows {} {} in {HUB_GROUP})",
+                    verb.rule_verb(),
+                    kind.plural()
+                )
             }
         ),
         None => format!(

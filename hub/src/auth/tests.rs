@@ -1,25 +1,12 @@
 //! Access rules, as a matrix of roles, verbs and clusters.
 
-use std::collections::BTreeMap;
-
 use serde_json::json;
 
 use super::*;
 use crate::model::Role;
 
 fn principal(admin: bool, roles: &[(&str, Role)]) -> Principal {
-    Principal {
-        user: "u".into(),
-        groups: Vec::new(),
-        admin,
-        clusters: roles
-            .iter()
-            .map(|(c, r)| (c.to_string(), *r))
-            .collect::<BTreeMap<_, _>>(),
-        projects: BTreeMap::new(),
-        token: "t".into(),
-        provider: "local".into(),
-    }
+    Principal::holding("u", admin, roles, &[])
 }
 
 fn object(kind: Kind, name: &str, cluster: &str) -> Object {
@@ -104,9 +91,7 @@ fn every_role_times_every_verb_on_its_own_and_another_cluster() {
 
 /// A principal holding `role` on project `shop` of cluster `mine`, and nothing on the cluster.
 fn in_project(role: Role) -> Principal {
-    let mut p = principal(false, &[]);
-    p.projects.insert("shop".into(), ("mine".into(), role));
-    p
+    Principal::holding("u", false, &[], &[("shop", "mine", role)])
 }
 
 #[test]
@@ -310,11 +295,19 @@ fn the_strongest_binding_wins() {
             json!({"user": "v", "role": "admin"}),
         ),
     ];
-    let roles = roles_of(&bindings, "u", &[]);
+    let catalog = Catalog::new(&[], &[]);
+    let roles = roles_of(&bindings, &catalog, "u", &[]);
     assert!(!roles.admin);
-    assert_eq!(roles.clusters.get("a"), Some(&Role::ClusterOwner));
-    assert_eq!(roles.clusters.get("b"), Some(&Role::ClusterMember));
-    assert!(roles_of(&bindings, "v", &[]).admin);
+    let held = |cluster: &str| -> Vec<&str> {
+        roles.clusters[cluster]
+            .templates
+            .iter()
+            .map(String::as_str)
+            .collect()
+    };
+    assert_eq!(held("a"), ["cluster-owner", "read-only"]);
+    assert_eq!(held("b"), ["cluster-member"]);
+    assert!(roles_of(&bindings, &catalog, "v", &[]).admin);
 }
 
 #[test]

@@ -382,9 +382,13 @@ async fn login(
 }
 
 /// A state badge and its message.
-/// Whether the caller owns the cluster `name` (an admin does).
+/// Whether the caller may manage the cluster `name` (change and delete it): what its owners
+/// may (an admin may), as the caller's roles' rules say.
 fn owns(principal: &Principal, name: &str) -> bool {
-    principal.admin || principal.clusters.get(name) == Some(&crate::model::Role::ClusterOwner)
+    principal.admin
+        || principal
+            .on_cluster(name)
+            .allows_hub("update", crate::model::Kind::Cluster, Some(name))
 }
 
 pub(super) fn state_cell(state: &str, message: &str) -> String {

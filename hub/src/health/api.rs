@@ -104,7 +104,7 @@ pub struct EventQuery {
 
 impl EventQuery {
     fn keeps(&self, principal: &Principal, e: &Event) -> bool {
-        (principal.admin || principal.clusters.contains_key(&e.cluster))
+        (principal.admin || !principal.on_cluster(&e.cluster).is_empty())
             && self.cluster.as_ref().is_none_or(|c| *c == e.cluster)
             && self.host.as_ref().is_none_or(|h| *h == e.host)
             && self.node.as_ref().is_none_or(|n| *n == e.node)

@@ -114,8 +114,8 @@ impl Role {
     }
 }
 
-/// Grants a role to a user (or a group) on one cluster, on one project of a cluster, or
-/// globally for `admin`.
+/// Grants a role template to a user (or a group) on one cluster or on one project of a
+/// cluster, or a global role on the hub.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RoleBindingSpec {
@@ -123,13 +123,61 @@ pub struct RoleBindingSpec {
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    pub role: Role,
+    /// One of the builtin roles by its old name: an alias of the builtin template (or, for
+    /// `admin`, global role) of that name; `read-only` with a project is the template
+    /// `project-read-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The RoleTemplate granted on `cluster` (a cluster template) or `project` (a project
+    /// template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_template: Option<String>,
+    /// The GlobalRole granted on the hub (no cluster, no project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_role: Option<String>,
     /// Required for cluster and project roles (a project's own cluster); absent for `admin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
     /// For project roles: the project (of `cluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+}
+
+/// What a binding grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Granted {
+    /// A role template, on the binding's cluster or project.
+    Template(String),
+    /// A global role.
+    Global(String),
+}
+
+/// The builtin template `read-only` is for clusters; with a project its alias means this one.
+pub const PROJECT_READ_ONLY: &str = "project-read-only";
+
+impl RoleBindingSpec {
+    /// What the binding grants, its `role` alias resolved; `None` when it names none, or
+    /// more than one, of `role`, `roleTemplate` and `globalRole`.
+    pub fn granted(&self) -> Option<Granted> {
+        match (self.role, &self.role_template, &self.global_role) {
+            (Some(Role::Admin), None, None) => Some(Granted::Global("admin".into())),
+            (Some(Role::ReadOnly), None, None) if self.project.is_some() => {
+                Some(Granted::Template(PROJECT_READ_ONLY.into()))
+            }
+            (Some(role), None, None) => Some(Granted::Template(role.label().into())),
+            (None, Some(template), None) => Some(Granted::Template(template.clone())),
+            (None, None, Some(global)) => Some(Granted::Global(global.clone())),
+            _ => None,
+        }
+    }
+
+    /// The template granted, if the binding grants one.
+    pub fn template(&self) -> Option<String> {
+        match self.granted() {
+            Some(Granted::Template(t)) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// A project: namespaces of one cluster grouped under one set of members and secrets, as in

@@ -6,9 +6,9 @@ use serde_json::Value;
 
 use super::{
     AuthProviderSpec, CloudCredentialSpec, ClusterSpec, ClusterType, Distribution,
-    EtcdSnapshotSpec, HostSpec, MachineSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec,
-    ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, SettingSpec, TokenSpec, UserSpec,
-    concurrency, parse_plan,
+    EtcdSnapshotSpec, GlobalRoleSpec, HostSpec, MachineSpec, MachineTemplateSpec, PlanSpec,
+    ProjectSecretSpec, ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, RoleTemplateSpec,
+    SettingSpec, TokenSpec, UserSpec, concurrency, parse_plan,
 };
 use crate::store::Object;
 
@@ -35,10 +35,12 @@ pub enum Kind {
     CloudCredential,
     MachineTemplate,
     Machine,
+    RoleTemplate,
+    GlobalRole,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -54,6 +56,8 @@ impl Kind {
         Kind::CloudCredential,
         Kind::MachineTemplate,
         Kind::Machine,
+        Kind::RoleTemplate,
+        Kind::GlobalRole,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +77,8 @@ impl Kind {
             Kind::CloudCredential => "CloudCredential",
             Kind::MachineTemplate => "MachineTemplate",
             Kind::Machine => "Machine",
+            Kind::RoleTemplate => "RoleTemplate",
+            Kind::GlobalRole => "GlobalRole",
         }
     }
 
@@ -94,6 +100,8 @@ impl Kind {
             Kind::CloudCredential => "cloudcredentials",
             Kind::MachineTemplate => "machinetemplates",
             Kind::Machine => "machines",
+            Kind::RoleTemplate => "roletemplates",
+            Kind::GlobalRole => "globalroles",
         }
     }
 
@@ -123,6 +131,8 @@ impl Kind {
             Kind::CloudCredential => generator.subschema_for::<CloudCredentialSpec>(),
             Kind::MachineTemplate => generator.subschema_for::<MachineTemplateSpec>(),
             Kind::Machine => generator.subschema_for::<MachineSpec>(),
+            Kind::RoleTemplate => generator.subschema_for::<RoleTemplateSpec>(),
+            Kind::GlobalRole => generator.subschema_for::<GlobalRoleSpec>(),
         }
     }
 
@@ -302,30 +312,77 @@ impl Kind {
                 if let Some(group) = &s.group {
                     group_name(group)?;
                 }
+                let named = [
+                    s.role.is_some(),
+                    s.role_template.is_some(),
+                    s.global_role.is_some(),
+                ];
+                if named.iter().filter(|n| **n).count() != 1 {
+                    return Err("a role binding grants exactly one of spec.roleTemplate (on a cluster or a project), spec.globalRole (on the hub) or spec.role (a builtin role by its name)".into());
+                }
+                for (field, name) in [
+                    ("spec.roleTemplate", &s.role_template),
+                    ("spec.globalRole", &s.global_role),
+                ] {
+                    if let Some(name) = name {
+                        validate_name(Kind::RoleTemplate, name)
+                            .map_err(|e| format!("{field}: {e}"))?;
+                    }
+                }
                 match (s.role, &s.cluster, &s.project) {
-                    (Role::Admin, None, None) => Ok(()),
-                    (Role::Admin, _, _) => Err(
-                        "spec.cluster, spec.project: admin is a global role; leave them out".into(),
+                    (Some(Role::Admin), None, None) => return Ok(()),
+                    (Some(Role::Admin), _, _) => {
+                        return Err(
+                            "spec.cluster, spec.project: admin is a global role; leave them out"
+                                .into(),
+                        );
+                    }
+                    (Some(Role::ProjectOwner | Role::ProjectMember), _, None) => {
+                        return Err(format!(
+                            "spec.project: {} needs the project it applies to",
+                            s.role.map(Role::label).unwrap_or_default()
+                        ));
+                    }
+                    (Some(Role::ClusterOwner | Role::ClusterMember), _, Some(_)) => {
+                        return Err(format!(
+                            "spec.project: {} is a cluster role; for a project use project-owner, project-member or read-only",
+                            s.role.map(Role::label).unwrap_or_default()
+                        ));
+                    }
+                    _ => {}
+                }
+                match (&s.global_role, &s.cluster, &s.project) {
+                    (Some(_), None, None) => Ok(()),
+                    (Some(_), _, _) => Err(
+                        "spec.cluster, spec.project: a global role applies on the hub; leave them out (a role on a cluster is a spec.roleTemplate)".into(),
                     ),
-                    (Role::ProjectOwner | Role::ProjectMember, _, None) => Err(format!(
-                        "spec.project: {} needs the project it applies to",
-                        s.role.label()
-                    )),
-                    (Role::ClusterOwner | Role::ClusterMember, _, Some(_)) => Err(format!(
-                        "spec.project: {} is a cluster role; for a project use project-owner, project-member or read-only",
-                        s.role.label()
-                    )),
-                    (_, None, _) => Err(
+                    (None, None, _) => Err(
                         "spec.cluster: cluster and project roles need the cluster they apply to"
                             .into(),
                     ),
-                    (_, Some(c), project) => {
+                    (None, Some(c), project) => {
                         non_empty("spec.cluster", c)?;
                         project
                             .as_deref()
                             .map_or(Ok(()), |p| non_empty("spec.project", p))
                     }
                 }
+            }),
+            Kind::RoleTemplate => check::<RoleTemplateSpec>(spec, |s| {
+                super::validate_rules(&s.rules)?;
+                for (i, name) in s.inherits.iter().enumerate() {
+                    validate_name(Kind::RoleTemplate, name)
+                        .map_err(|e| format!("spec.inherits[{i}]: {e}"))?;
+                }
+                Ok(())
+            }),
+            Kind::GlobalRole => check::<GlobalRoleSpec>(spec, |s| {
+                super::validate_rules(&s.rules)?;
+                for (i, name) in s.inherited_cluster_roles.iter().enumerate() {
+                    validate_name(Kind::RoleTemplate, name)
+                        .map_err(|e| format!("spec.inheritedClusterRoles[{i}]: {e}"))?;
+                }
+                Ok(())
             }),
             Kind::Plan => check::<PlanSpec>(spec, |s| {
                 non_empty("spec.host", &s.host)?;

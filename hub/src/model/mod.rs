@@ -11,6 +11,7 @@ mod kind;
 mod machines;
 mod providers;
 pub mod registries;
+mod roles;
 mod setting;
 mod status;
 
@@ -20,6 +21,7 @@ pub use host::*;
 pub use kind::*;
 pub use machines::*;
 pub use providers::*;
+pub use roles::*;
 pub use setting::*;
 pub use status::*;
 

@@ -153,21 +153,16 @@ pub async fn cache(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     #[test]
     fn project_members_may_list_only_their_projects_namespaces() {
-        let pat = Principal {
-            user: "pat".into(),
-            groups: Vec::new(),
-            admin: false,
-            clusters: BTreeMap::new(),
-            projects: BTreeMap::from([("shop".into(), ("prod".into(), Role::ProjectMember))]),
-            token: String::new(),
-            provider: "local".into(),
-        };
+        let pat = Principal::holding(
+            "pat",
+            false,
+            &[],
+            &[("shop", "prod", crate::model::Role::ProjectMember)],
+        );
         let namespaces = proto::cached_resource("namespaces").unwrap();
         let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
             pairs

@@ -30,7 +30,7 @@ use tunnel::{Registry, Session, pool::Http1Pool};
 use crate::{
     api::{Api, ApiError, allow},
     auth::{Principal, Verb},
-    model::{Kind, Role, Status},
+    model::{Kind, Status},
     replicas::Replicas,
 };
 
@@ -254,12 +254,11 @@ async fn authorize(
 }
 
 /// Whether the caller may only read on `cluster` (enforced here as well as by the cluster's
-/// RBAC, so it holds on clusters whose RBAC Drover does not manage). A project role on the
-/// cluster may allow writes in the project's namespaces: then the cluster's RBAC alone decides.
+/// RBAC, so it holds on clusters whose RBAC Drover does not manage): when no role they hold
+/// there, on the cluster or on one of its projects, has a rule that writes. Otherwise the
+/// cluster's RBAC, which the same rules make, decides.
 fn read_only(principal: &Principal, cluster: &str) -> bool {
-    !principal.admin
-        && principal.clusters.get(cluster) == Some(&Role::ReadOnly)
-        && !principal.projects.values().any(|(c, _)| c == cluster)
+    !principal.writes_in(cluster)
 }
 
 pub async fn handle(
@@ -435,13 +434,9 @@ mod tests {
 
     fn principal(user: &str, groups: &[&str], admin: bool) -> Principal {
         Principal {
-            user: user.into(),
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-            admin,
-            clusters: Default::default(),
-            projects: Default::default(),
             token: "t-1".into(),
-            provider: "local".into(),
+            ..Principal::holding(user, admin, &[], &[])
         }
     }
 

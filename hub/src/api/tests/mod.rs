@@ -772,6 +772,10 @@ fn example(kind: Kind) -> Value {
         Kind::Machine => {
             json!({"cluster": "c1", "pool": "workers", "template": "machinetemplates-1"})
         }
+        Kind::RoleTemplate => json!({"context": "cluster", "inherits": ["read-only"],
+            "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]}),
+        Kind::GlobalRole => json!({"inheritedClusterRoles": ["roletemplates-1"],
+            "rules": [{"apiGroups": ["management.drover.io"], "resources": ["clusters"], "verbs": ["create"]}]}),
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),

@@ -37,4 +37,5 @@ mod proxy;
 mod quickstart;
 mod rbac;
 mod real_cluster;
+mod roles;
 mod sim;

@@ -185,3 +185,82 @@ fn the_authorized_endpoint_is_turned_on_or_off_never_both() {
         assert!(client(wrong).is_err(), "{wrong:?}");
     }
 }
+
+#[test]
+fn role_templates_are_made_from_kubectl_style_rules() {
+    let made = client(&[
+        "role",
+        "template",
+        "create",
+        "deployer",
+        "--context",
+        "project",
+        "--rule",
+        "get,list,watch,patch:deployments.apps,deployments.apps/scale",
+        "--rule",
+        "get,list:pods,pods/log",
+        "--inherit",
+        "project-read-only",
+    ]);
+    let Ok(crate::cli::Request::TemplateCreate { name, spec }) = made else {
+        panic!("{made:?}");
+    };
+    assert_eq!(name, "deployer");
+    assert_eq!(
+        spec,
+        serde_json::json!({"context": "project", "inherits": ["project-read-only"], "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}]})
+    );
+    let bad = client(&[
+        "role",
+        "template",
+        "create",
+        "x",
+        "--context",
+        "cluster",
+        "--rule",
+        "pods",
+    ]);
+    let message = format!("{}", bad.unwrap_err());
+    assert!(message.contains("VERBS:RESOURCES"), "{message}");
+}
+
+#[test]
+fn a_grant_names_one_role_a_template_or_a_global_role() {
+    let grant = client(&[
+        "role",
+        "grant",
+        "--group",
+        "ci",
+        "--template",
+        "deployer",
+        "--cluster",
+        "prod",
+        "--project",
+        "shop",
+    ]);
+    assert!(
+        matches!(&grant, Ok(crate::cli::Request::RoleGrant { field: "roleTemplate", role, .. }) if role == "deployer"),
+        "{grant:?}"
+    );
+    let global = client(&[
+        "role",
+        "grant",
+        "--user",
+        "ann",
+        "--global",
+        "clusters-create",
+    ]);
+    assert!(
+        matches!(&global, Ok(crate::cli::Request::RoleGrant { field: "globalRole", name, .. }) if name == "ann-clusters-create-global"),
+        "{global:?}"
+    );
+    assert!(client(&["role", "grant", "--user", "ann"]).is_err());
+    assert!(
+        client(&[
+            "role", "grant", "--user", "ann", "--role", "admin", "--global", "admin"
+        ])
+        .is_err()
+    );
+}

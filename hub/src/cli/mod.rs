@@ -183,6 +183,9 @@ pub enum Request {
         name: String,
         user: Option<String>,
         group: Option<String>,
+        /// The binding's field that names the role: `role` (a builtin by name),
+        /// `roleTemplate` or `globalRole`.
+        field: &'static str,
         role: String,
         cluster: Option<String>,
         project: Option<String>,
@@ -191,6 +194,14 @@ pub enum Request {
         name: String,
     },
     RoleList,
+    TemplateCreate {
+        name: String,
+        spec: Value,
+    },
+    TemplateList,
+    TemplateDelete {
+        name: String,
+    },
     /// Objects of any kind (`kind` as the user wrote it: plural, singular, any case).
     Get {
         kind: String,
@@ -483,11 +494,12 @@ pub async fn run(
             name,
             user,
             group,
+            field,
             role,
             cluster,
             project,
         } => {
-            let mut spec = json!({"role": role});
+            let mut spec = json!({ *field: role });
             for (field, value) in [
                 ("user", user),
                 ("group", group),
@@ -506,6 +518,13 @@ pub async fn run(
         }
         Request::RoleRevoke { name } => ("DELETE", format!("/v1/rolebindings/{name}"), None),
         Request::RoleList => ("GET", "/v1/rolebindings".to_owned(), None),
+        Request::TemplateCreate { name, spec } => (
+            "POST",
+            "/v1/roletemplates".to_owned(),
+            Some(json!({"metadata": {"name": name}, "spec": spec})),
+        ),
+        Request::TemplateList => ("GET", "/v1/roletemplates".to_owned(), None),
+        Request::TemplateDelete { name } => ("DELETE", format!("/v1/roletemplates/{name}"), None),
         Request::Get { .. }
         | Request::HostList { .. }
         | Request::HostGet { .. }

@@ -203,10 +203,16 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                         (_, Value::String(group)) => format!("group {group}"),
                         _ => String::new(),
                     };
+                    let role = [&spec["role"], &spec["roleTemplate"]]
+                        .into_iter()
+                        .find(|r| r.is_string())
+                        .map(text)
+                        .or_else(|| spec["globalRole"].as_str().map(|g| format!("global {g}")))
+                        .unwrap_or_default();
                     vec![
                         text(&b["metadata"]["name"]),
                         subject,
-                        text(&spec["role"]),
+                        role,
                         text(&spec["cluster"]),
                         text(&spec["project"]),
                     ]
@@ -216,6 +222,35 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                 format!("Granted {role} (binding {name}).\n")
             }
             Request::RoleRevoke { name } => format!("Role binding {name} revoked.\n"),
+            Request::TemplateList => table(
+                &[
+                    "NAME",
+                    "CONTEXT",
+                    "BUILTIN",
+                    "INHERITS",
+                    "RULES",
+                    "DISPLAY NAME",
+                ],
+                value["items"].as_array().into_iter().flatten().map(|t| {
+                    let spec = &t["spec"];
+                    let inherits: Vec<String> = spec["inherits"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(text)
+                        .collect();
+                    vec![
+                        text(&t["metadata"]["name"]),
+                        text(&spec["context"]),
+                        if spec["builtin"] == true { "yes" } else { "no" }.into(),
+                        inherits.join(","),
+                        spec["rules"].as_array().map_or(0, Vec::len).to_string(),
+                        text(&spec["displayName"]),
+                    ]
+                }),
+            ),
+            Request::TemplateCreate { name, .. } => format!("Role template {name} created.\n"),
+            Request::TemplateDelete { name } => format!("Role template {name} deleted.\n"),
             _ => serde_saphyr::to_string(value).unwrap_or_default(),
         },
     }

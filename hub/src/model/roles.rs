@@ -24,7 +24,11 @@ pub struct PolicyRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_names: Vec<String>,
     pub verbs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        rename = "nonResourceURLs"
+    )]
     pub non_resource_urls: Vec<String>,
 }
 

@@ -37,7 +37,14 @@ fn named(mut object: Object, name: &str) -> Object {
 }
 
 /// A rule, what is asked of it (verb, group, resource, name) and whether it allows it.
-type Case<'a> = (&'a PolicyRule, &'a str, &'a str, &'a str, Option<&'a str>, bool);
+type Case<'a> = (
+    &'a PolicyRule,
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    bool,
+);
 
 #[test]
 fn rules_match_verbs_groups_resources_subresources_and_names() {

@@ -994,6 +994,7 @@ mod holes;
 mod lifetimes;
 mod lists;
 mod machines;
+mod roles;
 mod signin;
 
 /// A dashboard's "Pause" is a merge patch without a resourceVersion; a controller writing the

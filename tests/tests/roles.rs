@@ -1,0 +1,388 @@
+//! Custom roles made real, judged by the real kubectl through the hub against the simulated
+//! cluster, which enforces RBAC as kube-apiserver does: a role template made with the CLI and
+//! granted to a group, its inheritance followed as it changes, and a global role's cluster
+//! templates on every cluster.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    HubProcess, api, hub_cli,
+    imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed},
+    login,
+};
+
+async fn create(hub: &HubProcess, token: &str, plural: &str, body: Value) -> Value {
+    let (status, created) = api(
+        hub.addr,
+        "POST",
+        &format!("/v1/{plural}"),
+        Some(token),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    created
+}
+
+/// Asks `kubectl auth can-i` until it answers `want`; how long that took.
+async fn until_can(kubeconfig: &Path, can: &[&str], want: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let mut args = vec!["auth", "can-i"];
+        args.extend_from_slice(can);
+        let (_, stdout, stderr) = kubectl(kubeconfig, &args).await;
+        if stdout.trim() == want {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "kubectl auth can-i {can:?} still says {stdout:?} after {within:?}: {stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A user in `groups`, with a kubeconfig for cluster prod once the hub issues one.
+async fn user(imported: &Imported, name: &str, groups: &[&str]) -> String {
+    let password = "a long enough password";
+    create(
+        &imported.hub,
+        &imported.admin,
+        "users",
+        json!({"metadata": {"name": name}, "spec": {"password": password, "groups": groups}}),
+    )
+    .await;
+    login(imported.hub.addr, name, password).await
+}
+
+fn cli_login(imported: &Imported) -> std::path::PathBuf {
+    let config = imported.dir.join("cli.json");
+    let hub = &imported.hub;
+    let password = hub.admin_password.clone().unwrap();
+    let r = hub_cli(
+        &config,
+        &[
+            "login",
+            "--server",
+            &hub.url(),
+            "--password-stdin",
+            "--ca-checksum",
+            &hub.ca_checksum,
+        ],
+        &format!("{password}\n"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
+    let imported = Imported::start("roles-deployer", SimConfig::default()).await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let (hub, admin, sim_admin) = (
+        &imported.hub,
+        imported.admin.as_str(),
+        imported.sim_admin.as_path(),
+    );
+    for project in ["shop", "lab"] {
+        create(
+            hub,
+            admin,
+            "projects",
+            json!({"metadata": {"name": project}, "spec": {"cluster": "prod"}}),
+        )
+        .await;
+    }
+    let setup = imported.dir.join("setup.yaml");
+    let mut documents = Vec::new();
+    for (ns, project) in [("shop-a", "shop"), ("lab-a", "lab")] {
+        documents.push(format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{drover.io/project: {project}}}}}\n"
+        ));
+        documents.push(format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {ns}}}\n\
+             spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    \
+             metadata: {{labels: {{app: web}}}}\n    spec: {{containers: [{{name: web, image: nginx}}]}}\n"
+        ));
+    }
+    documents.push("apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop-a}\ndata: {password: czNjcmV0}\n".into());
+    std::fs::write(&setup, documents.join("---\n")).unwrap();
+    kubectl_ok(sim_admin, &["apply", "-f", setup.to_str().unwrap()]).await;
+
+    // The template and the grant, as an operator types them.
+    let cli = cli_login(&imported);
+    let r = hub_cli(
+        &cli,
+        &[
+            "role",
+            "template",
+            "create",
+            "deployer",
+            "--context",
+            "project",
+            "--display-name",
+            "Deployer",
+            "--rule",
+            "get,list,watch,patch:deployments.apps,deployments.apps/scale",
+            "--rule",
+            "get,list:pods,pods/log",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let dan = user(&imported, "dan", &["ci"]).await;
+    let r = hub_cli(
+        &cli,
+        &[
+            "role",
+            "grant",
+            "--group",
+            "ci",
+            "--template",
+            "deployer",
+            "--cluster",
+            "prod",
+            "--project",
+            "shop",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = hub_cli(&cli, &["role", "template", "list"], "");
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("deployer ") && l.contains("project") && l.contains("Deployer")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("cluster-owner ") && l.contains("yes")),
+        "{}",
+        r.stdout
+    );
+
+    let dan = issued_kubeconfig(hub, &dan, &imported.dir, "dan", None).await;
+    until_allowed(&dan, &["patch", "deployments", "-n", "shop-a"]).await;
+    kubectl_ok(
+        &dan,
+        &["scale", "deployment", "web", "--replicas=3", "-n", "shop-a"],
+    )
+    .await;
+    let (_, replicas, _) = kubectl(
+        sim_admin,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop-a",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "3");
+    kubectl_ok(&dan, &["get", "pods", "-n", "shop-a"]).await;
+    for (refused, what) in [
+        (&["get", "secret", "db", "-n", "shop-a"][..], "secrets"),
+        (&["get", "secrets", "-n", "shop-a"], "secrets"),
+        (
+            &["delete", "deployment", "web", "-n", "shop-a"],
+            "deployments",
+        ),
+        (&["get", "deployments", "-n", "lab-a"], "deployments"),
+        (
+            &["scale", "deployment", "web", "--replicas=3", "-n", "lab-a"],
+            "deployments",
+        ),
+        (&["get", "deployments", "-A"], "deployments"),
+    ] {
+        let (ok, _, stderr) = kubectl(&dan, refused).await;
+        assert!(
+            !ok && stderr.contains("forbidden") && stderr.contains(what),
+            "{refused:?}: {stderr}"
+        );
+    }
+    let (_, answer, _) = kubectl(
+        &dan,
+        &[
+            "auth",
+            "can-i",
+            "get",
+            "pods",
+            "--subresource=log",
+            "-n",
+            "shop-a",
+        ],
+    )
+    .await;
+    assert_eq!(answer.trim(), "yes");
+
+    // In the cluster: one ClusterRole, and one RoleBinding in the project's namespace naming
+    // the group; no ClusterRoleBinding grants it.
+    let (_, verbs, _) = kubectl(
+        sim_admin,
+        &[
+            "get",
+            "clusterrole",
+            "drover-role-deployer",
+            "-o",
+            "jsonpath={.rules[0].verbs}",
+        ],
+    )
+    .await;
+    assert!(verbs.contains("patch"), "{verbs}");
+    let (_, subjects, _) = kubectl(
+        sim_admin,
+        &[
+            "get",
+            "rolebinding",
+            "drover-role-deployer",
+            "-n",
+            "shop-a",
+            "-o",
+            "jsonpath={.subjects[*].name}",
+        ],
+    )
+    .await;
+    assert_eq!(subjects, "ci");
+    let (ok, _, _) = kubectl(
+        sim_admin,
+        &["get", "rolebinding", "drover-role-deployer", "-n", "lab-a"],
+    )
+    .await;
+    assert!(!ok, "the template reached another project's namespace");
+    let (_, cluster_wide, _) = kubectl(
+        sim_admin,
+        &[
+            "get",
+            "clusterrolebindings",
+            "-l",
+            "drover.io/sync",
+            "-o",
+            "jsonpath={.items[*].roleRef.name}",
+        ],
+    )
+    .await;
+    assert!(
+        !cluster_wide.contains("drover-role-deployer"),
+        "{cluster_wide}"
+    );
+
+    // The hub's proxy does not stand in the way of what the cluster allows: scaling through
+    // the hub's own API path as well.
+    imported.shutdown.cancel();
+    agent.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_to_an_inherited_template_reaches_its_holders_and_a_global_role_reaches_every_cluster()
+ {
+    let imported = Imported::start("roles-inherit", SimConfig::default()).await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    create(
+        hub,
+        admin,
+        "roletemplates",
+        json!({"metadata": {"name": "base"}, "spec": {"context": "cluster",
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}}),
+    )
+    .await;
+    create(hub, admin, "roletemplates", json!({"metadata": {"name": "support"}, "spec": {"context": "cluster",
+        "inherits": ["base"], "rules": [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}]}})).await;
+    let ann = user(&imported, "ann", &[]).await;
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "ann-support"},
+        "spec": {"user": "ann", "roleTemplate": "support", "cluster": "prod"}}),
+    )
+    .await;
+    let ann = issued_kubeconfig(hub, &ann, &imported.dir, "ann", None).await;
+    until_allowed(&ann, &["list", "configmaps", "-A"]).await;
+    until_allowed(&ann, &["list", "services", "-A"]).await;
+    let (_, events, _) = kubectl(&ann, &["auth", "can-i", "list", "events", "-A"]).await;
+    assert_eq!(events.trim(), "no");
+
+    // A rule added to base reaches support's holders; taken out, it goes.
+    let rules = |extra: bool| {
+        let mut rules =
+            vec![json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]})];
+        if extra {
+            rules.push(json!({"apiGroups": [""], "resources": ["events"], "verbs": ["list"]}));
+        }
+        json!({"spec": {"rules": rules}})
+    };
+    let (addr, admin_token) = (hub.addr, imported.admin.clone());
+    let patch = |extra: bool| {
+        let (body, admin_token) = (rules(extra), admin_token.clone());
+        async move {
+            let (status, answer) = api(
+                addr,
+                "PATCH",
+                "/v1/roletemplates/base",
+                Some(&admin_token),
+                Some(body),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    patch(true).await;
+    let granted = until_can(
+        &ann,
+        &["list", "events", "-A"],
+        "yes",
+        Duration::from_secs(30),
+    )
+    .await;
+    patch(false).await;
+    let revoked = until_can(
+        &ann,
+        &["list", "events", "-A"],
+        "no",
+        Duration::from_secs(30),
+    )
+    .await;
+    println!(
+        "{}",
+        json!({"measure": "template edit to cluster", "granted_ms": granted.as_millis(), "revoked_ms": revoked.as_millis()})
+    );
+
+    // A global role with inheritedClusterRoles [read-only] reads every cluster.
+    let vic = user(&imported, "vic", &[]).await;
+    create(
+        hub,
+        admin,
+        "rolebindings",
+        json!({"metadata": {"name": "vic-views"},
+        "spec": {"user": "vic", "globalRole": "clusters-view"}}),
+    )
+    .await;
+    let vic = issued_kubeconfig(hub, &vic, &imported.dir, "vic", None).await;
+    until_allowed(&vic, &["list", "deployments", "-A"]).await;
+    let (_, write, _) = kubectl(
+        &vic,
+        &["auth", "can-i", "create", "deployments", "-n", "default"],
+    )
+    .await;
+    assert_eq!(write.trim(), "no");
+    imported.shutdown.cancel();
+    agent.await.unwrap();
+}

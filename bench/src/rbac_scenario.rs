@@ -6,6 +6,13 @@
 //! agent makes afterwards while nothing changes (a window longer than its periodic resync),
 //! which should be none.
 //!
+//! Then the templates' turn: T role templates (half cluster, half project; chains of
+//! inheritance) bound to G groups the users are spread over, with what that writes in the
+//! cluster, and the time from an edit of the template the chains start from until every
+//! ClusterRole that inherits it holds the new rule, with the CPU this process (hub, agent and
+//! simulated API server together) spent for it. The RoleBindings in the cluster are reported
+//! beside Rancher's formula for the same clusters, users, projects and assignments.
+//!
 //! Hub, cluster-agent and simulated cluster run in this process. Users and bindings are written
 //! straight to the hub's store (as the API would store them, without hashing 500 passwords).
 
@@ -43,6 +50,12 @@ pub(crate) struct Args {
     /// resyncs every 60 s, so the default window holds one resync).
     #[arg(long, default_value_t = 65)]
     quiet_seconds: u64,
+    /// Role templates of the second phase (none: skip it).
+    #[arg(long, default_value_t = 20)]
+    templates: usize,
+    /// Groups the users are spread over, each bound to one template.
+    #[arg(long, default_value_t = 50)]
+    groups: usize,
 }
 
 /// The role user `i` gets: a tenth each cluster-owner and read-only, a fifth cluster-member,
@@ -260,6 +273,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let quiet = Duration::from_secs(args.quiet_seconds);
     tokio::time::sleep(quiet).await;
     let writes_when_quiet = total(agent_writes(&sim)) - total(last);
+    let user_rolebindings = count(&sim, "RoleBinding")?;
+    // Rancher's minimum for the same: 1 cluster, U users, U_aC of them bound on the cluster,
+    // P projects, P_a bound on a project.
+    let on_cluster = (0..users)
+        .filter(|i| role_of(*i, projects).1.is_none())
+        .count();
+    let rancher = 32 + users + 2 * on_cluster + 8 * projects + 5 * (users - on_cluster);
+    let templates = if args.templates > 0 {
+        templates_phase(&sim, &store, &args, projects).await?
+    } else {
+        Value::Null
+    };
     shutdown.cancel();
     let _ = std::fs::remove_dir_all(&data_dir);
     Ok(json!({
@@ -277,5 +302,202 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "converge_s": round(converge_s, 2),
         "quiet_seconds": quiet.as_secs(),
         "writes_when_quiet": writes_when_quiet,
+        "rolebindings": user_rolebindings,
+        "rancher_formula_rolebindings": rancher,
+        "templates_phase": templates,
+    }))
+}
+
+/// The cluster's objects of `kind` the agent keeps.
+fn count(sim: &SimCluster, kind: &str) -> anyhow::Result<usize> {
+    Ok(sim
+        .list("rbac.authorization.k8s.io/v1", kind, "drover.io/sync")
+        .map_err(anyhow::Error::msg)?
+        .len())
+}
+
+/// Template `t`'s context and what it inherits: even ones are cluster templates, odd ones
+/// project templates; each inherits the one two before it, in chains of five, so an edit of
+/// `t-0` reaches `t-2`, `t-4`, `t-6` and `t-8`.
+fn template_of(t: usize) -> (&'static str, Option<String>) {
+    let context = if t % 2 == 0 { "cluster" } else { "project" };
+    let parent = (t % 10 >= 2).then(|| format!("t-{}", t - 2));
+    (context, parent)
+}
+
+/// The ClusterRoles that inherit `t-0` (itself included).
+fn heirs_of_first(templates: usize) -> Vec<String> {
+    (0..templates.min(10))
+        .step_by(2)
+        .map(|t| format!("drover-role-t-{t}"))
+        .collect()
+}
+
+async fn templates_phase(
+    sim: &SimCluster,
+    store: &std::sync::Arc<dyn hub::store::Store>,
+    args: &Args,
+    projects: usize,
+) -> anyhow::Result<Value> {
+    let (templates, groups) = (args.templates, args.groups.max(1));
+    let before = agent_writes(sim);
+    let started = Instant::now();
+    let resources = ["configmaps", "services", "pods", "events", "endpoints"];
+    for t in 0..templates {
+        let (context, parent) = template_of(t);
+        let mut spec = json!({"context": context, "rules": [
+            {"apiGroups": [""], "resources": [resources[t % resources.len()]], "verbs": ["get", "list"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [format!("app-{t}")], "verbs": ["patch"]}]});
+        if let Some(parent) = parent {
+            spec["inherits"] = json!([parent]);
+        }
+        hub::refs::create(
+            store.as_ref(),
+            Object::new("RoleTemplate", &format!("t-{t}"), spec),
+        )
+        .await?;
+    }
+    // Each user in one group; each group bound to one template, a project template on one
+    // project.
+    for i in 0..args.users {
+        let mut user = store.get("User", &format!("u-{i}")).await?;
+        user.spec["groups"] = json!([format!("g-{}", i % groups)]);
+        store.update(user).await?;
+    }
+    let mut held: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    let mut cluster_templates = BTreeSet::new();
+    let (mut group_on_cluster, mut group_on_project) = (0, 0);
+    for g in 0..groups {
+        let t = g % templates;
+        let (context, _) = template_of(t);
+        let mut spec =
+            json!({"group": format!("g-{g}"), "roleTemplate": format!("t-{t}"), "cluster": "prod"});
+        if context == "project" {
+            let project = format!("p-{}", g % projects);
+            spec["project"] = json!(project);
+            held.entry(project).or_default().insert(t);
+            group_on_project += 1;
+        } else {
+            cluster_templates.insert(t);
+            group_on_cluster += 1;
+        }
+        hub::refs::create(
+            store.as_ref(),
+            Object::new("RoleBinding", &format!("g-{g}-t-{t}"), spec),
+        )
+        .await?;
+    }
+    let hub_write_s = started.elapsed().as_secs_f64();
+    let roles_expected = templates.min(groups);
+    let namespaces_of = |p: usize| (0..args.namespaces).filter(|n| n % projects == p).count();
+    let rolebindings_expected: usize = held
+        .iter()
+        .map(|(p, ts)| {
+            let p: usize = p.trim_start_matches("p-").parse().unwrap_or_default();
+            ts.len() * namespaces_of(p)
+        })
+        .sum();
+    let template_objects = |sim: &SimCluster| -> anyhow::Result<[usize; 3]> {
+        let of = |kind: &str| -> anyhow::Result<usize> {
+            Ok(sim
+                .list("rbac.authorization.k8s.io/v1", kind, "drover.io/sync")
+                .map_err(anyhow::Error::msg)?
+                .iter()
+                .filter(|o| {
+                    o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("drover-role-t-"))
+                })
+                .count())
+        };
+        Ok([
+            of("ClusterRole")?,
+            of("ClusterRoleBinding")?,
+            of("RoleBinding")?,
+        ])
+    };
+    let expected = [
+        roles_expected,
+        cluster_templates.len(),
+        rolebindings_expected,
+    ];
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut present = template_objects(sim)?;
+    while present != expected {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "templates not in the cluster after 10 minutes: {present:?} of {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        present = template_objects(sim)?;
+    }
+    let converge_s = started.elapsed().as_secs_f64();
+    // Settled: no agent write for 3 s.
+    let mut last = agent_writes(sim);
+    let mut last_change = Instant::now();
+    while last_change.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = agent_writes(sim);
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        }
+    }
+    let downstream_writes = total(last) - total(before);
+
+    // The edit: t-0 gains a rule; every ClusterRole that inherits it must hold it.
+    let heirs = heirs_of_first(templates);
+    let cpu_before = crate::load::cpu_time();
+    let edited = Instant::now();
+    let mut first = store.get("RoleTemplate", "t-0").await?;
+    first.spec["rules"]
+        .as_array_mut()
+        .ok_or_else(|| anyhow::anyhow!("t-0 has no rules"))?
+        .push(json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}));
+    store.update(first).await?;
+    loop {
+        let roles = sim
+            .list(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                "drover.io/sync",
+            )
+            .map_err(anyhow::Error::msg)?;
+        let updated = heirs.iter().all(|name| {
+            roles.iter().any(|r| {
+                r["metadata"]["name"] == name.as_str()
+                    && r["rules"].to_string().contains("\"jobs\"")
+            })
+        });
+        if updated {
+            break;
+        }
+        anyhow::ensure!(
+            edited.elapsed() < Duration::from_secs(120),
+            "the edit of t-0 did not reach {heirs:?} within 2 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let edit_s = edited.elapsed().as_secs_f64();
+    let cpu_s = cpu_before
+        .zip(crate::load::cpu_time())
+        .map(|(b, a)| round((a - b).as_secs_f64(), 3));
+    let rolebindings = count(sim, "RoleBinding")?;
+    Ok(json!({
+        "templates": templates,
+        "groups": groups,
+        "group_bindings_on_cluster": group_on_cluster,
+        "group_bindings_on_projects": group_on_project,
+        "hub_write_s": round(hub_write_s, 2),
+        "clusterroles": present[0],
+        "clusterrolebindings": present[1],
+        "rolebindings_for_templates": present[2],
+        "downstream_writes": downstream_writes,
+        "converge_s": round(converge_s, 2),
+        "edit_reached": heirs.len(),
+        "edit_to_cluster_s": round(edit_s, 3),
+        // Hub, cluster-agent and simulated API server: one process.
+        "edit_cpu_s": cpu_s,
+        "rolebindings_total": rolebindings,
     }))
 }

@@ -393,3 +393,138 @@ async fn the_openid_guide_works_as_written() {
         r.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_role_guide_works_as_written() {
+    let steps = blocks("define-a-role");
+    assert_eq!(steps.len(), 6, "{steps:#?}");
+    let (hub, mut shell, password) = hub_and_shell("guide-role").await;
+    // The reader's imported cluster, with its agent connected, and kubectl on it as its admin.
+    let admin = tests::login(hub.addr, "admin", &password).await;
+    let registration = tests::create_imported_cluster(hub.addr, &admin, "prod").await;
+    let url = hub.url();
+    let cluster_dir = shell.dir.join("cluster");
+    std::fs::create_dir_all(&cluster_dir).unwrap();
+    let imported = Imported::attach(
+        cluster_dir,
+        hub,
+        admin,
+        registration,
+        SimConfig::default(),
+    )
+    .await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    shell.set("KUBECONFIG", imported.sim_admin.to_str().unwrap());
+    shell.set("HUB", &url);
+
+    let made = shell.run(&steps[0], STEP).await;
+    for line in [
+        "Project shop created in cluster prod.",
+        "namespace/shop-a created",
+        "namespace/shop-a labeled",
+        "deployment.apps/web created",
+        "secret/db created",
+    ] {
+        assert!(made.stdout.contains(line), "{line}: {}", made.stdout);
+    }
+    let defined = shell.run(&steps[1], STEP).await;
+    assert!(
+        defined.stdout.contains("Role template deployer created."),
+        "{}",
+        defined.stdout
+    );
+    assert!(
+        has_row(
+            &defined.stdout,
+            &["deployer", "project", "no", "2", "Deployer"]
+        ),
+        "{}",
+        defined.stdout
+    );
+    for builtin in [
+        "cluster-owner",
+        "cluster-member",
+        "read-only",
+        "project-owner",
+        "project-member",
+        "project-read-only",
+    ] {
+        assert!(
+            has_row(&defined.stdout, &[builtin]),
+            "{builtin}: {}",
+            defined.stdout
+        );
+    }
+    let granted = shell.run(&steps[2], STEP).await;
+    assert!(
+        granted.stdout.contains("User dan created.")
+            && granted
+                .stdout
+                .contains("Granted deployer (binding shop-group-ci)."),
+        "{}",
+        granted.stdout
+    );
+    let seen = shell.run(&steps[3], STEP).await;
+    assert_eq!(
+        seen.stdout,
+        "[\"deployments\",\"deployments/scale\"] [\"pods\",\"pods/log\"]\ndrover-role-deployer ci\n",
+        "{}",
+        seen.stderr
+    );
+    let as_dan = shell.run(&steps[4], STEP).await;
+    assert!(
+        as_dan.stdout.contains("deployment.apps/web scaled"),
+        "{}",
+        as_dan.stdout
+    );
+    assert!(
+        as_dan.stderr.contains(
+            "Error from server (Forbidden): secrets is forbidden: User \"dan\" cannot list resource \"secrets\" in API group \"\" in the namespace \"shop-a\""
+        ),
+        "{}",
+        as_dan.stderr
+    );
+    let (_, replicas, _) = kubectl(
+        &imported.sim_admin,
+        &[
+            "-n",
+            "shop-a",
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "2");
+    let removed = shell.run(&steps[5], STEP).await;
+    assert!(
+        removed
+            .stdout
+            .contains("Role binding shop-group-ci revoked.")
+            && removed.stdout.contains("Role template deployer deleted."),
+        "{}",
+        removed.stdout
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (exists, _, _) = kubectl(
+            &imported.sim_admin,
+            &["get", "clusterrole", "drover-role-deployer"],
+        )
+        .await;
+        if !exists {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ClusterRole stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    imported.shutdown.cancel();
+    let _ = agent.await;
+}

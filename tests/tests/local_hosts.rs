@@ -337,14 +337,18 @@ async fn a_cluster_whose_hosts_are_gone_is_removed_anyway_with_a_warning() {
     let browser = driver.browser("remove-anyway", 1280, 900).await;
     signed_in(&browser, &hub).await;
     browser.goto(&format!("{}/clusters/core", hub.url())).await;
-    let answer_yes =
-        "window.asked = []; window.confirm = (q) => { window.asked.push(q); return true; };";
-    browser.run(answer_yes, json!([])).await;
-    browser.click("#delete-cluster").await;
+    // Answering the question and clicking in one script: the page reloads itself as the
+    // cluster changes, which would drop a confirm() replaced beforehand.
+    let click_yes = |id: &str| {
+        format!(
+            "window.asked = []; window.confirm = (q) => {{ window.asked.push(q); return true; }}; \
+             document.getElementById('{id}').click(); return window.asked;"
+        )
+    };
+    browser.find("#delete-cluster").await;
+    browser.run(&click_yes("delete-cluster"), json!([])).await;
     browser.find("#remove-anyway").await;
-    browser.run(answer_yes, json!([])).await;
-    browser.click("#remove-anyway").await;
-    let asked = browser.run("return window.asked;", json!([])).await;
+    let asked = browser.run(&click_yes("remove-anyway"), json!([])).await;
     let asked = asked[0].as_str().unwrap_or_default();
     assert!(
         asked.starts_with("Remove cluster core without its hosts?")

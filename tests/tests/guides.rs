@@ -405,14 +405,8 @@ async fn the_role_guide_works_as_written() {
     let url = hub.url();
     let cluster_dir = shell.dir.join("cluster");
     std::fs::create_dir_all(&cluster_dir).unwrap();
-    let imported = Imported::attach(
-        cluster_dir,
-        hub,
-        admin,
-        registration,
-        SimConfig::default(),
-    )
-    .await;
+    let imported =
+        Imported::attach(cluster_dir, hub, admin, registration, SimConfig::default()).await;
     let env = imported.agent_env("drover-cluster-agent-0").await;
     let config = cluster_agent::Config::from_env(&env).unwrap();
     let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));

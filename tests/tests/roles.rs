@@ -13,7 +13,9 @@ use std::{
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api, hub_cli,
+    HubProcess, api,
+    browser::{Driver, check_and_save_as},
+    hub_cli,
     imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed},
     login,
 };
@@ -82,12 +84,9 @@ fn cli_login(imported: &Imported) -> std::path::PathBuf {
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
-    let imported = Imported::start("roles-deployer", SimConfig::default()).await;
-    let env = imported.agent_env("drover-cluster-agent-0").await;
-    let config = cluster_agent::Config::from_env(&env).unwrap();
-    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+/// Projects shop and lab of cluster prod, with a namespace each (shop-a, lab-a) holding a
+/// Deployment `web`; shop-a also a Secret `db`.
+async fn shop_and_lab(imported: &Imported) {
     let (hub, admin, sim_admin) = (
         &imported.hub,
         imported.admin.as_str(),
@@ -117,6 +116,20 @@ async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
     documents.push("apiVersion: v1\nkind: Secret\nmetadata: {name: db, namespace: shop-a}\ndata: {password: czNjcmV0}\n".into());
     std::fs::write(&setup, documents.join("---\n")).unwrap();
     kubectl_ok(sim_admin, &["apply", "-f", setup.to_str().unwrap()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
+    let imported = Imported::start("roles-deployer", SimConfig::default()).await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let (hub, admin, sim_admin) = (
+        &imported.hub,
+        imported.admin.as_str(),
+        imported.sim_admin.as_path(),
+    );
+    shop_and_lab(&imported).await;
 
     // The template and the grant, as an operator types them.
     let cli = cli_login(&imported);
@@ -383,6 +396,184 @@ async fn an_edit_to_an_inherited_template_reaches_its_holders_and_a_global_role_
     )
     .await;
     assert_eq!(write.trim(), "no");
+    imported.shutdown.cancel();
+    agent.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templates_are_made_on_the_roles_page_and_a_deployer_sees_its_controls_in_the_explorer() {
+    let imported = Imported::start("roles-page", SimConfig::default()).await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    shop_and_lab(&imported).await;
+    user(&imported, "dan", &[]).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let base = hub.url();
+    let password = hub.admin_password.clone().unwrap();
+
+    let driver = Driver::start(&imported.dir).await;
+    let browser = driver.browser("roles-admin", 1280, 900).await;
+    browser.goto(&format!("{base}/login?next=/roles")).await;
+    browser.type_into("#username", "admin").await;
+    browser.type_into("#password", &password).await;
+    browser.click("form#login button[type=submit]").await;
+    browser
+        .find("table#templates tr[data-name='cluster-owner']")
+        .await;
+    let listed = browser.text("table#templates").await;
+    for builtin in [
+        "cluster-member",
+        "read-only",
+        "project-owner",
+        "project-member",
+        "project-read-only",
+    ] {
+        assert!(listed.contains(builtin), "{builtin}: {listed}");
+    }
+    assert!(
+        browser
+            .text("table#globalroles")
+            .await
+            .contains("clusters-view")
+    );
+    check_and_save_as(&browser, "roles").await;
+
+    // A template from the table: what is ticked becomes its rules.
+    browser.type_into("#template-name", "deployer").await;
+    browser.type_into("#template-display", "Deployer").await;
+    for (resource, verbs) in [
+        ("deployments.apps", &["get", "list", "watch", "patch"][..]),
+        ("deployments.apps/scale", &["get", "patch"]),
+        ("pods", &["get", "list"]),
+        ("pods/log", &["get"]),
+    ] {
+        for verb in verbs {
+            browser
+                .click(&format!(
+                    "#template-rules input[data-resource='{resource}'][value='{verb}']"
+                ))
+                .await;
+        }
+    }
+    browser
+        .click("form#create-template button[type=submit]")
+        .await;
+    browser
+        .find("table#templates tr[data-name='deployer']")
+        .await;
+    let (_, made) = api(
+        hub.addr,
+        "GET",
+        "/v1/roletemplates/deployer",
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(made["spec"]["context"], "project", "{made}");
+    assert_eq!(
+        made["spec"]["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+        ]),
+        "{made}"
+    );
+    // And one from YAML.
+    browser
+        .run(
+            "const a = document.getElementById('template-yaml'); a.value = a.value.replace('name: deployer', 'name: lister'); return true;",
+            json!([]),
+        )
+        .await;
+    browser
+        .click("form#create-template-yaml button[type=submit]")
+        .await;
+    browser.find("table#templates tr[data-name='lister']").await;
+
+    // The cluster page offers it to the project's members.
+    browser.goto(&format!("{base}/clusters/prod")).await;
+    browser.type_into("#member-project", "shop").await;
+    browser.type_into("#member-user", "dan").await;
+    browser
+        .run(
+            "document.getElementById('member-role').value = 'deployer'; return true;",
+            json!([]),
+        )
+        .await;
+    browser
+        .click("#create-project-member button[type='submit']")
+        .await;
+    browser
+        .until(
+            "dan listed as a deployer",
+            Duration::from_secs(10),
+            "const t = document.querySelector('table#projects'); return t !== null && t.textContent.includes('dan (deployer)');",
+        )
+        .await;
+    let (_, binding) = api(
+        hub.addr,
+        "GET",
+        "/v1/rolebindings/shop-dan",
+        Some(admin),
+        None,
+    )
+    .await;
+    assert_eq!(binding["spec"]["roleTemplate"], "deployer", "{binding}");
+    browser.close().await;
+
+    // dan, in the explorer: Scale on shop-a's web, no Delete; no Secrets.
+    let dan_kube = issued_kubeconfig(
+        hub,
+        &login(hub.addr, "dan", "a long enough password").await,
+        &imported.dir,
+        "dan",
+        None,
+    )
+    .await;
+    until_allowed(&dan_kube, &["patch", "deployments", "-n", "shop-a"]).await;
+    let dan = driver.browser("roles-dan", 1280, 900).await;
+    dan.goto(&format!(
+        "{base}/login?next=/clusters/prod/explorer/deployments.apps/shop-a/web"
+    ))
+    .await;
+    dan.type_into("#username", "dan").await;
+    dan.type_into("#password", "a long enough password").await;
+    dan.click("form#login button[type=submit]").await;
+    dan.until(
+        "the object page",
+        Duration::from_secs(30),
+        "const a = document.getElementById('actions'); return a !== null && a.dataset.ready === 'true';",
+    )
+    .await;
+    assert!(dan.exists("#scale").await, "a deployer may scale");
+    assert!(!dan.exists("#delete").await, "a deployer may not delete");
+    dan.goto(&format!(
+        "{base}/clusters/prod/explorer/secrets?namespace=shop-a"
+    ))
+    .await;
+    dan.until(
+        "the secrets list refused",
+        Duration::from_secs(30),
+        "const e = document.getElementById('list-error'); return e !== null && e.textContent !== '';",
+    )
+    .await;
+    let refused = dan.text("#list-error").await;
+    assert!(
+        refused.contains("forbidden") || refused.contains("not allowed"),
+        "{refused}"
+    );
+    assert!(
+        !dan.exists("#objects tbody tr").await,
+        "a deployer sees no secret"
+    );
+    // The Roles page shows dan the templates, not who holds them, and no way to make one.
+    dan.goto(&format!("{base}/roles")).await;
+    dan.find("table#templates tr[data-name='deployer']").await;
+    assert!(!dan.exists("#create-template").await);
+    dan.close().await;
     imported.shutdown.cancel();
     agent.await.unwrap();
 }

@@ -313,14 +313,71 @@ function setupClusterActions() {
   }
 }
 
+// The Roles page: a template from the resources and verbs ticked in its table, or from YAML.
+function setupTemplateForms() {
+  const form = document.getElementById("create-template");
+  if (form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      // One rule per resource ticked, with its verbs (`deployments.apps/scale`: resource
+      // deployments/scale of group apps).
+      const rules = [];
+      for (const row of form.querySelectorAll("#template-rules tbody tr")) {
+        const verbs = [...row.querySelectorAll("input:checked")].map((i) => i.value);
+        if (verbs.length === 0) continue;
+        const named = row.querySelector("input").dataset.resource;
+        const [resource, sub] = named.split("/");
+        const dot = resource.indexOf(".");
+        const group = dot < 0 ? "" : resource.slice(dot + 1);
+        const name = (dot < 0 ? resource : resource.slice(0, dot)) + (sub ? `/${sub}` : "");
+        rules.push({ apiGroups: [group], resources: [name], verbs });
+      }
+      const inherits = [...form.inherits.selectedOptions].map((o) => o.value);
+      const spec = { context: form.context.value, rules };
+      if (form.displayName.value.trim()) spec.displayName = form.displayName.value.trim();
+      if (inherits.length) spec.inherits = inherits;
+      const result = await apiCall("POST", "/v1/roletemplates", { metadata: { name: form.name.value.trim() }, spec });
+      if (result.ok) window.location.reload();
+      else showError("template-error", result);
+    });
+  }
+  const yaml = document.getElementById("create-template-yaml");
+  if (yaml) {
+    yaml.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const response = await fetch("/v1/roletemplates", {
+        method: "POST",
+        headers: { "Content-Type": "application/yaml" },
+        body: yaml.yaml.value,
+      });
+      if (response.ok) {
+        window.location.reload();
+        return;
+      }
+      let data = null;
+      try {
+        data = await response.json();
+      } catch (_) {
+        data = null;
+      }
+      showError("template-yaml-error", { status: response.status, data });
+    });
+  }
+}
+
 // Forms that create an object through the API, then show the page again.
 function setupCreateForms() {
   const forms = {
     "create-user": ["user-error", (f) => ["/v1/users", { metadata: { name: f.name.value.trim() }, spec: { password: f.password.value } }]],
+    // The chosen option says which field of the binding names it: a builtin role by name, a
+    // role template, or a global role (on the hub, no cluster).
     "create-binding": ["binding-error", (f) => {
       const user = f.user.value.trim();
       const role = f.role.value;
-      const spec = role === "admin" ? { user, role } : { user, role, cluster: f.cluster.value };
+      const option = f.role.selectedOptions[0];
+      const global = role === "admin" || option.dataset.global === "true";
+      const spec = { user, [option.dataset.field || "role"]: role };
+      if (!global) spec.cluster = f.cluster.value;
       const name = `${user}-${role}-${spec.cluster || "global"}`.toLowerCase().replace(/[^a-z0-9-]+/g, "-");
       return ["/v1/rolebindings", { metadata: { name }, spec }];
     }],
@@ -338,7 +395,8 @@ function setupCreateForms() {
     // Named as `drover-hub project add-member` names it, so either can remove it.
     "create-project-member": ["member-error", (f) => {
       const [project, user] = [f.project.value.trim(), f.user.value.trim()];
-      const spec = { user, role: f.role.value, cluster: f.dataset.cluster, project };
+      const field = f.role.selectedOptions[0].dataset.field || "role";
+      const spec = { user, [field]: f.role.value, cluster: f.dataset.cluster, project };
       return ["/v1/rolebindings", { metadata: { name: `${project}-${user}` }, spec }];
     }],
   };
@@ -353,6 +411,7 @@ function setupCreateForms() {
       else showError(errorId, result);
     });
   }
+  setupTemplateForms();
   const token = document.getElementById("create-token");
   if (token) {
     token.addEventListener("submit", async (event) => {

@@ -325,7 +325,7 @@ async fn project_rows(
                 };
                 format!(
                     "<span class=\"member\">{who} ({}){remove}</span>",
-                    escape(b.spec["role"].as_str().unwrap_or(""))
+                    escape(&super::people::role_of(&b.spec))
                 )
             })
             .collect();
@@ -505,6 +505,10 @@ pub(super) async fn one(
         );
     }
     if owner && has_projects {
+        let catalog = match crate::roles::Catalog::read(dash.api.store.as_ref()).await {
+            Ok(c) => c,
+            Err(e) => return ApiError::from(e).into_response(),
+        };
         // Members are given to a project that exists.
         let _ = write!(
             projects,
@@ -514,11 +518,13 @@ pub(super) async fn one(
 <label for="member-user">User</label>
 <input id="member-user" name="user" required>
 <label for="member-role">Role</label>
-<select id="member-role" name="role"><option value="project-member">project-member</option><option value="project-owner">project-owner</option><option value="read-only">read-only</option></select>
+<select id="member-role" name="role">{options}</select>
 <button type="submit">Add member</button>
 <p class="error" role="alert" id="member-error"></p>
 </form>"#,
             cluster = escape(&name),
+            options =
+                super::roles::template_options(&catalog, crate::model::TemplateContext::Project),
         );
     }
     let snapshots = if custom {

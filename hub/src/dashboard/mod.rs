@@ -28,6 +28,7 @@ mod explorer;
 mod machines;
 mod people;
 mod pools;
+mod roles;
 
 const CSS: &str = include_str!("app.css");
 const JS: &str = include_str!("app.js");
@@ -98,6 +99,7 @@ pub fn router(dash: Dash) -> Router {
         .route("/hosts", get(machines::hosts))
         .route("/hosts/{name}", get(machines::host))
         .route("/users", get(people::users))
+        .route("/roles", get(roles::roles))
         .route("/tokens", get(people::tokens))
         .with_state(dash)
 }
@@ -239,6 +241,7 @@ fn page_with(
         if p.admin {
             links.push(("users", "/users", "Users"));
         }
+        links.push(("roles", "/roles", "Roles"));
         links.push(("tokens", "/tokens", "API tokens"));
         let links: String = links
             .into_iter()

@@ -52,6 +52,15 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
             s = escape(&text(&shown["state"]["state"])),
         );
     }
+    let catalog = match crate::roles::Catalog::read(store.as_ref()).await {
+        Ok(c) => c,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let role_options = format!(
+        "{}{}",
+        super::roles::template_options(&catalog, crate::model::TemplateContext::Cluster),
+        super::roles::global_options(&catalog)
+    );
     let mut binding_rows = String::new();
     for binding in bindings {
         let name = binding.metadata.name.clone();
@@ -67,7 +76,7 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
             r#"<tr data-name="{n}"><td data-label="Who">{who}</td><td data-label="Role">{role}</td><td data-label="Cluster">{cluster}</td><td><button type="button" class="danger delete" data-path="/v1/rolebindings/{n}" aria-label="Remove the role binding {n}">Remove</button></td></tr>"#,
             n = escape(&name),
             who = escape(&who),
-            role = escape(&text(&spec["role"])),
+            role = escape(&role_of(spec)),
             cluster = escape(if cluster.is_empty() {
                 "all (global)"
             } else {
@@ -103,7 +112,7 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
 <form id="create-binding">
 <label for="binding-user">User</label><input id="binding-user" name="user" required autocomplete="off">
 <label for="binding-role">Role</label>
-<select id="binding-role" name="role"><option value="read-only">read-only</option><option value="cluster-member">cluster-member</option><option value="cluster-owner">cluster-owner</option><option value="admin">admin (global)</option></select>
+<select id="binding-role" name="role">{role_options}</select>
 <label for="binding-cluster">Cluster</label>
 <select id="binding-cluster" name="cluster">{options}</select>
 <p class="error" role="alert" id="binding-error"></p>
@@ -112,6 +121,21 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
 </section>"#
     );
     page("Users", Some(&principal), "users", &content)
+}
+
+/// The role a binding grants, as the pages show it: a template by name, a global role with
+/// "(global)".
+pub(super) fn role_of(spec: &serde_json::Value) -> String {
+    match (
+        spec["role"].as_str(),
+        spec["roleTemplate"].as_str(),
+        spec["globalRole"].as_str(),
+    ) {
+        (Some(role), _, _) => role.to_owned(),
+        (_, Some(template), _) => template.to_owned(),
+        (_, _, Some(global)) => format!("{global} (global)"),
+        _ => String::new(),
+    }
 }
 
 pub(super) async fn tokens(State(dash): State<Dash>, headers: HeaderMap) -> Response {

@@ -60,6 +60,11 @@ impl Catalog {
         self.templates.iter()
     }
 
+    /// Every global role's name, in order.
+    pub fn global_names(&self) -> Vec<String> {
+        self.globals.keys().cloned().collect()
+    }
+
     /// `name` and every template it inherits, directly or not, each once (a cycle, which
     /// validation refuses, ends where it closes). Names of missing templates are left out.
     pub fn closure(&self, name: &str) -> Vec<String> {

@@ -320,7 +320,11 @@ fn count(sim: &SimCluster, kind: &str) -> anyhow::Result<usize> {
 /// project templates; each inherits the one two before it, in chains of five, so an edit of
 /// `t-0` reaches `t-2`, `t-4`, `t-6` and `t-8`.
 fn template_of(t: usize) -> (&'static str, Option<String>) {
-    let context = if t % 2 == 0 { "cluster" } else { "project" };
+    let context = if t.is_multiple_of(2) {
+        "cluster"
+    } else {
+        "project"
+    };
     let parent = (t % 10 >= 2).then(|| format!("t-{}", t - 2));
     (context, parent)
 }

@@ -124,11 +124,7 @@ async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
     let env = imported.agent_env("drover-cluster-agent-0").await;
     let config = cluster_agent::Config::from_env(&env).unwrap();
     let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
-    let (hub, admin, sim_admin) = (
-        &imported.hub,
-        imported.admin.as_str(),
-        imported.sim_admin.as_path(),
-    );
+    let (hub, sim_admin) = (&imported.hub, imported.sim_admin.as_path());
     shop_and_lab(&imported).await;
 
     // The template and the grant, as an operator types them.
@@ -294,10 +290,8 @@ async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
         "{cluster_wide}"
     );
 
-    // The hub's proxy does not stand in the way of what the cluster allows: scaling through
-    // the hub's own API path as well.
     imported.shutdown.cancel();
-    agent.await.unwrap();
+    agent.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -397,7 +391,7 @@ async fn an_edit_to_an_inherited_template_reaches_its_holders_and_a_global_role_
     .await;
     assert_eq!(write.trim(), "no");
     imported.shutdown.cancel();
-    agent.await.unwrap();
+    agent.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,5 +569,5 @@ async fn templates_are_made_on_the_roles_page_and_a_deployer_sees_its_controls_i
     assert!(!dan.exists("#create-template").await);
     dan.close().await;
     imported.shutdown.cancel();
-    agent.await.unwrap();
+    agent.await.unwrap().unwrap();
 }

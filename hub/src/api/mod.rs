@@ -17,6 +17,7 @@ use crate::{
     store::{LabelSelector, Object},
 };
 
+mod body;
 pub mod device;
 pub mod error;
 mod kubeconfig;

@@ -10,7 +10,11 @@ use axum::{
 };
 use serde_json::{Map, Value, json};
 
-use super::{Api, ApiError, DeleteParams, PathKindName, QueryList, allow, kind_of, present, watch};
+use super::{
+    Api, ApiError, DeleteParams, PathKindName, QueryList, allow,
+    body::{Body, JsonBody, body},
+    kind_of, present, watch,
+};
 use crate::{
     auth::{Principal, Verb, secret},
     model::{ClusterSpec, Kind, validate_name},
@@ -18,82 +22,10 @@ use crate::{
     store::{Object, ObjectMeta, Op, ReadOnce, Store, StoreError},
 };
 
-type JsonBody = Result<Json<Value>, axum::extract::rejection::JsonRejection>;
 type QueryRejection = axum::extract::rejection::QueryRejection;
 
 fn query_error(e: QueryRejection) -> ApiError {
     ApiError::bad_request(format!("query parameters: {}", e.body_text()))
-}
-
-fn body(body: JsonBody) -> Result<Value, ApiError> {
-    let Json(value) = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                "the request body is larger than the API takes (2 MiB); a list: send fewer items in each",
-            )
-        } else {
-            ApiError::bad_request(format!("request body: {e}"))
-        }
-    })?;
-    if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "the body must be a JSON object with metadata and spec",
-        ));
-    }
-    Ok(value)
-}
-
-/// A body to create from: JSON, or YAML when the request says `Content-Type:
-/// application/yaml` (as the dashboard's YAML editors send it).
-pub(super) struct Body(Result<Value, ApiError>);
-
-impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request(
-        request: axum::extract::Request,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        let yaml = request
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.starts_with("application/yaml"));
-        if !yaml {
-            return Ok(Body(body(
-                Json::<Value>::from_request(request, state).await,
-            )));
-        }
-        let parsed = match axum::body::Bytes::from_request(request, state).await {
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                "the request body is larger than the API takes (2 MiB); a list: send fewer items in each",
-            )),
-            Err(e) => Err(ApiError::bad_request(format!(
-                "request body: {}",
-                e.body_text()
-            ))),
-            Ok(bytes) => std::str::from_utf8(&bytes)
-                .map_err(|_| ApiError::bad_request("request body: YAML must be UTF-8"))
-                .and_then(|text| {
-                    serde_saphyr::from_str::<Value>(text)
-                        .map_err(|e| ApiError::bad_request(format!("request body: {e}")))
-                })
-                .and_then(|value| {
-                    if value.is_object() {
-                        Ok(value)
-                    } else {
-                        Err(ApiError::bad_request(
-                            "the body must be an object with metadata and spec",
-                        ))
-                    }
-                }),
-        };
-        Ok(Body(parsed))
-    }
 }
 
 pub(super) async fn list_or_watch(
@@ -882,7 +814,7 @@ pub(super) async fn delete(
     let kind = kind_of(&plural)?;
     let current = super::readable(&api, &principal, kind, &name).await?;
     allow(&principal, Verb::Delete, kind, &current)?;
-    super::roles::check_delete(api.store.as_ref(), kind, &current).await?;
+    super::roles::check_delete(api.store.as_ref(), &principal, kind, &current).await?;
     if kind == Kind::CloudCredential {
         let (templates, _) = api
             .store

@@ -96,15 +96,9 @@ pub(super) async fn check(
                         typed.context.label()
                     )));
                 }
-                if typed.context == TemplateContext::Cluster
-                    && let Some(heir) = catalog.heirs(name).into_iter().find(|h| {
-                        catalog
-                            .template(h)
-                            .is_some_and(|t| t.context == TemplateContext::Project)
-                    })
-                {
+                if let Some(heir) = catalog.heirs(name).into_iter().next() {
                     return Err(ApiError::invalid(format!(
-                        "spec.context: project template {heir:?} inherits {name:?}; a project template cannot inherit a cluster template"
+                        "spec.context: {heir:?} inherits {name:?}, and templates inherit only templates of their own context; take it out of {heir:?}'s spec.inherits first"
                     )));
                 }
             }
@@ -138,6 +132,7 @@ pub(super) async fn check(
             }
             Ok(())
         }
+        Kind::User => user_covered(store, principal, name, Some(spec)).await,
         Kind::RoleBinding => {
             let typed: RoleBindingSpec = parse(spec)?;
             let before =
@@ -249,13 +244,18 @@ async fn binding(
     }
 }
 
-/// Refuses to delete a role that something still names, saying what.
+/// Refuses to delete a role that something still names, saying what; or a user who holds
+/// more than the caller (see [`user_covered`]).
 pub(super) async fn check_delete(
     store: &dyn Store,
+    principal: &Principal,
     kind: Kind,
     object: &Object,
 ) -> Result<(), ApiError> {
     let name = object.metadata.name.as_str();
+    if kind == Kind::User {
+        return user_covered(store, principal, name, None).await;
+    }
     if !matches!(kind, Kind::RoleTemplate | Kind::GlobalRole) {
         return Ok(());
     }
@@ -321,4 +321,69 @@ pub(super) fn creator_owns(principal: &Principal, cluster: &str) -> Option<Objec
         &format!("{}-creator", base.trim_end_matches('-')),
         serde_json::to_value(spec).ok()?,
     ))
+}
+
+/// Whether `principal`, who may manage users without being an admin, may change user `name`
+/// (to `after`, its spec; `None`: delete it): only if the user holds nothing, as they are and
+/// as they would be (their groups count), that the caller does not hold too. Resetting an
+/// admin's password, or putting someone in an admin group, would otherwise make the caller an
+/// admin.
+async fn user_covered(
+    store: &dyn Store,
+    principal: &Principal,
+    name: &str,
+    after: Option<&Value>,
+) -> Result<(), ApiError> {
+    if principal.admin {
+        return Ok(());
+    }
+    let groups_of = |spec: &Value| -> Vec<String> {
+        ["groups", "providerGroups"]
+            .iter()
+            .flat_map(|field| spec[*field].as_array().cloned().unwrap_or_default())
+            .filter_map(|g| g.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut states = Vec::new();
+    match store.get(Kind::User.name(), name).await {
+        Ok(current) => states.push(groups_of(&current.spec)),
+        Err(crate::store::StoreError::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(after) = after {
+        states.push(groups_of(after));
+    }
+    let (all, _) = store
+        .list(Kind::RoleBinding.name(), &LabelSelector::everything())
+        .await?;
+    let catalog = Catalog::read(store).await?;
+    let refused = |what: String| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "user {:?} may not change user {name:?}: they would hold {what}, which you do not hold; ask an admin",
+                principal.user
+            ),
+        )
+    };
+    for groups in states {
+        let held = crate::auth::roles_of(&all, &catalog, name, &groups);
+        covers(&principal.global, &held.global).map_err(|u| refused(format!("{u} on the hub")))?;
+        covers(&principal.everywhere.rules, &held.everywhere.rules)
+            .map_err(|u| refused(format!("{u} on every cluster")))?;
+        for (cluster, access) in &held.clusters {
+            covers(&principal.on_cluster(cluster).rules, &access.rules)
+                .map_err(|u| refused(format!("{u} on cluster {cluster:?}")))?;
+        }
+        for (project, (cluster, access)) in &held.projects {
+            let mut mine = principal.on_cluster(cluster).rules;
+            if let Some(p) = principal.on_project(project) {
+                mine.extend(p.rules.iter().cloned());
+            }
+            covers(&mine, &access.rules)
+                .map_err(|u| refused(format!("{u} on project {project:?}")))?;
+        }
+    }
+    Ok(())
 }

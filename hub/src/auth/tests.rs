@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::model::Role;
+use crate::{model::Role, roles::Catalog, store::Object};
 
 fn principal(admin: bool, roles: &[(&str, Role)]) -> Principal {
     Principal::holding("u", admin, roles, &[])

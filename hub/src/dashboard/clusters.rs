@@ -115,7 +115,7 @@ pub(super) async fn list(
     if query.rows() {
         return fragment(rows);
     }
-    let create = if principal.admin {
+    let create = if principal.may_globally("create", Kind::Cluster, None) {
         r#"<a class="button" href="/clusters/new">Create cluster</a>"#
     } else {
         ""
@@ -150,12 +150,12 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
         Ok(p) => p,
         Err(response) => return response,
     };
-    if !principal.admin {
+    if !principal.may_globally("create", Kind::Cluster, None) {
         return page(
             "Create cluster",
             Some(&principal),
             "clusters",
-            r#"<section class="card"><h1>Create cluster</h1><p>Only admins create clusters.</p></section>"#,
+            r#"<section class="card"><h1>Create cluster</h1><p>Only admins, and those a global role lets (clusters-create), create clusters.</p></section>"#,
         );
     }
     // Pools need a template to make their machines from; without one the page says how to add one.

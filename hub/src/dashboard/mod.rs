@@ -238,7 +238,7 @@ fn page_with(
             ("clusters", "/clusters", "Clusters"),
             ("hosts", "/hosts", "Hosts"),
         ];
-        if p.admin {
+        if p.may_globally("list", crate::model::Kind::User, None) {
             links.push(("users", "/users", "Users"));
         }
         links.push(("roles", "/roles", "Roles"));

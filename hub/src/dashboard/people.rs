@@ -20,12 +20,12 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
         Ok(p) => p,
         Err(response) => return response,
     };
-    if !principal.admin {
+    if !principal.may_globally("list", Kind::User, None) {
         return page(
             "Users",
             Some(&principal),
             "users",
-            r#"<section class="card"><h1>Users</h1><p>Only admins manage users and roles.</p></section>"#,
+            r#"<section class="card"><h1>Users</h1><p>Only admins, and those a global role lets (users-manage), manage users.</p></section>"#,
         );
     }
     let store = &dash.api.store;
@@ -62,7 +62,10 @@ pub(super) async fn users(State(dash): State<Dash>, headers: HeaderMap) -> Respo
         super::roles::global_options(&catalog)
     );
     let mut binding_rows = String::new();
-    for binding in bindings {
+    // Of the bindings, those the caller may read (all, for an admin).
+    for binding in bindings.into_iter().filter(|b| {
+        crate::auth::authorize(&principal, crate::auth::Verb::List, Kind::RoleBinding, b).is_ok()
+    }) {
         let name = binding.metadata.name.clone();
         let spec = &binding.spec;
         let who = if spec["user"].is_string() {

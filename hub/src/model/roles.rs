@@ -63,9 +63,8 @@ pub struct RoleTemplateSpec {
     pub context: TemplateContext,
     #[serde(default)]
     pub rules: Vec<PolicyRule>,
-    /// Other templates whose rules this one holds too: a cluster template may inherit
-    /// cluster and project templates' rules (then cluster-wide), a project template only
-    /// project templates.
+    /// Other templates of the same context whose rules this one holds too: a project
+    /// template's rules never reach a whole cluster, nor a cluster template's a project.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inherits: Vec<String>,
     /// No new binding may name a locked template (those already made stay).

@@ -301,6 +301,15 @@ pub fn globals() -> Vec<(String, GlobalRoleSpec)> {
             ),
         ),
         (
+            "users-manage".into(),
+            global(
+                "Manage users",
+                "Creates, changes and deletes users who hold no more than the manager holds (roles are granted by bindings, which this does not give).",
+                vec![rule(&[HUB_GROUP], &["users"], &["*"])],
+                &[],
+            ),
+        ),
+        (
             "authn-manage".into(),
             global(
                 "Manage sign-in",

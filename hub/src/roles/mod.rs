@@ -66,13 +66,18 @@ impl Catalog {
     }
 
     /// `name` and every template it inherits, directly or not, each once (a cycle, which
-    /// validation refuses, ends where it closes). Names of missing templates are left out.
+    /// validation refuses, ends where it closes). Names of missing templates are left out, and
+    /// so are those of the other context (which validation refuses too): a project's rules
+    /// never reach a cluster-wide binding, nor a cluster's a project's.
     pub fn closure(&self, name: &str) -> Vec<String> {
         let mut seen = BTreeSet::new();
         let mut order = Vec::new();
+        let Some(context) = self.templates.get(name).map(|t| t.context) else {
+            return order;
+        };
         let mut pending = vec![name.to_owned()];
         while let Some(next) = pending.pop() {
-            let Some(spec) = self.templates.get(&next) else {
+            let Some(spec) = self.templates.get(&next).filter(|t| t.context == context) else {
                 continue;
             };
             if !seen.insert(next.clone()) {
@@ -107,11 +112,18 @@ impl Catalog {
                     "spec.inherits[{i}]: RoleTemplate {parent:?} does not exist; create it first"
                 ));
             };
-            if spec.context == TemplateContext::Project && found.context == TemplateContext::Cluster
-            {
-                return Err(format!(
-                    "spec.inherits[{i}]: project template {name:?} cannot inherit cluster template {parent:?}: a project role must not reach beyond the project's namespaces"
-                ));
+            match (spec.context, found.context) {
+                (TemplateContext::Project, TemplateContext::Cluster) => {
+                    return Err(format!(
+                        "spec.inherits[{i}]: project template {name:?} cannot inherit cluster template {parent:?}: a cluster's rules (nodes, the hub's hosts) mean nothing in a project's namespaces; inherit project templates"
+                    ));
+                }
+                (TemplateContext::Cluster, TemplateContext::Project) => {
+                    return Err(format!(
+                        "spec.inherits[{i}]: cluster template {name:?} cannot inherit project template {parent:?}: its rules would reach the whole cluster, beyond the project's namespaces; inherit cluster templates"
+                    ));
+                }
+                _ => {}
             }
             if parent == name || self.closure(parent).iter().any(|t| t == name) {
                 return Err(format!(

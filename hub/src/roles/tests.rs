@@ -121,37 +121,25 @@ fn rules_match_verbs_groups_resources_subresources_and_names() {
 
 #[test]
 fn inheritance_gathers_rules_once_and_survives_a_cycle() {
-    let a = named(
-        template(
-            TemplateContext::Project,
-            vec![rule(&[""], &["pods"], &["get"])],
-            &[],
-        ),
-        "a",
-    );
-    let b = named(
-        template(
-            TemplateContext::Project,
-            vec![rule(&[""], &["pods"], &["get"])],
-            &["a"],
-        ),
-        "b",
-    );
+    let pods = || vec![rule(&[""], &["pods"], &["get"])];
+    let a = named(template(TemplateContext::Project, pods(), &[]), "a");
+    let b = named(template(TemplateContext::Project, pods(), &["a"]), "b");
+    let services = vec![rule(&[""], &["services"], &["get"])];
     let c = named(
         template(
-            TemplateContext::Cluster,
-            vec![rule(&[""], &["nodes"], &["get"])],
-            &["b", "read-only"],
+            TemplateContext::Project,
+            services,
+            &["b", "project-read-only"],
         ),
         "c",
     );
     let catalog = Catalog::new(&[a, b, c], &[]);
-    assert_eq!(catalog.closure("c"), ["c", "b", "a", "read-only"]);
+    assert_eq!(catalog.closure("c"), ["c", "b", "a", "project-read-only"]);
     let rules = catalog.rules_of("c");
     assert_eq!(rules.iter().filter(|r| r.resources == ["pods"]).count(), 1);
-    // What c inherits from the builtin read-only: deployments, and the hub's clusters.
+    // What c inherits from the builtin project-read-only: deployments, the hub's projects.
     assert!(allows(&rules, "list", "apps", "deployments", None));
-    assert!(allows(&rules, "get", HUB_GROUP, "clusters", Some("any")));
+    assert!(allows(&rules, "get", HUB_GROUP, "projects", Some("any")));
     assert!(!allows(&rules, "get", "", "secrets", Some("s")));
 
     // A cycle stored behind validation's back ends where it closes.
@@ -159,47 +147,72 @@ fn inheritance_gathers_rules_once_and_survives_a_cycle() {
     let y = named(template(TemplateContext::Cluster, Vec::new(), &["x"]), "y");
     let looped = Catalog::new(&[x, y], &[]);
     assert_eq!(looped.closure("x"), ["x", "y"]);
+
+    // A cluster template inheriting a project one (stored behind validation's back) does not
+    // take its rules: no project rule reaches a cluster-wide binding.
+    let a = named(template(TemplateContext::Project, pods(), &[]), "a");
+    let leak = named(
+        template(TemplateContext::Cluster, Vec::new(), &["a"]),
+        "leak",
+    );
+    let mixed = Catalog::new(&[a, leak], &[]);
+    assert_eq!(mixed.closure("leak"), ["leak"]);
+    assert!(mixed.rules_of("leak").is_empty());
 }
 
 #[test]
 fn inheriting_checks_existence_context_and_cycles() {
-    let project = named(
+    let deployer = named(
         template(TemplateContext::Project, Vec::new(), &[]),
         "deployer",
     );
-    let cluster = named(
-        template(TemplateContext::Cluster, Vec::new(), &["deployer"]),
-        "ops",
+    let senior = named(
+        template(TemplateContext::Project, Vec::new(), &["deployer"]),
+        "senior",
     );
-    let catalog = Catalog::new(&[project, cluster], &[]);
+    let ops = named(template(TemplateContext::Cluster, Vec::new(), &[]), "ops");
+    let catalog = Catalog::new(&[deployer, senior, ops], &[]);
     let spec = |context, inherits: &[&str]| -> RoleTemplateSpec {
         serde_json::from_value(template(context, Vec::new(), inherits).spec).unwrap()
     };
-    // A project template may not inherit a cluster one: the message names both.
-    let err = catalog
-        .check_inherits("p2", &spec(TemplateContext::Project, &["ops"]))
-        .unwrap_err();
-    assert!(
-        err.contains("\"p2\"") && err.contains("\"ops\"") && err.contains("spec.inherits[0]"),
-        "{err}"
-    );
-    assert!(
-        catalog
-            .check_inherits("p2", &spec(TemplateContext::Project, &["project-member"]))
-            .is_ok()
-    );
-    assert!(
-        catalog
-            .check_inherits("c2", &spec(TemplateContext::Cluster, &["deployer"]))
-            .is_ok()
-    );
+    // A project template may not inherit a cluster one, nor a cluster template a project one:
+    // the message names both.
+    for (name, context, parent) in [
+        ("p2", TemplateContext::Project, "ops"),
+        ("c2", TemplateContext::Cluster, "deployer"),
+    ] {
+        let err = catalog
+            .check_inherits(name, &spec(context, &[parent]))
+            .unwrap_err();
+        assert!(
+            err.contains(&format!("{name:?}"))
+                && err.contains(&format!("{parent:?}"))
+                && err.contains("spec.inherits[0]"),
+            "{err}"
+        );
+    }
+    let fine = [
+        (
+            "p2",
+            TemplateContext::Project,
+            &["project-member", "senior"][..],
+        ),
+        ("c2", TemplateContext::Cluster, &["ops", "read-only"]),
+    ];
+    for (name, context, parents) in fine {
+        assert!(
+            catalog
+                .check_inherits(name, &spec(context, parents))
+                .is_ok()
+        );
+    }
     let missing = catalog
         .check_inherits("c2", &spec(TemplateContext::Cluster, &["nope"]))
         .unwrap_err();
     assert!(missing.contains("does not exist"), "{missing}");
-    // deployer inheriting ops would close a loop (ops inherits deployer).
+    // deployer inheriting senior would close a loop (senior inherits deployer).
     let cycle = catalog
-        .check_inherits("deployer", &spec(TemplateContext::Cluster, &["ops"]))
+        .check_inherits("deployer", &spec(TemplateContext::Project, &["senior"]))
         .unwrap_err();
     assert!(cycle.contains("cycle"), "{cycle}");
 }

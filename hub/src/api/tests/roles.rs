@@ -41,7 +41,16 @@ async fn bad_templates_are_refused_naming_the_field() {
         "roletemplates",
         template(
             "ops",
-            json!({"context": "cluster", "inherits": ["deployer"], "rules": []}),
+            json!({"context": "cluster", "inherits": ["read-only"], "rules": []}),
+        ),
+    )
+    .await;
+    t.create(
+        &t.admin,
+        "roletemplates",
+        template(
+            "senior",
+            json!({"context": "project", "inherits": ["deployer"], "rules": []}),
         ),
     )
     .await;
@@ -63,10 +72,15 @@ async fn bad_templates_are_refused_naming_the_field() {
             json!({"context": "cluster", "inherits": ["nope"]}),
             "spec.inherits[0]",
         ),
-        // A project template cannot inherit a cluster one: 422 naming both.
+        // A project template cannot inherit a cluster one, nor a cluster template a project
+        // one: 422 naming both.
         (
             json!({"context": "project", "inherits": ["ops"]}),
             "\"ops\"",
+        ),
+        (
+            json!({"context": "cluster", "inherits": ["deployer"]}),
+            "\"deployer\"",
         ),
         (
             json!({"context": "cluster", "builtin": true}),
@@ -94,16 +108,20 @@ async fn bad_templates_are_refused_naming_the_field() {
     )
     .await;
     assert!(message.contains("\"bad\""), "{message}");
-    // deployer cannot come to inherit ops, which inherits it.
+    // deployer cannot come to inherit senior, which inherits it.
     let (status, body) = t
         .call(
             Method::PATCH,
             "/v1/roletemplates/deployer",
             Some(&t.admin),
-            Some(json!({"spec": {"context": "cluster", "inherits": ["ops"]}})),
+            Some(json!({"spec": {"inherits": ["senior"]}})),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("cycle"),
+        "{body}"
+    );
     // The builtin ones are the hub's.
     let (status, body) = t
         .call(
@@ -472,4 +490,97 @@ async fn a_global_roles_cluster_templates_reach_clusters_made_after_it() {
         message.contains("spec.inheritedClusterRoles[0]"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn a_user_manager_manages_users_who_hold_no_more_than_they_do() {
+    let t = setup().await;
+    t.create(&t.admin, "clusters", imported("alpha")).await;
+    let uma = t.user("uma", None).await;
+    t.create(
+        &t.admin,
+        "rolebindings",
+        bind(
+            "uma-users",
+            json!({"user": "uma", "globalRole": "users-manage"}),
+        ),
+    )
+    .await;
+    // A plain user: made, listed, their password set, deleted.
+    t.create(
+        &uma,
+        "users",
+        json!({"metadata": {"name": "new"}, "spec": {"password": "a long enough password"}}),
+    )
+    .await;
+    let (status, list) = t.call(Method::GET, "/v1/users", Some(&uma), None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let (status, body) = t
+        .call(
+            Method::PATCH,
+            "/v1/users/new",
+            Some(&uma),
+            Some(json!({"spec": {"password": "another long password"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Not the admin's password, nor a user into a group bound to a role uma lacks.
+    let (status, body) = t
+        .call(
+            Method::PATCH,
+            "/v1/users/admin",
+            Some(&uma),
+            Some(json!({"spec": {"password": "taken over, surely"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("\"admin\""),
+        "{body}"
+    );
+    t.create(
+        &t.admin,
+        "rolebindings",
+        bind(
+            "owners",
+            json!({"group": "owners", "role": "cluster-owner", "cluster": "alpha"}),
+        ),
+    )
+    .await;
+    let (status, body) = t
+        .call(
+            Method::PATCH,
+            "/v1/users/new",
+            Some(&uma),
+            Some(json!({"spec": {"groups": ["owners"]}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster \"alpha\""),
+        "{body}"
+    );
+    let (status, _) = t
+        .call(Method::DELETE, "/v1/users/admin", Some(&uma), None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = t
+        .call(Method::DELETE, "/v1/users/new", Some(&uma), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Nor may they grant a role: that is a binding.
+    let (status, _) = refused(
+        &t,
+        &uma,
+        "rolebindings",
+        bind(
+            "x",
+            json!({"user": "uma", "role": "read-only", "cluster": "alpha"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
 }

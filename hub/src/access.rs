@@ -66,7 +66,8 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         .knowing(Kind::Project, &all_projects)
         .knowing(Kind::User, &users);
     let projects = liveness.keep_live(mine(all_projects.clone())).await?;
-    let endpoint = endpoint(store, cluster, &users, &bindings, &mut liveness).await?;
+    let catalog = Catalog::read(store).await?;
+    let endpoint = endpoint(store, cluster, &users, &bindings, &catalog, &mut liveness).await?;
     let global_bindings = liveness
         .keep_live(
             bindings
@@ -97,7 +98,6 @@ pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<AccessSnapshot
         }
     }
     snapshot.projects.sort_by(|a, b| a.name.cmp(&b.name));
-    let catalog = Catalog::read(store).await?;
     let context_of = |template: &str| catalog.template(template).map(|t| t.context);
     for binding in bindings {
         let Ok(spec) = serde_json::from_value::<RoleBindingSpec>(binding.spec) else {
@@ -229,6 +229,7 @@ async fn endpoint(
     cluster: &str,
     users: &[Object],
     bindings: &[Object],
+    catalog: &Catalog,
     liveness: &mut crate::refs::Liveness<'_>,
 ) -> Result<Option<AuthorizedEndpoint>, StoreError> {
     let spec = match store.get(Kind::Cluster.name(), cluster).await {
@@ -249,7 +250,6 @@ async fn endpoint(
         .collect();
     let tokens = liveness.keep_live(tokens).await?;
     let bindings = liveness.keep_live(bindings.to_vec()).await?;
-    let catalog = Catalog::read(store).await?;
     let mut out = Vec::new();
     for token in tokens {
         let Ok(spec) = serde_json::from_value::<TokenSpec>(token.spec) else {
@@ -268,7 +268,7 @@ async fn endpoint(
         }
         let mut groups = user_spec.groups;
         groups.extend(user_spec.provider_groups);
-        let roles = crate::auth::roles_of(&bindings, &catalog, &user, &groups);
+        let roles = crate::auth::roles_of(&bindings, catalog, &user, &groups);
         if !roles.reaches(cluster) {
             continue;
         }

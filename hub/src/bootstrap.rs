@@ -59,21 +59,27 @@ pub async fn first_admin(store: &dyn Store) -> Result<Option<String>, StoreError
 /// are for the API's lists and watches.
 pub async fn builtin_roles(store: &dyn Store) -> Result<(), StoreError> {
     let templates = crate::roles::builtin::templates()
-        .into_iter()
-        .map(|(name, spec)| (Kind::RoleTemplate, name, serde_json::to_value(spec)));
+        .iter()
+        .map(|(name, spec)| {
+            (
+                Kind::RoleTemplate,
+                name,
+                serde_json::to_value(spec.as_ref()),
+            )
+        });
     let globals = crate::roles::builtin::globals()
-        .into_iter()
-        .map(|(name, spec)| (Kind::GlobalRole, name, serde_json::to_value(spec)));
+        .iter()
+        .map(|(name, spec)| (Kind::GlobalRole, name, serde_json::to_value(spec.as_ref())));
     for (kind, name, spec) in templates.chain(globals) {
         let spec = spec.map_err(|e| StoreError::Backend(e.to_string()))?;
-        let written = match store.get(kind.name(), &name).await {
+        let written = match store.get(kind.name(), name).await {
             Ok(found) if found.spec == spec => continue,
             Ok(mut found) => {
                 found.spec = spec;
                 store.update(found).await.map(drop)
             }
             Err(StoreError::NotFound { .. }) => store
-                .create(Object::new(kind.name(), &name, spec))
+                .create(Object::new(kind.name(), name, spec))
                 .await
                 .map(drop),
             Err(e) => Err(e),

@@ -632,6 +632,25 @@ pub async fn api_text(
 }
 
 /// Creates the imported cluster `name` as `admin`; returns its registration token.
+/// Creates `body` at `/v1/{plural}` on `hub` as `token`; panics unless 201. The object made.
+pub async fn create(
+    hub: &HubProcess,
+    token: &str,
+    plural: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let (status, created) = api(
+        hub.addr,
+        "POST",
+        &format!("/v1/{plural}"),
+        Some(token),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    created
+}
+
 pub async fn create_imported_cluster(addr: SocketAddr, admin: &str, name: &str) -> String {
     let (status, cluster) = api(
         addr,

@@ -10,29 +10,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api,
+    api, create,
     imported::{
         IMPORT_OBJECTS, Imported, issued_kubeconfig, kubectl, kubectl_ok, remove_cluster,
         until_allowed, user_kubeconfig,
     },
 };
-
-/// Creates `body` at `/v1/{plural}` as `token`; panics unless 201.
-async fn create(hub: &HubProcess, token: &str, plural: &str, body: Value) -> Value {
-    let (status, created) = api(
-        hub.addr,
-        "POST",
-        &format!("/v1/{plural}"),
-        Some(token),
-        Some(body),
-    )
-    .await;
-    assert_eq!(status, 201, "{created}");
-    created
-}
 
 /// Runs kubectl until `done` accepts (success, stdout); how long that took.
 async fn until(

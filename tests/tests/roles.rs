@@ -10,28 +10,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api,
+    api,
     browser::{Driver, check_and_save_as},
-    hub_cli,
+    create, hub_cli,
     imported::{Imported, issued_kubeconfig, kubectl, kubectl_ok, until_allowed},
     login,
 };
-
-async fn create(hub: &HubProcess, token: &str, plural: &str, body: Value) -> Value {
-    let (status, created) = api(
-        hub.addr,
-        "POST",
-        &format!("/v1/{plural}"),
-        Some(token),
-        Some(body),
-    )
-    .await;
-    assert_eq!(status, 201, "{created}");
-    created
-}
 
 /// Asks `kubectl auth can-i` until it answers `want`; how long that took.
 async fn until_can(kubeconfig: &Path, can: &[&str], want: &str, within: Duration) -> Duration {

@@ -142,13 +142,31 @@ pub fn roles_of(bindings: &[Object], catalog: &Catalog, user: &str, groups: &[St
     roles
 }
 
+/// Whether what is held reaches `cluster`: admin, a template on every cluster, or any role
+/// on it or on one of its projects.
+fn reaches(
+    admin: bool,
+    everywhere: &Access,
+    clusters: &BTreeMap<String, Access>,
+    projects: &BTreeMap<String, (String, Access)>,
+    cluster: &str,
+) -> bool {
+    admin
+        || !everywhere.is_empty()
+        || clusters.contains_key(cluster)
+        || projects.values().any(|(c, _)| c == cluster)
+}
+
 impl Roles {
     /// Whether these roles reach `cluster`: admin, or any role on it or one of its projects.
     pub fn reaches(&self, cluster: &str) -> bool {
-        self.admin
-            || !self.everywhere.is_empty()
-            || self.clusters.contains_key(cluster)
-            || self.projects.values().any(|(c, _)| c == cluster)
+        reaches(
+            self.admin,
+            &self.everywhere,
+            &self.clusters,
+            &self.projects,
+            cluster,
+        )
     }
 }
 
@@ -156,10 +174,13 @@ impl Principal {
     /// Whether the user holds any role in `cluster`, on it or on one of its projects: what it
     /// takes to reach the cluster through the proxy (its own RBAC decides the rest).
     pub fn reaches(&self, cluster: &str) -> bool {
-        self.admin
-            || !self.everywhere.is_empty()
-            || self.clusters.contains_key(cluster)
-            || self.projects.values().any(|(c, _)| c == cluster)
+        reaches(
+            self.admin,
+            &self.everywhere,
+            &self.clusters,
+            &self.projects,
+            cluster,
+        )
     }
 
     /// What is held on the whole of `cluster`: its own templates and those held everywhere.

@@ -4,6 +4,8 @@
 //! rules here describe those for the hub's own checks and for the templates that inherit a
 //! builtin one (whose ClusterRole then holds these rules).
 
+use std::sync::{Arc, LazyLock};
+
 use crate::model::{
     GlobalRoleSpec, HUB_GROUP, PROJECT_READ_ONLY, PolicyRule, RoleTemplateSpec, TemplateContext,
 };
@@ -13,7 +15,8 @@ pub const EVERYONE: &str = "user-base";
 /// The global role of the hub's administrators.
 pub const ADMIN: &str = "admin";
 
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+/// A rule on `resources` of `groups` with `verbs`.
+pub(crate) fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     let strings = |s: &[&str]| s.iter().map(|v| (*v).to_owned()).collect();
     PolicyRule {
         api_groups: strings(groups),
@@ -172,8 +175,30 @@ fn template(
     }
 }
 
-/// The builtin role templates, by name.
-pub fn templates() -> Vec<(String, RoleTemplateSpec)> {
+/// The builtin role templates, by name: made once, shared by every catalog (one is made for
+/// every request).
+pub fn templates() -> &'static [(String, Arc<RoleTemplateSpec>)] {
+    static TEMPLATES: LazyLock<Vec<(String, Arc<RoleTemplateSpec>)>> = LazyLock::new(|| {
+        make_templates()
+            .into_iter()
+            .map(|(name, spec)| (name, Arc::new(spec)))
+            .collect()
+    });
+    &TEMPLATES
+}
+
+/// The builtin global roles, by name, as [`templates`].
+pub fn globals() -> &'static [(String, Arc<GlobalRoleSpec>)] {
+    static GLOBALS: LazyLock<Vec<(String, Arc<GlobalRoleSpec>)>> = LazyLock::new(|| {
+        make_globals()
+            .into_iter()
+            .map(|(name, spec)| (name, Arc::new(spec)))
+            .collect()
+    });
+    &GLOBALS
+}
+
+fn make_templates() -> Vec<(String, RoleTemplateSpec)> {
     use TemplateContext::{Cluster, Project};
     vec![
         (
@@ -245,8 +270,7 @@ pub fn templates() -> Vec<(String, RoleTemplateSpec)> {
     ]
 }
 
-/// The builtin global roles, by name.
-pub fn globals() -> Vec<(String, GlobalRoleSpec)> {
+fn make_globals() -> Vec<(String, GlobalRoleSpec)> {
     let global = |display: &str, description: &str, rules, inherited: &[&str]| GlobalRoleSpec {
         display_name: display.into(),
         description: description.into(),

@@ -3,7 +3,10 @@
 //! `management.drover.io`); the cluster's API server asks the same rules, as the
 //! cluster-agent writes them, of everything else.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use crate::{
     model::{GlobalRoleSpec, Kind, PolicyRule, RoleTemplateSpec, TemplateContext},
@@ -16,8 +19,8 @@ pub mod builtin;
 /// the store holds under their names).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    templates: BTreeMap<String, RoleTemplateSpec>,
-    globals: BTreeMap<String, GlobalRoleSpec>,
+    templates: BTreeMap<String, Arc<RoleTemplateSpec>>,
+    globals: BTreeMap<String, Arc<GlobalRoleSpec>>,
 }
 
 impl Catalog {
@@ -27,16 +30,22 @@ impl Catalog {
         let mut catalog = Catalog::default();
         for object in templates {
             if let Ok(spec) = serde_json::from_value(object.spec.clone()) {
-                catalog.templates.insert(object.metadata.name.clone(), spec);
+                catalog
+                    .templates
+                    .insert(object.metadata.name.clone(), Arc::new(spec));
             }
         }
         for object in globals {
             if let Ok(spec) = serde_json::from_value(object.spec.clone()) {
-                catalog.globals.insert(object.metadata.name.clone(), spec);
+                catalog
+                    .globals
+                    .insert(object.metadata.name.clone(), Arc::new(spec));
             }
         }
-        catalog.templates.extend(builtin::templates());
-        catalog.globals.extend(builtin::globals());
+        catalog
+            .templates
+            .extend(builtin::templates().iter().cloned());
+        catalog.globals.extend(builtin::globals().iter().cloned());
         catalog
     }
 
@@ -49,15 +58,17 @@ impl Catalog {
     }
 
     pub fn template(&self, name: &str) -> Option<&RoleTemplateSpec> {
-        self.templates.get(name)
+        self.templates.get(name).map(Arc::as_ref)
     }
 
     pub fn global(&self, name: &str) -> Option<&GlobalRoleSpec> {
-        self.globals.get(name)
+        self.globals.get(name).map(Arc::as_ref)
     }
 
     pub fn templates(&self) -> impl Iterator<Item = (&String, &RoleTemplateSpec)> {
-        self.templates.iter()
+        self.templates
+            .iter()
+            .map(|(name, spec)| (name, spec.as_ref()))
     }
 
     /// Every global role's name, in order.

@@ -1,18 +1,7 @@
 //! Rule matching as Kubernetes' RBAC does it, inheritance, and what a grant needs.
 
-use super::*;
+use super::{builtin::rule, *};
 use crate::model::HUB_GROUP;
-
-fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    let strings = |s: &[&str]| s.iter().map(|v| (*v).to_owned()).collect();
-    PolicyRule {
-        api_groups: strings(groups),
-        resources: strings(resources),
-        resource_names: Vec::new(),
-        verbs: strings(verbs),
-        non_resource_urls: Vec::new(),
-    }
-}
 
 fn template(context: TemplateContext, rules: Vec<PolicyRule>, inherits: &[&str]) -> Object {
     let spec = RoleTemplateSpec {
@@ -229,9 +218,9 @@ fn granting_needs_holding_what_is_granted() {
     // A wildcard asked for needs a wildcard held.
     assert!(covers(&held, &[rule(&["apps"], &["*"], &["get"])]).is_err());
     let all = builtin::templates()
-        .into_iter()
+        .iter()
         .find(|(n, _)| n == "cluster-owner")
-        .map(|(_, t)| t.rules)
+        .map(|(_, t)| t.rules.clone())
         .unwrap_or_default();
     assert!(covers(&all, &held).is_ok());
 }

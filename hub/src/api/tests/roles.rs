@@ -26,6 +26,27 @@ async fn refused(t: &TestApi, token: &str, plural: &str, body: Value) -> (Status
     )
 }
 
+/// Cluster alpha with its project shop.
+async fn alpha_with_shop(t: &TestApi) {
+    t.create(&t.admin, "clusters", imported("alpha")).await;
+    t.create(
+        &t.admin,
+        "projects",
+        json!({"metadata": {"name": "shop"}, "spec": {"cluster": "alpha"}}),
+    )
+    .await;
+}
+
+/// A user who never logs in here (no token made for them).
+async fn plain_user(t: &TestApi, name: &str) {
+    t.create(
+        &t.admin,
+        "users",
+        json!({"metadata": {"name": name}, "spec": {"password": "a long enough password"}}),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn bad_templates_are_refused_naming_the_field() {
     let t = setup().await;
@@ -151,12 +172,7 @@ async fn a_template_in_use_is_not_deleted_and_the_refusal_names_the_bindings() {
         ),
     )
     .await;
-    t.create(
-        &t.admin,
-        "users",
-        json!({"metadata": {"name": "ann"}, "spec": {"password": "a long enough password"}}),
-    )
-    .await;
+    plain_user(&t, "ann").await;
     t.create(
         &t.admin,
         "rolebindings",
@@ -200,19 +216,8 @@ async fn a_template_in_use_is_not_deleted_and_the_refusal_names_the_bindings() {
 #[tokio::test]
 async fn bindings_name_templates_of_their_scope_that_are_not_locked() {
     let t = setup().await;
-    t.create(&t.admin, "clusters", imported("alpha")).await;
-    t.create(
-        &t.admin,
-        "projects",
-        json!({"metadata": {"name": "shop"}, "spec": {"cluster": "alpha"}}),
-    )
-    .await;
-    t.create(
-        &t.admin,
-        "users",
-        json!({"metadata": {"name": "ann"}, "spec": {"password": "a long enough password"}}),
-    )
-    .await;
+    alpha_with_shop(&t).await;
+    plain_user(&t, "ann").await;
     t.create(
         &t.admin,
         "roletemplates",
@@ -349,13 +354,7 @@ async fn a_custom_template_decides_what_its_holders_do_to_the_hubs_objects() {
 #[tokio::test]
 async fn no_one_grants_more_than_they_hold() {
     let t = setup().await;
-    t.create(&t.admin, "clusters", imported("alpha")).await;
-    t.create(
-        &t.admin,
-        "projects",
-        json!({"metadata": {"name": "shop"}, "spec": {"cluster": "alpha"}}),
-    )
-    .await;
+    alpha_with_shop(&t).await;
     t.create(
         &t.admin,
         "roletemplates",
@@ -387,12 +386,7 @@ async fn no_one_grants_more_than_they_hold() {
         ),
     )
     .await;
-    t.create(
-        &t.admin,
-        "users",
-        json!({"metadata": {"name": "ann"}, "spec": {"password": "a long enough password"}}),
-    )
-    .await;
+    plain_user(&t, "ann").await;
     t.create(
         &pat,
         "rolebindings",

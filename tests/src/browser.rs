@@ -235,10 +235,14 @@ impl Browser<'_> {
             if status == 200 {
                 return reply["value"].clone();
             }
-            assert_eq!(
-                reply["value"]["error"], "stale element reference",
-                "{method} {suffix} on {css}: {reply}"
-            );
+            // A page that navigates between the find and the command leaves the element
+            // behind: chromedriver says "stale element reference", or, when the old document
+            // is half torn down, an inspector error that the node left the document.
+            let replaced = reply["value"]["error"] == "stale element reference"
+                || reply["value"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("does not belong to the document"));
+            assert!(replaced, "{method} {suffix} on {css}: {reply}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("{css} kept being replaced");

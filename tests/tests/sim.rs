@@ -292,6 +292,103 @@ async fn kubectl_gets_applies_labels_scales_watches_reads_logs_and_deletes() {
 /// kubectl's typed clients send built-in kinds as protobuf and ask for protobuf back
 /// (`kubectl create`, `describe`); the simulator read none of them before.
 #[tokio::test]
+async fn kubectl_server_side_apply_owns_fields_conflicts_and_prunes_as_kube_apiserver_does() {
+    let dir = temp_dir("sim-ssa");
+    let shutdown = CancellationToken::new();
+    let cluster = SimCluster::start(SimConfig::default(), shutdown.clone())
+        .await
+        .unwrap();
+    let kubectl = Kubectl::new(&dir, &cluster, ADMIN_TOKEN);
+    let file = dir.join("web.yaml");
+    let write = |image: &str, sidecar: bool| {
+        let extra = if sidecar {
+            "\n        - name: proxy\n          image: envoy:1"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
+                 spec:\n  replicas: 2\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    \
+                 metadata: {{labels: {{app: web}}}}\n    spec:\n      containers:\n        \
+                 - name: web\n          image: {image}{extra}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let apply = |force: bool| {
+        let mut args = vec!["apply", "--server-side", "-f", file.to_str().unwrap()];
+        if force {
+            args.push("--force-conflicts");
+        }
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = async |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl.run(&args).await
+    };
+    let images = async || {
+        kubectl
+            .ok(&[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.spec.template.spec.containers[*].image}",
+            ])
+            .await
+    };
+    write("nginx:1.27", true);
+    let (ok, out, err) = run(apply(false)).await;
+    assert!(ok && out.contains("serverside-applied"), "{out}{err}");
+    let managed = kubectl
+        .ok(&[
+            "get",
+            "deployment",
+            "web",
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[*].manager}/{.metadata.managedFields[*].operation}",
+        ])
+        .await;
+    assert_eq!(managed, "kubectl/Apply");
+    // Someone sets the image by hand: they own it now, and applying another is a conflict
+    // that names them and the field.
+    kubectl
+        .ok(&["set", "image", "deployment/web", "web=nginx:hotfix"])
+        .await;
+    let (ok, _, err) = run(apply(false)).await;
+    assert!(!ok, "an apply over another manager's field must fail");
+    assert!(
+        err.contains("Apply failed with 1 conflict: conflict with \"kubectl-set\" using apps/v1: .spec.template.spec.containers[name=\"web\"].image"),
+        "{err}"
+    );
+    assert_eq!(images().await, "nginx:hotfix envoy:1");
+    // Forced, the applier takes it back.
+    let (ok, _, err) = run(apply(true)).await;
+    assert!(ok, "{err}");
+    assert_eq!(images().await, "nginx:1.27 envoy:1");
+    // A container the configuration drops is removed; a label someone else added stays.
+    kubectl.ok(&["label", "deployment", "web", "team=a"]).await;
+    write("nginx:1.28", false);
+    let (ok, _, err) = run(apply(false)).await;
+    assert!(ok, "{err}");
+    assert_eq!(images().await, "nginx:1.28");
+    let team = kubectl
+        .ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.team}",
+        ])
+        .await;
+    assert_eq!(team, "a");
+    shutdown.cancel();
+}
+
+#[tokio::test]
 async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
     let dir = temp_dir("sim-pb");
     let shutdown = CancellationToken::new();

@@ -22,6 +22,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::tls::{self, CertificateAuthority};
 
+mod apply;
 mod discovery;
 mod eviction;
 mod exec;

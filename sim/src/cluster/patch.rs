@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 pub(crate) use kubeshape::patch::merge;
 
 /// The field lists of built-in types merge on (Kubernetes' `patchMergeKey`).
-fn merge_key(field: &str) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"

@@ -13,7 +13,7 @@ use super::{
 };
 
 /// Where a resource request points.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Target {
     pub(super) resource: &'static Resource,
     pub(super) namespace: Option<String>,

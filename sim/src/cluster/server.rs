@@ -12,9 +12,9 @@ use kubeshape::LabelSelector;
 use serde_json::{Value, json};
 
 use super::{
-    Identity, Sim, discovery, paging, patch, protobuf, rbac,
+    Identity, Sim, apply, discovery, paging, patch, protobuf, rbac,
     request::{Target, field_matches, labels_of, parse_target, query, wants_table},
-    store::StoreError,
+    store::{self, StoreError},
     table,
     verbs::{create, logs, scale, scale_of, watch_response},
 };
@@ -516,6 +516,13 @@ async fn resource_request(
     let _ = identity;
     let method = request.method().clone();
     let params = query(request.uri());
+    let manager = apply::manager_of(
+        params.get("fieldManager").map(String::as_str),
+        request
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+    );
     let table = match wants_table(request.headers(), &params) {
         Ok(table) => table,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
@@ -659,7 +666,7 @@ async fn resource_request(
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            create(sim, &target, body)
+            create(sim, &target, body, Some(&manager))
         }
         (&Method::PUT, Some(_), sub) => {
             let (_, body) = match body_json(request, 8 << 20).await {
@@ -685,6 +692,7 @@ async fn resource_request(
                             keep["status"] = next["status"].clone();
                             return keep;
                         }
+                        apply::record_update(Some(current), &mut next, &manager, &store::now());
                         next
                     });
             match result {
@@ -709,6 +717,11 @@ async fn resource_request(
                 let replicas = body.pointer("/spec/replicas").cloned();
                 return scale(sim, &target, replicas.unwrap_or(Value::Null), Some(body));
             }
+            if content_type.contains("apply-patch") {
+                let force = params.get("force").is_some_and(|f| f == "true");
+                let field_manager = params.get("fieldManager").map(String::as_str);
+                return server_side_apply(sim, &target, body, field_manager, force);
+            }
             let mut failure = None;
             let result = sim
                 .store
@@ -723,6 +736,9 @@ async fn resource_request(
                         patch::strategic(&mut next, &body);
                     } else {
                         patch::merge(&mut next, &body);
+                    }
+                    if sub.is_none() {
+                        apply::record_update(Some(current), &mut next, &manager, &store::now());
                     }
                     next
                 });
@@ -778,6 +794,112 @@ async fn resource_request(
             format!("{method} is not supported on {}", target.describe()),
         ),
     }
+}
+
+/// `PATCH` with `application/apply-patch+yaml`: server-side apply (see [`apply`]). An apply
+/// that changes nothing writes nothing, as kube-apiserver's does.
+fn server_side_apply(
+    sim: &Arc<Sim>,
+    target: &Target,
+    mut config: Value,
+    field_manager: Option<&str>,
+    force: bool,
+) -> Response {
+    let Some(manager) = field_manager.filter(|m| !m.is_empty()) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "PATCH, application/apply-patch+yaml: fieldManager is required for apply requests",
+        );
+    };
+    let resource = target.resource;
+    let name = target.name.clone().unwrap_or_default();
+    for (field, want) in [
+        ("kind", resource.kind),
+        ("apiVersion", &resource.api_version()),
+    ] {
+        match config.get(field).and_then(Value::as_str) {
+            Some(given) if given == want => {}
+            given => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!(
+                        "the applied configuration's {field} is {given:?}, not {want:?} as the request's path says"
+                    ),
+                );
+            }
+        }
+    }
+    if config
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| n != name)
+    {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the name of the object does not match the name on the URL",
+        );
+    }
+    config["metadata"]["name"] = json!(name);
+    let now = store::now();
+    // Read, decide, write at that resourceVersion; a writer in between means deciding again.
+    for _ in 0..5 {
+        let live = sim.store.get(&resource.key(), &target.key());
+        let next = match apply::apply(live.as_deref(), &config, manager, force, &now) {
+            Ok(next) => next,
+            Err(conflicts) => return apply_conflict(&conflicts),
+        };
+        let Some(live) = live else {
+            let collection = Target {
+                name: None,
+                ..target.clone()
+            };
+            return create(sim, &collection, next, None);
+        };
+        if next == *live {
+            return ok_json(StatusCode::OK, &live);
+        }
+        let expected = live
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        match sim
+            .store
+            .update(&resource.key(), &target.key(), expected, |_| next.clone())
+        {
+            Ok(object) => {
+                sim.after_write(resource, &object);
+                return ok_json(StatusCode::OK, &object);
+            }
+            Err(StoreError::Conflict | StoreError::NotFound) => continue,
+            Err(e) => return store_error(target, e),
+        }
+    }
+    status(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!(
+            "{} kept changing while it was applied; retry",
+            target.describe()
+        ),
+    )
+}
+
+/// 409 as kube-apiserver refuses an apply over another manager's fields.
+fn apply_conflict(conflicts: &[apply::Conflict]) -> Response {
+    let mut body: Value = serde_json::from_str(&kubeshape::status::failure(
+        409,
+        "Conflict",
+        &apply::conflict_message(conflicts),
+    ))
+    .unwrap_or_default();
+    body["details"] = json!({"causes": conflicts.iter().map(|c| json!({
+        "type": "FieldManagerConflict",
+        "message": format!("conflict with {:?} using {}", c.manager, c.api_version),
+        "field": c.path,
+    })).collect::<Vec<_>>()});
+    ok_json(StatusCode::CONFLICT, &body)
 }
 
 #[cfg(test)]

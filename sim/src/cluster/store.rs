@@ -63,7 +63,7 @@ impl Default for Store {
     }
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     time::OffsetDateTime::now_utc()
         .replace_nanosecond(0)
         .ok()

@@ -21,7 +21,14 @@ use super::{
     table,
 };
 
-pub(super) fn create(sim: &Arc<Sim>, target: &Target, mut body: Value) -> Response {
+/// Creates `body`; a `manager` is recorded as the owner of every field (`None`: the caller,
+/// a server-side apply, recorded its own).
+pub(super) fn create(
+    sim: &Arc<Sim>,
+    target: &Target,
+    mut body: Value,
+    manager: Option<&str>,
+) -> Response {
     let resource = target.resource;
     if let Some(kind) = body.get("kind").and_then(Value::as_str)
         && kind != resource.kind
@@ -89,6 +96,9 @@ pub(super) fn create(sim: &Arc<Sim>, target: &Target, mut body: Value) -> Respon
         }
     }
     sim.defaults(resource, &mut body);
+    if let Some(manager) = manager {
+        super::apply::record_update(None, &mut body, manager, &super::store::now());
+    }
     let named = Target {
         resource,
         namespace: target.namespace.clone(),

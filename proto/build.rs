@@ -29,7 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "PlanStatus",
         "InstructionProgress",
     ];
-    let mut builder = tonic_prost_build::configure().codec_path("crate::codec::LeanCodec");
+    let mut builder = tonic_prost_build::configure()
+        .codec_path("crate::codec::LeanCodec")
+        // Maps compare and print in key order (a bundle's labels, images and variables).
+        .btree_map(".drover.cluster.v1");
     for message in messages {
         builder = builder.message_attribute(
             format!(".drover.plan.v1.{message}"),

@@ -431,7 +431,7 @@ fn cluster_agent_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Sta
     match caller_of(request)? {
         (kind, Some(Belongs::Cluster(cluster))) if kind == CLUSTER_AGENT => Ok(cluster),
         _ => Err(tonic::Status::permission_denied(
-            "only cluster-agents report cluster facts and follow its access",
+            "only cluster-agents report cluster facts and follow its access and bundles",
         )),
     }
 }
@@ -439,6 +439,38 @@ fn cluster_agent_of<T>(request: &tonic::Request<T>) -> Result<String, tonic::Sta
 #[tonic::async_trait]
 impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
     type WatchAccessStream = crate::access::Snapshots;
+    type WatchBundlesStream = crate::delivery::follow::Snapshots;
+
+    async fn watch_bundles(
+        &self,
+        request: tonic::Request<proto::cluster::v1::WatchBundlesRequest>,
+    ) -> Result<tonic::Response<Self::WatchBundlesStream>, tonic::Status> {
+        let cluster = cluster_agent_of(&request)?;
+        Ok(tonic::Response::new(crate::delivery::follow::follow(
+            self.store.clone(),
+            cluster,
+        )))
+    }
+
+    async fn get_chunk(
+        &self,
+        request: tonic::Request<proto::cluster::v1::ChunkRequest>,
+    ) -> Result<tonic::Response<proto::cluster::v1::Chunk>, tonic::Status> {
+        let cluster = cluster_agent_of(&request)?;
+        let digest = request.into_inner().digest;
+        let data = crate::delivery::follow::chunk(self.store.as_ref(), &cluster, &digest).await?;
+        Ok(tonic::Response::new(proto::cluster::v1::Chunk { data }))
+    }
+
+    async fn report_bundle(
+        &self,
+        request: tonic::Request<proto::cluster::v1::BundleReport>,
+    ) -> Result<tonic::Response<proto::cluster::v1::BundleAck>, tonic::Status> {
+        let cluster = cluster_agent_of(&request)?;
+        crate::delivery::follow::report(self.store.as_ref(), &cluster, request.into_inner())
+            .await?;
+        Ok(tonic::Response::new(proto::cluster::v1::BundleAck {}))
+    }
 
     async fn watch_access(
         &self,

@@ -25,6 +25,7 @@ pub mod commands;
 pub mod config;
 pub mod cron;
 pub mod dashboard;
+pub mod delivery;
 pub mod downstream;
 mod fsutil;
 pub mod grants;
@@ -262,7 +263,8 @@ impl Hub {
                         machines.run(stop.clone()),
                         refs::run_collector(store.clone(), stop.clone()),
                         auth::lifetimes::run_sweeper(store.clone(), stop.clone()),
-                        auth::providers::run_refresher(store, stop),
+                        auth::providers::run_refresher(store.clone(), stop.clone()),
+                        delivery::run(store, stop),
                     );
                 }
             },

@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// The kinds whose specs name other objects.
-pub const DEPENDENT: [Kind; 9] = [
+pub const DEPENDENT: [Kind; 10] = [
     Kind::Host,
     Kind::RegistrationToken,
     Kind::Token,
@@ -29,6 +29,7 @@ pub const DEPENDENT: [Kind; 9] = [
     Kind::Plan,
     Kind::EtcdSnapshot,
     Kind::Machine,
+    Kind::BundleDeployment,
 ];
 
 /// One object a spec names: the field that names it, its kind and name.
@@ -81,6 +82,11 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
             add("spec.cluster", Kind::Cluster, text("/cluster"));
             add("spec.host", Kind::Host, text("/host"));
         }
+        // What a cluster was given of a bundle goes with either.
+        Kind::BundleDeployment => {
+            add("spec.bundle", Kind::Bundle, text("/bundle"));
+            add("spec.cluster", Kind::Cluster, text("/cluster"));
+        }
         // A template names its credential, which cannot go while a template names it (see
         // the API's delete), rather than taking the template with it.
         Kind::Cluster
@@ -90,7 +96,9 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
         | Kind::CloudCredential
         | Kind::MachineTemplate
         | Kind::RoleTemplate
-        | Kind::GlobalRole => {}
+        | Kind::GlobalRole
+        | Kind::ClusterGroup
+        | Kind::Bundle => {}
     }
     named
 }

@@ -194,7 +194,6 @@ pub const CACHED_RESOURCES: [CachedResource; 6] = [
     },
 ];
 
-/// The cached resource named `name`, if the cache holds it.
 /// sha256 (hex) of a token's secret part: what the hub stores instead of the token, and what
 /// the authorized endpoint's authenticator compares a presented token with.
 pub fn token_hash(secret: &str) -> String {
@@ -204,6 +203,16 @@ pub fn token_hash(secret: &str) -> String {
     ))
 }
 
+/// How a bundle's content and its chunks are named, by both the hub (which stores them so) and
+/// the cluster-agent (which checks what it was sent): `sha256-` and the hex digest.
+pub fn content_digest(bytes: &[u8]) -> String {
+    format!(
+        "sha256-{}",
+        files::hex(ring::digest::digest(&ring::digest::SHA256, bytes))
+    )
+}
+
+/// The cached resource named `name`, if the cache holds it.
 pub fn cached_resource(name: &str) -> Option<CachedResource> {
     CACHED_RESOURCES.into_iter().find(|r| r.name == name)
 }

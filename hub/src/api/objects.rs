@@ -218,6 +218,48 @@ async fn hash_password(password: String) -> Result<String, ApiError> {
 
 /// Kind-specific rules for a new or replaced spec: references must exist, passwords are hashed,
 /// secret hashes are kept from `current`. Returns the spec to store.
+/// A bundle's objects (`spec.resources` or `spec.manifests`) stored as content-addressed
+/// chunks and named by `spec.content`; an update that gives none keeps the content it had. A
+/// `spec.content` the caller wrote is never taken: only the hub names chunks.
+async fn bundle_content(
+    store: &dyn Store,
+    spec: &mut Value,
+    current: Option<&Object>,
+) -> Result<(), ApiError> {
+    use crate::delivery::content;
+    let Value::Object(map) = spec else {
+        return Ok(());
+    };
+    let objects = match (map.remove("resources"), map.remove("manifests")) {
+        (Some(Value::Array(list)), _) => Some(content::check_objects(list)),
+        (_, Some(Value::String(yaml))) => Some(content::parse_manifests(&yaml)),
+        _ => None,
+    };
+    map.remove("content");
+    let content = match objects {
+        Some(objects) => {
+            let objects = objects.map_err(ApiError::invalid)?;
+            if objects.is_empty() {
+                return Err(ApiError::invalid(
+                    "spec.resources, spec.manifests: a bundle needs at least one object",
+                ));
+            }
+            let stored = content::store_objects(store, &objects).await?;
+            serde_json::to_value(stored).map_err(|e| ApiError::invalid(e.to_string()))?
+        }
+        None => match current.and_then(|c| c.spec.get("content")) {
+            Some(kept) => kept.clone(),
+            None => {
+                return Err(ApiError::invalid(
+                    "spec.resources or spec.manifests: a bundle needs its objects, as a list of Kubernetes objects or as YAML",
+                ));
+            }
+        },
+    };
+    map.insert("content".into(), content);
+    Ok(())
+}
+
 async fn checked_spec(
     store: &dyn Store,
     kind: Kind,
@@ -307,6 +349,7 @@ async fn checked_spec(
                 None => {}
             }
         }
+        Kind::Bundle => bundle_content(store, &mut spec, current).await?,
         Kind::Host | Kind::RegistrationToken => {
             let cluster = spec
                 .get("cluster")
@@ -423,6 +466,13 @@ pub(super) async fn create(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
             "machines are made by the hub from a cluster's spec.machinePools: change a pool's quantity instead",
+        ));
+    }
+    if kind == Kind::BundleDeployment {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "bundle deployments are made by the hub from a bundle's spec.targets: change the bundle's targets instead",
         ));
     }
     // Each object the new ones name is read once, for its checks and for its references.

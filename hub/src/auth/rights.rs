@@ -272,7 +272,8 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::Project
         | Kind::ProjectSecret
         | Kind::EtcdSnapshot
-        | Kind::Machine => spec_str(object, "cluster"),
+        | Kind::Machine
+        | Kind::BundleDeployment => spec_str(object, "cluster"),
         Kind::Token => object
             .spec
             .get("agent")
@@ -284,7 +285,9 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::CloudCredential
         | Kind::MachineTemplate
         | Kind::RoleTemplate
-        | Kind::GlobalRole => None,
+        | Kind::GlobalRole
+        | Kind::ClusterGroup
+        | Kind::Bundle => None,
     }
 }
 
@@ -337,6 +340,10 @@ pub fn authorize(
                 Verb::Create | Verb::Update | Verb::Delete
             )
             | (Kind::Token, Verb::Update)
+            | (
+                Kind::BundleDeployment,
+                Verb::Create | Verb::Update | Verb::Delete
+            )
     );
     let allowed = !reserved
         && match kind {

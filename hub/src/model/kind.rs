@@ -5,10 +5,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    AuthProviderSpec, CloudCredentialSpec, ClusterSpec, ClusterType, Distribution,
-    EtcdSnapshotSpec, GlobalRoleSpec, HostSpec, MachineSpec, MachineTemplateSpec, PlanSpec,
-    ProjectSecretSpec, ProjectSpec, RegistrationTokenSpec, Role, RoleBindingSpec, RoleTemplateSpec,
-    SettingSpec, TokenSpec, UserSpec, concurrency, parse_plan,
+    AuthProviderSpec, BundleDeploymentSpec, BundleSpec, CloudCredentialSpec, ClusterGroupSpec,
+    ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, GlobalRoleSpec, HostSpec,
+    MachineSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
+    RegistrationTokenSpec, Role, RoleBindingSpec, RoleTemplateSpec, SettingSpec, TokenSpec,
+    UserSpec, concurrency, parse_plan,
 };
 use crate::store::Object;
 
@@ -37,10 +38,13 @@ pub enum Kind {
     Machine,
     RoleTemplate,
     GlobalRole,
+    ClusterGroup,
+    Bundle,
+    BundleDeployment,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -58,6 +62,9 @@ impl Kind {
         Kind::Machine,
         Kind::RoleTemplate,
         Kind::GlobalRole,
+        Kind::ClusterGroup,
+        Kind::Bundle,
+        Kind::BundleDeployment,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +86,9 @@ impl Kind {
             Kind::Machine => "Machine",
             Kind::RoleTemplate => "RoleTemplate",
             Kind::GlobalRole => "GlobalRole",
+            Kind::ClusterGroup => "ClusterGroup",
+            Kind::Bundle => "Bundle",
+            Kind::BundleDeployment => "BundleDeployment",
         }
     }
 
@@ -102,6 +112,9 @@ impl Kind {
             Kind::Machine => "machines",
             Kind::RoleTemplate => "roletemplates",
             Kind::GlobalRole => "globalroles",
+            Kind::ClusterGroup => "clustergroups",
+            Kind::Bundle => "bundles",
+            Kind::BundleDeployment => "bundledeployments",
         }
     }
 
@@ -133,6 +146,9 @@ impl Kind {
             Kind::Machine => generator.subschema_for::<MachineSpec>(),
             Kind::RoleTemplate => generator.subschema_for::<RoleTemplateSpec>(),
             Kind::GlobalRole => generator.subschema_for::<GlobalRoleSpec>(),
+            Kind::ClusterGroup => generator.subschema_for::<ClusterGroupSpec>(),
+            Kind::Bundle => generator.subschema_for::<BundleSpec>(),
+            Kind::BundleDeployment => generator.subschema_for::<BundleDeploymentSpec>(),
         }
     }
 
@@ -384,6 +400,11 @@ impl Kind {
                 }
                 Ok(())
             }),
+            Kind::ClusterGroup => {
+                check::<ClusterGroupSpec>(spec, |s| s.selector.parse("spec.selector").map(drop))
+            }
+            Kind::Bundle => check::<BundleSpec>(spec, super::validate_bundle),
+            Kind::BundleDeployment => check::<BundleDeploymentSpec>(spec, |_| Ok(())),
             Kind::Plan => check::<PlanSpec>(spec, |s| {
                 non_empty("spec.host", &s.host)?;
                 non_empty("spec.cluster", &s.cluster)?;
@@ -548,6 +569,20 @@ fn non_empty(field: &str, value: &str) -> Result<(), String> {
 /// Checks an object name: lowercase letters, digits and '-', starting with a letter, ending
 /// with a letter or digit, at most 63 characters (it becomes part of URLs and DNS names).
 pub fn validate_name(kind: Kind, name: &str) -> Result<(), String> {
+    // What one cluster is given of one bundle is named by both.
+    if kind == Kind::BundleDeployment {
+        let ok = name.split_once('.').is_some_and(|(bundle, cluster)| {
+            validate_name(Kind::Bundle, bundle).is_ok()
+                && validate_name(Kind::Cluster, cluster).is_ok()
+        });
+        return if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "BundleDeployment name {name:?} is not valid: it is BUNDLE.CLUSTER, each a valid name"
+            ))
+        };
+    }
     let ok = !name.is_empty()
         && name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())

@@ -5,6 +5,7 @@
 mod access;
 pub mod agentconfig;
 mod cluster;
+mod delivery;
 pub mod distconfig;
 mod host;
 mod kind;
@@ -17,6 +18,7 @@ mod status;
 
 pub use access::*;
 pub use cluster::*;
+pub use delivery::*;
 pub use host::*;
 pub use kind::*;
 pub use machines::*;

@@ -776,10 +776,16 @@ fn example(kind: Kind) -> Value {
             "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]}),
         Kind::GlobalRole => json!({"inheritedClusterRoles": ["roletemplates-1"],
             "rules": [{"apiGroups": ["management.drover.io"], "resources": ["clusters"], "verbs": ["create"]}]}),
+        Kind::ClusterGroup => json!({"selector": {"matchLabels": {"env": "prod"}}}),
+        Kind::Bundle => json!({"targets": [{"clusterGroup": "clustergroups-1"}],
+            "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: '1'}\n"}),
+        Kind::BundleDeployment => json!({"bundle": "bundles-1", "cluster": "c1", "target": "t",
+            "content": {"digest": "sha256-x", "chunks": [], "objects": 0, "bytes": 0}}),
     };
     let name = match kind {
         Kind::Cluster => "c1".to_owned(),
         Kind::Plan => "hosts-1".to_owned(),
+        Kind::BundleDeployment => "bundles-1.c1".to_owned(),
         _ => format!("{}-1", kind.plural()),
     };
     json!({"metadata": {"name": name, "labels": {"test": "yes"}}, "spec": spec})
@@ -810,8 +816,9 @@ async fn every_answer_conforms_to_the_openapi_document() {
                 Some(example(kind)),
             )
             .await;
-        let created = if kind == Kind::Machine {
-            // The hub makes machines itself (from pools); the API refuses to, even to admins.
+        let created = if matches!(kind, Kind::Machine | Kind::BundleDeployment) {
+            // The hub makes machines itself (from pools), and what a cluster is given of a
+            // bundle (from its targets); the API refuses to, even to admins.
             assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{created}");
             let value = example(kind);
             let mut object = crate::store::Object::new(

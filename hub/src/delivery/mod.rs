@@ -1,0 +1,352 @@
+//! Continuous delivery: which cluster gets which bundle, made into one BundleDeployment per
+//! bundle and cluster (`BUNDLE.CLUSTER`), which the cluster's agent follows
+//! (`ClusterAgent.WatchBundles`), applies with server-side apply and reports on.
+//!
+//! The decisions ([`desired`], [`summarize`]) are apart from the store: the leader's pass reads
+//! bundles, cluster groups, clusters and deployments, asks them what should be, and writes the
+//! difference. A cluster created or relabelled later is picked up by the next pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    model::{BundleDeploymentSpec, BundleSpec, ClusterGroupSpec, ClusterMatch, Kind},
+    store::{LabelSelector, Modifier, Object, Op, Store, StoreError},
+};
+
+pub mod content;
+pub mod follow;
+
+/// On each deployment: its cluster and bundle, so an agent's snapshot reads only its own.
+pub const CLUSTER_LABEL: &str = "drover.io/cluster";
+pub const BUNDLE_LABEL: &str = "drover.io/bundle";
+
+/// A cluster as targeting sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterFacts {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What one deployment reported, as the decisions need it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reported {
+    /// The revision the agent applied.
+    pub revision: String,
+    /// The worst of its objects' states (`Ready` when all are).
+    pub state: String,
+}
+
+/// Whether `m` selects `cluster`; a group that does not exist selects nothing.
+fn matches(
+    m: &ClusterMatch,
+    cluster: &ClusterFacts,
+    groups: &BTreeMap<String, LabelSelector>,
+) -> bool {
+    let by_name = m.cluster_name.as_ref().is_none_or(|n| *n == cluster.name);
+    let by_labels = m.cluster_selector.as_ref().is_none_or(|s| {
+        s.parse("")
+            .is_ok_and(|selector| selector.matches(&cluster.labels))
+    });
+    let by_group = m
+        .cluster_group
+        .as_ref()
+        .is_none_or(|g| groups.get(g).is_some_and(|s| s.matches(&cluster.labels)));
+    by_name && by_labels && by_group
+}
+
+/// `bundle`'s deployment for `cluster`, if one of its targets selects the cluster: the first
+/// target that does names it; every customisation that matches applies, in order.
+pub fn deployment_for(
+    bundle: &str,
+    spec: &BundleSpec,
+    cluster: &ClusterFacts,
+    groups: &BTreeMap<String, LabelSelector>,
+) -> Option<BundleDeploymentSpec> {
+    let content = spec.content.clone()?;
+    let (index, target) = spec
+        .targets
+        .iter()
+        .enumerate()
+        .find(|(_, t)| matches(&t.clusters, cluster, groups))?;
+    let mut out = BundleDeploymentSpec {
+        bundle: bundle.to_owned(),
+        cluster: cluster.name.clone(),
+        target: if target.name.is_empty() {
+            format!("target-{index}")
+        } else {
+            target.name.clone()
+        },
+        content,
+        default_namespace: spec.default_namespace.clone(),
+        correct_drift: spec.correct_drift,
+        ..BundleDeploymentSpec::default()
+    };
+    for c in spec
+        .customizations
+        .iter()
+        .filter(|c| matches(&c.clusters, cluster, groups))
+    {
+        if let Some(ns) = &c.namespace {
+            out.namespace.clone_from(ns);
+        }
+        out.labels.extend(c.labels.clone());
+        out.images.extend(c.images.clone());
+    }
+    out.vars.insert("cluster.name".into(), cluster.name.clone());
+    for (key, value) in &cluster.labels {
+        out.vars
+            .insert(format!("cluster.labels.{key}"), value.clone());
+    }
+    out.revision = revision(&out);
+    Some(out)
+}
+
+/// What identifies a deployment's spec: the digest of all of it but the revision.
+pub fn revision(spec: &BundleDeploymentSpec) -> String {
+    let mut bare = spec.clone();
+    bare.revision = String::new();
+    let bytes = serde_json::to_vec(&bare).unwrap_or_default();
+    content::digest(&bytes)
+}
+
+/// The deployments there should be, by name. A bundle whose `dependsOn` are not all applied
+/// and ready in a cluster keeps what that cluster has of it now (nothing, or the last
+/// revision), as Fleet holds a bundle back until what it depends on is ready.
+pub fn desired(
+    bundles: &BTreeMap<String, BundleSpec>,
+    clusters: &[ClusterFacts],
+    groups: &BTreeMap<String, LabelSelector>,
+    existing: &BTreeMap<String, (BundleDeploymentSpec, Reported)>,
+) -> BTreeMap<String, BundleDeploymentSpec> {
+    let mut out = BTreeMap::new();
+    for cluster in clusters {
+        for (bundle, spec) in bundles {
+            let Some(wanted) = deployment_for(bundle, spec, cluster, groups) else {
+                continue;
+            };
+            let name = deployment_name(bundle, &cluster.name);
+            let ready = |dependency: &String| {
+                existing
+                    .get(&deployment_name(dependency, &cluster.name))
+                    .is_some_and(|(spec, reported)| {
+                        reported.revision == spec.revision && reported.state == "Ready"
+                    })
+            };
+            if spec.depends_on.iter().all(ready) {
+                out.insert(name, wanted);
+            } else if let Some((now, _)) = existing.get(&name) {
+                out.insert(name, now.clone());
+            }
+        }
+    }
+    out
+}
+
+pub fn deployment_name(bundle: &str, cluster: &str) -> String {
+    format!("{bundle}.{cluster}")
+}
+
+/// A bundle's status from its deployments: per target, how many clusters have applied the
+/// current revision and are ready; the clusters in error or drifted, with why.
+pub fn summarize(deployments: &[(&BundleDeploymentSpec, &Value)]) -> Value {
+    let mut targets: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (spec, status) in deployments {
+        let entry = targets.entry(spec.target.as_str()).or_default();
+        entry.1 += 1;
+        let applied = status["revision"].as_str() == Some(spec.revision.as_str());
+        let state = status["state"].as_str().unwrap_or("Pending");
+        if applied && state == "Ready" {
+            entry.0 += 1;
+        } else if applied || !status["error"].is_null() {
+            problems.push(json!({
+                "cluster": spec.cluster,
+                "state": state,
+                "message": status["message"],
+            }));
+        }
+    }
+    let (ready, total) = targets
+        .values()
+        .fold((0, 0), |(r, t), (rr, tt)| (r + rr, t + tt));
+    json!({
+        "summary": format!("{ready} of {total} clusters ready"),
+        "ready": ready,
+        "clusters": total,
+        "targets": targets.iter().map(|(name, (r, t))| json!({
+            "name": name, "ready": r, "clusters": t,
+            "summary": format!("{r} of {t} clusters ready"),
+        })).collect::<Vec<_>>(),
+        "problems": problems,
+    })
+}
+
+/// The leader's controller: a pass at start and whenever a bundle, group, cluster or
+/// deployment changes.
+pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
+    let kinds = [
+        Kind::Bundle.name(),
+        Kind::ClusterGroup.name(),
+        Kind::Cluster.name(),
+        Kind::BundleDeployment.name(),
+    ];
+    crate::store::on_changes("continuous delivery", store.as_ref(), &kinds, &stop, || {
+        let store = store.clone();
+        async move {
+            if let Err(e) = pass(store.as_ref()).await {
+                tracing::warn!(error = %e, "continuous delivery: the pass failed; trying again at the next change or in 10 s");
+            }
+        }
+    })
+    .await;
+}
+
+/// One pass: the deployments made to match, then each bundle's status.
+pub async fn pass(store: &dyn Store) -> Result<(), StoreError> {
+    let all = LabelSelector::everything();
+    let (bundles, _) = store.list(Kind::Bundle.name(), &all).await?;
+    let (groups, _) = store.list(Kind::ClusterGroup.name(), &all).await?;
+    let (clusters, _) = store.list(Kind::Cluster.name(), &all).await?;
+    let (deployments, _) = store.list(Kind::BundleDeployment.name(), &all).await?;
+    let specs: BTreeMap<String, BundleSpec> = bundles
+        .iter()
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .filter_map(|b| {
+            let spec = serde_json::from_value(b.spec.clone()).ok()?;
+            Some((b.metadata.name.clone(), spec))
+        })
+        .collect();
+    let groups: BTreeMap<String, LabelSelector> = groups
+        .iter()
+        .filter_map(|g| {
+            let spec: ClusterGroupSpec = serde_json::from_value(g.spec.clone()).ok()?;
+            Some((g.metadata.name.clone(), spec.selector.parse("").ok()?))
+        })
+        .collect();
+    let clusters: Vec<ClusterFacts> = clusters
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| ClusterFacts {
+            name: c.metadata.name.clone(),
+            labels: c.metadata.labels.clone(),
+        })
+        .collect();
+    let existing: BTreeMap<String, (BundleDeploymentSpec, Reported)> = deployments
+        .iter()
+        .filter_map(|d| {
+            let spec = serde_json::from_value(d.spec.clone()).ok()?;
+            let reported = Reported {
+                revision: d.status["revision"].as_str().unwrap_or_default().to_owned(),
+                state: d.status["state"].as_str().unwrap_or_default().to_owned(),
+            };
+            Some((d.metadata.name.clone(), (spec, reported)))
+        })
+        .collect();
+    let wanted = desired(&specs, &clusters, &groups, &existing);
+    let mut ops = Vec::new();
+    for (name, spec) in &wanted {
+        let value = serde_json::to_value(spec).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        match existing.get(name) {
+            None => {
+                let mut object = Object::new(Kind::BundleDeployment.name(), name, value);
+                let labels = &mut object.metadata.labels;
+                labels.insert(CLUSTER_LABEL.into(), spec.cluster.clone());
+                labels.insert(BUNDLE_LABEL.into(), spec.bundle.clone());
+                ops.push(Op::Create(object));
+            }
+            Some((now, _)) if now != spec => {
+                let value = value.clone();
+                ops.push(Op::Modify {
+                    kind: Kind::BundleDeployment.name().into(),
+                    name: name.clone(),
+                    change: Modifier::new(move |o| o.spec = value.clone()),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    for name in existing.keys().filter(|n| !wanted.contains_key(*n)) {
+        ops.push(Op::Delete {
+            kind: Kind::BundleDeployment.name().into(),
+            name: name.clone(),
+            resource_version: None,
+        });
+    }
+    // One object at a time: a deployment whose bundle or cluster went meanwhile fails alone.
+    for op in ops {
+        let mut one = vec![op];
+        if matches!(one[0], Op::Create(_))
+            && let Err(e) = crate::refs::stamp_all(store, &mut one).await
+        {
+            tracing::debug!(error = %e, "continuous delivery: not creating a deployment");
+            continue;
+        }
+        match store.transact(one).await {
+            Ok(_) | Err(StoreError::NotFound { .. } | StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    write_statuses(store, &bundles, &wanted).await
+}
+
+async fn write_statuses(
+    store: &dyn Store,
+    bundles: &[Object],
+    wanted: &BTreeMap<String, BundleDeploymentSpec>,
+) -> Result<(), StoreError> {
+    let all = LabelSelector::everything();
+    let (deployments, _) = store.list(Kind::BundleDeployment.name(), &all).await?;
+    let statuses: BTreeMap<&str, &Value> = deployments
+        .iter()
+        .map(|d| (d.metadata.name.as_str(), &d.status))
+        .collect();
+    let null = Value::Null;
+    for bundle in bundles {
+        let name = &bundle.metadata.name;
+        let mine: Vec<(&BundleDeploymentSpec, &Value)> = wanted
+            .iter()
+            .filter(|(_, spec)| spec.bundle == *name)
+            .map(|(n, spec)| (spec, statuses.get(n.as_str()).copied().unwrap_or(&null)))
+            .collect();
+        let mut status = summarize(&mine);
+        if let Some(content) = bundle.spec.get("content") {
+            status["content"] = content["digest"].clone();
+        }
+        let names: BTreeSet<&str> = [
+            "summary", "ready", "clusters", "targets", "problems", "content",
+        ]
+        .into_iter()
+        .collect();
+        let differs = names
+            .iter()
+            .any(|k| bundle.status.get(*k) != status.get(*k));
+        if !differs {
+            continue;
+        }
+        let op = Op::Modify {
+            kind: Kind::Bundle.name().into(),
+            name: name.clone(),
+            change: Modifier::new(move |o| {
+                if !o.status.is_object() {
+                    o.status = json!({});
+                }
+                if let (Value::Object(now), Value::Object(new)) = (&mut o.status, &status) {
+                    for (k, v) in new {
+                        now.insert(k.clone(), v.clone());
+                    }
+                }
+            }),
+        };
+        match store.transact(vec![op]).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

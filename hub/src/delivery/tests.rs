@@ -1,0 +1,173 @@
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+use super::*;
+use crate::model::ContentRef;
+
+fn cluster(name: &str, labels: &[(&str, &str)]) -> ClusterFacts {
+    ClusterFacts {
+        name: name.into(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn bundle(spec: serde_json::Value) -> BundleSpec {
+    let mut spec: BundleSpec = serde_json::from_value(spec).unwrap();
+    spec.content = Some(ContentRef {
+        digest: "sha256-c".into(),
+        chunks: vec!["sha256-c".into()],
+        objects: 1,
+        bytes: 10,
+    });
+    spec
+}
+
+fn fleet() -> Vec<ClusterFacts> {
+    vec![
+        cluster("east", &[("env", "prod"), ("region", "eu")]),
+        cluster("west", &[("env", "prod"), ("region", "us")]),
+        cluster("lab", &[("env", "dev")]),
+    ]
+}
+
+#[test]
+fn targets_pick_clusters_by_name_labels_and_group() {
+    let mut groups = BTreeMap::new();
+    groups.insert(
+        "europe".to_string(),
+        LabelSelector::parse("region=eu").unwrap(),
+    );
+    // (targets, the clusters that get the bundle, and under which target)
+    let cases = [
+        (
+            json!([{"clusterSelector": {"matchLabels": {"env": "prod"}}}]),
+            vec![("east", "target-0"), ("west", "target-0")],
+        ),
+        (
+            json!([{"clusterName": "lab", "name": "the-lab"}]),
+            vec![("lab", "the-lab")],
+        ),
+        (
+            json!([{"clusterGroup": "europe"}]),
+            vec![("east", "target-0")],
+        ),
+        (json!([{"clusterGroup": "nowhere"}]), vec![]),
+        // Several ways in one target must all hold; the first matching target names it.
+        (
+            json!([{"clusterGroup": "europe", "clusterName": "west"},
+                   {"name": "dev", "clusterSelector": {"matchLabels": {"env": "dev"}}},
+                   {"name": "all", "clusterSelector": {"matchExpressions": [{"key": "env", "operator": "Exists"}]}}]),
+            vec![("east", "all"), ("lab", "dev"), ("west", "all")],
+        ),
+    ];
+    for (targets, expected) in cases {
+        let mut bundles = BTreeMap::new();
+        bundles.insert("app".to_string(), bundle(json!({"targets": targets})));
+        let got = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
+        let got: Vec<(&str, &str)> = got
+            .values()
+            .map(|d| (d.cluster.as_str(), d.target.as_str()))
+            .collect();
+        assert_eq!(got, expected, "targets {targets}");
+    }
+}
+
+#[test]
+fn every_matching_customisation_applies_in_order() {
+    let spec = bundle(json!({
+        "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+        "customizations": [
+            {"clusterSelector": {"matchLabels": {"env": "prod"}}, "namespace": "shop",
+             "labels": {"tier": "prod", "team": "a"}, "images": {"nginx": "mirror/nginx"}},
+            {"clusterName": "west", "namespace": "shop-us", "labels": {"team": "b"}},
+            {"clusterName": "lab", "namespace": "never"},
+        ],
+    }));
+    let groups = BTreeMap::new();
+    let east = deployment_for("app", &spec, &fleet()[0], &groups).unwrap();
+    let west = deployment_for("app", &spec, &fleet()[1], &groups).unwrap();
+    assert!(deployment_for("app", &spec, &fleet()[2], &groups).is_none());
+    assert_eq!(east.namespace, "shop");
+    assert_eq!(west.namespace, "shop-us");
+    assert_eq!(west.labels["tier"], "prod");
+    assert_eq!(west.labels["team"], "b");
+    assert_eq!(west.images["nginx"], "mirror/nginx");
+    assert_eq!(west.vars["cluster.name"], "west");
+    assert_eq!(west.vars["cluster.labels.region"], "us");
+    assert_ne!(east.revision, west.revision);
+    assert_eq!(east.revision, revision(&east));
+}
+
+#[test]
+fn a_bundle_waits_for_what_it_depends_on_to_be_ready_in_that_cluster() {
+    let groups = BTreeMap::new();
+    let mut bundles = BTreeMap::new();
+    let all = json!([{"clusterSelector": {"matchLabels": {"env": "prod"}}}]);
+    bundles.insert("base".to_string(), bundle(json!({"targets": all})));
+    bundles.insert(
+        "app".to_string(),
+        bundle(json!({"targets": all, "dependsOn": ["base"]})),
+    );
+    let first = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
+    assert_eq!(
+        first.keys().collect::<Vec<_>>(),
+        ["base.east", "base.west"],
+        "nothing of app before base is ready"
+    );
+    // base is ready in east only.
+    let mut existing: BTreeMap<String, (BundleDeploymentSpec, Reported)> = first
+        .iter()
+        .map(|(n, s)| (n.clone(), (s.clone(), Reported::default())))
+        .collect();
+    let east = existing.get_mut("base.east").unwrap();
+    east.1 = Reported {
+        revision: east.0.revision.clone(),
+        state: "Ready".into(),
+    };
+    let west = existing.get_mut("base.west").unwrap();
+    west.1 = Reported {
+        revision: west.0.revision.clone(),
+        state: "NotReady".into(),
+    };
+    let next = desired(&bundles, &fleet(), &groups, &existing);
+    assert_eq!(
+        next.keys().collect::<Vec<_>>(),
+        ["app.east", "base.east", "base.west"]
+    );
+}
+
+#[test]
+fn a_bundles_status_counts_ready_clusters_per_target_and_names_the_broken() {
+    let spec = |cluster: &str, target: &str| BundleDeploymentSpec {
+        bundle: "app".into(),
+        cluster: cluster.into(),
+        target: target.into(),
+        revision: "r2".into(),
+        ..BundleDeploymentSpec::default()
+    };
+    let (a, b, c) = (
+        spec("east", "prod"),
+        spec("west", "prod"),
+        spec("lab", "dev"),
+    );
+    let ready = json!({"revision": "r2", "state": "Ready"});
+    let broken = json!({"revision": "r2", "state": "ErrApplied", "message": "Deployment shop/web: forbidden"});
+    let old = json!({"revision": "r1", "state": "Ready"});
+    let status = summarize(&[(&a, &ready), (&b, &broken), (&c, &old)]);
+    assert_eq!(status["summary"], "1 of 3 clusters ready");
+    assert_eq!(
+        status["targets"],
+        json!([
+            {"name": "dev", "ready": 0, "clusters": 1, "summary": "0 of 1 clusters ready"},
+            {"name": "prod", "ready": 1, "clusters": 2, "summary": "1 of 2 clusters ready"},
+        ])
+    );
+    assert_eq!(
+        status["problems"],
+        json!([{"cluster": "west", "state": "ErrApplied", "message": "Deployment shop/web: forbidden"}])
+    );
+}

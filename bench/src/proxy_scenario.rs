@@ -351,6 +351,7 @@ pub(crate) async fn import_into(
             &sim.kubeconfig(agent_token),
             "the simulated cluster",
         )?,
+        drift: std::time::Duration::from_secs(30),
         lease: cluster_agent::lease::LeaseConfig {
             namespace: namespace.into(),
             name: "drover-cluster-agent".into(),

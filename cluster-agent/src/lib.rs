@@ -26,6 +26,8 @@ Configured from the environment (the import manifest's Secret sets the first fou
   DROVER_POD_NAME       this replica's name in the leader election (default: the host name)
   DROVER_NAMESPACE      the lease's and credential Secret's namespace (default: the pod's)
   DROVER_LEASE_SECONDS  leader lease, 2 to 3600 (default 15)
+  DROVER_DRIFT_SECONDS  how often delivered bundles are checked for drift and readiness,
+                        1 to 3600 (default 30)
   DROVER_STATE_DIR      where the credential is kept (default /var/lib/drover in a pod,
                         $HOME/.local/state/drover/cluster-agent outside one)
   KUBECONFIG            outside a pod: a kubeconfig with a token for the cluster
@@ -41,6 +43,7 @@ use tunnel::{AllowList, Connector, Peer, Secret, Services};
 
 pub mod access;
 pub mod api_auth;
+pub mod bundles;
 pub mod cache;
 mod facts;
 pub mod lease;
@@ -62,12 +65,36 @@ pub struct Config {
     pub kube: KubeTarget,
     /// The Lease the replicas elect their leader with.
     pub lease: lease::LeaseConfig,
+    /// How often delivered bundles are read back for drift and readiness.
+    pub drift: std::time::Duration,
 }
 
 /// A setting that is missing or unusable; names the variable.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+/// The whole number of seconds `name` sets, within `range`, or `default`.
+fn seconds(
+    env: &HashMap<String, String>,
+    name: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ConfigError> {
+    let Some(v) = env.get(name) else {
+        return Ok(default);
+    };
+    v.parse::<u64>()
+        .ok()
+        .filter(|s| range.contains(s))
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{name}={v:?}: give a whole number of seconds from {} to {}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
 
 /// The API server: the pod's service account, else `KUBECONFIG`; and whether in a pod.
 fn kube_target(env: &HashMap<String, String>) -> Result<(KubeTarget, bool), ConfigError> {
@@ -125,18 +152,8 @@ impl Config {
             .or_else(|| env.get("HOSTNAME"))
             .cloned()
             .unwrap_or_else(|| "cluster-agent".into());
-        let lease_seconds = match env.get("DROVER_LEASE_SECONDS") {
-            None => 15,
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|s| (2..=3600).contains(s))
-                .ok_or_else(|| {
-                    ConfigError(format!(
-                        "DROVER_LEASE_SECONDS={v:?}: give a whole number of seconds from 2 to 3600"
-                    ))
-                })?,
-        };
+        let lease_seconds = seconds(env, "DROVER_LEASE_SECONDS", 15, 2..=3600)?;
+        let drift_seconds = seconds(env, "DROVER_DRIFT_SECONDS", 30, 1..=3600)?;
         let namespace = env
             .get("DROVER_NAMESPACE")
             .cloned()
@@ -159,6 +176,7 @@ impl Config {
             cluster: need("DROVER_CLUSTER")?,
             name,
             kube,
+            drift: std::time::Duration::from_secs(drift_seconds),
         })
     }
 }
@@ -267,6 +285,14 @@ async fn credential(config: &Config, client: &::kube::Client) -> Result<Secret, 
 
 /// A `kube` client for the agent's API server, with its credential and CA.
 pub(crate) fn kube_client(target: &KubeTarget) -> Result<::kube::Client, String> {
+    kube_client_as(target, None)
+}
+
+/// As [`kube_client`], acting as `user` (impersonated) if given.
+pub(crate) fn kube_client_as(
+    target: &KubeTarget,
+    user: Option<&str>,
+) -> Result<::kube::Client, String> {
     let url = target
         .server
         .parse()
@@ -278,6 +304,13 @@ pub(crate) fn kube_client(target: &KubeTarget) -> Result<::kube::Client, String>
     // Keeps it out of Debug output.
     bearer.set_sensitive(true);
     config.headers.push((http::header::AUTHORIZATION, bearer));
+    if let Some(user) = user {
+        let value = http::HeaderValue::from_str(user)
+            .map_err(|_| format!("{user:?} cannot be sent as a header"))?;
+        config
+            .headers
+            .push((http::HeaderName::from_static("impersonate-user"), value));
+    }
     ::kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
@@ -352,6 +385,17 @@ async fn serve(
         desired,
         leading.clone(),
     ));
+    // Delivery likewise, from the latest bundles the hub sent.
+    let (bundles, wanted) = tokio::sync::watch::channel(None);
+    let bundles = std::sync::Arc::new(bundles);
+    tokio::spawn(bundles::sync(
+        client.clone(),
+        config.kube.clone(),
+        config.lease.namespace.clone(),
+        wanted,
+        config.drift,
+        leading.clone(),
+    ));
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, leading));
     while let Some(session) = sessions.recv().await {
@@ -362,6 +406,7 @@ async fn serve(
             async move { agentkit::beat(&session, None).await }
         });
         tokio::spawn(access::follow(session.clone(), access.clone()));
+        tokio::spawn(bundles::follow(session.clone(), bundles.clone()));
         tokio::spawn(facts::report(
             session,
             client.clone(),

@@ -165,6 +165,7 @@ pub async fn imported_cluster(
         cluster: name.clone(),
         name: "drover-cluster-agent-0".into(),
         kube: kube.clone(),
+        drift: std::time::Duration::from_secs(30),
         lease: cluster_agent::lease::LeaseConfig {
             namespace: "default".into(),
             name: "drover-cluster-agent".into(),

@@ -279,6 +279,7 @@ async fn start_clusters(config: FleetConfig, shutdown: CancellationToken) -> any
                 name: format!("{name}-agent"),
                 kube: kube.clone(),
                 // A Lease of its own: every agent leads its cluster.
+                drift: std::time::Duration::from_secs(30),
                 lease: cluster_agent::lease::LeaseConfig {
                     namespace,
                     name: format!("drover-{name}"),

@@ -174,6 +174,16 @@ pub struct Imported {
     pub shutdown: CancellationToken,
 }
 
+/// A further imported cluster on an [`Imported`]'s hub (see [`Imported::another`]).
+#[derive(Debug)]
+pub struct Another {
+    pub sim: SimCluster,
+    /// kubectl as the simulated cluster's admin.
+    pub sim_admin: PathBuf,
+    /// Its cluster-agent's environment.
+    pub env: HashMap<String, String>,
+}
+
 impl Imported {
     pub async fn start(label: &str, sim: SimConfig) -> Self {
         Self::start_with(label, sim, &["--listen", "127.0.0.1:0"]).await
@@ -221,6 +231,45 @@ impl Imported {
             sim_admin,
             applied,
             shutdown,
+        }
+    }
+
+    /// Another imported cluster `name` on the same hub, with its own simulated cluster (the
+    /// import manifest applied with kubectl) and its cluster-agent's settings: those of this
+    /// cluster's agent with the other cluster's registration, name, token and state.
+    pub async fn another(&self, name: &str) -> Another {
+        let registration = crate::create_imported_cluster(self.hub.addr, &self.admin, name).await;
+        let sim = SimCluster::start(SimConfig::default(), self.shutdown.clone())
+            .await
+            .unwrap();
+        let sim_admin = self.dir.join(format!("{name}-admin.kubeconfig"));
+        std::fs::write(&sim_admin, sim.kubeconfig(ADMIN_TOKEN)).unwrap();
+        let (_, manifest) =
+            crate::https_get(self.hub.addr, &format!("/v3/import/{registration}.yaml")).await;
+        let manifest_path = self.dir.join(format!("{name}-import.yaml"));
+        std::fs::write(&manifest_path, &manifest).unwrap();
+        kubectl_ok(
+            &sim_admin,
+            &["apply", "-f", manifest_path.to_str().unwrap()],
+        )
+        .await;
+        let token = agent_token(&sim_admin).await;
+        let kubeconfig = self.dir.join(format!("{name}-agent.kubeconfig"));
+        std::fs::write(&kubeconfig, sim.kubeconfig(&token)).unwrap();
+        let mut env = self.agent_env("drover-cluster-agent-0").await;
+        env.extend([
+            ("DROVER_TOKEN".to_owned(), registration),
+            ("DROVER_CLUSTER".to_owned(), name.to_owned()),
+            (
+                "DROVER_STATE_DIR".to_owned(),
+                self.dir.join(format!("{name}-agent")).display().to_string(),
+            ),
+            ("KUBECONFIG".to_owned(), kubeconfig.display().to_string()),
+        ]);
+        Another {
+            sim,
+            sim_admin,
+            env,
         }
     }
 

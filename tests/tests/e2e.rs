@@ -9,6 +9,7 @@ mod audit;
 mod cli;
 mod dashboard;
 mod day2;
+mod delivery;
 mod demo;
 mod directory;
 mod distconfig;

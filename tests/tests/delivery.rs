@@ -1,0 +1,301 @@
+//! Continuous delivery to a fleet of three simulated clusters, judged by the real kubectl in
+//! each: a bundle targeting a cluster group applies to the two clusters in it, a change reaches
+//! both, a dropped object is pruned, a cluster relabelled later is picked up, an edit in one
+//! cluster shows as `Modified` and is undone when drift correction is on, and removing the
+//! bundle removes what it applied.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    api, create,
+    imported::{Imported, kubectl, kubectl_ok},
+};
+
+/// Polls `what` (every 100 ms, up to 60 s) until `done` holds for its answer.
+async fn until<F: Future<Output = Value>>(
+    what: &str,
+    mut read: impl FnMut() -> F,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let now = read().await;
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: not within 60 s; last seen {now:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What kubectl finds of `kind/name` in namespace shop (`null`: nothing).
+async fn found(kubeconfig: &Path, kind: &str, name: &str) -> Value {
+    let (ok, stdout, _) = kubectl(
+        kubeconfig,
+        &[
+            "get",
+            kind,
+            name,
+            "-n",
+            "shop",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+    )
+    .await;
+    if ok {
+        serde_json::from_str(&stdout).unwrap()
+    } else {
+        Value::Null
+    }
+}
+
+fn image(deployment: &Value) -> &str {
+    deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn manifests(image: &str, with_settings: bool) -> String {
+    let mut yaml = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  \
+         selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
+         spec:\n      containers:\n      - name: web\n        image: {image}\n        env:\n        \
+         - {{name: CLUSTER, value: \"${{cluster.name}} in ${{cluster.labels.region}}\"}}\n"
+    );
+    if with_settings {
+        yaml.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {mode: fast}\n");
+    }
+    yaml
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_drift() {
+    let imported = Imported::start("delivery", SimConfig::default()).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
+    let agent = |env: &std::collections::HashMap<String, String>| {
+        let mut env = env.clone();
+        env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
+        let config = cluster_agent::Config::from_env(&env).unwrap();
+        tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()))
+    };
+    let agents = vec![agent(&env)];
+    let west = imported.another("west").await;
+    let lab = imported.another("lab").await;
+    let mut agents = agents;
+    agents.push(agent(&west.env));
+    agents.push(agent(&lab.env));
+    let label = async |cluster: &str, labels: Value| {
+        let (status, body) = api(
+            hub.addr,
+            "PATCH",
+            &format!("/v1/clusters/{cluster}"),
+            Some(admin),
+            Some(json!({"metadata": {"labels": labels}})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    };
+    label("prod", json!({"env": "prod", "region": "eu"})).await;
+    label("west", json!({"env": "prod", "region": "us"})).await;
+    label("lab", json!({"env": "dev", "region": "eu"})).await;
+    create(
+        hub,
+        admin,
+        "clustergroups",
+        json!({"metadata": {"name": "production"},
+               "spec": {"selector": {"matchLabels": {"env": "prod"}}}}),
+    )
+    .await;
+    create(
+        hub,
+        admin,
+        "bundles",
+        json!({"metadata": {"name": "shop"}, "spec": {
+            "defaultNamespace": "shop",
+            "targets": [{"name": "production", "clusterGroup": "production"}],
+            "customizations": [{"clusterName": "west", "labels": {"tier": "edge"}}],
+            "manifests": manifests("nginx:1.27", true),
+        }}),
+    )
+    .await;
+    let bundle = async || {
+        api(hub.addr, "GET", "/v1/bundles/shop", Some(admin), None)
+            .await
+            .1
+    };
+    let ready = |summary: &'static str| move |b: &Value| b["status"]["summary"] == summary;
+    let status = until(
+        "the bundle ready in both prod clusters",
+        bundle,
+        ready("2 of 2 clusters ready"),
+    )
+    .await;
+    assert_eq!(status["status"]["targets"][0]["name"], "production");
+    // The bundle's content is stored once, not its objects in its spec.
+    assert!(status["spec"].get("manifests").is_none(), "{status}");
+    assert_eq!(status["spec"]["content"]["objects"], 2);
+
+    let (prod_k, west_k, lab_k) = (&imported.sim_admin, &west.sim_admin, &lab.sim_admin);
+    let web = found(prod_k, "deployment", "web").await;
+    assert_eq!(image(&web), "nginx:1.27");
+    assert_eq!(
+        web["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+        "prod in eu"
+    );
+    let managers: Vec<&str> = web["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"drover"), "{managers:?}");
+    let west_web = found(west_k, "deployment", "web").await;
+    assert_eq!(west_web["metadata"]["labels"]["tier"], "edge");
+    assert_eq!(
+        west_web["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+        "west in us"
+    );
+    assert!(!found(west_k, "configmap", "settings").await.is_null());
+    assert!(
+        found(lab_k, "deployment", "web").await.is_null(),
+        "lab is not prod"
+    );
+    // Applied as the namespace's executor, not as the agent.
+    let sa = kubectl_ok(
+        prod_k,
+        &[
+            "get",
+            "serviceaccount",
+            "drover-bundle",
+            "-n",
+            "shop",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(sa.trim(), "serviceaccount/drover-bundle");
+
+    // A new commit of sorts: another image, the ConfigMap dropped.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/bundles/shop",
+        Some(admin),
+        Some(json!({"spec": {"manifests": manifests("nginx:1.28", false)}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for k in [prod_k, west_k] {
+        until(
+            "the new image and the ConfigMap pruned",
+            async || {
+                json!([
+                    image(&found(k, "deployment", "web").await),
+                    found(k, "configmap", "settings").await
+                ])
+            },
+            |v| v == &json!(["nginx:1.28", null]),
+        )
+        .await;
+    }
+
+    // lab joins production.
+    label("lab", json!({"env": "prod", "region": "eu"})).await;
+    until(
+        "lab given the bundle",
+        bundle,
+        ready("3 of 3 clusters ready"),
+    )
+    .await;
+    assert_eq!(
+        image(&found(lab_k, "deployment", "web").await),
+        "nginx:1.28"
+    );
+
+    // Someone changes the image by hand in west: the hub hears which field drifted.
+    kubectl_ok(
+        west_k,
+        &[
+            "set",
+            "image",
+            "deployment/web",
+            "web=nginx:hotfix",
+            "-n",
+            "shop",
+        ],
+    )
+    .await;
+    let deployment = async || {
+        api(
+            hub.addr,
+            "GET",
+            "/v1/bundledeployments/shop.west",
+            Some(admin),
+            None,
+        )
+        .await
+        .1
+    };
+    let drifted = until("west's drift reported", deployment, |d| {
+        d["status"]["state"] == "Modified"
+    })
+    .await;
+    assert_eq!(
+        drifted["status"]["message"],
+        "Deployment shop/web: changed in the cluster: .spec.template.spec.containers[name=\"web\"].image",
+        "{drifted:#}"
+    );
+    until("the bundle names the drifted cluster", bundle, |b| {
+        b["status"]["problems"][0]["cluster"] == "west"
+            && b["status"]["summary"] == "2 of 3 clusters ready"
+    })
+    .await;
+    // With correction on, the agent takes the field back.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/bundles/shop",
+        Some(admin),
+        Some(json!({"spec": {"correctDrift": true}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    until(
+        "west's image restored",
+        async || json!(image(&found(west_k, "deployment", "web").await)),
+        |v| v == "nginx:1.28",
+    )
+    .await;
+    until("all ready again", bundle, ready("3 of 3 clusters ready")).await;
+
+    // The bundle removed: what it applied goes from every cluster.
+    let (status, body) = api(hub.addr, "DELETE", "/v1/bundles/shop", Some(admin), None).await;
+    assert_eq!(status, 200, "{body}");
+    for k in [prod_k, west_k, lab_k] {
+        until(
+            "the bundle's objects removed",
+            async || found(k, "deployment", "web").await,
+            Value::is_null,
+        )
+        .await;
+    }
+    imported.shutdown.cancel();
+    for agent in agents {
+        agent.await.unwrap().unwrap();
+    }
+}

@@ -113,6 +113,8 @@ enum CliCommand {
     Host(HostArgs),
     /// The hub's settings: show, set.
     Setting(SettingArgs),
+    /// Bundles delivered to clusters: list them, or what one cluster was given.
+    Bundle(BundleArgs),
 }
 
 #[derive(Args, Debug)]
@@ -135,6 +137,14 @@ struct ApplyArgs {
 struct HostArgs {
     #[command(subcommand)]
     command: objects::HostCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct BundleArgs {
+    #[command(subcommand)]
+    command: objects::BundleCommand,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -643,6 +653,11 @@ where
         CliCommand::Get(args) => Ok(client(objects::get_request(args.get), args.opts, env)),
         CliCommand::Apply(args) => Ok(client(objects::apply_request(args.apply), args.opts, env)),
         CliCommand::Host(args) => Ok(client(objects::host_request(args.command), args.opts, env)),
+        CliCommand::Bundle(args) => Ok(client(
+            objects::bundle_request(args.command),
+            args.opts,
+            env,
+        )),
         CliCommand::Setting(args) => Ok(client(
             objects::setting_request(args.command),
             args.opts,

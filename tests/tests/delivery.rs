@@ -14,7 +14,7 @@ use std::{
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    api, create,
+    api, create, hub_cli,
     imported::{Imported, kubectl, kubectl_ok},
 };
 
@@ -84,20 +84,18 @@ fn manifests(image: &str, with_settings: bool) -> String {
 async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_drift() {
     let imported = Imported::start("delivery", SimConfig::default()).await;
     let (hub, admin) = (&imported.hub, imported.admin.as_str());
-    let mut env = imported.agent_env("drover-cluster-agent-0").await;
-    env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    // Each agent stops with its own token (west's goes offline for a while).
     let agent = |env: &std::collections::HashMap<String, String>| {
         let mut env = env.clone();
         env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
         let config = cluster_agent::Config::from_env(&env).unwrap();
-        tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()))
+        let stop = imported.shutdown.child_token();
+        (tokio::spawn(cluster_agent::run(config, stop.clone())), stop)
     };
-    let agents = vec![agent(&env)];
     let west = imported.another("west").await;
     let lab = imported.another("lab").await;
-    let mut agents = agents;
-    agents.push(agent(&west.env));
-    agents.push(agent(&lab.env));
+    let mut agents = vec![agent(&env), agent(&west.env), agent(&lab.env)];
     let label = async |cluster: &str, labels: Value| {
         let (status, body) = api(
             hub.addr,
@@ -227,6 +225,36 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
         "nginx:1.28"
     );
 
+    // west's agent is offline while a change goes out; it catches up when it is back.
+    let (west_agent, west_stop) = agents.remove(1);
+    west_stop.cancel();
+    west_agent.await.unwrap().unwrap();
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/bundles/shop",
+        Some(admin),
+        Some(json!({"spec": {"manifests": manifests("nginx:1.29", false)}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    until(
+        "the others ready, west not",
+        bundle,
+        ready("2 of 3 clusters ready"),
+    )
+    .await;
+    assert_eq!(
+        image(&found(west_k, "deployment", "web").await),
+        "nginx:1.28"
+    );
+    agents.push(agent(&west.env));
+    until("west caught up", bundle, ready("3 of 3 clusters ready")).await;
+    assert_eq!(
+        image(&found(west_k, "deployment", "web").await),
+        "nginx:1.29"
+    );
+
     // Someone changes the image by hand in west: the hub hears which field drifted.
     kubectl_ok(
         west_k,
@@ -265,6 +293,36 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
             && b["status"]["summary"] == "2 of 3 clusters ready"
     })
     .await;
+    // The command line says the same.
+    let cli = imported.cli_login();
+    let listed = hub_cli(&cli, &["bundle", "list", "--cluster", "west"], "");
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let row = listed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("shop"))
+        .unwrap_or_default();
+    let words: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        words[..4],
+        ["shop", "west", "production", "Modified"],
+        "{}",
+        listed.stdout
+    );
+    assert!(row.contains("containers[name=\"web\"].image"), "{row}");
+    let listed = hub_cli(&cli, &["bundle", "list"], "");
+    assert!(
+        listed.stdout.contains("2 of 3 clusters ready"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed
+            .stdout
+            .contains("west: Deployment shop/web: changed in the cluster"),
+        "{}",
+        listed.stdout
+    );
     // With correction on, the agent takes the field back.
     let (status, body) = api(
         hub.addr,
@@ -278,7 +336,7 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     until(
         "west's image restored",
         async || json!(image(&found(west_k, "deployment", "web").await)),
-        |v| v == "nginx:1.28",
+        |v| v == "nginx:1.29",
     )
     .await;
     until("all ready again", bundle, ready("3 of 3 clusters ready")).await;
@@ -295,7 +353,7 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
         .await;
     }
     imported.shutdown.cancel();
-    for agent in agents {
+    for (agent, _) in agents {
         agent.await.unwrap().unwrap();
     }
 }

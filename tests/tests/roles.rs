@@ -51,26 +51,6 @@ async fn user(imported: &Imported, name: &str, groups: &[&str]) -> String {
     login(imported.hub.addr, name, password).await
 }
 
-fn cli_login(imported: &Imported) -> std::path::PathBuf {
-    let config = imported.dir.join("cli.json");
-    let hub = &imported.hub;
-    let password = hub.admin_password.clone().unwrap();
-    let r = hub_cli(
-        &config,
-        &[
-            "login",
-            "--server",
-            &hub.url(),
-            "--password-stdin",
-            "--ca-checksum",
-            &hub.ca_checksum,
-        ],
-        &format!("{password}\n"),
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    config
-}
-
 /// Projects shop and lab of cluster prod, with a namespace each (shop-a, lab-a) holding a
 /// Deployment `web`; shop-a also a Secret `db`.
 async fn shop_and_lab(imported: &Imported) {
@@ -115,7 +95,7 @@ async fn a_deployer_template_gives_a_group_exactly_its_rules_in_its_project() {
     shop_and_lab(&imported).await;
 
     // The template and the grant, as an operator types them.
-    let cli = cli_login(&imported);
+    let cli = imported.cli_login();
     let r = hub_cli(
         &cli,
         &[

@@ -37,6 +37,18 @@ pub(super) enum HostCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub(super) enum BundleCommand {
+    /// List the bundles and how many of their clusters are ready; with --cluster, what that
+    /// cluster was given of each and how it stands
+    List {
+        #[arg(long)]
+        cluster: Option<String>,
+    },
+    /// Show one bundle
+    Get { name: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub(super) enum SettingCommand {
     /// Show one setting's value, or every setting's
     Get { name: Option<String> },
@@ -60,6 +72,13 @@ pub(super) fn host_request(command: HostCommand) -> Request {
     match command {
         HostCommand::List { cluster } => Request::HostList { cluster },
         HostCommand::Get { name } => Request::HostGet { name },
+    }
+}
+
+pub(super) fn bundle_request(command: BundleCommand) -> Request {
+    match command {
+        BundleCommand::List { cluster } => Request::BundleList { cluster },
+        BundleCommand::Get { name } => Request::BundleGet { name },
     }
 }
 

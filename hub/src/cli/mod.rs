@@ -218,6 +218,12 @@ pub enum Request {
     HostGet {
         name: String,
     },
+    BundleList {
+        cluster: Option<String>,
+    },
+    BundleGet {
+        name: String,
+    },
     SettingList,
     SettingGet {
         name: String,
@@ -528,6 +534,8 @@ pub async fn run(
         Request::Get { .. }
         | Request::HostList { .. }
         | Request::HostGet { .. }
+        | Request::BundleList { .. }
+        | Request::BundleGet { .. }
         | Request::SettingList
         | Request::SettingGet { .. } => ("GET", objects::read_path(&request)?, None),
         Request::Login { .. }

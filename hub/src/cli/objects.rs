@@ -46,6 +46,14 @@ pub(super) fn read_path(request: &Request) -> Result<String, CliError> {
         }
         Request::HostList { .. } => "/v1/hosts".to_owned(),
         Request::HostGet { name } => format!("/v1/hosts/{}", encoded(name)),
+        Request::BundleList { cluster: None } => "/v1/bundles".to_owned(),
+        Request::BundleList {
+            cluster: Some(cluster),
+        } => format!(
+            "/v1/bundledeployments?labelSelector={}",
+            encoded(&format!("{}={cluster}", crate::delivery::CLUSTER_LABEL))
+        ),
+        Request::BundleGet { name } => format!("/v1/bundles/{}", encoded(name)),
         Request::SettingList => "/v1/settings".to_owned(),
         Request::SettingGet { name } => format!("/v1/settings/{}", encoded(name)),
         other => unreachable!("not a read: {other:?}"),

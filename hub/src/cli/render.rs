@@ -12,6 +12,8 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             Request::Get { .. }
             | Request::HostList { .. }
             | Request::HostGet { .. }
+            | Request::BundleList { .. }
+            | Request::BundleGet { .. }
             | Request::SettingList
             | Request::SettingGet { .. } => objects_table(request, value),
             Request::ClusterList => table(
@@ -322,6 +324,45 @@ fn objects_table(request: &Request, value: &Value) -> String {
                     text(&h["spec"]["address"]),
                     text(&h["state"]["state"]),
                     text(&h["state"]["message"]),
+                ]
+            }),
+        ),
+        Request::BundleList { cluster: Some(_) } => table(
+            &["BUNDLE", "CLUSTER", "TARGET", "STATE", "MESSAGE"],
+            rows.into_iter().map(|d| {
+                let applied = d["status"]["revision"] == d["spec"]["revision"];
+                let state = match d["status"]["state"].as_str() {
+                    Some(s) if applied => s,
+                    _ => "Pending",
+                };
+                vec![
+                    text(&d["spec"]["bundle"]),
+                    text(&d["spec"]["cluster"]),
+                    text(&d["spec"]["target"]),
+                    state.to_owned(),
+                    text(&d["status"]["message"]),
+                ]
+            }),
+        ),
+        Request::BundleList { cluster: None } | Request::BundleGet { .. } => table(
+            &["NAME", "OBJECTS", "READY", "CONTENT", "PROBLEMS"],
+            rows.into_iter().map(|b| {
+                let problems: Vec<String> = b["status"]["problems"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{}: {}", text(&p["cluster"]), text(&p["message"])))
+                    .collect();
+                vec![
+                    text(&b["metadata"]["name"]),
+                    text(&b["spec"]["content"]["objects"]),
+                    text(&b["status"]["summary"]),
+                    // Enough of the digest to tell revisions apart.
+                    text(&b["spec"]["content"]["digest"])
+                        .chars()
+                        .take(19)
+                        .collect(),
+                    problems.join("; "),
                 ]
             }),
         ),

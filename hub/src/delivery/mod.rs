@@ -184,24 +184,100 @@ pub fn summarize(deployments: &[(&BundleDeploymentSpec, &Value)]) -> Value {
     })
 }
 
+/// How often chunks no bundle or deployment names are looked for, and how old an unnamed one
+/// must be to go (a bundle being written stores its chunks first).
+const CHUNK_SWEEP: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Deletes the chunks that no bundle or deployment names and that are older than
+/// [`CHUNK_SWEEP`]; returns how many went.
+pub async fn sweep_chunks(store: &dyn Store) -> Result<usize, StoreError> {
+    let all = LabelSelector::everything();
+    let mut named = BTreeSet::new();
+    for kind in [Kind::Bundle, Kind::BundleDeployment] {
+        let (objects, _) = store.list(kind.name(), &all).await?;
+        for o in objects {
+            let chunks = o.spec.pointer("/content/chunks").and_then(Value::as_array);
+            named.extend(
+                chunks
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned),
+            );
+        }
+    }
+    let (chunks, _) = store.list(crate::model::CHUNK_KIND, &all).await?;
+    let cutoff = time::OffsetDateTime::now_utc() - CHUNK_SWEEP;
+    let mut gone = 0;
+    for chunk in chunks {
+        let made = time::OffsetDateTime::parse(
+            &chunk.metadata.creation_timestamp,
+            &time::format_description::well_known::Rfc3339,
+        );
+        if named.contains(&chunk.metadata.name) || made.is_ok_and(|t| t > cutoff) {
+            continue;
+        }
+        match store
+            .delete(
+                crate::model::CHUNK_KIND,
+                &chunk.metadata.name,
+                Some(chunk.revision()),
+            )
+            .await
+        {
+            Ok(_) => gone += 1,
+            Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(gone)
+}
+
 /// The leader's controller: a pass at start and whenever a bundle, group, cluster or
-/// deployment changes.
+/// deployment changes; unnamed chunks swept every [`CHUNK_SWEEP`].
 pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
+    let sweeper = {
+        let (store, stop) = (store.clone(), stop.clone());
+        async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(CHUNK_SWEEP) => {}
+                }
+                match sweep_chunks(store.as_ref()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        chunks = n,
+                        "continuous delivery: removed content no bundle names any more"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "continuous delivery: cannot sweep unnamed content; trying again in 10 minutes")
+                    }
+                }
+            }
+        }
+    };
     let kinds = [
         Kind::Bundle.name(),
         Kind::ClusterGroup.name(),
         Kind::Cluster.name(),
         Kind::BundleDeployment.name(),
     ];
-    crate::store::on_changes("continuous delivery", store.as_ref(), &kinds, &stop, || {
-        let store = store.clone();
-        async move {
-            if let Err(e) = pass(store.as_ref()).await {
-                tracing::warn!(error = %e, "continuous delivery: the pass failed; trying again at the next change or in 10 s");
+    let passes = crate::store::on_changes(
+        "continuous delivery",
+        store.as_ref(),
+        &kinds,
+        &stop,
+        || {
+            let store = store.clone();
+            async move {
+                if let Err(e) = pass(store.as_ref()).await {
+                    tracing::warn!(error = %e, "continuous delivery: the pass failed; trying again at the next change or in 10 s");
+                }
             }
-        }
-    })
-    .await;
+        },
+    );
+    tokio::join!(passes, sweeper);
 }
 
 /// One pass: the deployments made to match, then each bundle's status.

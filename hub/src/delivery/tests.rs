@@ -171,3 +171,85 @@ fn a_bundles_status_counts_ready_clusters_per_target_and_names_the_broken() {
         json!([{"cluster": "west", "state": "ErrApplied", "message": "Deployment shop/web: forbidden"}])
     );
 }
+
+#[tokio::test]
+async fn a_cluster_reads_and_reports_only_what_was_delivered_to_it() {
+    use crate::store::sqlite::SqliteStore;
+    let dir = std::env::temp_dir().join(format!("drover-delivery-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = SqliteStore::open(&dir.join("state.db")).unwrap();
+    let store: &dyn Store = &store;
+    for (name, env) in [("east", "prod"), ("west", "prod"), ("lab", "dev")] {
+        let mut cluster = Object::new(Kind::Cluster.name(), name, json!({"type": "imported"}));
+        cluster.metadata.labels.insert("env".into(), env.into());
+        store.create(cluster).await.unwrap();
+    }
+    let objects = vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})];
+    let stored = content::store_objects(store, &objects).await.unwrap();
+    // The same content again is the same chunks, not new ones.
+    assert_eq!(
+        content::store_objects(store, &objects).await.unwrap(),
+        stored
+    );
+    let spec = json!({"targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+                      "content": stored});
+    store
+        .create(Object::new(Kind::Bundle.name(), "app", spec))
+        .await
+        .unwrap();
+    let delivered = async || {
+        pass(store).await.unwrap();
+        let (deployments, _) = store
+            .list(Kind::BundleDeployment.name(), &LabelSelector::everything())
+            .await
+            .unwrap();
+        deployments
+            .into_iter()
+            .map(|d| d.metadata.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(delivered().await, ["app.east", "app.west"]);
+    let (chunks, _) = store
+        .list(crate::model::CHUNK_KIND, &LabelSelector::everything())
+        .await
+        .unwrap();
+    assert_eq!(chunks.len(), 1, "stored once for both clusters");
+
+    let chunk = &stored.chunks[0];
+    assert!(follow::chunk(store, "east", chunk).await.is_ok());
+    let refused = follow::chunk(store, "lab", chunk).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    assert_eq!(
+        follow::chunk(store, "lab", "sha256-nothing")
+            .await
+            .unwrap_err()
+            .message(),
+        "no chunk sha256-nothing for this cluster",
+        "refused exactly as missing"
+    );
+    let report = |name: &str| proto::cluster::v1::BundleReport {
+        name: name.into(),
+        revision: "r".into(),
+        ..Default::default()
+    };
+    let refused = follow::report(store, "lab", report("app.east"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::NotFound);
+    follow::report(store, "east", report("app.east"))
+        .await
+        .unwrap();
+
+    // lab relabelled: picked up; west's label gone: its deployment goes.
+    let mut lab = store.get(Kind::Cluster.name(), "lab").await.unwrap();
+    lab.metadata.labels.insert("env".into(), "prod".into());
+    store.update(lab).await.unwrap();
+    let mut west = store.get(Kind::Cluster.name(), "west").await.unwrap();
+    west.metadata.labels.clear();
+    store.update(west).await.unwrap();
+    assert_eq!(delivered().await, ["app.east", "app.lab"]);
+    // Content still named is never swept, however old.
+    assert_eq!(sweep_chunks(store).await.unwrap(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

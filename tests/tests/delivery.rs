@@ -14,7 +14,7 @@ use std::{
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    api, create, hub_cli,
+    api, hub_cli,
     imported::{Imported, kubectl, kubectl_ok},
 };
 
@@ -110,26 +110,26 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     label("prod", json!({"env": "prod", "region": "eu"})).await;
     label("west", json!({"env": "prod", "region": "us"})).await;
     label("lab", json!({"env": "dev", "region": "eu"})).await;
-    create(
-        hub,
-        admin,
-        "clustergroups",
-        json!({"metadata": {"name": "production"},
-               "spec": {"selector": {"matchLabels": {"env": "prod"}}}}),
-    )
-    .await;
-    create(
-        hub,
-        admin,
-        "bundles",
-        json!({"metadata": {"name": "shop"}, "spec": {
-            "defaultNamespace": "shop",
-            "targets": [{"name": "production", "clusterGroup": "production"}],
-            "customizations": [{"clusterName": "west", "labels": {"tier": "edge"}}],
-            "manifests": manifests("nginx:1.27", true),
-        }}),
-    )
-    .await;
+    // The group and bundle of docs/delivery.md, applied as it says.
+    let cli = imported.cli_login();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/delivery.md"))
+        .unwrap();
+    let yaml = doc
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    assert!(yaml.contains("${cluster.labels.region}"), "{yaml}");
+    let file = imported.dir.join("shop.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let applied = hub_cli(&cli, &["apply", "-f", file.to_str().unwrap()], "");
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert_eq!(
+        applied.stdout,
+        "clustergroup/production created\nbundle/shop created\n"
+    );
     let bundle = async || {
         api(hub.addr, "GET", "/v1/bundles/shop", Some(admin), None)
             .await
@@ -143,6 +143,28 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     )
     .await;
     assert_eq!(status["status"]["targets"][0]["name"], "production");
+    // As docs/delivery.md shows it.
+    let listed = hub_cli(&cli, &["bundle", "list"], "").stdout;
+    let words: Vec<&str> = listed
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        words[..7],
+        ["shop", "2", "2", "of", "2", "clusters", "ready"],
+        "{listed}"
+    );
+    assert!(words[7].starts_with("sha256-"), "{listed}");
+    let listed = hub_cli(&cli, &["bundle", "list", "--cluster", "west"], "").stdout;
+    let words: Vec<&str> = listed
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(words, ["shop", "west", "production", "Ready"], "{listed}");
     // The bundle's content is stored once, not its objects in its spec.
     assert!(status["spec"].get("manifests").is_none(), "{status}");
     assert_eq!(status["spec"]["content"]["objects"], 2);
@@ -294,7 +316,6 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     })
     .await;
     // The command line says the same.
-    let cli = imported.cli_login();
     let listed = hub_cli(&cli, &["bundle", "list", "--cluster", "west"], "");
     assert_eq!(listed.code, 0, "{}", listed.stderr);
     let row = listed

@@ -14,7 +14,7 @@ use std::{
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    api, hub_cli,
+    HubProcess, api, hub_cli,
     imported::{Imported, kubectl, kubectl_ok},
 };
 
@@ -375,6 +375,211 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     }
     imported.shutdown.cancel();
     for (agent, _) in agents {
+        agent.await.unwrap().unwrap();
+    }
+}
+
+/// The hub's answer to GET `path` as the admin.
+async fn get(hub: &HubProcess, admin: &str, path: &str) -> Value {
+    api(hub.addr, "GET", path, Some(admin), None).await.1
+}
+
+async fn patch_bundle(hub: &HubProcess, admin: &str, spec: Value) {
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/bundles/web",
+        Some(admin),
+        Some(json!({"spec": spec})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_change_stops_after_the_first_partition_and_a_restarted_hub_resumes_the_rollout() {
+    let listen = format!("127.0.0.1:{}", tests::free_port());
+    let mut imported = Imported::start_with(
+        "delivery-rollout",
+        SimConfig::default(),
+        &["--listen", &listen],
+    )
+    .await;
+    let admin = imported.admin.clone();
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let west = imported.another("west").await;
+    let lab = imported.another("lab").await;
+    let mut agents = Vec::new();
+    for env in [&env, &west.env, &lab.env] {
+        let mut env = env.clone();
+        env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
+        let config = cluster_agent::Config::from_env(&env).unwrap();
+        agents.push(tokio::spawn(cluster_agent::run(
+            config,
+            imported.shutdown.clone(),
+        )));
+    }
+    let kubeconfigs = [
+        ("prod", imported.sim_admin.clone()),
+        ("west", west.sim_admin.clone()),
+        ("lab", lab.sim_admin.clone()),
+    ];
+    for (cluster, _) in &kubeconfigs {
+        let (status, body) = api(
+            imported.hub.addr,
+            "PATCH",
+            &format!("/v1/clusters/{cluster}"),
+            Some(&admin),
+            Some(json!({"metadata": {"labels": {"env": "prod", "region": "eu"}}})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The canary first, then the rest one cluster at a time.
+    tests::create(
+        &imported.hub,
+        &admin,
+        "bundles",
+        json!({"metadata": {"name": "web"}, "spec": {
+            "defaultNamespace": "shop",
+            "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+            "rollout": {"maxUnavailable": "1", "partitions": [{"name": "canary", "clusterName": "prod"}]},
+            "manifests": manifests("nginx:1.27", false),
+        }}),
+    )
+    .await;
+    let hub = &imported.hub;
+    until(
+        "all three ready",
+        async || get(hub, &admin, "/v1/bundles/web").await,
+        |b| b["status"]["summary"] == "3 of 3 clusters ready",
+    )
+    .await;
+
+    // A bad change: a ClusterRole, which a namespace's executor may not make.
+    let mut bad = manifests("nginx:1.28", false);
+    bad.push_str("---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: shop-reader}\nrules: []\n");
+    patch_bundle(hub, &admin, json!({"manifests": bad})).await;
+    let canary = until(
+        "the canary refuses the change",
+        async || get(hub, &admin, "/v1/bundledeployments/web.prod").await,
+        |d| {
+            d["status"]["state"] == "ErrApplied" && d["status"]["revision"] == d["spec"]["revision"]
+        },
+    )
+    .await;
+    let message = canary["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("ClusterRole shop-reader: ") && message.contains("forbidden"),
+        "{message}"
+    );
+    until(
+        "the rollout waiting on the canary",
+        async || get(hub, &admin, "/v1/bundles/web").await,
+        |b| {
+            b["status"]["problems"][0]["cluster"] == "prod"
+                && b["status"]["rollout"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("rolling out partition 1 of 2 (canary)"))
+        },
+    )
+    .await;
+    // The decision that held the rest back was made with the canary's report in: they keep
+    // the last revision.
+    for cluster in ["west", "lab"] {
+        let d = get(hub, &admin, &format!("/v1/bundledeployments/web.{cluster}")).await;
+        assert_eq!(d["status"]["revision"], d["spec"]["revision"], "{d:#}");
+        assert_eq!(d["status"]["state"], "Ready", "{d:#}");
+    }
+    for (_, k) in &kubeconfigs[1..] {
+        assert_eq!(image(&found(k, "deployment", "web").await), "nginx:1.27");
+    }
+
+    // The fix goes everywhere; each cluster's Deployment is written once for it.
+    let generations = async || {
+        let mut out = Vec::new();
+        for (_, k) in &kubeconfigs {
+            out.push(
+                found(k, "deployment", "web").await["metadata"]["generation"]
+                    .as_u64()
+                    .unwrap(),
+            );
+        }
+        out
+    };
+    let before = generations().await;
+    patch_bundle(
+        hub,
+        &admin,
+        json!({"manifests": manifests("nginx:1.28", false)}),
+    )
+    .await;
+    until(
+        "the fix everywhere",
+        async || get(hub, &admin, "/v1/bundles/web").await,
+        |b| b["status"]["summary"] == "3 of 3 clusters ready" && b["status"]["rollout"] == "",
+    )
+    .await;
+    let after = generations().await;
+    // prod had 1.28 already (only the ClusterRole failed): unchanged; the others once.
+    assert_eq!(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        [0, 1, 1]
+    );
+
+    // Paused, a change waits; the hub is killed and started again; resumed, the rollout goes
+    // on from where it was, and nothing is applied twice.
+    patch_bundle(
+        hub,
+        &admin,
+        json!({"paused": true, "manifests": manifests("nginx:1.29", false)}),
+    )
+    .await;
+    until(
+        "paused",
+        async || get(hub, &admin, "/v1/bundles/web").await,
+        |b| b["status"]["rollout"] == "paused: 3 cluster(s) wait for the current revision",
+    )
+    .await;
+    patch_bundle(&imported.hub, &admin, json!({"paused": false})).await;
+    let change =
+        get(&imported.hub, &admin, "/v1/bundles/web").await["spec"]["content"]["digest"].clone();
+    until(
+        "the canary given the change",
+        async || get(&imported.hub, &admin, "/v1/bundledeployments/web.prod").await,
+        |d| {
+            d["spec"]["content"]["digest"] == change
+                && d["status"]["revision"] == d["spec"]["revision"]
+        },
+    )
+    .await;
+    imported.hub.crash().await;
+    imported.hub = HubProcess::start_with(&imported.dir.join("hub"), &["--listen", &listen]).await;
+    let hub = &imported.hub;
+    until(
+        "the rollout finished after the restart",
+        async || get(hub, &admin, "/v1/bundles/web").await,
+        |b| b["status"]["summary"] == "3 of 3 clusters ready" && b["status"]["rollout"] == "",
+    )
+    .await;
+    for (_, k) in &kubeconfigs {
+        assert_eq!(image(&found(k, "deployment", "web").await), "nginx:1.29");
+    }
+    let last = generations().await;
+    assert_eq!(
+        last.iter()
+            .zip(&after)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        [1, 1, 1],
+        "each Deployment written once for the change"
+    );
+    imported.shutdown.cancel();
+    for agent in agents {
         agent.await.unwrap().unwrap();
     }
 }

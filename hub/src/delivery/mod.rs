@@ -18,6 +18,7 @@ use crate::{
 
 pub mod content;
 pub mod follow;
+pub mod rollout;
 
 /// On each deployment: its cluster and bundle, so an agent's snapshot reads only its own.
 pub const CLUSTER_LABEL: &str = "drover.io/cluster";
@@ -40,7 +41,7 @@ pub struct Reported {
 }
 
 /// Whether `m` selects `cluster`; a group that does not exist selects nothing.
-fn matches(
+pub(crate) fn matches(
     m: &ClusterMatch,
     cluster: &ClusterFacts,
     groups: &BTreeMap<String, LabelSelector>,
@@ -112,22 +113,28 @@ pub fn revision(spec: &BundleDeploymentSpec) -> String {
     content::digest(&bytes)
 }
 
-/// The deployments there should be, by name. A bundle whose `dependsOn` are not all applied
-/// and ready in a cluster keeps what that cluster has of it now (nothing, or the last
-/// revision), as Fleet holds a bundle back until what it depends on is ready.
+/// The deployments there should be, by name, and for each bundle what its rollout waits for.
+/// A bundle whose `dependsOn` are not all applied and ready in a cluster keeps what that cluster
+/// has of it now (nothing, or the last revision), as Fleet holds a bundle back until what it
+/// depends on is ready; the rest goes as the bundle's rollout allows ([`rollout::gate`]).
 pub fn desired(
     bundles: &BTreeMap<String, BundleSpec>,
     clusters: &[ClusterFacts],
     groups: &BTreeMap<String, LabelSelector>,
     existing: &BTreeMap<String, (BundleDeploymentSpec, Reported)>,
-) -> BTreeMap<String, BundleDeploymentSpec> {
+) -> (
+    BTreeMap<String, BundleDeploymentSpec>,
+    BTreeMap<String, String>,
+) {
     let mut out = BTreeMap::new();
-    for cluster in clusters {
-        for (bundle, spec) in bundles {
+    let mut waiting = BTreeMap::new();
+    for (bundle, spec) in bundles {
+        let mut members = Vec::new();
+        for cluster in clusters {
             let Some(wanted) = deployment_for(bundle, spec, cluster, groups) else {
                 continue;
             };
-            let name = deployment_name(bundle, &cluster.name);
+            let now = existing.get(&deployment_name(bundle, &cluster.name));
             let ready = |dependency: &String| {
                 existing
                     .get(&deployment_name(dependency, &cluster.name))
@@ -136,13 +143,22 @@ pub fn desired(
                     })
             };
             if spec.depends_on.iter().all(ready) {
-                out.insert(name, wanted);
-            } else if let Some((now, _)) = existing.get(&name) {
-                out.insert(name, now.clone());
+                members.push(rollout::Member {
+                    cluster,
+                    wanted,
+                    now,
+                });
+            } else if let Some((held, _)) = now {
+                out.insert(deployment_name(bundle, &cluster.name), held.clone());
             }
         }
+        let (give, message) = rollout::gate(spec.rollout.as_ref(), spec.paused, members, groups);
+        for (cluster, spec) in give {
+            out.insert(deployment_name(bundle, &cluster), spec);
+        }
+        waiting.insert(bundle.clone(), message);
     }
-    out
+    (out, waiting)
 }
 
 pub fn deployment_name(bundle: &str, cluster: &str) -> String {
@@ -321,7 +337,7 @@ pub async fn pass(store: &dyn Store) -> Result<(), StoreError> {
             Some((d.metadata.name.clone(), (spec, reported)))
         })
         .collect();
-    let wanted = desired(&specs, &clusters, &groups, &existing);
+    let (wanted, waiting) = desired(&specs, &clusters, &groups, &existing);
     let mut ops = Vec::new();
     for (name, spec) in &wanted {
         let value = serde_json::to_value(spec).map_err(|e| StoreError::Invalid(e.to_string()))?;
@@ -365,13 +381,14 @@ pub async fn pass(store: &dyn Store) -> Result<(), StoreError> {
             Err(e) => return Err(e),
         }
     }
-    write_statuses(store, &bundles, &wanted).await
+    write_statuses(store, &bundles, &wanted, &waiting).await
 }
 
 async fn write_statuses(
     store: &dyn Store,
     bundles: &[Object],
     wanted: &BTreeMap<String, BundleDeploymentSpec>,
+    waiting: &BTreeMap<String, String>,
 ) -> Result<(), StoreError> {
     let all = LabelSelector::everything();
     let (deployments, _) = store.list(Kind::BundleDeployment.name(), &all).await?;
@@ -391,8 +408,9 @@ async fn write_statuses(
         if let Some(content) = bundle.spec.get("content") {
             status["content"] = content["digest"].clone();
         }
+        status["rollout"] = json!(waiting.get(name).cloned().unwrap_or_default());
         let names: BTreeSet<&str> = [
-            "summary", "ready", "clusters", "targets", "problems", "content",
+            "summary", "ready", "clusters", "targets", "problems", "content", "rollout",
         ]
         .into_iter()
         .collect();

@@ -67,7 +67,7 @@ fn targets_pick_clusters_by_name_labels_and_group() {
     for (targets, expected) in cases {
         let mut bundles = BTreeMap::new();
         bundles.insert("app".to_string(), bundle(json!({"targets": targets})));
-        let got = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
+        let (got, _) = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
         let got: Vec<(&str, &str)> = got
             .values()
             .map(|d| (d.cluster.as_str(), d.target.as_str()))
@@ -112,7 +112,7 @@ fn a_bundle_waits_for_what_it_depends_on_to_be_ready_in_that_cluster() {
         "app".to_string(),
         bundle(json!({"targets": all, "dependsOn": ["base"]})),
     );
-    let first = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
+    let (first, _) = desired(&bundles, &fleet(), &groups, &BTreeMap::new());
     assert_eq!(
         first.keys().collect::<Vec<_>>(),
         ["base.east", "base.west"],
@@ -133,7 +133,7 @@ fn a_bundle_waits_for_what_it_depends_on_to_be_ready_in_that_cluster() {
         revision: west.0.revision.clone(),
         state: "NotReady".into(),
     };
-    let next = desired(&bundles, &fleet(), &groups, &existing);
+    let (next, _) = desired(&bundles, &fleet(), &groups, &existing);
     assert_eq!(
         next.keys().collect::<Vec<_>>(),
         ["app.east", "base.east", "base.west"]
@@ -252,4 +252,116 @@ async fn a_cluster_reads_and_reports_only_what_was_delivered_to_it() {
     // Content still named is never swept, however old.
     assert_eq!(sweep_chunks(store).await.unwrap(), 0);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_change_goes_partition_by_partition_and_a_bad_one_stops_in_the_first() {
+    let groups = BTreeMap::new();
+    let fleet: Vec<ClusterFacts> = ["c1", "c2", "c3", "c4"]
+        .iter()
+        .map(|n| cluster(n, &[("env", "prod")]))
+        .collect();
+    let spec = |image: &str, paused: bool| {
+        let mut b = bundle(json!({
+            "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+            "rollout": {"maxUnavailable": "1", "partitions": [{"name": "canary", "clusterName": "c1"}]},
+            "paused": paused,
+        }));
+        b.content.as_mut().unwrap().digest = image.into();
+        b
+    };
+    // Every cluster has `v1` and is ready with it; each case says which clusters have `v2`
+    // and how they stand, and expects who is given v2 now and what the rollout says.
+    let old = spec("v1", false);
+    let at = |c: &ClusterFacts, b: &BundleSpec| deployment_for("app", b, c, &groups).unwrap();
+    type Case<'a> = (
+        &'a str,
+        bool,
+        &'a [(&'a str, &'a str)],
+        &'a [&'a str],
+        &'a str,
+    );
+    let cases: [Case<'_>; 5] = [
+        (
+            "v2",
+            false,
+            &[],
+            &["c1"],
+            "rolling out partition 1 of 2 (canary): waiting for c1 to be ready with the current revision",
+        ),
+        (
+            "v2",
+            false,
+            &[("c1", "Ready")],
+            &["c1", "c2"],
+            "rolling out partition 2 of 2 (the rest): waiting for c2, c3, c4 to be ready with the current revision",
+        ),
+        (
+            "v2",
+            false,
+            &[("c1", "ErrApplied")],
+            &["c1"],
+            "rolling out partition 1 of 2 (canary): waiting for c1 to be ready with the current revision",
+        ),
+        (
+            "v2",
+            false,
+            &[("c1", "Ready"), ("c2", "Ready"), ("c3", "NotReady")],
+            &["c1", "c2", "c3"],
+            "rolling out partition 2 of 2 (the rest): waiting for c3, c4 to be ready with the current revision",
+        ),
+        (
+            "v2",
+            true,
+            &[("c1", "Ready")],
+            &["c1"],
+            "paused: 3 cluster(s) wait for the current revision",
+        ),
+    ];
+    for (image, paused, given, expected, message) in cases {
+        let new = spec(image, paused);
+        let existing: BTreeMap<String, (BundleDeploymentSpec, Reported)> = fleet
+            .iter()
+            .map(|c| {
+                let state = given.iter().find(|(n, _)| *n == c.name).map(|(_, s)| *s);
+                let spec = at(c, if state.is_some() { &new } else { &old });
+                let reported = Reported {
+                    revision: spec.revision.clone(),
+                    state: state.unwrap_or("Ready").into(),
+                };
+                (deployment_name("app", &c.name), (spec, reported))
+            })
+            .collect();
+        let mut bundles = BTreeMap::new();
+        bundles.insert("app".to_string(), new.clone());
+        let (out, waiting) = desired(&bundles, &fleet, &groups, &existing);
+        let on_new: Vec<&str> = out
+            .values()
+            .filter(|d| d.content.digest == image)
+            .map(|d| d.cluster.as_str())
+            .collect();
+        assert_eq!(on_new, expected, "given {given:?}, paused {paused}");
+        assert_eq!(out.len(), 4, "every cluster keeps a deployment");
+        assert_eq!(waiting["app"], message);
+    }
+    // A cluster new to the bundle gets the current revision at once, even while the first
+    // partition holds the rest back.
+    let mut with_new = fleet.clone();
+    with_new.push(cluster("c5", &[("env", "prod")]));
+    let existing: BTreeMap<String, (BundleDeploymentSpec, Reported)> = fleet
+        .iter()
+        .map(|c| {
+            let spec = at(c, &old);
+            let reported = Reported {
+                revision: spec.revision.clone(),
+                state: "Ready".into(),
+            };
+            (deployment_name("app", &c.name), (spec, reported))
+        })
+        .collect();
+    let mut bundles = BTreeMap::new();
+    bundles.insert("app".to_string(), spec("v2", false));
+    let (out, _) = desired(&bundles, &with_new, &groups, &existing);
+    assert_eq!(out["app.c5"].content.digest, "v2");
+    assert_eq!(out["app.c3"].content.digest, "v1");
 }

@@ -152,6 +152,49 @@ pub struct BundleSpec {
     /// Re-apply what was changed in a cluster behind the hub's back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub correct_drift: bool,
+    /// How a change reaches the clusters already given the bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+    /// No cluster is given anything new of this bundle while set (what it has stays).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+/// A change goes out partition by partition; within one, at most `maxUnavailable` clusters are
+/// between being given it and being ready with it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rollout {
+    /// A number of clusters ("2") or a share of those targeted ("25%"); default all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<String>,
+    /// In order; clusters in none of them form a last partition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<Partition>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Partition {
+    pub name: String,
+    #[serde(flatten)]
+    pub clusters: ClusterMatch,
+    /// How many of its clusters may be not ready with the change for the next partition to
+    /// start: a number or a share of the partition; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<String>,
+}
+
+/// `text` ("3", "25%") as a number of `of`: at least `floor`; `None` if it is neither.
+pub fn count_of(text: &str, of: usize, floor: usize) -> Option<usize> {
+    let n = match text.strip_suffix('%') {
+        Some(pct) => {
+            let pct: usize = pct.parse().ok().filter(|p| *p <= 100)?;
+            (of * pct).div_ceil(100)
+        }
+        None => text.parse().ok()?,
+    };
+    Some(n.max(floor))
 }
 
 /// What one cluster is given of one bundle (`/v1/bundledeployments`, `BUNDLE.CLUSTER`): made
@@ -231,6 +274,31 @@ pub(crate) fn validate_bundle(s: &BundleSpec) -> Result<(), String> {
     if !s.default_namespace.is_empty() {
         super::validate_name(super::Kind::Cluster, &s.default_namespace)
             .map_err(|e| format!("spec.defaultNamespace: {e}"))?;
+    }
+    if let Some(rollout) = &s.rollout {
+        if let Some(m) = &rollout.max_unavailable
+            && count_of(m, 1, 1).is_none()
+        {
+            return Err(format!(
+                "spec.rollout.maxUnavailable: {m:?} must be a number of clusters (\"2\") or a share (\"25%\")"
+            ));
+        }
+        for (i, p) in rollout.partitions.iter().enumerate() {
+            let field = format!("spec.rollout.partitions[{i}]");
+            if p.name.is_empty() {
+                return Err(format!(
+                    "{field}.name: name the partition (it is shown in the bundle's status)"
+                ));
+            }
+            validate_match(&field, &p.clusters)?;
+            if let Some(m) = &p.max_unavailable
+                && count_of(m, 1, 0).is_none()
+            {
+                return Err(format!(
+                    "{field}.maxUnavailable: {m:?} must be a number of clusters (\"0\") or a share (\"10%\")"
+                ));
+            }
+        }
     }
     for (i, name) in s.depends_on.iter().enumerate() {
         super::validate_name(super::Kind::Bundle, name)

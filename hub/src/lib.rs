@@ -245,6 +245,8 @@ impl Hub {
             }),
             files: Some(config.data_dir.join(plans::FILES_DIR)),
         };
+        // Where the leader keeps its GitRepos' mirrors.
+        let git_dir = config.data_dir.join("git");
         tasks.spawn(replicas.clone().lead(
             store.clone(),
             move |store, stop| {
@@ -257,6 +259,7 @@ impl Hub {
                     planner.server_url.clone(),
                     planner.ca_checksum.clone(),
                 );
+                let git_dir = git_dir.clone();
                 async move {
                     tokio::join!(
                         planner.run(stop.clone()),
@@ -264,7 +267,8 @@ impl Hub {
                         refs::run_collector(store.clone(), stop.clone()),
                         auth::lifetimes::run_sweeper(store.clone(), stop.clone()),
                         auth::providers::run_refresher(store.clone(), stop.clone()),
-                        delivery::run(store, stop),
+                        delivery::run(store.clone(), stop.clone()),
+                        delivery::git::run(store, git_dir, stop),
                     );
                 }
             },

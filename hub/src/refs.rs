@@ -98,7 +98,8 @@ pub fn referents(kind: Kind, spec: &Value) -> Vec<Referent> {
         | Kind::RoleTemplate
         | Kind::GlobalRole
         | Kind::ClusterGroup
-        | Kind::Bundle => {}
+        | Kind::Bundle
+        | Kind::GitRepo => {}
     }
     named
 }

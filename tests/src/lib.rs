@@ -18,6 +18,7 @@ use std::{
 
 pub mod browser;
 pub mod cloud;
+pub mod delivery;
 pub mod ec2_front;
 pub mod etcd_proxy;
 pub mod github;
@@ -594,6 +595,30 @@ pub async fn api_as_agent(
 }
 
 /// A GET as `token`; returns the status, the response's headers and the body as text.
+/// POSTs `body` to `path` with `headers` and no token (a webhook's call); the status and text.
+pub async fn post_raw(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, String) {
+    let mut sender = connect(addr).await;
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header(http::header::HOST, addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 pub async fn api_with_headers(
     addr: SocketAddr,
     path: &str,

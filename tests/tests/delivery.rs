@@ -6,79 +6,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
-
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api, hub_cli,
-    imported::{Imported, kubectl, kubectl_ok},
+    HubProcess, api,
+    delivery::{found, image, manifests, until},
+    hub_cli,
+    imported::{Imported, kubectl_ok},
 };
-
-/// Polls `what` (every 100 ms, up to 60 s) until `done` holds for its answer.
-async fn until<F: Future<Output = Value>>(
-    what: &str,
-    mut read: impl FnMut() -> F,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let started = Instant::now();
-    loop {
-        let now = read().await;
-        if done(&now) {
-            return now;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{what}: not within 60 s; last seen {now:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// What kubectl finds of `kind/name` in namespace shop (`null`: nothing).
-async fn found(kubeconfig: &Path, kind: &str, name: &str) -> Value {
-    let (ok, stdout, _) = kubectl(
-        kubeconfig,
-        &[
-            "get",
-            kind,
-            name,
-            "-n",
-            "shop",
-            "-o",
-            "json",
-            "--show-managed-fields",
-        ],
-    )
-    .await;
-    if ok {
-        serde_json::from_str(&stdout).unwrap()
-    } else {
-        Value::Null
-    }
-}
-
-fn image(deployment: &Value) -> &str {
-    deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
-}
-
-fn manifests(image: &str, with_settings: bool) -> String {
-    let mut yaml = format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  \
-         selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
-         spec:\n      containers:\n      - name: web\n        image: {image}\n        env:\n        \
-         - {{name: CLUSTER, value: \"${{cluster.name}} in ${{cluster.labels.region}}\"}}\n"
-    );
-    if with_settings {
-        yaml.push_str("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {mode: fast}\n");
-    }
-    yaml
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_drift() {

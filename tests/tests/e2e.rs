@@ -20,6 +20,7 @@ mod explorer;
 mod faults;
 mod fleet;
 mod github;
+mod gitrepos;
 mod guides;
 mod ha;
 mod health;

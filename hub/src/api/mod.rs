@@ -29,6 +29,7 @@ mod sso;
 pub mod state;
 mod uses;
 mod watch;
+mod webhook;
 
 pub use device::{DeviceLoginRequest, DevicePoll};
 pub use error::ApiError;
@@ -53,6 +54,10 @@ pub fn router(api: Api) -> Router {
         .route("/v1/audit", get(audit_log))
         .route("/v1/openapi.json", get(openapi_document))
         .route("/v1/clusters/{name}/kubeconfig", post(kubeconfig::create))
+        .route(
+            "/v1/gitrepos/{name}/webhook",
+            post(webhook::gitrepo_webhook),
+        )
         .route(
             "/v1/{plural}",
             get(objects::list_or_watch).post(objects::create),

@@ -416,6 +416,18 @@ pub fn document() -> Value {
         }}),
     );
     paths.insert(
+        "/v1/gitrepos/{name}/webhook".into(),
+        json!({"post": {
+            "operationId": "gitrepoWebhook",
+            "summary": "A git host's push: the GitRepo is read at once. No token: X-Hub-Signature-256 (sha256=HMAC of the body with the GitRepo's webhookSecret) is the proof; any refusal is 404",
+            "security": public,
+            "parameters": [name_param("name"),
+                {"name": "X-Hub-Signature-256", "in": "header", "required": true, "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": any_object.clone()}}},
+            "responses": responses(("202", ok("Accepted", any_object.clone())), &[404, 429]),
+        }}),
+    );
+    paths.insert(
         "/v1/clusters/{cluster}/cache/{resource}".into(),
         json!({"get": {
             "operationId": "listCached",

@@ -15,8 +15,23 @@ use crate::{
     store::{Store, StoreError},
 };
 
-/// What a cluster's spec names that it would spend: (field, kind, name).
-fn named(spec: &Value) -> Vec<(String, Kind, String)> {
+/// What a cluster's or a GitRepo's spec names that it would spend: (field, kind, name).
+fn named(kind: Kind, spec: &Value) -> Vec<(String, Kind, String)> {
+    if kind == Kind::GitRepo {
+        return spec
+            .get("credential")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                (
+                    "spec.credential".to_owned(),
+                    Kind::CloudCredential,
+                    c.to_owned(),
+                )
+            })
+            .into_iter()
+            .collect();
+    }
     let Ok(cluster) = serde_json::from_value::<ClusterSpec>(spec.clone()) else {
         return Vec::new();
     };
@@ -96,16 +111,16 @@ pub(super) async fn check(
     spec: &Value,
     current: Option<&Value>,
 ) -> Result<(), ApiError> {
-    if kind != Kind::Cluster || principal.admin {
+    if !matches!(kind, Kind::Cluster | Kind::GitRepo) || principal.admin {
         return Ok(());
     }
     let had: Vec<(Kind, String)> = current
-        .map(named)
+        .map(|c| named(kind, c))
         .unwrap_or_default()
         .into_iter()
         .map(|(_, kind, name)| (kind, name))
         .collect();
-    for (field, kind, name) in named(spec) {
+    for (field, kind, name) in named(kind, spec) {
         if had.contains(&(kind, name.clone())) {
             continue;
         }

@@ -287,7 +287,8 @@ fn cluster_of(kind: Kind, object: &Object) -> Option<&str> {
         | Kind::RoleTemplate
         | Kind::GlobalRole
         | Kind::ClusterGroup
-        | Kind::Bundle => None,
+        | Kind::Bundle
+        | Kind::GitRepo => None,
     }
 }
 

@@ -197,6 +197,39 @@ pub fn count_of(text: &str, of: usize, floor: usize) -> Option<usize> {
     Some(n.max(floor))
 }
 
+/// A git repository whose paths become bundles (`/v1/gitrepos`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitRepoSpec {
+    /// `https://…`, `ssh://…` or `user@host:path`; `git://…` only where the network is trusted.
+    pub repo: String,
+    /// Followed unless `revision` pins a commit; default `main`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub branch: String,
+    /// A fixed commit (40 hex digits), instead of following the branch.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+    /// Each a directory of the repository that becomes one bundle; default the whole of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// How often the branch is looked at ("60s", "5m"); default 60 s, at least 5 s.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub polling_interval: String,
+    /// A CloudCredential of driver `git`: an HTTPS login or an SSH key with pinned host keys.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub credential: String,
+    /// Write-only: the secret a webhook's `X-Hub-Signature-256` is made with
+    /// (`POST /v1/gitrepos/NAME/webhook`); without it the webhook is off.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub webhook_secret: String,
+    /// Where the bundles go (as a bundle's targets).
+    #[serde(default)]
+    pub targets: Vec<BundleTarget>,
+    /// No commit is taken while set (bundles keep the last one; they are not paused).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
 /// What one cluster is given of one bundle (`/v1/bundledeployments`, `BUNDLE.CLUSTER`): made
 /// by the hub, read by the cluster's agent, its status reported by the agent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -250,6 +283,82 @@ pub(crate) fn validate_match(field: &str, m: &ClusterMatch) -> Result<(), String
             super::validate_name(super::Kind::Cluster, name)
                 .map_err(|e| format!("{field}.{what}: {e}"))?;
         }
+    }
+    Ok(())
+}
+
+/// "30s", "5m", "1h" (or a number of seconds) as a duration.
+pub fn interval(text: &str) -> Option<std::time::Duration> {
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(seconds))
+}
+
+pub(crate) fn validate_gitrepo(s: &GitRepoSpec) -> Result<(), String> {
+    let repo = s.repo.as_str();
+    let scp = !repo.contains("://") && repo.split_once(':').is_some_and(|(h, _)| h.contains('@'));
+    let scheme_ok = ["https://", "ssh://", "git://"]
+        .iter()
+        .any(|p| repo.starts_with(p));
+    if !(scheme_ok || scp) || repo.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "spec.repo: {repo:?} is not a repository URL the hub reads: https://host/path, ssh://user@host/path or user@host:path (git:// where the network is trusted)"
+        ));
+    }
+    if repo.starts_with('-') || s.branch.starts_with('-') {
+        return Err("spec.repo, spec.branch: must not start with '-'".into());
+    }
+    let commit = |r: &str| r.len() == 40 && r.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(s.revision.is_empty() || commit(&s.revision)) {
+        return Err(format!(
+            "spec.revision: {:?} must be a commit's full id (40 hex digits)",
+            s.revision
+        ));
+    }
+    let branch_ok = s.branch.is_empty()
+        || s.branch
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+            && !s.branch.contains("..");
+    if !branch_ok {
+        return Err(format!("spec.branch: {:?} is not a branch name", s.branch));
+    }
+    for (i, path) in s.paths.iter().enumerate() {
+        let ok = !path.starts_with('/')
+            && !path.split('/').any(|p| p == "..")
+            && !path.chars().any(char::is_control);
+        if !ok {
+            return Err(format!(
+                "spec.paths[{i}]: {path:?} must be a directory inside the repository (relative, no '..')"
+            ));
+        }
+    }
+    if !s.polling_interval.is_empty() {
+        let every = interval(&s.polling_interval).ok_or_else(|| {
+            format!(
+                "spec.pollingInterval: {:?} is not a duration: 30s, 5m or 1h",
+                s.polling_interval
+            )
+        })?;
+        if every < std::time::Duration::from_secs(5) {
+            return Err("spec.pollingInterval: at least 5s".into());
+        }
+    }
+    if !s.credential.is_empty() {
+        super::validate_name(super::Kind::CloudCredential, &s.credential)
+            .map_err(|e| format!("spec.credential: {e}"))?;
+    }
+    for (i, t) in s.targets.iter().enumerate() {
+        validate_match(&format!("spec.targets[{i}]"), &t.clusters)?;
     }
     Ok(())
 }

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::{
     AuthProviderSpec, BundleDeploymentSpec, BundleSpec, CloudCredentialSpec, ClusterGroupSpec,
-    ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, GlobalRoleSpec, HostSpec,
-    MachineSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
+    ClusterSpec, ClusterType, Distribution, EtcdSnapshotSpec, GitRepoSpec, GlobalRoleSpec,
+    HostSpec, MachineSpec, MachineTemplateSpec, PlanSpec, ProjectSecretSpec, ProjectSpec,
     RegistrationTokenSpec, Role, RoleBindingSpec, RoleTemplateSpec, SettingSpec, TokenSpec,
     UserSpec, concurrency, parse_plan,
 };
@@ -41,10 +41,11 @@ pub enum Kind {
     ClusterGroup,
     Bundle,
     BundleDeployment,
+    GitRepo,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::Cluster,
         Kind::Host,
         Kind::RegistrationToken,
@@ -65,6 +66,7 @@ impl Kind {
         Kind::ClusterGroup,
         Kind::Bundle,
         Kind::BundleDeployment,
+        Kind::GitRepo,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +91,7 @@ impl Kind {
             Kind::ClusterGroup => "ClusterGroup",
             Kind::Bundle => "Bundle",
             Kind::BundleDeployment => "BundleDeployment",
+            Kind::GitRepo => "GitRepo",
         }
     }
 
@@ -115,6 +118,7 @@ impl Kind {
             Kind::ClusterGroup => "clustergroups",
             Kind::Bundle => "bundles",
             Kind::BundleDeployment => "bundledeployments",
+            Kind::GitRepo => "gitrepos",
         }
     }
 
@@ -149,6 +153,7 @@ impl Kind {
             Kind::ClusterGroup => generator.subschema_for::<ClusterGroupSpec>(),
             Kind::Bundle => generator.subschema_for::<BundleSpec>(),
             Kind::BundleDeployment => generator.subschema_for::<BundleDeploymentSpec>(),
+            Kind::GitRepo => generator.subschema_for::<GitRepoSpec>(),
         }
     }
 
@@ -405,6 +410,7 @@ impl Kind {
             }
             Kind::Bundle => check::<BundleSpec>(spec, super::validate_bundle),
             Kind::BundleDeployment => check::<BundleDeploymentSpec>(spec, |_| Ok(())),
+            Kind::GitRepo => check::<GitRepoSpec>(spec, super::validate_gitrepo),
             Kind::Plan => check::<PlanSpec>(spec, |s| {
                 non_empty("spec.host", &s.host)?;
                 non_empty("spec.cluster", &s.cluster)?;
@@ -500,7 +506,7 @@ fn redact_status(status: &mut Value) {
 
 /// Secrets written into an object's spec that the API never returns, and that an update
 /// which leaves them out keeps (JSON pointers into the spec).
-pub const SECRET_FIELDS: [&str; 7] = [
+pub const SECRET_FIELDS: [&str; 10] = [
     "/ssh/privateKey",
     "/amazonec2/secretAccessKey",
     "/registry/password",
@@ -508,6 +514,9 @@ pub const SECRET_FIELDS: [&str; 7] = [
     "/ldap/bindPassword",
     "/oidc/clientSecret",
     "/github/clientSecret",
+    "/git/password",
+    "/git/privateKey",
+    "/webhookSecret",
 ];
 
 /// A distribution's name, the build suffix of its release names, and an example release.

@@ -18,6 +18,9 @@ pub enum DriverName {
     /// Not a machine driver: a private registry's user name and password, for a custom
     /// cluster's `spec.registries`.
     Registry,
+    /// Not a machine driver: how the hub reads a GitRepo's repository (HTTPS login or SSH
+    /// key, and the SSH host keys it trusts).
+    Git,
 }
 
 impl DriverName {
@@ -26,6 +29,7 @@ impl DriverName {
             DriverName::Ssh => "ssh",
             DriverName::Amazonec2 => "amazonec2",
             DriverName::Registry => "registry",
+            DriverName::Git => "git",
         }
     }
 }
@@ -44,6 +48,8 @@ pub struct CloudCredentialSpec {
     pub amazonec2: Option<Ec2Credential>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<RegistryCredential>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitCredential>,
     /// Who besides the admins may name it (a cluster's pull credential or registry login, a
     /// machine pool's template that uses it): hub users by name, groups by name (`ops`,
     /// `corp:ops`). Naming it spends it, never shows it.
@@ -64,6 +70,25 @@ pub struct RegistryCredential {
     pub certificate: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+}
+
+/// How to read a git repository: an HTTPS login (a user and a token or password), or an SSH
+/// key; for SSH, the host keys to trust, pinned (no host is trusted on first use).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitCredential {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub username: String,
+    /// Write-only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub password: String,
+    /// Write-only; OpenSSH or PEM, without a passphrase.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub private_key: String,
+    /// `known_hosts` lines (`[host]:port ssh-ed25519 AAAA…`): the only host keys an SSH
+    /// remote may present.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub known_hosts: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -166,13 +191,14 @@ fn twenty() -> u32 {
 /// The one section a driver reads must be there, and no other driver's.
 fn one_section(
     driver: DriverName,
-    (ssh, ec2, registry): (bool, bool, bool),
+    (ssh, ec2, registry, git): (bool, bool, bool, bool),
     what: &str,
 ) -> Result<(), String> {
-    match (driver, ssh, ec2, registry) {
-        (DriverName::Ssh, true, false, false)
-        | (DriverName::Amazonec2, false, true, false)
-        | (DriverName::Registry, false, false, true) => Ok(()),
+    match (driver, ssh, ec2, registry, git) {
+        (DriverName::Ssh, true, false, false, false)
+        | (DriverName::Amazonec2, false, true, false, false)
+        | (DriverName::Registry, false, false, true, false)
+        | (DriverName::Git, false, false, false, true) => Ok(()),
         (d, ..) => Err(format!(
             "spec.{0}: a {what} of driver {0:?} has spec.{0} and no other driver's section",
             d.label()
@@ -189,9 +215,26 @@ pub fn validate_credential(spec: &CloudCredentialSpec) -> Result<(), String> {
             spec.ssh.is_some(),
             spec.amazonec2.is_some(),
             spec.registry.is_some(),
+            spec.git.is_some(),
         ),
         "CloudCredential",
     )?;
+    if let Some(git) = &spec.git {
+        let key = git.private_key.trim();
+        let pem = key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----");
+        if !(key.is_empty() || pem) {
+            return Err("spec.git.privateKey: give the private key's text (-----BEGIN OPENSSH PRIVATE KEY----- …), without a passphrase".into());
+        }
+        for (i, line) in git.known_hosts.lines().enumerate() {
+            let fields = line.split_whitespace().count();
+            if !line.trim().is_empty() && !line.trim_start().starts_with('#') && fields < 3 {
+                return Err(format!(
+                    "spec.git.knownHosts: line {} is not a known_hosts line (HOST KEYTYPE KEY), as ssh-keyscan prints them",
+                    i + 1
+                ));
+            }
+        }
+    }
     if let Some(registry) = &spec.registry {
         if registry.username.trim().is_empty() && registry.certificate.is_empty() {
             return Err("spec.registry: give a login (username, password), a client certificate (certificate, key), or both".into());
@@ -265,15 +308,15 @@ pub fn missing_secret(spec: &CloudCredentialSpec) -> Option<&'static str> {
 
 /// Checks a template's settings.
 pub fn validate_template(spec: &MachineTemplateSpec) -> Result<(), String> {
-    if spec.driver == DriverName::Registry {
-        return Err(
-            "spec.driver: registry credentials are for a cluster's spec.registries; a template's driver is ssh or amazonec2"
-                .into(),
-        );
+    if matches!(spec.driver, DriverName::Registry | DriverName::Git) {
+        return Err(format!(
+            "spec.driver: {} credentials are not for machines; a template's driver is ssh or amazonec2",
+            spec.driver.label()
+        ));
     }
     one_section(
         spec.driver,
-        (spec.ssh.is_some(), spec.amazonec2.is_some(), false),
+        (spec.ssh.is_some(), spec.amazonec2.is_some(), false, false),
         "MachineTemplate",
     )?;
     super::validate_name(super::Kind::CloudCredential, &spec.credential)

@@ -779,6 +779,9 @@ fn example(kind: Kind) -> Value {
         Kind::ClusterGroup => json!({"selector": {"matchLabels": {"env": "prod"}}}),
         Kind::Bundle => json!({"targets": [{"clusterGroup": "clustergroups-1"}],
             "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: '1'}\n"}),
+        Kind::GitRepo => json!({"repo": "https://git.example.org/shop.git", "paths": ["apps"],
+            "pollingInterval": "5m", "webhookSecret": "hook s3cret",
+            "targets": [{"clusterName": "c1"}]}),
         Kind::BundleDeployment => json!({"bundle": "bundles-1", "cluster": "c1", "target": "t",
             "content": {"digest": "sha256-x", "chunks": [], "objects": 0, "bytes": 0}}),
     };

@@ -1,0 +1,363 @@
+//! Bundles from git: a real git server (Debian's `git daemon` on loopback) with commits the test
+//! pushes; the hub reads it, turns a path into a bundle, and the simulated cluster gets it. A
+//! push reaches the cluster through the webhook at once (a wrong signature is answered as
+//! "not found") and by polling without one; a file removed from git is pruned; a path holding
+//! a Helm chart is refused with the reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    api, create,
+    delivery::{found, image, manifests, until},
+    imported::Imported,
+};
+
+/// Runs git in `dir` (a commit's author set); panics with its stderr if it fails.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=dev",
+            "-c",
+            "user.email=dev@example.org",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git must be installed (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A bare repository `shop.git` under `root`, served by `git daemon` on a free loopback port,
+/// and a clone to commit in.
+struct Server {
+    daemon: std::process::Child,
+    url: String,
+    work: PathBuf,
+}
+
+impl Server {
+    fn start(root: &Path) -> Self {
+        let repos = root.join("repos");
+        std::fs::create_dir_all(repos.join("shop.git")).unwrap();
+        git(&repos.join("shop.git"), &["init", "--quiet", "--bare"]);
+        let port = tests::free_port();
+        // Its own process group: `git daemon` runs git-daemon as a child, and both must go.
+        let daemon = std::process::Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--base-path={}", repos.display()),
+                &repos.display().to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let work = root.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "--quiet"]);
+        git(
+            &work,
+            &[
+                "remote",
+                "add",
+                "origin",
+                &repos.join("shop.git").display().to_string(),
+            ],
+        );
+        Self {
+            daemon,
+            url: format!("git://127.0.0.1:{port}/shop.git"),
+            work,
+        }
+    }
+
+    /// Writes `files` (a `None` text removes the file), commits and pushes; the new commit.
+    fn push(&self, message: &str, files: &[(&str, Option<&str>)]) -> String {
+        for (file, text) in files {
+            let path = self.work.join(file);
+            match text {
+                Some(text) => {
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    std::fs::write(&path, text).unwrap();
+                }
+                None => std::fs::remove_file(&path).unwrap(),
+            }
+        }
+        git(&self.work, &["add", "-A"]);
+        git(&self.work, &["commit", "--quiet", "-m", message]);
+        git(
+            &self.work,
+            &["push", "--quiet", "origin", "HEAD:refs/heads/main"],
+        );
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.daemon.id());
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .status();
+        let _ = self.daemon.wait();
+    }
+}
+
+/// `sha256=HEX` of `body` with `secret`, as GitHub signs a webhook.
+fn signature(secret: &str, body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    let tag = ring::hmac::sign(&key, body);
+    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
+    let imported = Imported::start("gitrepos", SimConfig::default()).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let mut env = imported.agent_env("drover-cluster-agent-0").await;
+    env.insert("DROVER_DRIFT_SECONDS".into(), "1".into());
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/clusters/prod",
+        Some(admin),
+        Some(json!({"metadata": {"labels": {"env": "prod", "region": "eu"}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let server = Server::start(&imported.dir);
+    let settings =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {mode: fast}\n";
+    let first = server.push(
+        "shop v1",
+        &[
+            ("apps/web/web.yaml", Some(&manifests("nginx:1.27", false))),
+            ("apps/web/settings.yaml", Some(settings)),
+            ("apps/web/drover.yaml", Some("defaultNamespace: shop\n")),
+            (
+                "charts/db/Chart.yaml",
+                Some("apiVersion: v2\nname: db\nversion: 0.1.0\n"),
+            ),
+            ("charts/db/templates/db.yaml", Some(settings)),
+        ],
+    );
+    let secret = "hook s3cret";
+    create(
+        hub,
+        admin,
+        "gitrepos",
+        json!({"metadata": {"name": "shop"}, "spec": {
+            "repo": server.url, "paths": ["apps/web"], "pollingInterval": "1h",
+            "webhookSecret": secret,
+            "targets": [{"clusterSelector": {"matchLabels": {"env": "prod"}}}],
+        }}),
+    )
+    .await;
+    let repo = async || {
+        api(hub.addr, "GET", "/v1/gitrepos/shop", Some(admin), None)
+            .await
+            .1
+    };
+    let read = until("the first commit read", repo, |r| {
+        r["status"]["commit"] == first
+    })
+    .await;
+    assert_eq!(
+        read["status"]["bundles"],
+        json!(["shop-apps-web"]),
+        "{read:#}"
+    );
+    assert!(
+        read["spec"].get("webhookSecret").is_none(),
+        "the secret is write-only: {read:#}"
+    );
+    let k = &imported.sim_admin;
+    until(
+        "the Deployment and ConfigMap from git in the cluster",
+        async || {
+            json!([
+                image(&found(k, "deployment", "web").await),
+                found(k, "configmap", "settings").await.is_null()
+            ])
+        },
+        |v| v == &json!(["nginx:1.27", false]),
+    )
+    .await;
+    let bundle = api(
+        hub.addr,
+        "GET",
+        "/v1/bundles/shop-apps-web",
+        Some(admin),
+        None,
+    )
+    .await
+    .1;
+    assert_eq!(bundle["metadata"]["annotations"]["drover.io/commit"], first);
+
+    // A push, announced by the webhook: read at once (the poll is an hour away). The image
+    // changes and the ConfigMap's file is gone from git: pruned.
+    let second = server.push(
+        "shop v2",
+        &[
+            ("apps/web/web.yaml", Some(&manifests("nginx:1.28", false))),
+            ("apps/web/settings.yaml", None),
+        ],
+    );
+    let payload = serde_json::to_vec(&json!({"ref": "refs/heads/main", "after": second})).unwrap();
+    let call = async |sig: &str| {
+        tests::post_raw(
+            hub.addr,
+            "/v1/gitrepos/shop/webhook",
+            &[
+                ("x-hub-signature-256", sig),
+                ("content-type", "application/json"),
+            ],
+            payload.clone(),
+        )
+        .await
+    };
+    let (status, answer) = call(&signature("wrong", &payload)).await;
+    assert_eq!(
+        status, 404,
+        "a wrong signature is answered as missing: {answer}"
+    );
+    let (status, answer) = call(&signature(secret, &payload)).await;
+    assert_eq!(status, 202, "{answer}");
+    until("the pushed commit read", repo, |r| {
+        r["status"]["commit"] == second
+    })
+    .await;
+    until(
+        "the new image, the ConfigMap pruned",
+        async || {
+            json!([
+                image(&found(k, "deployment", "web").await),
+                found(k, "configmap", "settings").await
+            ])
+        },
+        |v| v == &json!(["nginx:1.28", null]),
+    )
+    .await;
+
+    // Polling alone picks up a push too.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/gitrepos/shop",
+        Some(admin),
+        Some(json!({"spec": {"pollingInterval": "5s"}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let generation = body["metadata"]["generation"].clone();
+    // The changed spec is read at once; what comes after it only by polling.
+    until("the new spec acted on", repo, |r| {
+        r["status"]["observedGeneration"] == generation
+    })
+    .await;
+    let third = server.push(
+        "shop v3",
+        &[("apps/web/web.yaml", Some(&manifests("nginx:1.29", false)))],
+    );
+    until("the third commit polled", repo, |r| {
+        r["status"]["commit"] == third
+    })
+    .await;
+    until(
+        "the third image",
+        async || json!(image(&found(k, "deployment", "web").await)),
+        |v| v == "nginx:1.29",
+    )
+    .await;
+
+    // A Helm chart is refused, with the reason; a repository that is not there says git's words.
+    create(
+        hub,
+        admin,
+        "gitrepos",
+        json!({"metadata": {"name": "charts"}, "spec": {
+            "repo": server.url, "paths": ["charts/db"],
+            "targets": [{"clusterName": "prod"}],
+        }}),
+    )
+    .await;
+    let refused = until(
+        "the chart refused",
+        async || {
+            api(hub.addr, "GET", "/v1/gitrepos/charts", Some(admin), None)
+                .await
+                .1
+        },
+        |r| r["status"]["error"].is_string(),
+    )
+    .await;
+    let error = refused["status"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(
+            "holds a Helm chart (charts/db/Chart.yaml): the hub does not render Helm charts"
+        ),
+        "{error}"
+    );
+    create(
+        hub,
+        admin,
+        "gitrepos",
+        json!({"metadata": {"name": "gone"}, "spec": {
+            "repo": server.url.replace("shop.git", "nothing.git"),
+            "targets": [{"clusterName": "prod"}],
+        }}),
+    )
+    .await;
+    let gone = until(
+        "the missing repository said",
+        async || {
+            api(hub.addr, "GET", "/v1/gitrepos/gone", Some(admin), None)
+                .await
+                .1
+        },
+        |r| r["status"]["error"].is_string(),
+    )
+    .await;
+    let error = gone["status"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("fetching branch main of git://")
+            && error.contains("trying again in 5 s"),
+        "{error}"
+    );
+
+    // The GitRepo deleted: its bundles go, and what they applied.
+    let (status, body) = api(hub.addr, "DELETE", "/v1/gitrepos/shop", Some(admin), None).await;
+    assert_eq!(status, 200, "{body}");
+    until(
+        "the bundle's objects removed",
+        async || found(k, "deployment", "web").await,
+        Value::is_null,
+    )
+    .await;
+    imported.shutdown.cancel();
+    agent.await.unwrap().unwrap();
+}

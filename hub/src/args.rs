@@ -115,6 +115,8 @@ enum CliCommand {
     Setting(SettingArgs),
     /// Bundles delivered to clusters: list them, or what one cluster was given.
     Bundle(BundleArgs),
+    /// Git repositories whose paths become bundles: list them, show one.
+    Gitrepo(GitrepoArgs),
 }
 
 #[derive(Args, Debug)]
@@ -137,6 +139,14 @@ struct ApplyArgs {
 struct HostArgs {
     #[command(subcommand)]
     command: objects::HostCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
+struct GitrepoArgs {
+    #[command(subcommand)]
+    command: objects::GitrepoCommand,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -653,6 +663,11 @@ where
         CliCommand::Get(args) => Ok(client(objects::get_request(args.get), args.opts, env)),
         CliCommand::Apply(args) => Ok(client(objects::apply_request(args.apply), args.opts, env)),
         CliCommand::Host(args) => Ok(client(objects::host_request(args.command), args.opts, env)),
+        CliCommand::Gitrepo(args) => Ok(client(
+            objects::gitrepo_request(args.command),
+            args.opts,
+            env,
+        )),
         CliCommand::Bundle(args) => Ok(client(
             objects::bundle_request(args.command),
             args.opts,

@@ -207,6 +207,33 @@ async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
         |v| v == &json!(["nginx:1.27", false]),
     )
     .await;
+    until("the GitRepo counts its clusters", repo, |r| {
+        r["status"]["summary"] == "1 of 1 clusters ready"
+            && r["status"]["targets"][0]["summary"] == "1 of 1 clusters ready"
+    })
+    .await;
+    let cli = imported.cli_login();
+    let listed = tests::hub_cli(&cli, &["gitrepo", "list"], "");
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let words: Vec<&str> = listed
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        words[..3],
+        ["shop", server.url.as_str(), &first[..12]],
+        "{}",
+        listed.stdout
+    );
+    assert_eq!(
+        words[3..7],
+        ["1", "of", "1", "clusters"],
+        "{}",
+        listed.stdout
+    );
     let bundle = api(
         hub.addr,
         "GET",

@@ -37,6 +37,14 @@ pub(super) enum HostCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub(super) enum GitrepoCommand {
+    /// List the GitRepos: the commit each applies, its clusters ready, its error
+    List,
+    /// Show one GitRepo
+    Get { name: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub(super) enum BundleCommand {
     /// List the bundles and how many of their clusters are ready; with --cluster, what that
     /// cluster was given of each and how it stands
@@ -72,6 +80,13 @@ pub(super) fn host_request(command: HostCommand) -> Request {
     match command {
         HostCommand::List { cluster } => Request::HostList { cluster },
         HostCommand::Get { name } => Request::HostGet { name },
+    }
+}
+
+pub(super) fn gitrepo_request(command: GitrepoCommand) -> Request {
+    match command {
+        GitrepoCommand::List => Request::GitrepoList,
+        GitrepoCommand::Get { name } => Request::GitrepoGet { name },
     }
 }
 

@@ -218,6 +218,10 @@ pub enum Request {
     HostGet {
         name: String,
     },
+    GitrepoList,
+    GitrepoGet {
+        name: String,
+    },
     BundleList {
         cluster: Option<String>,
     },
@@ -536,6 +540,8 @@ pub async fn run(
         | Request::HostGet { .. }
         | Request::BundleList { .. }
         | Request::BundleGet { .. }
+        | Request::GitrepoList
+        | Request::GitrepoGet { .. }
         | Request::SettingList
         | Request::SettingGet { .. } => ("GET", objects::read_path(&request)?, None),
         Request::Login { .. }

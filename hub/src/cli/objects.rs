@@ -46,6 +46,8 @@ pub(super) fn read_path(request: &Request) -> Result<String, CliError> {
         }
         Request::HostList { .. } => "/v1/hosts".to_owned(),
         Request::HostGet { name } => format!("/v1/hosts/{}", encoded(name)),
+        Request::GitrepoList => "/v1/gitrepos".to_owned(),
+        Request::GitrepoGet { name } => format!("/v1/gitrepos/{}", encoded(name)),
         Request::BundleList { cluster: None } => "/v1/bundles".to_owned(),
         Request::BundleList {
             cluster: Some(cluster),

@@ -14,6 +14,8 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             | Request::HostGet { .. }
             | Request::BundleList { .. }
             | Request::BundleGet { .. }
+            | Request::GitrepoList
+            | Request::GitrepoGet { .. }
             | Request::SettingList
             | Request::SettingGet { .. } => objects_table(request, value),
             Request::ClusterList => table(
@@ -324,6 +326,18 @@ fn objects_table(request: &Request, value: &Value) -> String {
                     text(&h["spec"]["address"]),
                     text(&h["state"]["state"]),
                     text(&h["state"]["message"]),
+                ]
+            }),
+        ),
+        Request::GitrepoList | Request::GitrepoGet { .. } => table(
+            &["NAME", "REPO", "COMMIT", "READY", "ERROR"],
+            rows.into_iter().map(|r| {
+                vec![
+                    text(&r["metadata"]["name"]),
+                    text(&r["spec"]["repo"]),
+                    text(&r["status"]["commit"]).chars().take(12).collect(),
+                    text(&r["status"]["summary"]),
+                    text(&r["status"]["error"]),
                 ]
             }),
         ),

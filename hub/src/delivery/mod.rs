@@ -250,6 +250,34 @@ pub async fn sweep_chunks(store: &dyn Store) -> Result<usize, StoreError> {
     Ok(gone)
 }
 
+/// A GitRepo's status from the deployments of its bundles: per target, how many clusters have
+/// every bundle of the repository applied at its current revision and ready.
+pub fn summarize_clusters(deployments: &[(&BundleDeploymentSpec, &Value)]) -> Value {
+    let mut clusters: BTreeMap<(&str, &str), bool> = BTreeMap::new();
+    for (spec, status) in deployments {
+        let ready = status["revision"].as_str() == Some(spec.revision.as_str())
+            && status["state"] == "Ready";
+        let entry = clusters
+            .entry((spec.target.as_str(), spec.cluster.as_str()))
+            .or_insert(true);
+        *entry &= ready;
+    }
+    let mut targets: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    for ((target, _), ready) in &clusters {
+        let entry = targets.entry(target).or_default();
+        entry.1 += 1;
+        entry.0 += u32::from(*ready);
+    }
+    let ready = clusters.values().filter(|r| **r).count();
+    json!({
+        "summary": format!("{ready} of {} clusters ready", clusters.len()),
+        "targets": targets.iter().map(|(name, (r, t))| json!({
+            "name": name, "ready": r, "clusters": t,
+            "summary": format!("{r} of {t} clusters ready"),
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// The leader's controller: a pass at start and whenever a bundle, group, cluster or
 /// deployment changes; unnamed chunks swept every [`CHUNK_SWEEP`].
 pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
@@ -398,6 +426,42 @@ async fn write_statuses(
         .map(|d| (d.metadata.name.as_str(), &d.status))
         .collect();
     let null = Value::Null;
+    // Each GitRepo: its bundles' clusters, counted once each.
+    let (repos, _) = store.list(Kind::GitRepo.name(), &all).await?;
+    for repo in &repos {
+        let name = &repo.metadata.name;
+        let of_repo: BTreeSet<&str> = bundles
+            .iter()
+            .filter(|b| b.metadata.labels.get(git::GITREPO_LABEL) == Some(name))
+            .map(|b| b.metadata.name.as_str())
+            .collect();
+        let mine: Vec<(&BundleDeploymentSpec, &Value)> = wanted
+            .iter()
+            .filter(|(_, spec)| of_repo.contains(spec.bundle.as_str()))
+            .map(|(n, spec)| (spec, statuses.get(n.as_str()).copied().unwrap_or(&null)))
+            .collect();
+        let counted = summarize_clusters(&mine);
+        if repo.status.get("summary") == counted.get("summary")
+            && repo.status.get("targets") == counted.get("targets")
+        {
+            continue;
+        }
+        let op = Op::Modify {
+            kind: Kind::GitRepo.name().into(),
+            name: name.clone(),
+            change: Modifier::new(move |o| {
+                if !o.status.is_object() {
+                    o.status = json!({});
+                }
+                o.status["summary"] = counted["summary"].clone();
+                o.status["targets"] = counted["targets"].clone();
+            }),
+        };
+        match store.transact(vec![op]).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
     for bundle in bundles {
         let name = &bundle.metadata.name;
         let mine: Vec<(&BundleDeploymentSpec, &Value)> = wanted

@@ -365,3 +365,29 @@ fn a_change_goes_partition_by_partition_and_a_bad_one_stops_in_the_first() {
     assert_eq!(out["app.c5"].content.digest, "v2");
     assert_eq!(out["app.c3"].content.digest, "v1");
 }
+
+#[test]
+fn a_gitrepos_cluster_is_ready_when_every_bundle_of_it_is_ready_there() {
+    let spec = |bundle: &str, cluster: &str| BundleDeploymentSpec {
+        bundle: bundle.into(),
+        cluster: cluster.into(),
+        target: "prod".into(),
+        revision: "r".into(),
+        ..BundleDeploymentSpec::default()
+    };
+    let (a1, b1, a2, b2) = (
+        spec("a", "east"),
+        spec("b", "east"),
+        spec("a", "west"),
+        spec("b", "west"),
+    );
+    let ready = json!({"revision": "r", "state": "Ready"});
+    let drifted = json!({"revision": "r", "state": "Modified"});
+    let status =
+        summarize_clusters(&[(&a1, &ready), (&b1, &ready), (&a2, &ready), (&b2, &drifted)]);
+    assert_eq!(status["summary"], "1 of 2 clusters ready");
+    assert_eq!(
+        status["targets"],
+        json!([{"name": "prod", "ready": 1, "clusters": 2, "summary": "1 of 2 clusters ready"}])
+    );
+}

@@ -410,17 +410,18 @@ pub async fn pass(store: &dyn Store) -> Result<(), StoreError> {
             Err(e) => return Err(e),
         }
     }
-    write_statuses(store, &bundles, &wanted, &waiting).await
+    // The statuses as listed above: this pass wrote specs only.
+    write_statuses(store, &bundles, &deployments, &wanted, &waiting).await
 }
 
 async fn write_statuses(
     store: &dyn Store,
     bundles: &[Object],
+    deployments: &[Object],
     wanted: &BTreeMap<String, BundleDeploymentSpec>,
     waiting: &BTreeMap<String, String>,
 ) -> Result<(), StoreError> {
     let all = LabelSelector::everything();
-    let (deployments, _) = store.list(Kind::BundleDeployment.name(), &all).await?;
     let statuses: BTreeMap<&str, &Value> = deployments
         .iter()
         .map(|d| (d.metadata.name.as_str(), &d.status))

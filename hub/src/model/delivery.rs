@@ -314,6 +314,17 @@ pub(crate) fn validate_gitrepo(s: &GitRepoSpec) -> Result<(), String> {
             "spec.repo: {repo:?} is not a repository URL the hub reads: https://host/path, ssh://user@host/path or user@host:path (git:// where the network is trusted)"
         ));
     }
+    // A password in the URL would be shown to everyone who may read the GitRepo, and in git's
+    // errors in its status and the hub's log.
+    let authority = repo
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
+    if authority
+        .split_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    {
+        return Err("spec.repo: a password in the URL would be readable by everyone who may read this GitRepo; put the login in a CloudCredential of driver git and name it in spec.credential".into());
+    }
     if repo.starts_with('-') || s.branch.starts_with('-') {
         return Err("spec.repo, spec.branch: must not start with '-'".into());
     }
@@ -421,6 +432,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_repository_url_with_a_password_is_refused() {
+        let spec = |repo: &str| GitRepoSpec {
+            repo: repo.into(),
+            ..GitRepoSpec::default()
+        };
+        let refused = validate_gitrepo(&spec("https://ann:tok3n@git.example.org/shop.git"));
+        assert!(
+            refused
+                .unwrap_err()
+                .contains("CloudCredential of driver git")
+        );
+        assert!(validate_gitrepo(&spec("ssh://git@git.example.org:2222/shop.git")).is_ok());
+        assert!(validate_gitrepo(&spec("git@git.example.org:shop.git")).is_ok());
+    }
 
     #[test]
     fn a_selector_reads_as_kubernetes_writes_it_and_says_what_is_wrong() {

@@ -2,7 +2,9 @@
 //! pushes; the hub reads it, turns a path into a bundle, and the simulated cluster gets it. A
 //! push reaches the cluster through the webhook at once (a wrong signature is answered as
 //! "not found") and by polling without one; a file removed from git is pruned; a path holding
-//! a Helm chart is refused with the reason.
+//! a Helm chart is refused with the reason. Over SSH (Debian's `openssh-server` in a
+//! network-namespace host, root only): the host key pinned in the credential is the only one
+//! trusted, so a wrong pin fails with ssh's own words and the right one reads the repository.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +18,9 @@ use sim::cluster::SimConfig;
 use tests::{
     api, create,
     delivery::{found, image, manifests, until},
+    hosts::{Host, Network, skip_without_root},
     imported::Imported,
+    sshd::{KeyPair, Sshd},
 };
 
 /// Runs git in `dir` (a commit's author set); panics with its stderr if it fails.
@@ -47,6 +51,8 @@ fn git(dir: &Path, args: &[&str]) -> String {
 struct Server {
     daemon: std::process::Child,
     url: String,
+    /// The bare repository (an SSH remote's path).
+    bare: PathBuf,
     work: PathBuf,
 }
 
@@ -87,6 +93,7 @@ impl Server {
         Self {
             daemon,
             url: format!("git://127.0.0.1:{port}/shop.git"),
+            bare: repos.join("shop.git"),
             work,
         }
     }
@@ -385,6 +392,126 @@ async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
         Value::is_null,
     )
     .await;
+    imported.shutdown.cancel();
+    agent.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_remote_is_read_only_with_its_host_key_pinned() {
+    if skip_without_root("sshd in a network namespace needs root") {
+        return;
+    }
+    let imported = Imported::start("gitrepos-ssh", SimConfig::default()).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let _net = Network::new(1);
+    let host = Host::new(&imported.dir, 1);
+    let client = KeyPair::new(&imported.dir, "client");
+    let sshd = Sshd::start(&host, &client);
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/clusters/prod",
+        Some(admin),
+        Some(json!({"metadata": {"labels": {"region": "eu"}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let server = Server::start(&imported.dir);
+    let commit = server.push(
+        "shop v1",
+        &[
+            ("apps/web/web.yaml", Some(&manifests("nginx:1.27", false))),
+            ("apps/web/drover.yaml", Some("defaultNamespace: shop\n")),
+        ],
+    );
+    let url = format!("ssh://root@{}{}", sshd.address, server.bare.display());
+
+    // Pinned to a key the server does not hold: git stops at the host check, saying so.
+    let impostor = KeyPair::new(&imported.dir, "impostor");
+    let pin = |key: &KeyPair| {
+        let mut words = key.public.split_whitespace();
+        format!(
+            "{} {} {}\n",
+            sshd.address,
+            words.next().unwrap(),
+            words.next().unwrap()
+        )
+    };
+    create(
+        hub,
+        admin,
+        "cloudcredentials",
+        json!({"metadata": {"name": "shop-deploy-key"}, "spec": {"driver": "git", "git": {
+            "privateKey": client.private, "knownHosts": pin(&impostor),
+        }}}),
+    )
+    .await;
+    let cli = imported.cli_login();
+    let made = tests::hub_cli(
+        &cli,
+        &[
+            "gitrepo",
+            "create",
+            "shop",
+            "--repo",
+            &url,
+            "--path",
+            "apps/web",
+            "--credential",
+            "shop-deploy-key",
+            "--cluster",
+            "prod",
+        ],
+        "",
+    );
+    assert_eq!(
+        (made.code, made.stdout.as_str()),
+        (0, "GitRepo shop created.\n"),
+        "{}",
+        made.stderr
+    );
+    let repo = async || {
+        api(hub.addr, "GET", "/v1/gitrepos/shop", Some(admin), None)
+            .await
+            .1
+    };
+    let refused = until("the wrong pin refused", repo, |r| {
+        r["status"]["error"].is_string()
+    })
+    .await;
+    let error = refused["status"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("Host key verification failed") && error.contains("trying again in"),
+        "{error}"
+    );
+    assert!(refused["status"].get("commit").is_none(), "{refused:#}");
+
+    // The server's own key pinned: the next try reads the repository, the cluster gets it.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/cloudcredentials/shop-deploy-key",
+        Some(admin),
+        Some(json!({"spec": {"git": {"knownHosts": pin(&sshd.host_key)}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let read = until("the commit read over SSH", repo, |r| {
+        r["status"]["commit"] == commit
+    })
+    .await;
+    assert!(read["status"]["error"].is_null(), "{read:#}");
+    let k = &imported.sim_admin;
+    until(
+        "the Deployment from the SSH remote in the cluster",
+        async || json!(image(&found(k, "deployment", "web").await)),
+        |v| v == "nginx:1.27",
+    )
+    .await;
+    sshd.stop();
     imported.shutdown.cancel();
     agent.await.unwrap().unwrap();
 }

@@ -264,3 +264,74 @@ fn a_grant_names_one_role_a_template_or_a_global_role() {
         .is_err()
     );
 }
+
+#[test]
+fn a_gitrepo_is_created_from_flags_with_its_targets_in_order() {
+    let made = client(&[
+        "gitrepo",
+        "create",
+        "shop",
+        "--repo",
+        "ssh://git@git.example.org/shop.git",
+        "--branch",
+        "release",
+        "--path",
+        "apps/web",
+        "--path",
+        "apps/db",
+        "--credential",
+        "deploy-key",
+        "--cluster",
+        "edge-1",
+        "--selector",
+        "env=prod, region=eu",
+        "--group",
+        "canaries",
+    ]);
+    let Ok(crate::cli::Request::GitrepoCreate { name, spec }) = made else {
+        panic!("{made:?}");
+    };
+    assert_eq!(name, "shop");
+    assert_eq!(
+        spec,
+        serde_json::json!({
+            "repo": "ssh://git@git.example.org/shop.git", "branch": "release",
+            "paths": ["apps/web", "apps/db"], "credential": "deploy-key",
+            "targets": [
+                {"clusterName": "edge-1"},
+                {"clusterSelector": {"matchLabels": {"env": "prod", "region": "eu"}}},
+                {"clusterGroup": "canaries"}]})
+    );
+    for (bad, says) in [
+        ("env!=prod", "KEY=VALUE"),
+        ("env", "KEY=VALUE"),
+        (",", "at least one label"),
+    ] {
+        let made = client(&[
+            "gitrepo",
+            "create",
+            "x",
+            "--repo",
+            "git://h/r",
+            "--selector",
+            bad,
+        ]);
+        let message = format!("{}", made.unwrap_err());
+        assert!(message.contains(says), "{bad}: {message}");
+    }
+    let both = client(&[
+        "gitrepo",
+        "create",
+        "x",
+        "--repo",
+        "git://h/r",
+        "--branch",
+        "a",
+        "--revision",
+        "b",
+    ]);
+    assert!(
+        both.is_err(),
+        "a branch and a revision are one or the other"
+    );
+}

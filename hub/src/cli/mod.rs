@@ -218,6 +218,10 @@ pub enum Request {
     HostGet {
         name: String,
     },
+    GitrepoCreate {
+        name: String,
+        spec: Value,
+    },
     GitrepoList,
     GitrepoGet {
         name: String,
@@ -534,6 +538,11 @@ pub async fn run(
             Some(json!({"metadata": {"name": name}, "spec": spec})),
         ),
         Request::TemplateList => ("GET", "/v1/roletemplates".to_owned(), None),
+        Request::GitrepoCreate { name, spec } => (
+            "POST",
+            "/v1/gitrepos".to_owned(),
+            Some(json!({"metadata": {"name": name}, "spec": spec})),
+        ),
         Request::TemplateDelete { name } => ("DELETE", format!("/v1/roletemplates/{name}"), None),
         Request::Get { .. }
         | Request::HostList { .. }

@@ -254,6 +254,7 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                 }),
             ),
             Request::TemplateCreate { name, .. } => format!("Role template {name} created.\n"),
+            Request::GitrepoCreate { name, .. } => format!("GitRepo {name} created.\n"),
             Request::TemplateDelete { name } => format!("Role template {name} deleted.\n"),
             _ => serde_saphyr::to_string(value).unwrap_or_default(),
         },

@@ -2,7 +2,8 @@
 //! each: a bundle targeting a cluster group applies to the two clusters in it, a change reaches
 //! both, a dropped object is pruned, a cluster relabelled later is picked up, an edit in one
 //! cluster shows as `Modified` and is undone when drift correction is on, and removing the
-//! bundle removes what it applied.
+//! bundle removes what it applied. The dashboard (a real headless Chromium) shows the drift on
+//! the Continuous Delivery page and the cluster's page, and the row turning Ready live.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +11,7 @@ use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api,
+    browser::{Driver, check_and_save_as},
     delivery::{found, image, manifests, until},
     hub_cli,
     imported::{Imported, kubectl_ok},
@@ -279,6 +281,36 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
         "{}",
         listed.stdout
     );
+    // The dashboard says the same: the Continuous Delivery page names west and the field,
+    // west's page lists the bundle as Modified, and that row turns Ready without a reload
+    // once correction is on.
+    let driver = Driver::start(&imported.dir).await;
+    let browser = driver.browser("admin", 1280, 900).await;
+    let base = hub.url();
+    browser.goto(&format!("{base}/delivery")).await;
+    browser.find("form#login").await;
+    browser.type_into("#username", "admin").await;
+    browser
+        .type_into("#password", hub.admin_password.as_deref().unwrap())
+        .await;
+    browser.click("form#login button[type=submit]").await;
+    browser.find("table#bundles tr[data-name=shop]").await;
+    let shown = browser.text("table#bundles tr[data-name=shop]").await;
+    assert!(
+        shown.contains("2 of 3 clusters ready")
+            && shown.contains("west Modified Deployment shop/web: changed in the cluster: .spec.template.spec.containers[name=\"web\"].image"),
+        "{shown}"
+    );
+    check_and_save_as(&browser, "delivery").await;
+    browser.goto(&format!("{base}/clusters/west")).await;
+    let row = "table#bundles tr[data-name=shop]";
+    assert!(
+        browser.text(row).await.contains("Modified"),
+        "{}",
+        browser.text(row).await
+    );
+    check_and_save_as(&browser, "delivery-cluster").await;
+
     // With correction on, the agent takes the field back.
     let (status, body) = api(
         hub.addr,
@@ -296,6 +328,14 @@ async fn a_bundle_reaches_the_clusters_it_targets_follows_changes_and_reports_dr
     )
     .await;
     until("all ready again", bundle, ready("3 of 3 clusters ready")).await;
+    browser
+        .until(
+            "west's bundle row Ready on its page, without a reload",
+            std::time::Duration::from_secs(30),
+            "const row = document.querySelector('table#bundles tr[data-name=shop]'); return row !== null && row.dataset.state === 'Ready';",
+        )
+        .await;
+    browser.close().await;
 
     // The bundle removed: what it applied goes from every cluster.
     let (status, body) = api(hub.addr, "DELETE", "/v1/bundles/shop", Some(admin), None).await;

@@ -219,6 +219,15 @@ async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
             && r["status"]["targets"][0]["summary"] == "1 of 1 clusters ready"
     })
     .await;
+    // The dashboard's Continuous Delivery page shows the commit and the count.
+    let (code, rows) =
+        tests::api_text(hub.addr, "GET", "/delivery?part=gitrepos", Some(admin)).await;
+    assert_eq!(code, 200, "{rows}");
+    assert!(
+        rows.contains(&format!(r#"<code title="{first}">{}</code>"#, &first[..12]))
+            && rows.contains("1 of 1 clusters ready"),
+        "{rows}"
+    );
     let cli = imported.cli_login();
     let listed = tests::hub_cli(&cli, &["gitrepo", "list"], "");
     assert_eq!(listed.code, 0, "{}", listed.stderr);
@@ -381,6 +390,11 @@ async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
         error.starts_with("fetching branch main of git://")
             && error.contains("trying again in 5 s"),
         "{error}"
+    );
+    let (_, rows) = tests::api_text(hub.addr, "GET", "/delivery?part=gitrepos", Some(admin)).await;
+    assert!(
+        rows.contains("access denied or repository not exported: /nothing.git"),
+        "the page shows git's error: {rows}"
     );
 
     // The GitRepo deleted: its bundles go, and what they applied.

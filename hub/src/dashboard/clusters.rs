@@ -413,6 +413,7 @@ async fn snapshot_rows(dash: &Dash, principal: &Principal, name: &str) -> Result
 enum Part {
     Machines,
     Snapshots,
+    Bundles,
 }
 
 /// A cluster page's live rows, for whoever may read the cluster.
@@ -424,6 +425,7 @@ async fn part(dash: &Dash, headers: &HeaderMap, name: &str, which: Part) -> Resp
     let rows = match which {
         Part::Machines => machine_rows(dash, &principal, name).await,
         Part::Snapshots => snapshot_rows(dash, &principal, name).await,
+        Part::Bundles => super::delivery::cluster_bundle_rows(dash, &principal, name).await,
     };
     match rows {
         Ok(rows) => fragment(rows),
@@ -438,6 +440,15 @@ pub(super) async fn snapshots(
     Path(name): Path<String>,
 ) -> Response {
     part(&dash, &headers, &name, Part::Snapshots).await
+}
+
+/// `/clusters/{name}/bundles`: the live rows of the cluster page's bundles.
+pub(super) async fn bundles(
+    State(dash): State<Dash>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    part(&dash, &headers, &name, Part::Bundles).await
 }
 
 /// `/clusters/{name}/machines?part=rows`: the live rows of the cluster page's machines.
@@ -481,6 +492,10 @@ pub(super) async fn one(
         Err(e) => return e.into_response(),
     };
     let has_projects = !rows.is_empty();
+    let bundles = match super::delivery::cluster_bundle_rows(&dash, &principal, &name).await {
+        Ok(rows) => rows,
+        Err(e) => return e.into_response(),
+    };
     let mut projects = if has_projects {
         format!(
             r#"<table class="list" id="projects"><thead><tr><th scope="col">Project</th><th scope="col">Display name</th><th scope="col">Namespaces labelled</th><th scope="col">Members</th></tr></thead><tbody>{rows}</tbody></table>"#
@@ -625,6 +640,10 @@ pub(super) async fn one(
 </table>
 {pools}
 {snapshots}
+<h2>Bundles</h2>
+<table class="list" id="bundles" data-watch="/v1/bundledeployments?watch=true" data-rows="/clusters/{title}/bundles">
+<thead><tr><th scope="col">Bundle</th><th scope="col">State</th><th scope="col">Objects</th></tr></thead>
+<tbody>{bundles}</tbody></table>
 <h2>Projects</h2>
 {projects}
 <h2>Conditions</h2>

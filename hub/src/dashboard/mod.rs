@@ -23,6 +23,7 @@ use crate::{api::state::Api, auth::Principal, health::Health};
 
 mod charts;
 mod clusters;
+mod delivery;
 mod device;
 mod explorer;
 mod machines;
@@ -100,6 +101,8 @@ pub fn router(dash: Dash) -> Router {
         .route("/hosts/{name}", get(machines::host))
         .route("/users", get(people::users))
         .route("/roles", get(roles::roles))
+        .route("/delivery", get(delivery::delivery))
+        .route("/clusters/{name}/bundles", get(clusters::bundles))
         .route("/tokens", get(people::tokens))
         .with_state(dash)
 }
@@ -240,6 +243,9 @@ fn page_with(
         ];
         if p.may_globally("list", crate::model::Kind::User, None) {
             links.push(("users", "/users", "Users"));
+        }
+        if p.may_globally("list", crate::model::Kind::Bundle, None) {
+            links.push(("delivery", "/delivery", "Continuous Delivery"));
         }
         links.push(("roles", "/roles", "Roles"));
         links.push(("tokens", "/tokens", "API tokens"));

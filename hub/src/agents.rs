@@ -423,6 +423,8 @@ async fn record_connected(
 #[derive(Debug, Clone)]
 pub struct FactsService {
     pub store: Arc<dyn Store>,
+    /// Every cluster's bundle deployments, for their agents' streams and chunk checks.
+    pub bundles: Arc<crate::delivery::index::Index>,
 }
 
 /// The cluster of the cluster-agent whose session `request` came on; no other agent may
@@ -447,7 +449,7 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
     ) -> Result<tonic::Response<Self::WatchBundlesStream>, tonic::Status> {
         let cluster = cluster_agent_of(&request)?;
         Ok(tonic::Response::new(crate::delivery::follow::follow(
-            self.store.clone(),
+            self.bundles.clone(),
             cluster,
         )))
     }
@@ -458,7 +460,9 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
     ) -> Result<tonic::Response<proto::cluster::v1::Chunk>, tonic::Status> {
         let cluster = cluster_agent_of(&request)?;
         let digest = request.into_inner().digest;
-        let data = crate::delivery::follow::chunk(self.store.as_ref(), &cluster, &digest).await?;
+        let data =
+            crate::delivery::follow::chunk(self.store.as_ref(), &self.bundles, &cluster, &digest)
+                .await?;
         Ok(tonic::Response::new(proto::cluster::v1::Chunk { data }))
     }
 

@@ -193,6 +193,9 @@ impl Hub {
             charts,
         ));
         tasks.spawn(health.clone().run(shutdown.clone()));
+        // Every replica serves agents, so every replica keeps the deployments' index.
+        let bundles = Arc::new(delivery::index::Index::default());
+        tasks.spawn(bundles.clone().run(store.clone(), shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
         tasks.spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
         let acceptor_config = AcceptorConfig {
@@ -200,6 +203,7 @@ impl Hub {
                 proto::cluster::v1::cluster_agent_server::ClusterAgentServer::new(
                     agents::FactsService {
                         store: store.clone(),
+                        bundles: bundles.clone(),
                     },
                 ),
             )

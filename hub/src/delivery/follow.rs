@@ -4,14 +4,14 @@
 
 use std::{pin::Pin, sync::Arc, time::Duration};
 
-use futures::{Stream, StreamExt};
-use proto::cluster::v1::{BundleDeployment, BundleReport, BundleSnapshot};
+use futures::Stream;
+use proto::cluster::v1::{BundleReport, BundleSnapshot};
 use serde_json::{Value, json};
 
-use super::CLUSTER_LABEL;
+use super::index::Index;
 use crate::{
     model::{BundleDeploymentSpec, CHUNK_KIND, Kind, OBJECT_STATES},
-    store::{LabelSelector, Modifier, Object, Op, Store, StoreError, WatchStream},
+    store::{Modifier, Object, Op, Store, StoreError},
 };
 
 /// Snapshots for one cluster: the current one, then each that differs.
@@ -22,138 +22,53 @@ fn of_cluster(object: &Object, cluster: &str) -> Option<BundleDeploymentSpec> {
     (spec.cluster == cluster).then_some(spec)
 }
 
-fn message(name: &str, spec: BundleDeploymentSpec) -> BundleDeployment {
-    BundleDeployment {
-        name: name.to_owned(),
-        bundle: spec.bundle,
-        content: spec.content.digest,
-        chunks: spec.content.chunks,
-        default_namespace: spec.default_namespace,
-        namespace: spec.namespace,
-        labels: spec.labels,
-        images: spec.images,
-        vars: spec.vars,
-        correct_drift: spec.correct_drift,
-        revision: spec.revision,
-    }
-}
+/// The least time between two snapshots to one cluster: a commit's changes reach a cluster
+/// over a whole controller pass, and each snapshot carries all of its deployments, so a burst
+/// goes as a few snapshots, not one per change.
+const BETWEEN_SNAPSHOTS: Duration = Duration::from_millis(250);
 
-/// The deployments of `cluster` as they are stored now.
-pub async fn snapshot(store: &dyn Store, cluster: &str) -> Result<BundleSnapshot, StoreError> {
-    let selector = LabelSelector::parse(&format!("{CLUSTER_LABEL}={cluster}"))
-        .map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let (all, _) = store.list(Kind::BundleDeployment.name(), &selector).await?;
-    let deployments = all
-        .iter()
-        .filter_map(|o| Some(message(&o.metadata.name, of_cluster(o, cluster)?)))
-        .collect();
-    Ok(BundleSnapshot { deployments })
-}
-
-/// Follows `cluster`'s deployments for as long as the stream is read.
-pub fn follow(store: Arc<dyn Store>, cluster: String) -> Snapshots {
-    struct State {
-        store: Arc<dyn Store>,
-        cluster: String,
-        last: Option<BundleSnapshot>,
-        changes: Option<WatchStream>,
-        following: crate::store::Following,
-    }
-    impl State {
-        /// Whether `event` can change what this cluster is sent: one of its deployments
-        /// came, went, or changed its revision (a report changes only the status).
-        fn news(&self, event: &crate::store::WatchEvent) -> bool {
-            let Some(spec) = of_cluster(&event.object, &self.cluster) else {
-                return false;
-            };
-            let sent = self.last.as_ref().and_then(|last| {
-                last.deployments
-                    .iter()
-                    .find(|d| d.name == event.object.metadata.name)
-            });
-            event.kind != crate::store::EventType::Modified
-                || sent.is_none_or(|d| d.revision != spec.revision)
-        }
-    }
-    let state = State {
-        store,
-        cluster,
-        last: None,
-        changes: None,
-        following: crate::store::Following::new("a cluster's bundles (for its agent)"),
-    };
-    Box::pin(futures::stream::unfold(state, |mut s| async move {
-        loop {
-            match &mut s.changes {
-                None => {
-                    let watch = async {
-                        let from = s.store.revision().await?;
-                        let changes = s
-                            .store
-                            .watch(Some(Kind::BundleDeployment.name()), Some(from))
-                            .await?;
-                        Ok::<_, StoreError>((from, changes))
-                    };
-                    match watch.await {
-                        Ok((from, changes)) => {
-                            s.following.resumed(from);
-                            s.changes = Some(changes);
-                        }
-                        Err(e) => {
-                            s.following.broke(Some(&e));
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            continue;
-                        }
-                    }
-                }
-                Some(changes) => match changes.next().await {
-                    // Only what concerns this cluster wakes it, and a status is no news to it.
-                    Some(Ok(event)) if !s.news(&event) => continue,
-                    Some(Ok(_)) => {}
-                    end => {
-                        s.following.broke(end.and_then(Result::err).as_ref());
-                        s.changes = None;
-                        continue;
-                    }
-                },
+/// Follows `cluster`'s deployments for as long as the stream is read: the current ones once
+/// the index is loaded, then each change of them.
+pub fn follow(index: Arc<Index>, cluster: String) -> Snapshots {
+    let changes = index.subscribe(&cluster);
+    let state = (index, cluster, changes, None::<BundleSnapshot>);
+    Box::pin(futures::stream::unfold(
+        state,
+        |(index, cluster, mut changes, last)| async move {
+            if last.is_none() {
+                index.loaded().await;
+            } else {
+                tokio::time::sleep(BETWEEN_SNAPSHOTS).await;
             }
-            match snapshot(s.store.as_ref(), &s.cluster).await {
-                Ok(now) if s.last.as_ref() != Some(&now) => {
-                    s.last = Some(now.clone());
-                    return Some((Ok(now), s));
+            loop {
+                changes.borrow_and_update();
+                let now = index.snapshot(&cluster);
+                if last.as_ref() != Some(&now) {
+                    return Some((Ok(now.clone()), (index, cluster, changes, Some(now))));
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(cluster = %s.cluster, error = %e, "cannot read the cluster's bundles");
-                    s.changes = None;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+                changes.changed().await.ok()?;
             }
-        }
-    }))
+        },
+    ))
 }
 
 /// The chunk `digest`, if one of `cluster`'s deployments names it; any other is "not found",
 /// exactly as one that does not exist.
 pub async fn chunk(
     store: &dyn Store,
+    index: &Index,
     cluster: &str,
     digest: &str,
 ) -> Result<String, tonic::Status> {
     let missing = || tonic::Status::not_found(format!("no chunk {digest} for this cluster"));
-    let internal = |e: StoreError| tonic::Status::unavailable(e.to_string());
-    let mine = snapshot(store, cluster).await.map_err(internal)?;
-    if !mine
-        .deployments
-        .iter()
-        .any(|d| d.chunks.iter().any(|c| c == digest))
-    {
+    index.loaded().await;
+    if !index.names_chunk(cluster, digest) {
         return Err(missing());
     }
     match store.get(CHUNK_KIND, digest).await {
         Ok(chunk) => Ok(chunk.spec["data"].as_str().unwrap_or_default().to_owned()),
         Err(StoreError::NotFound { .. }) => Err(missing()),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(tonic::Status::unavailable(e.to_string())),
     }
 }
 

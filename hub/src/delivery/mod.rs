@@ -19,6 +19,7 @@ use crate::{
 pub mod content;
 pub mod follow;
 pub mod git;
+pub mod index;
 pub mod rollout;
 
 /// On each deployment: its cluster and bundle, so an agent's snapshot reads only its own.

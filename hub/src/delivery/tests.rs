@@ -217,11 +217,19 @@ async fn a_cluster_reads_and_reports_only_what_was_delivered_to_it() {
     assert_eq!(chunks.len(), 1, "stored once for both clusters");
 
     let chunk = &stored.chunks[0];
-    assert!(follow::chunk(store, "east", chunk).await.is_ok());
-    let refused = follow::chunk(store, "lab", chunk).await.unwrap_err();
+    let index = super::index::Index::default();
+    let (all, _) = store
+        .list(Kind::BundleDeployment.name(), &LabelSelector::everything())
+        .await
+        .unwrap();
+    index.replace_all(&all);
+    assert!(follow::chunk(store, &index, "east", chunk).await.is_ok());
+    let refused = follow::chunk(store, &index, "lab", chunk)
+        .await
+        .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::NotFound);
     assert_eq!(
-        follow::chunk(store, "lab", "sha256-nothing")
+        follow::chunk(store, &index, "lab", "sha256-nothing")
             .await
             .unwrap_err()
             .message(),

@@ -105,16 +105,42 @@ pub(crate) async fn sync(
         executors: HashMap::new(),
         reported: HashMap::new(),
     };
+    let mut recheck = RECHECK;
     loop {
         let now = desired.borrow_and_update().clone();
-        if let Some(now) = now {
-            reconciler.pass(&now).await;
-        }
+        let settled = match now {
+            Some(now) => reconciler.pass(&now).await,
+            None => true,
+        };
+        let wait;
+        (wait, recheck) = next_wait(settled, recheck, period);
         tokio::select! {
             () = stop.cancelled() => return,
-            changed = desired.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(period) => {}
+            changed = desired.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // New work: what it leaves not ready is looked at again soon, however long
+                // the last thing waited for took.
+                recheck = RECHECK;
+            }
+            () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// The first wait before a bundle not yet ready everywhere (a Deployment rolling out, a
+/// failed apply, a report the hub did not take) is looked at again; it doubles up to the
+/// period, so a rollout shows as Ready within seconds, not at the next drift check.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// How long to wait after a pass, and the recheck wait after that: the period once everything
+/// is Ready and reported, else `recheck`, doubling up to the period.
+fn next_wait(settled: bool, recheck: Duration, period: Duration) -> (Duration, Duration) {
+    if settled {
+        (period, RECHECK)
+    } else {
+        (recheck.min(period), (recheck * 2).min(period))
     }
 }
 
@@ -185,15 +211,17 @@ struct Reconciler {
 }
 
 impl Reconciler {
-    async fn pass(&mut self, desired: &Desired) {
+    /// One pass over every deployment; whether all of them are Ready and reported.
+    async fn pass(&mut self, desired: &Desired) -> bool {
         let mut hub = ClusterAgentClient::new(desired.session.channel.clone());
         let inventories = match self.inventories().await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, "delivery: cannot read the bundles' inventories; trying again next pass");
-                return;
+                return false;
             }
         };
+        let mut settled = true;
         let wanted: BTreeSet<&str> = desired
             .snapshot
             .deployments
@@ -204,6 +232,7 @@ impl Reconciler {
             let report = self
                 .deployment(&mut hub, deployment, inventories.get(&deployment.bundle))
                 .await;
+            settled &= report.error.is_empty() && report.objects.iter().all(|o| o.state == "Ready");
             if self.reported.get(&deployment.name) == Some(&report) {
                 continue;
             }
@@ -212,6 +241,7 @@ impl Reconciler {
                     self.reported.insert(deployment.name.clone(), report);
                 }
                 Err(status) => {
+                    settled = false;
                     tracing::warn!(deployment = %deployment.name, error = %status.message(), "delivery: cannot report to the hub; trying again next pass");
                 }
             }
@@ -224,6 +254,7 @@ impl Reconciler {
             let left = self
                 .prune(bundle, &inventory.objects, &BTreeSet::new())
                 .await;
+            settled &= left.is_empty();
             if left.is_empty() {
                 let configmaps: Api<DynamicObject> = Api::namespaced_with(
                     self.client.clone(),
@@ -255,6 +286,7 @@ impl Reconciler {
             .collect();
         self.reported
             .retain(|name, _| names.contains(name.as_str()));
+        settled
     }
 
     /// Applies one deployment (or checks it, between revisions) and says what it found.
@@ -625,5 +657,35 @@ fn api(
         Api::namespaced_with(client.clone(), namespace, resource)
     } else {
         Api::all_with(client.clone(), resource)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_not_ready_is_looked_at_again_sooner_backing_off_to_the_period() {
+        let s = Duration::from_secs;
+        let period = s(30);
+        // (settled, recheck now) → (wait, recheck next)
+        for (settled, recheck, wait, next) in [
+            (false, s(1), s(1), s(2)),
+            (false, s(2), s(2), s(4)),
+            (false, s(16), s(16), s(30)),
+            (false, s(30), s(30), s(30)),
+            (true, s(8), s(30), s(1)),
+        ] {
+            assert_eq!(
+                next_wait(settled, recheck, period),
+                (wait, next),
+                "settled {settled}, recheck {recheck:?}"
+            );
+        }
+        // A period shorter than the first recheck is never exceeded.
+        assert_eq!(
+            next_wait(false, s(1), Duration::from_millis(500)).0,
+            Duration::from_millis(500)
+        );
     }
 }

@@ -141,9 +141,13 @@ pub fn read_paths(repo: &str, tree: &Path, paths: &[String]) -> Result<Vec<PathB
                     MAX_BUNDLE_BYTES >> 20
                 ));
             }
-            if file.parent() == Some(dir.as_path())
-                && file.file_name().is_some_and(|n| n == "drover.yaml")
-            {
+            if file.file_name().is_some_and(|n| n == "drover.yaml") {
+                if file.parent() != Some(dir.as_path()) {
+                    // Read as a manifest it would fail for want of a kind: say what it is.
+                    return Err(format!(
+                        "{shown}: a drover.yaml is read only at the top of a path, and path {path:?} starts above it; name its directory in spec.paths to make it a bundle of its own"
+                    ));
+                }
                 options = serde_saphyr::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
                 continue;
             }
@@ -739,6 +743,11 @@ mod tests {
         assert_eq!(
             read_paths("shop", &tree, &["gone".into()]).unwrap_err(),
             "path \"gone\": there is no such directory in the repository"
+        );
+        let nested = read_paths("shop", &tree, &["apps".into()]).unwrap_err();
+        assert_eq!(
+            nested,
+            "apps/web/drover.yaml: a drover.yaml is read only at the top of a path, and path \"apps\" starts above it; name its directory in spec.paths to make it a bundle of its own"
         );
         assert_eq!(bundle_name("shop", ".").unwrap(), "shop");
         let _ = std::fs::remove_dir_all(&tree);

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod audit_scenario;
 mod charts_scenario;
+mod delivery_scenario;
 mod endpoint_scenario;
 mod explorer_scenario;
 mod fleet_scenario;
@@ -84,6 +85,11 @@ enum Scenario {
     /// Usage charts on disk: a day of minutes for N machines written as the hub writes them,
     /// beside the same minutes in memory as the hub kept them before.
     Charts(charts_scenario::Args),
+    /// Continuous delivery to N simulated clusters (the real cluster-agent each, in this
+    /// process; the hub its own process) of a GitRepo of B paths: time from a commit until
+    /// every cluster holds it and until the hub reports all ready, the hub's CPU, memory and
+    /// store bytes per BundleDeployment.
+    Delivery(delivery_scenario::Args),
     /// The floor `fleet` measures against: a minimal TLS + WebSocket server (started by
     /// `fleet` itself).
     #[command(hide = true)]
@@ -124,6 +130,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Endpoint(args) => runtime.block_on(endpoint_scenario::run(args))?,
         Scenario::Machines(args) => runtime.block_on(machines_scenario::run(args))?,
         Scenario::Charts(args) => runtime.block_on(charts_scenario::run(args))?,
+        Scenario::Delivery(args) => runtime.block_on(delivery_scenario::run(args))?,
         Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
     };
     let text = if cli.json {

@@ -72,8 +72,11 @@ pub async fn chunk(
     }
 }
 
-/// The status a report makes: the revision applied, every object's state, and the worst of
-/// them as the deployment's state and message.
+/// The most objects a deployment's status lists by name.
+const LISTED: usize = 20;
+
+/// The status a report makes: the revision applied, how many objects stand in each state,
+/// the first [`LISTED`] that are not Ready, and the worst as the deployment's state and message.
 pub fn status_of(report: &BundleReport) -> Value {
     let rank = |s: &str| OBJECT_STATES.iter().position(|x| *x == s).unwrap_or(0);
     let worst = report.objects.iter().min_by_key(|o| rank(&o.state));
@@ -99,7 +102,9 @@ pub fn status_of(report: &BundleReport) -> Value {
         "message": message,
         "error": if report.error.is_empty() { Value::Null } else { json!(report.error) },
         "counts": counts,
-        "objects": report.objects.iter().map(|o| json!({
+        // Only what is not Ready, and not all of that: a healthy cluster's status is the same
+        // size however many objects the bundle has (the counts say how many there are).
+        "objects": report.objects.iter().filter(|o| o.state != "Ready").take(LISTED).map(|o| json!({
             "apiVersion": o.api_version, "kind": o.kind, "namespace": o.namespace,
             "name": o.name, "state": o.state, "message": o.message,
         })).collect::<Vec<_>>(),

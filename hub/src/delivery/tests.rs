@@ -399,3 +399,49 @@ fn a_gitrepos_cluster_is_ready_when_every_bundle_of_it_is_ready_there() {
         json!([{"name": "prod", "ready": 1, "clusters": 2, "summary": "1 of 2 clusters ready"}])
     );
 }
+
+#[test]
+fn a_status_counts_every_object_and_names_only_some_of_those_not_ready() {
+    let object = |i: usize, state: &str| proto::cluster::v1::ObjectState {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: "shop".into(),
+        name: format!("c-{i}"),
+        state: state.into(),
+        message: if state == "Ready" {
+            String::new()
+        } else {
+            "changed in the cluster: .data.a".into()
+        },
+    };
+    let healthy = proto::cluster::v1::BundleReport {
+        name: "app.east".into(),
+        revision: "r".into(),
+        objects: (0..1000).map(|i| object(i, "Ready")).collect(),
+        error: String::new(),
+    };
+    let status = follow::status_of(&healthy);
+    assert_eq!(status["state"], "Ready");
+    assert_eq!(status["counts"], json!({"Ready": 1000}));
+    assert_eq!(
+        status["objects"],
+        json!([]),
+        "a thousand Ready objects are a count"
+    );
+
+    let mut drifted = healthy.clone();
+    for o in drifted.objects.iter_mut().skip(100).take(30) {
+        o.state = "Modified".into();
+        o.message = "changed in the cluster: .data.a".into();
+    }
+    let status = follow::status_of(&drifted);
+    assert_eq!(status["state"], "Modified");
+    assert_eq!(
+        status["message"],
+        "ConfigMap shop/c-100: changed in the cluster: .data.a"
+    );
+    assert_eq!(status["counts"], json!({"Modified": 30, "Ready": 970}));
+    let listed = status["objects"].as_array().unwrap();
+    assert_eq!(listed.len(), 20, "the first 20 of the 30 not ready");
+    assert_eq!(listed[0]["name"], "c-100");
+}

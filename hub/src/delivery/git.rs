@@ -603,17 +603,13 @@ async fn pass(
                 kind: Kind::GitRepo.name().into(),
                 name: name.clone(),
                 change: Modifier::new(move |o| {
-                    if !o.status.is_object() {
-                        o.status = json!({});
+                    // A success clears the count of failures before it.
+                    if status["error"].is_null()
+                        && let Some(now) = o.status.as_object_mut()
+                    {
+                        now.remove("failures");
                     }
-                    if let (Value::Object(now), Value::Object(new)) = (&mut o.status, &status) {
-                        if new.get("error").is_some_and(Value::is_null) {
-                            now.remove("failures");
-                        }
-                        for (k, v) in new {
-                            now.insert(k.clone(), v.clone());
-                        }
-                    }
+                    super::merge_status(&mut o.status, &status);
                 }),
             };
             if let Err(e) = store.transact(vec![op]).await {

@@ -279,6 +279,19 @@ pub fn summarize_clusters(deployments: &[(&BundleDeploymentSpec, &Value)]) -> Va
     })
 }
 
+/// Sets each of `fields` in `status`, leaving the fields others write (the GitRepo's reader
+/// and the delivery controller share a GitRepo's status).
+pub(crate) fn merge_status(status: &mut Value, fields: &Value) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    if let (Value::Object(now), Value::Object(new)) = (status, fields) {
+        for (k, v) in new {
+            now.insert(k.clone(), v.clone());
+        }
+    }
+}
+
 /// The leader's controller: a pass at start and whenever a bundle, group, cluster or
 /// deployment changes; unnamed chunks swept every [`CHUNK_SWEEP`].
 pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
@@ -452,11 +465,8 @@ async fn write_statuses(
             kind: Kind::GitRepo.name().into(),
             name: name.clone(),
             change: Modifier::new(move |o| {
-                if !o.status.is_object() {
-                    o.status = json!({});
-                }
-                o.status["summary"] = counted["summary"].clone();
-                o.status["targets"] = counted["targets"].clone();
+                let fields = json!({"summary": counted["summary"], "targets": counted["targets"]});
+                merge_status(&mut o.status, &fields);
             }),
         };
         match store.transact(vec![op]).await {
@@ -490,16 +500,7 @@ async fn write_statuses(
         let op = Op::Modify {
             kind: Kind::Bundle.name().into(),
             name: name.clone(),
-            change: Modifier::new(move |o| {
-                if !o.status.is_object() {
-                    o.status = json!({});
-                }
-                if let (Value::Object(now), Value::Object(new)) = (&mut o.status, &status) {
-                    for (k, v) in new {
-                        now.insert(k.clone(), v.clone());
-                    }
-                }
-            }),
+            change: Modifier::new(move |o| merge_status(&mut o.status, &status)),
         };
         match store.transact(vec![op]).await {
             Ok(_) | Err(StoreError::NotFound { .. }) => {}

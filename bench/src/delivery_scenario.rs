@@ -1,7 +1,8 @@
 //! `bench delivery --clusters N --bundles B`: continuous delivery to a fleet. The release
 //! `drover-hub` runs as a process of its own (its CPU and memory read from `/proc`); N
-//! simulated clusters, each with the real cluster-agent, run in this process, all labelled
-//! `env=prod`. A git repository (served by `git daemon` on loopback) holds B paths, each a
+//! simulated clusters, each with the real cluster-agent, all labelled `env=prod`, run in
+//! processes of this binary (`bench delivery-clusters`), as many as the open-files limit
+//! needs: one up to about 570 clusters here. A git repository (served by `git daemon` on loopback) holds B paths, each a
 //! ConfigMap and a Deployment; one GitRepo targets `env=prod`, so N × B BundleDeployments.
 //!
 //! Two commits are timed: the first (the GitRepo created) and a change to every path (pushed,
@@ -24,6 +25,7 @@ use std::{
 use anyhow::Context;
 use serde_json::{Value, json};
 use sim::cluster::{Identity, SimCluster, SimConfig};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -42,8 +44,8 @@ const FILES_PER_CLUSTER: u64 = 33;
 #[derive(clap::Args, Debug)]
 pub(crate) struct Args {
     /// Simulated clusters, each with its own cluster-agent. Each holds about 33 open files
-    /// in this process (its API server's and its agent's connections): the open-files limit
-    /// must allow that.
+    /// (its API server's and its agent's connections): the clusters are spread over as many
+    /// processes as the open-files limit needs.
     #[arg(long, default_value_t = 1000)]
     clusters: usize,
     /// Paths of the repository, each one bundle (a ConfigMap and a Deployment).
@@ -52,6 +54,22 @@ pub(crate) struct Args {
     /// Seconds allowed for each phase before the run gives up.
     #[arg(long, default_value_t = 1800)]
     limit_seconds: u64,
+}
+
+/// `bench delivery-clusters`: simulated clusters with their agents for `bench delivery`, in a
+/// process of their own so that the open-files limit binds per share of the fleet. Reads
+/// `NAME TOKEN` lines (the registration tokens, never on a command line) until an empty
+/// line, starts them and answers `started`; then each `at VERSION BUNDLES` line with how
+/// many of its clusters hold that version; stops at the end of its input.
+#[derive(clap::Args, Debug)]
+pub(crate) struct SharesArgs {
+    #[arg(long)]
+    hub: String,
+    #[arg(long)]
+    ca_checksum: String,
+    /// The agents' state directories go below it.
+    #[arg(long)]
+    dir: PathBuf,
 }
 
 /// Runs git in `dir`; fails with its stderr.
@@ -98,7 +116,7 @@ fn commit(work: &Path, bundles: usize, version: &str) -> anyhow::Result<String> 
     git(work, &["rev-parse", "HEAD"])
 }
 
-/// How many clusters hold every path's ConfigMap at `version`.
+/// How many of `sims` hold every path's ConfigMap at `version`.
 fn clusters_at(sims: &[SimCluster], bundles: usize, version: &str) -> usize {
     sims.iter()
         .filter(|sim| {
@@ -241,22 +259,25 @@ async fn diagnosis(api: &Target) -> anyhow::Result<String> {
 /// ready, and the hub's CPU seconds over both.
 async fn timed(
     api: &Target,
-    sims: &[SimCluster],
+    fleet: &Fleet,
     args: &Args,
     version: &str,
     hub_pid: u32,
     start: impl Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<Value> {
     let limit = Duration::from_secs(args.limit_seconds);
-    let (n, b) = (sims.len(), args.bundles);
+    let (n, b) = (fleet.clusters, args.bundles);
     let cpu = cpu_seconds(hub_pid)?;
     let started = Instant::now();
     start.await?;
-    if until(async || clusters_at(sims, b, version) == n, limit)
-        .await
-        .is_none()
+    if until(
+        async || fleet.at(b, version).await.is_ok_and(|held| held == n),
+        limit,
+    )
+    .await
+    .is_none()
     {
-        let held = clusters_at(sims, b, version);
+        let held = fleet.at(b, version).await?;
         anyhow::bail!(
             "{held} of {n} clusters held {version} after {limit:?}; {}",
             diagnosis(api).await?
@@ -289,6 +310,140 @@ async fn timed(
     }))
 }
 
+pub(crate) async fn run_share(args: SharesArgs) -> anyhow::Result<Value> {
+    sim::fleet::raise_open_files_limit();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut out = tokio::io::stdout();
+    let stop = CancellationToken::new();
+    let mut sims = Vec::new();
+    while let Some(line) = lines.next_line().await? {
+        let Some((name, token)) = line.split_once(' ') else {
+            break;
+        };
+        let sim = cluster(name, token, &args.hub, &args.ca_checksum, &args.dir, &stop).await?;
+        sims.push(sim);
+    }
+    out.write_all(b"started\n").await?;
+    out.flush().await?;
+    while let Some(line) = lines.next_line().await? {
+        let mut words = line.split(' ').skip(1);
+        let (Some(version), Some(bundles)) = (words.next(), words.next()) else {
+            anyhow::bail!("bench delivery-clusters: cannot read {line:?}");
+        };
+        let held = clusters_at(&sims, bundles.parse()?, version);
+        out.write_all(format!("{held}\n").as_bytes()).await?;
+        out.flush().await?;
+    }
+    stop.cancel();
+    Ok(Value::Null)
+}
+
+/// One `bench delivery-clusters` process and the pipes to it.
+struct Share {
+    child: tokio::process::Child,
+    input: tokio::process::ChildStdin,
+    output: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+/// The fleet, spread over processes of [`FILES_PER_CLUSTER`]-sized shares of the open-files
+/// limit: this machine's hard limit (20,000, not raisable here) holds about 570 clusters in
+/// one process.
+struct Fleet {
+    shares: tokio::sync::Mutex<Vec<Share>>,
+    clusters: usize,
+}
+
+impl Fleet {
+    /// Starts `clusters` (name, registration token) in as few processes as the limit allows.
+    async fn start(
+        clusters: &[(String, String)],
+        per_process: usize,
+        hub: &str,
+        ca_checksum: &str,
+        dir: &Path,
+    ) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe()?;
+        let processes = clusters.len().div_ceil(per_process.max(1));
+        let each = clusters.len().div_ceil(processes.max(1));
+        let mut shares = Vec::new();
+        for part in clusters.chunks(each.max(1)) {
+            let mut child = tokio::process::Command::new(&exe)
+                .args([
+                    "delivery-clusters",
+                    "--hub",
+                    hub,
+                    "--ca-checksum",
+                    ca_checksum,
+                ])
+                .arg("--dir")
+                .arg(dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .context("bench delivery-clusters")?;
+            let mut input = child.stdin.take().context("its input")?;
+            let output = BufReader::new(child.stdout.take().context("its output")?).lines();
+            for (name, token) in part {
+                input
+                    .write_all(format!("{name} {token}\n").as_bytes())
+                    .await?;
+            }
+            input.write_all(b"\n").await?;
+            input.flush().await?;
+            shares.push(Share {
+                child,
+                input,
+                output,
+            });
+        }
+        for share in &mut shares {
+            let line = share.output.next_line().await?;
+            anyhow::ensure!(
+                line.as_deref() == Some("started"),
+                "a share of the fleet did not start (it said {line:?}; its errors are above)"
+            );
+        }
+        Ok(Self {
+            shares: tokio::sync::Mutex::new(shares),
+            clusters: clusters.len(),
+        })
+    }
+
+    fn processes(&self) -> usize {
+        self.shares.try_lock().map(|s| s.len()).unwrap_or_default()
+    }
+
+    /// How many clusters hold every path's ConfigMap at `version`.
+    async fn at(&self, bundles: usize, version: &str) -> anyhow::Result<usize> {
+        let mut shares = self.shares.lock().await;
+        let mut held = 0;
+        for share in shares.iter_mut() {
+            share
+                .input
+                .write_all(format!("at {version} {bundles}\n").as_bytes())
+                .await?;
+            share.input.flush().await?;
+        }
+        for share in shares.iter_mut() {
+            let line = share.output.next_line().await?;
+            held += line
+                .context("a share of the fleet exited")?
+                .trim()
+                .parse::<usize>()?;
+        }
+        Ok(held)
+    }
+
+    /// Ends every share (the end of its input stops it).
+    async fn stop(self) {
+        for mut share in self.shares.into_inner() {
+            drop(share.input);
+            let _ = share.child.wait().await;
+        }
+    }
+}
+
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let (n, b) = (args.clusters.max(1), args.bundles.max(1));
     let exe: PathBuf = std::env::current_exe()?
@@ -302,10 +457,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let data = std::env::temp_dir().join(format!("drover-bench-delivery-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let open_files = sim::fleet::raise_open_files_limit();
+    let per_process =
+        usize::try_from(open_files.saturating_sub(1000) / FILES_PER_CLUSTER).unwrap_or(usize::MAX);
     anyhow::ensure!(
-        open_files >= (n as u64) * FILES_PER_CLUSTER + 1000,
-        "{n} clusters need about {} open files here (measured: {FILES_PER_CLUSTER} a cluster) and the limit is {open_files}: fewer clusters, or a higher hard limit (ulimit -Hn, as a user allowed to raise it)",
-        (n as u64) * FILES_PER_CLUSTER + 1000
+        per_process > 0,
+        "the open-files limit ({open_files}) is too low for even one cluster: raise it (ulimit -n)"
     );
     let prepared = prepare(&data.join("hub")).await?;
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -348,9 +504,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let daemon_group = daemon.id().context("git daemon's pid")?;
 
     // The fleet: N clusters labelled env=prod, each a simulated cluster with its agent.
-    let stop = CancellationToken::new();
     let agents_dir = data.join("agents");
-    let mut sims = Vec::with_capacity(n);
+    let mut registrations = Vec::with_capacity(n);
     let made = Instant::now();
     for i in 0..n {
         let name = format!("c-{i:04}");
@@ -368,18 +523,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         let registration = created["registration"]["token"]
             .as_str()
             .context("registration token")?;
-        sims.push(
-            cluster(
-                &name,
-                registration,
-                &url,
-                &prepared.ca_checksum,
-                &agents_dir,
-                &stop,
-            )
-            .await?,
-        );
+        registrations.push((name, registration.to_owned()));
     }
+    let fleet = Fleet::start(
+        &registrations,
+        per_process,
+        &url,
+        &prepared.ca_checksum,
+        &agents_dir,
+    )
+    .await?;
     let limit = Duration::from_secs(args.limit_seconds);
     until(
         async || {
@@ -406,7 +559,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let store_before = store_bytes(&data.join("hub"));
 
     let first_commit = commit(&work, b, "v1")?;
-    let first = timed(&api, &sims, &args, "v1", pid, async {
+    let first = timed(&api, &fleet, &args, "v1", pid, async {
         api.call(
             "POST",
             "/v1/gitrepos",
@@ -426,11 +579,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     let rss_after = rss_mib(pid).unwrap_or(0.0);
     let store_after = store_bytes(&data.join("hub"));
     let second_commit = commit(&work, b, "v2")?;
-    let second = timed(&api, &sims, &args, "v2", pid, webhook(&api, &second_commit)).await?;
+    let second = timed(
+        &api,
+        &fleet,
+        &args,
+        "v2",
+        pid,
+        webhook(&api, &second_commit),
+    )
+    .await?;
     let idle_cpu = cpu_seconds(pid)?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_cpu_per_s = round((cpu_seconds(pid)? - idle_cpu) / 10.0, 3);
-    stop.cancel();
+    let processes = fleet.processes();
+    fleet.stop().await;
     let _ = std::process::Command::new("kill")
         .args(["-KILL", "--", &format!("-{daemon_group}")])
         .status();
@@ -444,6 +606,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "bundle_deployments": deployments,
         "objects_per_bundle": 2,
         "open_files_limit": open_files,
+        "cluster_processes": processes,
         "fleet_connected_s": fleet_s,
         "commits": [first_commit, second_commit],
         "first_commit": first,

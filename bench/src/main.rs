@@ -85,11 +85,15 @@ enum Scenario {
     /// Usage charts on disk: a day of minutes for N machines written as the hub writes them,
     /// beside the same minutes in memory as the hub kept them before.
     Charts(charts_scenario::Args),
-    /// Continuous delivery to N simulated clusters (the real cluster-agent each, in this
-    /// process; the hub its own process) of a GitRepo of B paths: time from a commit until
+    /// Continuous delivery to N simulated clusters (the real cluster-agent each, in processes
+    /// of this binary; the hub its own process) of a GitRepo of B paths: time from a commit until
     /// every cluster holds it and until the hub reports all ready, the hub's CPU, memory and
     /// store bytes per BundleDeployment.
     Delivery(delivery_scenario::Args),
+    /// A share of `delivery`'s simulated clusters and their agents (started by `delivery`
+    /// itself).
+    #[command(hide = true)]
+    DeliveryClusters(delivery_scenario::SharesArgs),
     /// The floor `fleet` measures against: a minimal TLS + WebSocket server (started by
     /// `fleet` itself).
     #[command(hide = true)]
@@ -131,6 +135,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Machines(args) => runtime.block_on(machines_scenario::run(args))?,
         Scenario::Charts(args) => runtime.block_on(charts_scenario::run(args))?,
         Scenario::Delivery(args) => runtime.block_on(delivery_scenario::run(args))?,
+        Scenario::DeliveryClusters(args) => runtime.block_on(delivery_scenario::run_share(args))?,
         Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
     };
     let text = if cli.json {

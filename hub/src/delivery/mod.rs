@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -410,22 +411,35 @@ pub async fn pass(store: &dyn Store) -> Result<(), StoreError> {
             resource_version: None,
         });
     }
-    // One object at a time: a deployment whose bundle or cluster went meanwhile fails alone.
-    for op in ops {
-        let mut one = vec![op];
-        if matches!(one[0], Op::Create(_))
-            && let Err(e) = crate::refs::stamp_all(store, &mut one).await
-        {
-            tracing::debug!(error = %e, "continuous delivery: not creating a deployment");
-            continue;
-        }
-        match store.transact(one).await {
-            Ok(_) | Err(StoreError::NotFound { .. } | StoreError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    // One object a transaction, so a deployment whose bundle or cluster went meanwhile fails
+    // alone; many in flight, so the store commits them together (a commit of a GitRepo to
+    // 1,000 clusters is 1,000 creates or changes per bundle: one fsync each took minutes).
+    let writes: Vec<_> = ops.into_iter().map(|op| write_one(store, op)).collect();
+    futures::stream::iter(writes)
+        .buffer_unordered(WRITERS)
+        .try_collect::<Vec<()>>()
+        .await?;
     // The statuses as listed above: this pass wrote specs only.
     write_statuses(store, &bundles, &deployments, &wanted, &waiting).await
+}
+
+/// Writes of one pass in flight at once.
+const WRITERS: usize = 64;
+
+/// One deployment's create, change or delete; one whose bundle or cluster went meanwhile is
+/// skipped.
+async fn write_one(store: &dyn Store, op: Op) -> Result<(), StoreError> {
+    let mut one = vec![op];
+    if matches!(one[0], Op::Create(_))
+        && let Err(e) = crate::refs::stamp_all(store, &mut one).await
+    {
+        tracing::debug!(error = %e, "continuous delivery: not creating a deployment");
+        return Ok(());
+    }
+    match store.transact(one).await {
+        Ok(_) | Err(StoreError::NotFound { .. } | StoreError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 async fn write_statuses(

@@ -6,7 +6,7 @@
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 use base64::Engine as _;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use proto::cluster::v1::{
     AccessSnapshot, AuthorizedEndpoint, ClusterToken, Grant, ProjectAccess, ProjectSecret, Rule,
     Subject, Template,
@@ -19,8 +19,12 @@ use crate::{
         TemplateContext, TokenSpec, UserSpec,
     },
     roles::Catalog,
-    store::{LabelSelector, Object, Store, StoreError, WatchStream},
+    store::{LabelSelector, Object, Store, StoreError},
 };
+
+mod changes;
+
+pub use changes::Changes;
 
 fn grant(spec: &RoleBindingSpec, template: &str) -> Option<Grant> {
     let subject = match (&spec.user, &spec.group) {
@@ -287,112 +291,36 @@ async fn endpoint(
     }))
 }
 
-/// The kinds whose every change can change a cluster's access: role bindings, projects and
-/// their secrets, and users (their groups, or disabled, for the authorized endpoint).
-fn relevant(kind: &str) -> bool {
-    [
-        Kind::RoleBinding,
-        Kind::Project,
-        Kind::ProjectSecret,
-        Kind::User,
-        Kind::RoleTemplate,
-        Kind::GlobalRole,
-    ]
-    .iter()
-    .any(|k| k.name() == kind)
-}
-
 /// Snapshots for `cluster`: the current one, then each new one as it comes about (an equal one
 /// is not sent twice).
 pub type Snapshots = Pin<Box<dyn Stream<Item = Result<AccessSnapshot, tonic::Status>> + Send>>;
 
-struct Follow {
-    store: Arc<dyn Store>,
-    cluster: String,
-    last: Option<AccessSnapshot>,
-    changes: Option<WatchStream>,
-    following: crate::store::Following,
-    /// The cluster's `spec.authorizedEndpoint` as last seen: its status changes every half
-    /// minute (facts), which must not cost a snapshot each time.
-    endpoint_spec: Option<Value>,
-}
-
-impl Follow {
-    /// The next snapshot that differs from the last one sent.
-    async fn next(&mut self) -> AccessSnapshot {
-        loop {
-            if self.changes.is_none() {
-                match self.relist().await {
-                    Ok(()) => {}
+/// Follows `cluster`'s access for as long as the stream is read, woken by `changes`.
+pub fn follow(store: Arc<dyn Store>, changes: &Changes, cluster: String) -> Snapshots {
+    let subscription = changes.subscribe(&cluster);
+    let state = (store, cluster, subscription, None::<AccessSnapshot>);
+    Box::pin(futures::stream::unfold(
+        state,
+        |(store, cluster, mut changes, last)| async move {
+            if last.is_some() {
+                changes.changed().await?;
+            }
+            loop {
+                // Seen before the read: a change after it wakes the next read.
+                changes.seen();
+                match snapshot(store.as_ref(), &cluster).await {
+                    Ok(now) if last.as_ref() != Some(&now) => {
+                        return Some((Ok(now.clone()), (store, cluster, changes, Some(now))));
+                    }
+                    Ok(_) => changes.changed().await?,
                     Err(e) => {
-                        tracing::warn!(cluster = %self.cluster, error = %e, "cannot read the cluster's access; retrying");
+                        tracing::warn!(cluster = %cluster, error = %e, "cannot read the cluster's access; trying again in 1 s");
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        continue;
-                    }
-                }
-            } else if let Some(changes) = &mut self.changes {
-                match changes.next().await {
-                    Some(Ok(event)) if !self.relevant(&event.object) => continue,
-                    Some(Ok(_)) => {}
-                    // Fell behind, or the store hiccuped: read it all again.
-                    end => {
-                        self.following.broke(end.and_then(Result::err).as_ref());
-                        self.changes = None;
-                        continue;
                     }
                 }
             }
-            match snapshot(self.store.as_ref(), &self.cluster).await {
-                Ok(now) if self.last.as_ref() != Some(&now) => {
-                    self.last = Some(now.clone());
-                    return now;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(cluster = %self.cluster, error = %e, "cannot read the cluster's access");
-                    self.changes = None;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
-    }
-
-    /// Whether a change to `object` can change the cluster's access.
-    fn relevant(&mut self, object: &Object) -> bool {
-        let kind = object.kind.as_str();
-        if kind == Kind::Cluster.name() {
-            if object.metadata.name != self.cluster {
-                return false;
-            }
-            let now = object.spec.get("authorizedEndpoint").cloned();
-            return std::mem::replace(&mut self.endpoint_spec, now.clone()) != now;
-        }
-        // Tokens made for a cluster open its authorized endpoint; logins and agents' do not.
-        relevant(kind) || (kind == Kind::Token.name() && object.spec.get("cluster").is_some())
-    }
-
-    async fn relist(&mut self) -> Result<(), StoreError> {
-        let revision = self.store.revision().await?;
-        self.changes = Some(self.store.watch(None, Some(revision)).await?);
-        self.following.resumed(revision);
-        Ok(())
-    }
-}
-
-/// Follows `cluster`'s access for as long as the stream is read.
-pub fn follow(store: Arc<dyn Store>, cluster: String) -> Snapshots {
-    let state = Follow {
-        store,
-        cluster,
-        last: None,
-        changes: None,
-        following: crate::store::Following::new("a cluster's access (for its agent)"),
-        endpoint_spec: None,
-    };
-    Box::pin(futures::stream::unfold(state, |mut state| async move {
-        let snapshot = state.next().await;
-        Some((Ok(snapshot), state))
-    }))
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -425,6 +425,8 @@ pub struct FactsService {
     pub store: Arc<dyn Store>,
     /// Every cluster's bundle deployments, for their agents' streams and chunk checks.
     pub bundles: Arc<crate::delivery::index::Index>,
+    /// What wakes the agents' access streams.
+    pub access: Arc<crate::access::Changes>,
 }
 
 /// The cluster of the cluster-agent whose session `request` came on; no other agent may
@@ -483,6 +485,7 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
         let cluster = cluster_agent_of(&request)?;
         Ok(tonic::Response::new(crate::access::follow(
             self.store.clone(),
+            &self.access,
             cluster,
         )))
     }

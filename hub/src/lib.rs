@@ -196,6 +196,9 @@ impl Hub {
         // Every replica serves agents, so every replica keeps the deployments' index.
         let bundles = Arc::new(delivery::index::Index::default());
         tasks.spawn(bundles.clone().run(store.clone(), shutdown.clone()));
+        // ... and one watch of the store for all its agents' access streams.
+        let access = Arc::new(access::Changes::default());
+        tasks.spawn(access.clone().run(store.clone(), shutdown.clone()));
         let dispatch = Arc::new(plans::Dispatch::default());
         tasks.spawn(dispatch.clone().run(store.clone(), shutdown.clone()));
         let acceptor_config = AcceptorConfig {
@@ -204,6 +207,7 @@ impl Hub {
                     agents::FactsService {
                         store: store.clone(),
                         bundles: bundles.clone(),
+                        access,
                     },
                 ),
             )

@@ -9,14 +9,13 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use proto::cluster::v1::{BundleDeployment, BundleSnapshot};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     model::{BundleDeploymentSpec, Kind},
-    store::{EventType, LabelSelector, Object, Store},
+    store::{EventType, LabelSelector, Object, Store, WatchEvent},
 };
 
 /// One cluster's deployments, and a counter bumped when what its agent is sent changes.
@@ -194,17 +193,11 @@ impl Index {
             };
             self.replace_all(&objects);
             following.resumed(revision);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    change = changes.next() => match change {
-                        Some(Ok(event)) => self.apply(&event.object, event.kind == EventType::Deleted),
-                        end => {
-                            following.broke(end.and_then(Result::err).as_ref());
-                            break;
-                        }
-                    },
-                }
+            let take = |event: &WatchEvent| {
+                self.apply(&event.object, event.kind == EventType::Deleted);
+            };
+            if following.drain(&mut changes, &stop, take).await {
+                return;
             }
         }
     }

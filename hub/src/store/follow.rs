@@ -4,7 +4,10 @@
 
 use std::time::Instant;
 
-use super::StoreError;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{StoreError, WatchEvent, WatchStream};
 
 /// One follower's breaks and recoveries.
 #[derive(Debug)]
@@ -40,6 +43,30 @@ impl Following {
                 behind = ?at.elapsed(),
                 "rebuilt from a fresh read of the store; watching it again"
             );
+        }
+    }
+}
+
+impl Following {
+    /// Hands each event of `changes` to `take` until the watch ends (said, and `false`: read
+    /// the store again) or `stop` (`true`).
+    pub async fn drain(
+        &mut self,
+        changes: &mut WatchStream,
+        stop: &CancellationToken,
+        mut take: impl FnMut(&WatchEvent),
+    ) -> bool {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return true,
+                change = changes.next() => match change {
+                    Some(Ok(event)) => take(&event),
+                    end => {
+                        self.broke(end.and_then(Result::err).as_ref());
+                        return false;
+                    }
+                },
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod cloud;
 pub mod delivery;
 pub mod ec2_front;
 pub mod etcd_proxy;
+pub mod git_http;
 pub mod github;
 pub mod guide;
 pub mod ha;

@@ -5,6 +5,9 @@
 //! a Helm chart is refused with the reason. Over SSH (Debian's `openssh-server` in a
 //! network-namespace host, root only): the host key pinned in the credential is the only one
 //! trusted, so a wrong pin fails with ssh's own words and the right one reads the repository.
+//! Over HTTPS (`git http-backend` behind a TLS server with basic auth, as a private GitLab is
+//! reached): the server's CA must be given in the credential, and the login is what lets git
+//! read.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,6 +21,7 @@ use sim::cluster::SimConfig;
 use tests::{
     api, create,
     delivery::{found, image, manifests, until},
+    git_http::GitHttps,
     hosts::{Host, Network, skip_without_root},
     imported::Imported,
     sshd::{KeyPair, Sshd},
@@ -410,25 +414,23 @@ async fn a_git_path_becomes_a_bundle_and_pushes_reach_the_cluster() {
     agent.await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ssh_remote_is_read_only_with_its_host_key_pinned() {
-    if skip_without_root("sshd in a network namespace needs root") {
-        return;
-    }
-    let imported = Imported::start("gitrepos-ssh", SimConfig::default()).await;
-    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+/// The cluster's agent started, the cluster labelled `region=eu` (the manifests name it), and
+/// the repository's first commit: the web Deployment in `shop`.
+async fn shop_in_eu(
+    imported: &Imported,
+) -> (
+    tokio::task::JoinHandle<Result<(), cluster_agent::AgentError>>,
+    Server,
+    String,
+) {
     let env = imported.agent_env("drover-cluster-agent-0").await;
     let config = cluster_agent::Config::from_env(&env).unwrap();
     let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
-    let _net = Network::new(1);
-    let host = Host::new(&imported.dir, 1);
-    let client = KeyPair::new(&imported.dir, "client");
-    let sshd = Sshd::start(&host, &client);
     let (status, body) = api(
-        hub.addr,
+        imported.hub.addr,
         "PATCH",
         "/v1/clusters/prod",
-        Some(admin),
+        Some(&imported.admin),
         Some(json!({"metadata": {"labels": {"region": "eu"}}})),
     )
     .await;
@@ -441,6 +443,21 @@ async fn an_ssh_remote_is_read_only_with_its_host_key_pinned() {
             ("apps/web/drover.yaml", Some("defaultNamespace: shop\n")),
         ],
     );
+    (agent, server, commit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_remote_is_read_only_with_its_host_key_pinned() {
+    if skip_without_root("sshd in a network namespace needs root") {
+        return;
+    }
+    let imported = Imported::start("gitrepos-ssh", SimConfig::default()).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let _net = Network::new(1);
+    let host = Host::new(&imported.dir, 1);
+    let client = KeyPair::new(&imported.dir, "client");
+    let sshd = Sshd::start(&host, &client);
+    let (agent, server, commit) = shop_in_eu(&imported).await;
     let url = format!("ssh://root@{}{}", sshd.address, server.bare.display());
 
     // Pinned to a key the server does not hold: git stops at the host check, saying so.
@@ -526,6 +543,126 @@ async fn an_ssh_remote_is_read_only_with_its_host_key_pinned() {
     )
     .await;
     sshd.stop();
+    imported.shutdown.cancel();
+    agent.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_https_remote_is_read_with_its_ca_and_login() {
+    let imported = Imported::start("gitrepos-https", SimConfig::default()).await;
+    let (hub, admin) = (&imported.hub, imported.admin.as_str());
+    let (agent, server, commit) = shop_in_eu(&imported).await;
+    let password = "glpat-s3cret-deploy-token";
+    let https = GitHttps::start(
+        &imported.dir,
+        server.bare.parent().unwrap(),
+        ("deploy", password),
+    )
+    .await;
+    let url = format!("{}/shop.git", https.url);
+
+    // The login, but not the server's CA: git refuses the certificate, saying so.
+    create(
+        hub,
+        admin,
+        "cloudcredentials",
+        json!({"metadata": {"name": "shop-https"}, "spec": {"driver": "git", "git": {
+            "username": "deploy", "password": password,
+        }}}),
+    )
+    .await;
+    let gitrepo = |name: &str, credential: &str| {
+        json!({"metadata": {"name": name}, "spec": {
+            "repo": url, "paths": ["apps/web"], "credential": credential,
+            "targets": [{"clusterName": "prod"}],
+        }})
+    };
+    create(hub, admin, "gitrepos", gitrepo("shop", "shop-https")).await;
+    let repo = async |name: &str| {
+        api(
+            hub.addr,
+            "GET",
+            &format!("/v1/gitrepos/{name}"),
+            Some(admin),
+            None,
+        )
+        .await
+        .1
+    };
+    let refused = until(
+        "the unknown CA refused",
+        async || repo("shop").await,
+        |r| r["status"]["error"].is_string(),
+    )
+    .await;
+    let error = refused["status"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("unable to access '{url}/'"))
+            && error.contains("certificate")
+            && error.contains("trying again in")
+            && !error.contains(password),
+        "{error}"
+    );
+
+    // The server's CA given: the next try logs in and reads the commit; the cluster gets it.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/cloudcredentials/shop-https",
+        Some(admin),
+        Some(json!({"spec": {"git": {"caBundle": https.ca_pem}}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let read = until(
+        "the commit read over HTTPS",
+        async || repo("shop").await,
+        |r| r["status"]["commit"] == commit,
+    )
+    .await;
+    assert!(read["status"]["error"].is_null(), "{read:#}");
+    let k = &imported.sim_admin;
+    until(
+        "the Deployment from the HTTPS remote in the cluster",
+        async || json!(image(&found(k, "deployment", "web").await)),
+        |v| v == "nginx:1.27",
+    )
+    .await;
+
+    // The CA alone, without the login: the server answers 401 and git says it has no login to
+    // give (the login above was what let it read).
+    create(
+        hub,
+        admin,
+        "cloudcredentials",
+        json!({"metadata": {"name": "ca-only"}, "spec": {"driver": "git", "git": {
+            "caBundle": https.ca_pem,
+        }}}),
+    )
+    .await;
+    create(hub, admin, "gitrepos", gitrepo("anonymous", "ca-only")).await;
+    let refused = until(
+        "the read without a login refused",
+        async || repo("anonymous").await,
+        |r| r["status"]["error"].is_string(),
+    )
+    .await;
+    let error = refused["status"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("could not read Username") && error.contains("trying again in"),
+        "{error}"
+    );
+    // A CA that is not PEM is refused with what to give.
+    let (status, body) = api(
+        hub.addr,
+        "PATCH",
+        "/v1/cloudcredentials/ca-only",
+        Some(admin),
+        Some(json!({"spec": {"git": {"caBundle": "not a certificate"}}})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("spec.git.caBundle"), "{body}");
     imported.shutdown.cancel();
     agent.await.unwrap().unwrap();
 }

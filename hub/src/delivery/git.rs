@@ -7,7 +7,8 @@
 //!   line or a log: an HTTPS login is given to git by an askpass script reading the git
 //!   process's own environment; an SSH key is written for the one command (0600, in a 0700
 //!   directory, removed after), with the credential's `knownHosts` as the only hosts trusted
-//!   (`StrictHostKeyChecking=yes`).
+//!   (`StrictHostKeyChecking=yes`). An HTTPS remote is verified against the credential's
+//!   `caBundle` when it has one (a private server's CA), else the system's CAs.
 //! - **A path** holds YAML and JSON manifests (any depth; files that are not regular files,
 //!   symlinks among them, are skipped) and an optional `drover.yaml`. A `Chart.yaml` is refused:
 //!   Helm charts are not rendered.
@@ -290,7 +291,16 @@ fn access(
             command.push_str(&format!(" -o IdentitiesOnly=yes -i {}", key.display()));
         }
         access.env.push(("GIT_SSH_COMMAND".into(), command));
-    } else if !credential.username.is_empty() {
+        return Ok(access);
+    }
+    if !credential.ca_bundle.trim().is_empty() {
+        // In place of the system's CAs, not beside them.
+        let ca = write("ca.pem", &credential.ca_bundle, 0o600)?;
+        access
+            .env
+            .push(("GIT_SSL_CAINFO".into(), ca.display().to_string()));
+    }
+    if !credential.username.is_empty() {
         // git asks for the user name, then the password; the script answers from the git
         // process's environment, so neither is on a command line or on disk.
         let script = "#!/bin/sh\ncase \"$1\" in\n  Username*) printf '%s\\n' \"$DROVER_GIT_USERNAME\" ;;\n  *) printf '%s\\n' \"$DROVER_GIT_PASSWORD\" ;;\nesac\n";

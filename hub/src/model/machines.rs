@@ -89,6 +89,10 @@ pub struct GitCredential {
     /// remote may present.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub known_hosts: String,
+    /// PEM certificates: the only CAs an HTTPS remote's certificate may chain to (a private
+    /// server's own CA), instead of the system's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_bundle: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -224,6 +228,13 @@ pub fn validate_credential(spec: &CloudCredentialSpec) -> Result<(), String> {
         let pem = key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----");
         if !(key.is_empty() || pem) {
             return Err("spec.git.privateKey: give the private key's text (-----BEGIN OPENSSH PRIVATE KEY----- …), without a passphrase".into());
+        }
+        if !git.ca_bundle.trim().is_empty()
+            && let Err(e) = tunnel::tls::roots_from_pem(git.ca_bundle.as_bytes())
+        {
+            return Err(format!(
+                "spec.git.caBundle: {e}; give the CA's certificates as PEM (-----BEGIN CERTIFICATE----- …)"
+            ));
         }
         for (i, line) in git.known_hosts.lines().enumerate() {
             let fields = line.split_whitespace().count();

@@ -293,6 +293,44 @@ pub(crate) fn merge_status(status: &mut Value, fields: &Value) {
     }
 }
 
+/// Which changes call for a pass: any of a bundle, a cluster group or a deployment (its
+/// report moves the rollout and the statuses), but of a cluster only its labels, coming or
+/// going; its status changes with every facts report (each cluster's every half minute), and a
+/// pass reads every deployment of the fleet.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Each cluster's labels as last seen.
+    clusters: std::collections::HashMap<String, BTreeMap<String, String>>,
+}
+
+impl Changes {
+    pub fn relevant(&mut self, event: &crate::store::WatchEvent) -> bool {
+        let object = &event.object;
+        let kind = object.kind.as_str();
+        if kind != Kind::Cluster.name() {
+            return [
+                Kind::Bundle.name(),
+                Kind::ClusterGroup.name(),
+                Kind::BundleDeployment.name(),
+            ]
+            .contains(&kind);
+        }
+        let name = &object.metadata.name;
+        let gone = event.kind == crate::store::EventType::Deleted
+            || object.metadata.deletion_timestamp.is_some();
+        if gone {
+            self.clusters.remove(name);
+            return true;
+        }
+        if self.clusters.get(name) == Some(&object.metadata.labels) {
+            return false;
+        }
+        self.clusters
+            .insert(name.clone(), object.metadata.labels.clone());
+        true
+    }
+}
+
 /// The leader's controller: a pass at start and whenever a bundle, group, cluster or
 /// deployment changes; unnamed chunks swept every [`CHUNK_SWEEP`].
 pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
@@ -317,16 +355,11 @@ pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
             }
         }
     };
-    let kinds = [
-        Kind::Bundle.name(),
-        Kind::ClusterGroup.name(),
-        Kind::Cluster.name(),
-        Kind::BundleDeployment.name(),
-    ];
-    let passes = crate::store::on_changes(
+    let mut changes = Changes::default();
+    let passes = crate::store::on_changes_where(
         "continuous delivery",
         store.as_ref(),
-        &kinds,
+        |e| changes.relevant(e),
         &stop,
         || {
             let store = store.clone();

@@ -445,3 +445,56 @@ fn a_status_counts_every_object_and_names_only_some_of_those_not_ready() {
     assert_eq!(listed.len(), 20, "the first 20 of the 30 not ready");
     assert_eq!(listed[0]["name"], "c-100");
 }
+
+#[test]
+fn a_clusters_facts_call_for_no_pass_but_its_labels_do() {
+    use crate::store::{EventType, WatchEvent};
+    let event = |kind: EventType, object: &Object| WatchEvent {
+        kind,
+        object: object.clone(),
+    };
+    let mut changes = Changes::default();
+    let mut west = Object::new(Kind::Cluster.name(), "west", json!({"type": "imported"}));
+    west.metadata.labels.insert("env".into(), "prod".into());
+    // (what happened, whether a pass follows)
+    let mut seen = Vec::new();
+    seen.push((
+        "west first seen",
+        changes.relevant(&event(EventType::Added, &west)),
+    ));
+    west.status = json!({"nodes": {"total": 3, "ready": 3}});
+    seen.push((
+        "west's facts",
+        changes.relevant(&event(EventType::Modified, &west)),
+    ));
+    west.metadata.labels.insert("env".into(), "staging".into());
+    seen.push((
+        "west relabelled",
+        changes.relevant(&event(EventType::Modified, &west)),
+    ));
+    seen.push((
+        "west deleted",
+        changes.relevant(&event(EventType::Deleted, &west)),
+    ));
+    let report = Object::new(Kind::BundleDeployment.name(), "app.west", json!({}));
+    seen.push((
+        "a report",
+        changes.relevant(&event(EventType::Modified, &report)),
+    ));
+    let user = Object::new(Kind::User.name(), "ann", json!({}));
+    seen.push((
+        "a user",
+        changes.relevant(&event(EventType::Modified, &user)),
+    ));
+    assert_eq!(
+        seen,
+        [
+            ("west first seen", true),
+            ("west's facts", false),
+            ("west relabelled", true),
+            ("west deleted", true),
+            ("a report", true),
+            ("a user", false),
+        ]
+    );
+}

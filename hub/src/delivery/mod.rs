@@ -331,8 +331,8 @@ impl Changes {
     }
 }
 
-/// The leader's controller: a pass at start and whenever a bundle, group, cluster or
-/// deployment changes; unnamed chunks swept every [`CHUNK_SWEEP`].
+/// The leader's controller: a pass at start and after each change [`Changes`] calls for;
+/// unnamed chunks swept every [`CHUNK_SWEEP`].
 pub async fn run(store: std::sync::Arc<dyn Store>, stop: CancellationToken) {
     let sweeper = {
         let (store, stop) = (store.clone(), stop.clone());

@@ -809,3 +809,22 @@ async fn a_login_link_cannot_send_the_browser_to_another_site() {
         browser.close().await;
     }
 }
+
+/// Every page names the hub's icon, which the hub serves (browsers asked for `/favicon.ico` on
+/// every page and got a 404, an error in every page's console).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_names_an_icon_the_hub_serves() {
+    let dir = temp_dir("dashboard-icon");
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let (code, page) = tests::api_text(hub.addr, "GET", "/login", None).await;
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains(r#"<link rel="icon" href="/assets/favicon.svg" type="image/svg+xml">"#),
+        "{page}"
+    );
+    for path in ["/assets/favicon.svg", "/favicon.ico"] {
+        let (code, icon) = tests::api_text(hub.addr, "GET", path, None).await;
+        assert_eq!(code, 200, "{path}: {icon}");
+        assert!(icon.starts_with("<svg "), "{path}: {icon}");
+    }
+}

@@ -33,6 +33,7 @@ mod roles;
 
 const CSS: &str = include_str!("app.css");
 const JS: &str = include_str!("app.js");
+const FAVICON: &str = include_str!("favicon.svg");
 
 /// What the pages read: the store through the API's rules, and the hub's health.
 #[derive(Clone, Debug)]
@@ -54,6 +55,15 @@ pub fn router(dash: Dash) -> Router {
             axum::routing::post(device::confirm),
         )
         .route("/assets/app.css", get(|| async { asset("text/css", CSS) }))
+        // Linked from every page; `/favicon.ico` too, for what asks without reading the page.
+        .route(
+            "/assets/favicon.svg",
+            get(|| async { asset("image/svg+xml", FAVICON) }),
+        )
+        .route(
+            "/favicon.ico",
+            get(|| async { asset("image/svg+xml", FAVICON) }),
+        )
         .route(
             "/assets/app.js",
             get(|| async { asset("text/javascript", JS) }),
@@ -277,6 +287,7 @@ fn page_with(
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · Drover</title>
 <link rel="stylesheet" href="/assets/app.css">
+<link rel="icon" href="/assets/favicon.svg" type="image/svg+xml">
 <script src="/assets/app.js" defer></script>
 {head}
 </head>

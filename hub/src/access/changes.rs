@@ -114,9 +114,11 @@ impl Changes {
             bump(&self.everyone);
             return;
         }
-        let mut clusters = self.lock();
+        // Locked only for what can concern one cluster: a bundle's report, the commonest
+        // change, passes without it.
         if kind == Kind::Cluster.name() {
             let now = object.spec.get("authorizedEndpoint").cloned();
+            let mut clusters = self.lock();
             let entry = Self::cluster(&mut clusters, &object.metadata.name);
             if std::mem::replace(&mut entry.endpoint, now.clone()) != now {
                 bump(&entry.changed);
@@ -126,7 +128,7 @@ impl Changes {
             // not.
             && let Some(cluster) = object.spec.get("cluster").and_then(Value::as_str)
         {
-            bump(&Self::cluster(&mut clusters, cluster).changed);
+            bump(&Self::cluster(&mut self.lock(), cluster).changed);
         }
     }
 

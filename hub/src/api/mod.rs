@@ -24,6 +24,7 @@ mod kubeconfig;
 mod login;
 mod objects;
 pub mod openapi;
+pub mod paging;
 mod roles;
 mod sso;
 pub mod state;
@@ -246,6 +247,12 @@ pub struct ListParams {
     pub watch: Option<bool>,
     #[serde(default)]
     pub resource_version: Option<String>,
+    /// At most this many items (0 or absent: all); the rest in later pages.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Where a page starts: the `metadata.continue` of the page before.
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
 }
 
 impl ListParams {

@@ -43,16 +43,29 @@ pub(super) async fn list_or_watch(
     if params.watch.unwrap_or(false) {
         return watch::serve(api, principal, kind, selector, revision).await;
     }
+    let start = super::paging::start(params.continue_token.as_deref())?;
     let (objects, revision) = api.store.list(kind.name(), &selector).await?;
-    let items: Vec<Value> = objects
+    let readable: Vec<Object> = objects
         .into_iter()
         .filter(|o| allow(&principal, Verb::List, kind, o).is_ok())
-        .map(|o| present(kind, o))
         .collect();
+    let page = super::paging::page(
+        readable,
+        |o| o.metadata.name.as_str(),
+        params.limit,
+        &start,
+        revision,
+    );
+    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(next) = page.next {
+        metadata["continue"] = json!(next);
+        metadata["remainingItemCount"] = json!(page.remaining);
+    }
+    let items: Vec<Value> = page.items.into_iter().map(|o| present(kind, o)).collect();
     Ok(Json(json!({
         "apiVersion": super::API_VERSION,
         "kind": format!("{}List", kind.name()),
-        "metadata": {"resourceVersion": revision.to_string()},
+        "metadata": metadata,
         "items": items,
     }))
     .into_response())

@@ -93,7 +93,11 @@ pub fn document() -> Value {
                 "properties": {
                     "apiVersion": {"type": "string"},
                     "kind": {"type": "string", "enum": [format!("{name}List")]},
-                    "metadata": {"type": "object", "properties": {"resourceVersion": {"type": "string"}}},
+                    "metadata": {"type": "object", "properties": {
+                        "resourceVersion": {"type": "string"},
+                        "continue": {"type": "string"},
+                        "remainingItemCount": {"type": "integer", "minimum": 0},
+                    }},
                     "items": {"type": "array", "items": reference(name)},
                 },
             }),
@@ -133,6 +137,10 @@ pub fn document() -> Value {
                         {"name": "labelSelector", "in": "query", "schema": {"type": "string"}},
                         {"name": "watch", "in": "query", "schema": {"type": "boolean"}},
                         {"name": "resourceVersion", "in": "query", "schema": {"type": "string", "pattern": "^[0-9]*$"}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 0},
+                         "description": "at most this many items, in name order (0: all); `metadata.continue` then names the next page"},
+                        {"name": "continue", "in": "query", "schema": {"type": "string"},
+                         "description": "the previous page's `metadata.continue`"},
                     ],
                     "responses": {
                         "200": {

@@ -193,3 +193,96 @@ async fn each_item_is_checked_against_the_callers_roles() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["items"], json!([]));
 }
+
+/// The names and `metadata` of one page of `/v1/clusters`.
+async fn clusters_page(t: &TestApi, token: &str, query: &str) -> (Vec<String>, Value) {
+    let (status, list) = t
+        .call(
+            Method::GET,
+            &format!("/v1/clusters?{query}"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{query}: {list}");
+    let names = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    (names, list["metadata"].clone())
+}
+
+#[tokio::test]
+async fn lists_come_in_pages_of_limit_with_a_continue_token_as_kubernetes_pages_them() {
+    let t = setup().await;
+    for name in ["c5", "c1", "c4", "c2", "c3"] {
+        t.create(&t.admin, "clusters", imported(name)).await;
+    }
+    let (first, meta) = clusters_page(&t, &t.admin, "limit=2").await;
+    assert_eq!(first, ["c1", "c2"]);
+    assert_eq!(meta["remainingItemCount"], 3);
+    let revision = meta["resourceVersion"].clone();
+    let token = meta["continue"].as_str().unwrap().to_owned();
+
+    // Between pages c6 comes: the next pages read the store as it is then, and answer the
+    // first page's revision, so a watch from it tells of c6 too.
+    t.create(&t.admin, "clusters", imported("c6")).await;
+    let (second, meta) = clusters_page(&t, &t.admin, &format!("limit=2&continue={token}")).await;
+    assert_eq!(second, ["c3", "c4"]);
+    assert_eq!(meta["resourceVersion"], revision);
+    assert_eq!(meta["remainingItemCount"], 2);
+    let token = meta["continue"].as_str().unwrap().to_owned();
+    let (last, meta) = clusters_page(&t, &t.admin, &format!("limit=2&continue={token}")).await;
+    assert_eq!(last, ["c5", "c6"]);
+    assert!(meta.get("continue").is_none(), "{meta}");
+    assert!(meta.get("remainingItemCount").is_none(), "{meta}");
+
+    // No limit, or 0, is the whole list as before.
+    for query in ["", "limit=0"] {
+        let (all, meta) = clusters_page(&t, &t.admin, query).await;
+        assert_eq!(all, ["c1", "c2", "c3", "c4", "c5", "c6"]);
+        assert!(meta.get("continue").is_none(), "{meta}");
+    }
+
+    let (status, refused) = t
+        .call(
+            Method::GET,
+            "/v1/clusters?limit=2&continue=not-ours",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata.continue"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_page_counts_only_what_the_caller_may_see() {
+    let t = setup().await;
+    for name in ["a1", "a2", "a3", "b1", "b2"] {
+        t.create(&t.admin, "clusters", imported(name)).await;
+    }
+    let alice = t.user("alice", Some(("cluster-member", "a2"))).await;
+    t.create(
+        &t.admin,
+        "rolebindings",
+        json!({"metadata": {"name": "alice-b2"}, "spec": {"user": "alice", "role": "cluster-member", "cluster": "b2"}}),
+    )
+    .await;
+    let (first, meta) = clusters_page(&t, &alice, "limit=1").await;
+    assert_eq!(first, ["a2"]);
+    // One more she may see; the three she may not are neither counted nor named.
+    assert_eq!(meta["remainingItemCount"], 1, "{meta}");
+    let token = meta["continue"].as_str().unwrap();
+    let (second, meta) = clusters_page(&t, &alice, &format!("limit=1&continue={token}")).await;
+    assert_eq!(second, ["b2"]);
+    assert!(meta.get("continue").is_none(), "{meta}");
+}

@@ -1,9 +1,10 @@
 //! What the hub, the agents and the simulated cluster all need to agree on about Kubernetes'
-//! shapes, written once: label selectors, JSON merge patch, the `Status` failure body and how
+//! shapes, written once: label selectors, natural name order, JSON merge patch, the `Status` failure body and how
 //! ages print (and, as they arrive, field selectors and the like).
 //! No Drover crate is a dependency of this one.
 
 pub mod duration;
+pub mod order;
 pub mod patch;
 pub mod selector;
 pub mod status;

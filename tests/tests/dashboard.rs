@@ -152,13 +152,33 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         .await;
     check_and_save(&browser, "clusters-active").await;
 
-    // Filtering hides what does not match.
+    // Filtering asks the hub for what matches, keeps the view in the address, and says when
+    // nothing does; clearing it brings the row back, all without a reload.
     browser.type_into("#filter", "nothing-like-this").await;
     browser
         .until(
             "the filter",
             Duration::from_secs(5),
-            "return document.querySelector('tr[data-name=\"web\"]').hidden;",
+            "const none = document.getElementById('no-rows'); return document.querySelector('tr[data-name=\"web\"]') === null && none !== null && none.textContent.includes('Nothing matches');",
+        )
+        .await;
+    assert!(
+        browser
+            .url()
+            .await
+            .ends_with("/clusters?q=nothing-like-this")
+    );
+    browser
+        .run(
+            "const input = document.getElementById('filter'); input.value = ''; input.dispatchEvent(new Event('input', {bubbles: true}));",
+            json!([]),
+        )
+        .await;
+    browser
+        .until(
+            "the filter cleared",
+            Duration::from_secs(5),
+            "return window.notReloaded === true && document.querySelector('tr[data-name=\"web\"]') !== null;",
         )
         .await;
 
@@ -460,10 +480,16 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
     browser.goto(&format!("{base}/clusters")).await;
     browser.find("tr[data-name='edge']").await;
     let first = "return document.querySelector('#clusters tbody tr').dataset.name;";
-    browser.click("button.sort[data-sort='0']").await;
     assert_eq!(browser.run(first, json!([])).await, "edge");
-    browser.click("button.sort[data-sort='0']").await;
-    assert_eq!(browser.run(first, json!([])).await, "web");
+    browser.click("#clusters thead a.sort").await;
+    browser
+        .until(
+            "the clusters by name, backwards",
+            Duration::from_secs(5),
+            "return document.querySelector('#clusters tbody tr').dataset.name === 'web';",
+        )
+        .await;
+    assert!(browser.url().await.ends_with("/clusters?sort=-name&page=1"));
     assert_eq!(
         browser
             .run(
@@ -827,4 +853,145 @@ async fn every_page_names_an_icon_the_hub_serves() {
         assert_eq!(code, 200, "{path}: {icon}");
         assert!(icon.starts_with("<svg "), "{path}: {icon}");
     }
+}
+
+/// The clusters page with 10,000 clusters: it shows a page of 50, and a filter, the next page
+/// and a label selector are each one request answered by the hub with that page alone; no
+/// request lists the clusters. Names count as people count (`fleet-51` follows `fleet-50`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_clusters_are_paged_and_filtered_by_the_hub() {
+    const CLUSTERS: usize = 10_000;
+    let dir = temp_dir("dashboard-fleet");
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let base = hub.url();
+    let password = hub.admin_password.clone().unwrap();
+    let admin = login(hub.addr, "admin", &password).await;
+    let started = std::time::Instant::now();
+    for chunk in (1..=CLUSTERS).collect::<Vec<_>>().chunks(1000) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .map(|i| {
+                let env = if i % 2 == 0 { "prod" } else { "dev" };
+                json!({"metadata": {"name": format!("fleet-{i}"), "labels": {"env": env}},
+                       "spec": {"type": "imported"}})
+            })
+            .collect();
+        let (status, body) = api(
+            hub.addr,
+            "POST",
+            "/v1/clusters",
+            Some(&admin),
+            Some(json!({"kind": "ClusterList", "items": items})),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    eprintln!("{CLUSTERS} clusters created in {:?}", started.elapsed());
+
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("admin", 1280, 900).await;
+    log_in(&browser, &base, "admin", &password).await;
+    let rows = "return Array.from(document.querySelectorAll('#clusters tbody tr')).map((r) => r.dataset.name);";
+    let shown = browser.run(rows, json!([])).await;
+    assert_eq!(shown.as_array().unwrap().len(), 50);
+    assert_eq!(shown[0], "fleet-1");
+    assert_eq!(shown[49], "fleet-50");
+    assert_eq!(
+        browser.text("#page-summary").await,
+        "1–50 of 10,000 clusters"
+    );
+    check_and_save(&browser, "clusters-10000").await;
+
+    // What the page asked of the hub from here on.
+    let requests = r#"return performance.getEntriesByType("resource")
+        .map((e) => new URL(e.name)).filter((u) => u.pathname.startsWith("/clusters") || u.pathname.startsWith("/v1/clusters"))
+        .map((u) => u.pathname + u.search);"#;
+    let asked = |before: usize| {
+        let browser = &browser;
+        async move {
+            let all = browser.run(requests, json!([])).await;
+            all.as_array().unwrap()[before..]
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let before = browser
+        .run(requests, json!([]))
+        .await
+        .as_array()
+        .unwrap()
+        .len();
+
+    browser.click("a[rel=next]").await;
+    browser
+        .until(
+            "the second page",
+            Duration::from_secs(10),
+            "const row = document.querySelector('#clusters tbody tr'); return row !== null && row.dataset.name === 'fleet-51';",
+        )
+        .await;
+    assert_eq!(
+        browser.text("#page-summary").await,
+        "51–100 of 10,000 clusters"
+    );
+    let made = asked(before).await;
+    assert_eq!(made, ["/clusters?part=rows&page=2"], "{made:?}");
+
+    let before = before + made.len();
+    browser.type_into("#filter", "fleet-9999").await;
+    browser
+        .until(
+            "the one cluster that matches",
+            Duration::from_secs(10),
+            "const rows = document.querySelectorAll('#clusters tbody tr'); return rows.length === 1 && rows[0].dataset.name === 'fleet-9999';",
+        )
+        .await;
+    let made = asked(before).await;
+    // Typing is one request once it pauses (a poll may have come meanwhile).
+    assert!(
+        made.iter().filter(|r| r.contains("q=fleet-9999")).count() == 1
+            && made.iter().all(|r| r.starts_with("/clusters?part=rows")),
+        "{made:?}"
+    );
+    assert!(browser.url().await.ends_with("/clusters?q=fleet-9999"));
+
+    // A label selector beside the name: the hub counts what matches.
+    let before = before + made.len();
+    browser
+        .run(
+            "const f = document.getElementById('filter'); f.value = ''; const s = document.getElementById('filter-selector'); s.value = 'env=prod'; document.getElementById('filters').requestSubmit();",
+            json!([]),
+        )
+        .await;
+    browser
+        .until(
+            "the prod clusters",
+            Duration::from_secs(10),
+            "return document.getElementById('page-summary').textContent === '1–50 of 5,000 matching, 10,000 clusters in all';",
+        )
+        .await;
+    let shown = browser.run(rows, json!([])).await;
+    assert_eq!(shown[0], "fleet-2");
+    assert_eq!(shown[1], "fleet-4");
+    let made = asked(before).await;
+    assert!(
+        made.iter()
+            .any(|r| r == "/clusters?part=rows&selector=env%3Dprod"),
+        "{made:?}"
+    );
+    assert!(
+        !made
+            .iter()
+            .any(|r| r.starts_with("/v1/clusters?") && !r.contains("watch=true"))
+    );
+    check_and_save(&browser, "clusters-10000-filtered").await;
+
+    // A selector the hub cannot read says what is wrong.
+    browser
+        .goto(&format!("{base}/clusters?selector=env%3D%3D%3Dprod"))
+        .await;
+    let error = browser.text("#filter-error").await;
+    assert!(error.starts_with("Label selector: "), "{error}");
+    browser.close().await;
 }

@@ -175,6 +175,108 @@ function setupTables() {
   showAges(document);
 }
 
+// A fleet list (clusters, hosts) the hub filters, sorts and pages: the view is the page's
+// address. Changing a filter, a sort or the page asks the hub for that view's section once
+// and puts the view in the address; the API's watch redraws the section only when it names a
+// row shown or something comes or goes (a row's state on another page is not this page's to
+// follow); `data-poll` redraws it for what lives in the hub's memory (agents, usage).
+function setupFleet() {
+  const section = document.getElementById("fleet");
+  const form = document.getElementById("filters");
+  if (!section) return;
+  const path = window.location.pathname;
+  let pending = null;
+  let asked = 0;
+  const redraw = async () => {
+    pending = null;
+    const ask = ++asked;
+    const response = await fetch(section.dataset.rows, { cache: "no-store" });
+    if (response.redirected && new URL(response.url).pathname === "/login") {
+      window.location.assign(`/login?next=${encodeURIComponent(window.location.pathname + window.location.search)}`);
+      return;
+    }
+    // An answer to a view asked for before the one shown now is not drawn over it.
+    if (!response.ok || ask !== asked) return;
+    section.innerHTML = await response.text();
+    showAges(section);
+  };
+  const changed = () => {
+    if (pending === null) pending = setTimeout(redraw, 100);
+  };
+  const show = (query) => {
+    // The form carries the order into the next filter it sends.
+    if (form) {
+      let sort = form.querySelector("input[name=sort]");
+      if (!sort) {
+        sort = document.createElement("input");
+        sort.type = "hidden";
+        sort.name = "sort";
+        form.append(sort);
+      }
+      sort.value = query.get("sort") || "";
+    }
+    const view = query.toString();
+    window.history.replaceState(null, "", view ? `${path}?${view}` : path);
+    section.dataset.rows = `${path}?part=rows${view ? `&${view}` : ""}`;
+    clearTimeout(pending);
+    pending = null;
+    redraw();
+  };
+  const fromForm = () => {
+    const query = new URLSearchParams();
+    for (const [key, value] of new FormData(form)) {
+      if (String(value).trim() !== "") query.set(key, String(value).trim());
+    }
+    return query;
+  };
+  if (form) {
+    let typing = null;
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      show(fromForm());
+    });
+    form.addEventListener("change", (event) => {
+      if (event.target.tagName === "SELECT") show(fromForm());
+    });
+    form.addEventListener("input", (event) => {
+      if (event.target.tagName !== "INPUT") return;
+      clearTimeout(typing);
+      typing = setTimeout(() => show(fromForm()), 250);
+    });
+  }
+  // Sort headings and page links: the same view, another order or page.
+  section.addEventListener("click", (event) => {
+    const link = event.target.closest("a.view");
+    if (!link) return;
+    event.preventDefault();
+    show(new URL(link.href).searchParams);
+  });
+  const shown = (name) => Array.from(section.querySelectorAll("tr[data-name]")).some((row) => row.dataset.name === name);
+  const open = () => {
+    const source = new EventSource(section.dataset.watch);
+    const onEvent = (message) => {
+      if (message.type === "MODIFIED") {
+        let name = null;
+        try {
+          name = JSON.parse(message.data).object.metadata.name;
+        } catch (_) {
+          name = null;
+        }
+        if (name !== null && !shown(name)) return;
+      }
+      changed();
+    };
+    for (const name of ["ADDED", "MODIFIED", "DELETED"]) source.addEventListener(name, onEvent);
+    source.addEventListener("ERROR", () => {
+      source.close();
+      changed();
+      setTimeout(open, 1000);
+    });
+  };
+  if (section.dataset.watch) open();
+  if (section.dataset.poll) setInterval(changed, Number(section.dataset.poll) * 1000);
+}
+
 // The cluster page's events: those kept, then each new one, newest first.
 function setupEvents() {
   const list = document.getElementById("events");
@@ -553,6 +655,7 @@ document.addEventListener("DOMContentLoaded", () => {
   setupLogin();
   setupLogout();
   setupTables();
+  setupFleet();
   setupCopy();
   setupCreateCluster();
   setupEvents();

@@ -11,8 +11,9 @@ use axum::{
 use serde_json::Value;
 
 use super::{
-    Dash, PartQuery, caller, charts, escape, fragment, gib, machines, page, readable, state_cell,
-    text,
+    Dash, caller, charts, escape,
+    fleet::{self, FleetQuery},
+    fragment, gib, machines, page, readable, state_cell, text,
 };
 use crate::{
     api::{ApiError, allow, present},
@@ -77,70 +78,83 @@ fn cluster_row(object: &Value, summary: ClusterSummary) -> String {
     )
 }
 
-/// The clusters the caller may see, as the API shows them.
-async fn visible(dash: &Dash, principal: &Principal) -> Result<Vec<Value>, ApiError> {
-    let (objects, _) = dash
-        .api
-        .store
-        .list(Kind::Cluster.name(), &LabelSelector::everything())
-        .await?;
-    Ok(objects
-        .into_iter()
-        .filter(|o| allow(principal, Verb::Get, Kind::Cluster, o).is_ok())
-        .map(|o| present(Kind::Cluster, o))
-        .collect())
-}
-
+/// The clusters page: a view of every cluster the caller may see, 50 rows at a time.
 pub(super) async fn list(
     State(dash): State<Dash>,
     headers: HeaderMap,
-    Query(query): Query<PartQuery>,
+    Query(query): Query<FleetQuery>,
 ) -> Response {
-    let principal = match caller(&dash.api, &headers, "/clusters").await {
+    let here = format!("/clusters?{}", query.link(None, None));
+    let principal = match caller(&dash.api, &headers, &here).await {
         Ok(p) => p,
         Err(response) => return response,
     };
-    let clusters = match visible(&dash, &principal).await {
-        Ok(c) => c,
-        Err(e) => return e.into_response(),
+    let reads = fleet::Reads {
+        version: |o| text(&o.status["kubernetesVersion"]),
+        also: |_| String::new(),
     };
+    let (selection, error) =
+        match fleet::view(&dash, &principal, Kind::Cluster, &query, reads).await {
+            Ok(view) => view,
+            Err(e) => return e.into_response(),
+        };
     let summaries = dash.health.cluster_summaries();
-    let rows: String = clusters
+    let rows: String = selection
+        .shown
         .iter()
-        .map(|c| {
-            let name = c["metadata"]["name"].as_str().unwrap_or_default();
-            cluster_row(c, summaries.get(name).copied().unwrap_or_default())
+        .map(|e| {
+            let shown = present(Kind::Cluster, e.object.clone());
+            let summary = summaries.get(&e.object.metadata.name).copied();
+            cluster_row(&shown, summary.unwrap_or_default())
         })
         .collect();
+    let section = format!(
+        r#"{error}{pager}
+<table class="list" id="clusters">
+<thead><tr>
+{name}
+{state}
+<th scope="col">Type</th>
+{version}
+<th scope="col">Nodes ready</th>
+<th scope="col">Use</th>
+<th scope="col">Agents</th>
+{age}
+</tr></thead>
+<tbody>{rows}</tbody>
+</table>
+{empty}"#,
+        pager = fleet::pager(&query, &selection, "clusters"),
+        name = fleet::heading(&query, "name", "Name"),
+        state = fleet::heading(&query, "state", "State"),
+        version = fleet::heading(&query, "version", "Kubernetes"),
+        age = fleet::heading(&query, "age", "Age"),
+        empty = fleet::empty("/clusters", &query, &selection, "No clusters yet."),
+    );
     if query.rows() {
-        return fragment(rows);
+        return fragment(section);
     }
     let create = if principal.may_globally("create", Kind::Cluster, None) {
         r#"<a class="button" href="/clusters/new">Create cluster</a>"#
     } else {
         ""
     };
-    let hidden = if rows.is_empty() { "" } else { " hidden" };
     let content = format!(
         r#"<div class="bar">
 <h1>Clusters</h1>
-<label class="filter">Filter <input id="filter" type="search" placeholder="name or state"></label>
 {create}
 </div>
-<table class="list" id="clusters" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows" data-poll="15">
-<thead><tr>
-<th scope="col"><button type="button" class="sort" data-sort="0">Name</button></th>
-<th scope="col"><button type="button" class="sort" data-sort="1">State</button></th>
-<th scope="col">Type</th>
-<th scope="col">Kubernetes</th>
-<th scope="col">Nodes ready</th>
-<th scope="col">Use</th>
-<th scope="col">Agents</th>
-<th scope="col"><button type="button" class="sort" data-sort="7">Age</button></th>
-</tr></thead>
-<tbody>{rows}</tbody>
-</table>
-<p class="empty" id="no-rows"{hidden}>No clusters yet.</p>"#
+{filters}
+<section id="fleet" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows&amp;{view}" data-poll="15">
+{section}
+</section>"#,
+        filters = fleet::filters(
+            "/clusters",
+            &query,
+            &selection,
+            ("Name contains", "Kubernetes")
+        ),
+        view = escape(&query.link(None, None)),
     );
     page("Clusters", Some(&principal), "clusters", &content)
 }

@@ -11,15 +11,17 @@ use axum::{
 use serde_json::Value;
 
 use super::{
-    Dash, PartQuery, caller,
+    Dash, caller,
     charts::{self, Series},
-    escape, fragment, gib, page, readable, state_cell, text,
+    escape,
+    fleet::{self, Entry, FleetQuery},
+    fragment, gib, page, readable, state_cell, text,
 };
 use crate::{
     api::{ApiError, allow, present},
     health::Health,
     model::Kind,
-    store::{LabelSelector, Object},
+    store::{LabelSelector, Object, StoreError},
 };
 
 /// The sparkline and memory cells of a machine.
@@ -179,55 +181,99 @@ pub(super) fn node_row(cluster: &str, node: &Value, health: &Health, now: u32) -
     )
 }
 
+/// The plans of `hosts` the caller may read, by host: a read per host shown, not a list of
+/// every plan.
+async fn plans_of(
+    dash: &Dash,
+    principal: &crate::auth::Principal,
+    hosts: &[Entry],
+) -> Result<std::collections::HashMap<String, Object>, ApiError> {
+    let mut plans = std::collections::HashMap::new();
+    for host in hosts {
+        let name = &host.object.metadata.name;
+        match dash.api.store.get(Kind::Plan.name(), name).await {
+            Ok(plan) if allow(principal, crate::auth::Verb::Get, Kind::Plan, &plan).is_ok() => {
+                plans.insert(name.clone(), plan);
+            }
+            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(plans)
+}
+
+/// The hosts page: a view of every host the caller may see, 50 rows at a time.
 pub(super) async fn hosts(
     State(dash): State<Dash>,
     headers: HeaderMap,
-    Query(query): Query<PartQuery>,
+    Query(query): Query<FleetQuery>,
 ) -> Response {
-    let principal = match caller(&dash.api, &headers, "/hosts").await {
+    let here = format!("/hosts?{}", query.link(None, None));
+    let principal = match caller(&dash.api, &headers, &here).await {
         Ok(p) => p,
         Err(response) => return response,
     };
-    let (objects, _) = match dash
-        .api
-        .store
-        .list(Kind::Host.name(), &LabelSelector::everything())
-        .await
-    {
-        Ok(list) => list,
-        Err(e) => return ApiError::from(e).into_response(),
+    let reads = fleet::Reads {
+        version: |o| text(&o.status["facts"]["agentVersion"]),
+        // The name people know a machine by, and its cluster's.
+        also: |o| format!("{} {}", text(&o.spec["nodeName"]), text(&o.spec["cluster"])),
     };
-    let plans = match readable_plans(&dash, &principal).await {
+    let (selection, error) = match fleet::view(&dash, &principal, Kind::Host, &query, reads).await {
+        Ok(view) => view,
+        Err(e) => return e.into_response(),
+    };
+    let plans = match plans_of(&dash, &principal, &selection.shown).await {
         Ok(plans) => plans,
         Err(e) => return e.into_response(),
     };
     let now = charts::now_minute();
-    let mut rows = String::new();
-    for host in objects
-        .into_iter()
-        .filter(|h| allow(&principal, crate::auth::Verb::Get, Kind::Host, h).is_ok())
-    {
-        let plan = plans.get(&host.metadata.name);
-        rows.push_str(&row(
-            &present(Kind::Host, host),
-            plan,
-            &dash.health,
-            now,
-            true,
-        ));
-    }
-    if query.rows() {
-        return fragment(rows);
-    }
-    let hidden = if rows.is_empty() { "" } else { " hidden" };
-    let content = format!(
-        r#"<div class="bar"><h1>Hosts</h1>
-<label class="filter">Filter <input id="filter" type="search" placeholder="name, cluster or state"></label></div>
-<table class="list" id="hosts" data-watch="/v1/hosts?watch=true" data-rows="/hosts?part=rows" data-poll="10">
-<thead><tr><th scope="col"><button type="button" class="sort" data-sort="0">Name</button></th><th scope="col"><button type="button" class="sort" data-sort="1">Cluster</button></th><th scope="col"><button type="button" class="sort" data-sort="2">State</button></th><th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
+    let rows: String = selection
+        .shown
+        .iter()
+        .map(|e| {
+            let plan = plans.get(&e.object.metadata.name);
+            row(
+                &present(Kind::Host, e.object.clone()),
+                plan,
+                &dash.health,
+                now,
+                true,
+            )
+        })
+        .collect();
+    let section = format!(
+        r#"{error}{pager}
+<table class="list" id="hosts">
+<thead><tr>{name}<th scope="col">Cluster</th>{state}<th scope="col">Roles</th><th scope="col">Provisioning</th><th scope="col">CPU, last hour</th><th scope="col">Memory</th></tr></thead>
 <tbody>{rows}</tbody>
 </table>
-<p class="empty" id="no-rows"{hidden}>No hosts yet: create a custom cluster and run its command on a host.</p>"#
+{empty}"#,
+        pager = fleet::pager(&query, &selection, "hosts"),
+        name = fleet::heading(&query, "name", "Name"),
+        state = fleet::heading(&query, "state", "State"),
+        empty = fleet::empty(
+            "/hosts",
+            &query,
+            &selection,
+            "No hosts yet: create a custom cluster and run its command on a host."
+        ),
+    );
+    if query.rows() {
+        return fragment(section);
+    }
+    let content = format!(
+        r#"<div class="bar"><h1>Hosts</h1></div>
+{filters}
+<section id="fleet" data-watch="/v1/hosts?watch=true" data-rows="/hosts?part=rows&amp;{view}" data-poll="10">
+{section}
+</section>"#,
+        filters = fleet::filters(
+            "/hosts",
+            &query,
+            &selection,
+            ("Name or cluster contains", "Agent version")
+        ),
+        view = escape(&query.link(None, None)),
     );
     page("Hosts", Some(&principal), "hosts", &content)
 }

@@ -26,6 +26,7 @@ mod clusters;
 mod delivery;
 mod device;
 mod explorer;
+mod fleet;
 mod machines;
 mod people;
 mod pools;
@@ -127,19 +128,6 @@ fn fragment(html: String) -> Response {
         html,
     )
         .into_response()
-}
-
-/// `?part=rows`: only a table's rows, for the script's live updates.
-#[derive(Debug, Deserialize)]
-struct PartQuery {
-    #[serde(default)]
-    part: Option<String>,
-}
-
-impl PartQuery {
-    fn rows(&self) -> bool {
-        self.part.as_deref() == Some("rows")
-    }
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

@@ -16,6 +16,7 @@ mod hub_scenario;
 mod load;
 mod login_scenario;
 mod machines_scenario;
+mod pages_scenario;
 mod planner_scenario;
 mod plans_scenario;
 mod proxy_scenario;
@@ -98,6 +99,10 @@ enum Scenario {
     /// `fleet` itself).
     #[command(hide = true)]
     FloorServer(floor::ServerArgs),
+    /// The dashboard's clusters and hosts pages with N of each registered (hub as its own
+    /// process): first page, a filter, a deep page of a sorted view, beside the API's whole
+    /// list of the same objects.
+    Pages(pages_scenario::Args),
 }
 
 #[global_allocator]
@@ -137,6 +142,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Delivery(args) => runtime.block_on(delivery_scenario::run(args))?,
         Scenario::DeliveryClusters(args) => runtime.block_on(delivery_scenario::run_share(args))?,
         Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
+        Scenario::Pages(args) => runtime.block_on(pages_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

@@ -111,7 +111,7 @@ impl Target {
     }
 
     /// Sends one request on `sender`; the status and the whole body.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         sender: &mut SendRequest<Full<Bytes>>,
         method: &str,

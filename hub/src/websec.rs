@@ -24,6 +24,18 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
                    frame-ancestors 'none'";
 
+/// The policy of a page whose script makes `<style>` elements (the shell's terminal: xterm
+/// writes its dimensions and theme into them as the window and font change): `CSP`, and style
+/// elements that carry this response's `nonce`, and style attributes (xterm colours a cell
+/// by one). Scripts stay the hub's own files alone; a style cannot run code, and with images
+/// and connections limited to the hub a style can send nothing elsewhere.
+pub fn policy_with_style_nonce(nonce: &str) -> String {
+    CSP.replace(
+        "style-src 'self';",
+        &format!("style-src 'self' 'nonce-{nonce}'; style-src-attr 'unsafe-inline';"),
+    )
+}
+
 fn has_session_cookie(request: &Request) -> bool {
     request
         .headers()
@@ -102,6 +114,20 @@ pub async fn layer(request: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_nonce_admits_style_elements_and_nothing_else_changes() {
+        let policy = policy_with_style_nonce("abc123");
+        assert!(
+            policy.contains("style-src 'self' 'nonce-abc123'; style-src-attr 'unsafe-inline';"),
+            "{policy}"
+        );
+        // Scripts, frames and everything else as on every page.
+        assert_eq!(
+            policy.replace(" 'nonce-abc123'; style-src-attr 'unsafe-inline';", ";"),
+            CSP
+        );
+    }
+
     use axum::{Router, body::Body, routing::post};
     use tower::ServiceExt;
 

@@ -135,6 +135,8 @@ impl Driver {
             // The hub's certificate is from its own CA, which Chromium does not know.
             "acceptInsecureCerts": true,
             "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
+            // The console's messages, read by [`Browser::console_errors`].
+            "goog:loggingPrefs": {"browser": "ALL"},
         }}});
         let (status, reply) = self
             .call("POST", "/session", Some(capabilities))
@@ -162,6 +164,21 @@ impl Browser<'_> {
         let (status, reply) = self.driver.call(method, &full, body).await.unwrap();
         assert_eq!(status, 200, "{method} {path}: {reply}");
         reply["value"].clone()
+    }
+
+    /// The console's errors since this was last asked (a refused Content-Security-Policy, an
+    /// uncaught exception, a resource that failed to load), as Chromium words them.
+    pub async fn console_errors(&self) -> Vec<String> {
+        let entries = self
+            .command("POST", "/se/log", Some(json!({"type": "browser"})))
+            .await;
+        entries
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
     }
 
     pub async fn goto(&self, url: &str) {
@@ -372,9 +389,25 @@ for (const el of document.querySelectorAll("body *")) {
 return problems;
 "#;
 
-/// Fails on accessibility problems of the page as it stands ([`CHECK_PAGE`]), then saves it
-/// as `target/screenshots/<file>.png` for review.
+/// Fails on console errors since the last check (a script's exception, a refused
+/// Content-Security-Policy, an invalid `pattern`) and on accessibility problems of the page as
+/// it stands ([`CHECK_PAGE`]), then saves it as `target/screenshots/<file>.png` for review.
 pub async fn check_and_save_as(browser: &Browser<'_>, file: &str) {
+    // What the hub's pages did wrong since the last check (Chromium starts each message with
+    // the address of what logged it; an identity provider's own pages, visited on the way,
+    // are not the hub's). A request the hub or the cluster refused is logged as "Failed to
+    // load resource" too; the page says why itself, and tests make such requests on purpose,
+    // so those lines are not its errors.
+    let url = browser.url().await;
+    let origin: String = url.split('/').take(3).collect::<Vec<_>>().join("/");
+    let errors: Vec<String> = browser
+        .console_errors()
+        .await
+        .into_iter()
+        .filter(|e| e.starts_with(&format!("{origin}/")))
+        .filter(|e| !e.contains("Failed to load resource: the server responded with a status of"))
+        .collect();
+    assert!(errors.is_empty(), "console errors by {url}: {errors:#?}");
     let problems = browser.run(CHECK_PAGE, json!([])).await;
     assert_eq!(
         problems,

@@ -185,7 +185,7 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
 <legend>Machine pools</legend>
 <p class="help" id="pools-help">Machines the hub makes from a template; leave the name empty for none.</p>
 <div class="pool-row">
-<label>Pool name <input name="pool-name" pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="20"></label>
+<label>Pool name <input name="pool-name" pattern="[a-z0-9]([a-z0-9\-]*[a-z0-9])?" maxlength="20"></label>
 <label>Template <select name="pool-template">{options}</select></label>
 <label>Machines <input name="pool-quantity" type="number" min="0" max="1000" value="1"></label>
 <label class="check"><input type="checkbox" name="pool-etcd" checked> etcd</label>
@@ -201,7 +201,7 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
 <h1>Create cluster</h1>
 <form id="create-cluster">
 <label for="name">Name</label>
-<input id="name" name="name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="63" aria-describedby="name-help">
+<input id="name" name="name" required pattern="[a-z0-9]([a-z0-9\-]*[a-z0-9])?" maxlength="63" aria-describedby="name-help">
 <p class="help" id="name-help">Lower-case letters, digits and '-'.</p>
 <fieldset>
 <legend>Type</legend>
@@ -524,7 +524,7 @@ pub(super) async fn one(
             projects,
             r#"<form id="create-project" data-cluster="{cluster}" aria-label="New project">
 <label for="project-name">New project</label>
-<input id="project-name" name="name" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="name">
+<input id="project-name" name="name" required pattern="[a-z]([a-z0-9\-]*[a-z0-9])?" maxlength="63" placeholder="name">
 <label for="project-display">Display name</label>
 <input id="project-display" name="displayName">
 <button type="submit">Create project</button>
@@ -543,7 +543,7 @@ pub(super) async fn one(
             projects,
             r#"<form id="create-project-member" data-cluster="{cluster}" aria-label="Add a project member">
 <label for="member-project">Project</label>
-<input id="member-project" name="project" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?">
+<input id="member-project" name="project" required pattern="[a-z]([a-z0-9\-]*[a-z0-9])?">
 <label for="member-user">User</label>
 <input id="member-user" name="user" required>
 <label for="member-role">Role</label>
@@ -565,7 +565,7 @@ pub(super) async fn one(
             format!(
                 r#"<form id="create-snapshot" data-cluster="{cluster}">
 <label for="snapshot-name">Snapshot name</label>
-<input id="snapshot-name" name="name" pattern="[a-z]([-a-z0-9]*[a-z0-9])?" maxlength="63" placeholder="optional">
+<input id="snapshot-name" name="name" pattern="[a-z]([a-z0-9\-]*[a-z0-9])?" maxlength="63" placeholder="optional">
 <label><input type="checkbox" name="copyToHub" id="snapshot-copy"> Keep a copy on the hub</label>
 <button type="submit">Take snapshot</button>
 <p class="error" role="alert" id="snapshot-error"></p>

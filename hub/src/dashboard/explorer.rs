@@ -10,7 +10,7 @@
 
 use axum::{
     extract::{Path, State},
-    http::{HeaderMap, StatusCode, Uri},
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::Response,
 };
 
@@ -323,7 +323,10 @@ pub(super) async fn pod_view(
             .await
         }
         "shell" => {
-            explorer_page(
+            let nonce = crate::auth::secret::random_text::<16>();
+            let head = format!(r#"{XTERM}
+<meta name="style-nonce" content="{nonce}">"#);
+            let mut response = explorer_page(
                 &dash,
                 &headers,
                 &name,
@@ -346,9 +349,17 @@ pub(super) async fn pod_view(
                         pod = escape(&pod),
                     )
                 },
-                XTERM,
+                &head,
             )
-            .await
+            .await;
+            if let Ok(policy) =
+                HeaderValue::from_str(&crate::websec::policy_with_style_nonce(&nonce))
+            {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_SECURITY_POLICY, policy);
+            }
+            response
         }
         _ => not_found("a pod has logs and a shell"),
     }

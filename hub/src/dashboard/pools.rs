@@ -148,7 +148,7 @@ pub(super) async fn section(
         format!(
             r#"<form id="add-pool" data-cluster="{name}" aria-label="Add a machine pool">
 <label for="pool-name">New pool</label>
-<input id="pool-name" name="name" required pattern="[a-z0-9]([-a-z0-9]*[a-z0-9])?" maxlength="20" placeholder="name">
+<input id="pool-name" name="name" required pattern="[a-z0-9]([a-z0-9\-]*[a-z0-9])?" maxlength="20" placeholder="name">
 <label for="pool-template">Template</label>
 <select id="pool-template" name="template" required>{options}</select>
 <label for="pool-quantity">Machines</label>

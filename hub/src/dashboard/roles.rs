@@ -250,7 +250,7 @@ fn new_template_form(catalog: &Catalog) -> String {
         r#"<section class="card">
 <h2>New role template</h2>
 <form id="create-template">
-<label for="template-name">Name</label><input id="template-name" name="name" required pattern="[a-z]([-a-z0-9]*[a-z0-9])?" autocomplete="off">
+<label for="template-name">Name</label><input id="template-name" name="name" required pattern="[a-z]([a-z0-9\-]*[a-z0-9])?" autocomplete="off">
 <label for="template-display">Display name</label><input id="template-display" name="displayName" autocomplete="off">
 <label for="template-context">Where it applies</label>
 <select id="template-context" name="context"><option value="project">a project's namespaces</option><option value="cluster">a whole cluster</option></select>

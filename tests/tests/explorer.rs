@@ -498,7 +498,26 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
             json!([]),
         )
         .await;
+    // Save first shows what changes, and saves only when confirmed.
     browser.click("#save").await;
+    browser.find("#yaml-confirm:not([hidden])").await;
+    let removed = browser.text("#yaml-diff .removed").await;
+    let added = browser.text("#yaml-diff .added").await;
+    assert!(
+        removed.starts_with('-') && removed.contains("replicas: 4"),
+        "{removed}"
+    );
+    assert!(
+        added.starts_with('+') && added.contains("replicas: 2"),
+        "{added}"
+    );
+    check_and_save_as(&browser, "explorer-deployment-diff").await;
+    assert_eq!(
+        web_replicas(&kube).await,
+        "4",
+        "nothing saved before confirming"
+    );
+    browser.click("#save-confirm").await;
     until(
         &browser,
         "the saved YAML",
@@ -507,6 +526,13 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     .await;
     let replicas = web_replicas(&kube).await;
     assert_eq!(replicas, "2");
+    // The summary and the scale box follow the object, without a reload.
+    let agree = |wanted: &str| {
+        format!(
+            "return document.getElementById('facts').textContent.includes('of {wanted} wanted') && document.getElementById('replicas').value === '{wanted}';"
+        )
+    };
+    until(&browser, "the summary after saving", &agree("2")).await;
     check_and_save_as(&browser, "explorer-deployment").await;
 
     // A conflicting edit: someone changes the object after the page read it; saving is
@@ -523,7 +549,16 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
             json!([]),
         )
         .await;
+    // Their change shows in the summary at once, and the editor is told.
+    until(&browser, "someone else's change, live", &agree("5")).await;
+    assert!(
+        browser
+            .text("#yaml-status")
+            .await
+            .contains("changed since you began editing")
+    );
     browser.click("#save").await;
+    browser.click("#save-confirm").await;
     until(&browser, "the conflict", "return document.getElementById('yaml-error').textContent.includes('changed by someone else');").await;
     let error = browser.text("#yaml-error").await;
     assert!(error.contains("Conflict"), "{error}");
@@ -551,6 +586,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         "return document.getElementById('action-status').textContent.includes('Scaled to 3');",
     )
     .await;
+    until(&browser, "the summary after scaling", &agree("3")).await;
     browser.click("#restart").await;
     until(&browser, "restarted", "return document.getElementById('action-status').textContent.includes('Restart requested');").await;
     let deployment: Value = serde_json::from_str(

@@ -40,6 +40,32 @@ async function kube(path, { method = "GET", body, accept = "application/json", c
   return { ok: response.ok, status: response.status, data, text };
 }
 
+// Reads a Kubernetes watch (one JSON event a line) until it ends or `onEvent` answers false,
+// handing each event on.
+async function readEvents(response, onEvent) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    let chunk;
+    try {
+      chunk = await reader.read();
+    } catch (_) {
+      return;
+    }
+    if (chunk.done) return;
+    buffer += chunk.value;
+    let newline;
+    while ((newline = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, newline);
+      buffer = buffer.slice(newline + 1);
+      if (line.trim() && (await onEvent(JSON.parse(line))) === false) {
+        reader.cancel().catch(() => {});
+        return;
+      }
+    }
+  }
+}
+
 // What to tell the user about a failed request: the cluster's (or hub's) own message.
 function why(result) {
   const message = result.data && result.data.message;
@@ -566,51 +592,37 @@ async function showList(holder) {
         return;
       }
       if (!response.ok || !response.body) return;
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        let chunk;
-        try {
-          chunk = await reader.read();
-        } catch (_) {
-          return;
+      let behind = false;
+      await readEvents(response, (event) => {
+        if (event.type === "BOOKMARK") return true;
+        if (event.type === "ERROR") {
+          // Fell behind: list again from now.
+          state.revision = null;
+          reload();
+          behind = true;
+          return false;
         }
-        if (chunk.done) break;
-        buffer += chunk.value;
-        let newline;
-        while ((newline = buffer.indexOf("\n")) >= 0) {
-          const line = buffer.slice(0, newline);
-          buffer = buffer.slice(newline + 1);
-          if (!line.trim()) continue;
-          const event = JSON.parse(line);
-          if (event.type === "BOOKMARK") continue;
-          if (event.type === "ERROR") {
-            // Fell behind: list again from now.
-            state.revision = null;
-            reload();
-            return;
-          }
-          const table = event.object;
-          if (table.columnDefinitions && table.columnDefinitions.length > 0) state.columns = table.columnDefinitions;
-          for (const row of table.rows || []) {
-            const meta = row.object.metadata;
-            if (meta.resourceVersion) state.revision = meta.resourceVersion;
-            const shown = state.rows.findIndex((x) => x.object.metadata.uid === meta.uid);
-            if (event.type === "MODIFIED" && shown >= 0) {
-              state.rows[shown] = row;
-              if (state.sorted) {
-                const at = state.sorted.findIndex((x) => x.object.metadata.uid === meta.uid);
-                if (at >= 0) state.sorted[at] = row;
-              }
-              render();
-            } else if (event.type !== "MODIFIED" || shown >= 0) {
-              reload();
+        const table = event.object;
+        if (table.columnDefinitions && table.columnDefinitions.length > 0) state.columns = table.columnDefinitions;
+        for (const row of table.rows || []) {
+          const meta = row.object.metadata;
+          if (meta.resourceVersion) state.revision = meta.resourceVersion;
+          const shown = state.rows.findIndex((x) => x.object.metadata.uid === meta.uid);
+          if (event.type === "MODIFIED" && shown >= 0) {
+            state.rows[shown] = row;
+            if (state.sorted) {
+              const at = state.sorted.findIndex((x) => x.object.metadata.uid === meta.uid);
+              if (at >= 0) state.sorted[at] = row;
             }
+            render();
+          } else if (event.type !== "MODIFIED" || shown >= 0) {
+            reload();
           }
         }
-      }
+        return true;
+      });
       // The server ended the watch (its timeout): go on from where it stopped.
-      if (!controller.signal.aborted) setTimeout(() => one(source), 1000);
+      if (!behind && !controller.signal.aborted) setTimeout(() => one(source), 1000);
     };
     for (const source of state.sources) one(source);
   };
@@ -704,8 +716,29 @@ async function showObject(holder) {
     return;
   }
   const object = load.data;
+  drawSummary(object);
+  await showOwned(r, object);
+  await showObjectEvents(object);
+  const yaml = await showYaml(r, path, namespace, name);
+  const actions = await showActions(r, object, path);
+  followObject(r, namespace, name, object.metadata.resourceVersion, async (type, changed) => {
+    if (type === "DELETED") {
+      say("object-error", `${changed.kind} ${name} was deleted.`);
+      return;
+    }
+    drawSummary(changed);
+    actions.update(changed);
+    yaml.changed();
+    await showOwned(r, changed);
+  });
+}
+
+// The summary of the object as it is: kind, labels, phase, replicas, node; its conditions and
+// owners. Drawn again whenever the object changes.
+function drawSummary(object) {
   const meta = object.metadata;
   const facts = document.getElementById("facts");
+  facts.replaceChildren();
   fact(facts, "Kind", `${object.kind} (${object.apiVersion})`);
   if (meta.namespace) fact(facts, "Namespace", meta.namespace);
   fact(facts, "Created", `${meta.creationTimestamp || ""} (${age(meta.creationTimestamp)} ago)`);
@@ -719,23 +752,57 @@ async function showObject(holder) {
   if (object.spec && object.spec.nodeName) fact(facts, "Node", object.spec.nodeName);
   if (object.kind === "Node") fact(facts, "Schedulable", object.spec && object.spec.unschedulable ? "no (cordoned)" : "yes");
   const conditions = document.getElementById("conditions").tBodies[0];
+  conditions.replaceChildren();
   for (const c of status.conditions || []) {
     conditions.append(element("tr", {}, element("td", {}, c.type || ""), element("td", {}, c.status || ""), element("td", {}, c.reason || ""), element("td", {}, c.message || "")));
   }
   const owners = document.getElementById("owners");
+  owners.replaceChildren();
   for (const o of meta.ownerReferences || []) {
     owners.append(element("li", {}, `${o.kind} ${o.name}`));
   }
   if (owners.children.length === 0) owners.append(element("li", {}, "nothing"));
-  await showOwned(r, object);
-  await showObjectEvents(object);
-  await showYaml(r, path, namespace, name);
-  await showActions(r, object, path);
+}
+
+// Follows one object by a watch of its collection narrowed to its name, from the revision the
+// page read: every change, the page's own or anyone's, is handed to `onChange` as it lands.
+function followObject(r, namespace, name, revision, onChange) {
+  let from = revision;
+  const one = async () => {
+    const query = new URLSearchParams({ watch: "1", fieldSelector: `metadata.name=${name}`, allowWatchBookmarks: "true" });
+    if (from) query.set("resourceVersion", from);
+    let response;
+    try {
+      response = await fetch(`${kubeBase}${apiPath(r, namespace)}?${query}`, { cache: "no-store" });
+    } catch (_) {
+      setTimeout(one, 2000);
+      return;
+    }
+    if (!response.ok || !response.body) {
+      setTimeout(one, 5000);
+      return;
+    }
+    await readEvents(response, async (event) => {
+      if (event.type === "ERROR") {
+        // Too old to follow from: follow from now (the next change redraws the page).
+        from = null;
+        return false;
+      }
+      const meta = event.object.metadata || {};
+      if (meta.resourceVersion) from = meta.resourceVersion;
+      if (["ADDED", "MODIFIED", "DELETED"].includes(event.type)) await onChange(event.type, event.object);
+      return true;
+    });
+    // The server ended the watch (its timeout): go on from where it stopped.
+    setTimeout(one, 1000);
+  };
+  one();
 }
 
 // What the object owns: the pods of a workload (by its selector, as the workload finds them).
 async function showOwned(r, object) {
   const owned = document.getElementById("owned");
+  const items = [];
   const selector = object.spec && object.spec.selector && (object.spec.selector.matchLabels || (r.name === "services" ? object.spec.selector : null));
   if (selector && Object.keys(selector).length > 0 && object.metadata.namespace) {
     const labels = Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(",");
@@ -743,11 +810,12 @@ async function showOwned(r, object) {
     if (pods.ok) {
       const podResource = { group: "", version: "v1", name: "pods", namespaced: true };
       for (const p of pods.data.items || []) {
-        owned.append(element("li", {}, element("a", { href: pagePath(podResource, p.metadata.namespace, p.metadata.name) }, `Pod ${p.metadata.name}`), ` ${(p.status && p.status.phase) || ""}`));
+        items.push(element("li", {}, element("a", { href: pagePath(podResource, p.metadata.namespace, p.metadata.name) }, `Pod ${p.metadata.name}`), ` ${(p.status && p.status.phase) || ""}`));
       }
     }
   }
-  if (owned.children.length === 0) owned.append(element("li", {}, "nothing"));
+  if (items.length === 0) items.push(element("li", {}, "nothing"));
+  owned.replaceChildren(...items);
 }
 
 async function showObjectEvents(object) {
@@ -768,32 +836,98 @@ async function showObjectEvents(object) {
   if (items.length === 0) body.append(element("tr", {}, element("td", { colSpan: 4 }, "No events about it.")));
 }
 
+// The lines of `before` and `after` as a diff: each line kept (" "), removed ("-") or added
+// ("+"), in order (a longest common subsequence of lines).
+function lineDiff(before, after) {
+  const a = before.split("\n");
+  const b = after.split("\n");
+  const common = Array.from({ length: a.length + 1 }, () => new Array(b.length + 1).fill(0));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      common[i][j] = a[i] === b[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const out = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    if (i < a.length && j < b.length && a[i] === b[j]) {
+      out.push([" ", a[i]]);
+      i++;
+      j++;
+    } else if (i < a.length && (j === b.length || common[i + 1][j] >= common[i][j + 1])) {
+      // What goes before what comes, as `diff -u` shows a changed line.
+      out.push(["-", a[i]]);
+      i++;
+    } else {
+      out.push(["+", b[j]]);
+      j++;
+    }
+  }
+  return out;
+}
+
+// Draws a diff into `pre`: changed lines with two lines around them, "…" for what is between.
+function drawDiff(pre, diff) {
+  const near = diff.map((_, at) => diff.slice(Math.max(0, at - 2), at + 3).some(([mark]) => mark !== " "));
+  const lines = [];
+  let skipped = false;
+  diff.forEach(([mark, text], at) => {
+    if (!near[at]) {
+      if (!skipped) lines.push(element("span", { className: "gap" }, "…"));
+      skipped = true;
+      return;
+    }
+    skipped = false;
+    const className = mark === "+" ? "added" : mark === "-" ? "removed" : "same";
+    lines.push(element("span", { className }, `${mark} ${text}`));
+  });
+  pre.replaceChildren(...lines);
+}
+
 // The YAML, as the API server writes it; those who may update the object edit it in place.
-// Saving sends it whole (a replace): if the object changed since it was read, the API server
-// refuses with a conflict on its resourceVersion, and nothing is overwritten.
+// Saving first shows what changes (a diff against the YAML as read), then sends it whole (a
+// replace): if the object changed since it was read, the API server refuses with a conflict
+// on its resourceVersion, and nothing is overwritten. Returns `changed()`, which the page calls
+// when the object changes: the YAML shown is read again, unless it is being edited, and then
+// the editor is told.
 async function showYaml(r, path, namespace, name) {
   const area = document.getElementById("yaml");
+  let original = "";
+  let saving = false;
   const read = async () => {
     const result = await kube(path, { accept: "application/yaml" });
     if (!result.ok) {
       say("yaml-error", why(result));
       return;
     }
+    original = result.text;
     area.value = result.text;
   };
   await read();
-  if (!r.verbs.includes("update") || !(await can("update", r, namespace, undefined, name))) return;
-  const [edit, save, cancel] = ["edit", "save", "cancel"].map((id) => document.getElementById(id));
+  const view = {
+    changed: async () => {
+      if (saving) return;
+      if (area.readOnly) {
+        await read();
+      } else {
+        say("yaml-status", "The object changed since you began editing: saving would be refused. Cancel shows the current version.");
+      }
+    },
+  };
+  if (!r.verbs.includes("update") || !(await can("update", r, namespace, undefined, name))) return view;
+  const [edit, save, cancel, confirmBox, confirm, back] = ["edit", "save", "cancel", "yaml-confirm", "save-confirm", "save-back"].map((id) => document.getElementById(id));
   edit.hidden = false;
   const editing = (on) => {
     area.readOnly = !on;
     edit.hidden = on;
     save.hidden = !on;
     cancel.hidden = !on;
+    confirmBox.hidden = true;
   };
   edit.addEventListener("click", () => {
     editing(true);
-    say("yaml-status", "Editing: Save replaces the object with this YAML.");
+    say("yaml-status", "Editing: Save shows what changes, then replaces the object with this YAML.");
     area.focus();
   });
   cancel.addEventListener("click", async () => {
@@ -802,19 +936,43 @@ async function showYaml(r, path, namespace, name) {
     say("yaml-status", "");
     await read();
   });
-  save.addEventListener("click", async () => {
+  save.addEventListener("click", () => {
     say("yaml-error", "");
-    const result = await kube(path, { method: "PUT", body: area.value, contentType: "application/yaml" });
-    if (!result.ok) {
-      say("yaml-error", result.status === 409
-        ? `Not saved: the object was changed by someone else since you opened it (${why(result)}). Cancel to see the current version, then edit again.`
-        : `Not saved: ${why(result)}`);
+    const diff = lineDiff(original, area.value);
+    if (diff.every(([mark]) => mark === " ")) {
+      say("yaml-status", "Nothing to save: the YAML is as it was read.");
       return;
     }
-    editing(false);
-    say("yaml-status", `Saved (resourceVersion ${result.data.metadata.resourceVersion}).`);
-    await read();
+    drawDiff(document.getElementById("yaml-diff"), diff);
+    confirmBox.hidden = false;
+    save.hidden = true;
+    confirm.focus();
   });
+  back.addEventListener("click", () => {
+    confirmBox.hidden = true;
+    save.hidden = false;
+    area.focus();
+  });
+  confirm.addEventListener("click", async () => {
+    saving = true;
+    try {
+      const result = await kube(path, { method: "PUT", body: area.value, contentType: "application/yaml" });
+      if (!result.ok) {
+        confirmBox.hidden = true;
+        save.hidden = false;
+        say("yaml-error", result.status === 409
+          ? `Not saved: the object was changed by someone else since you opened it (${why(result)}). Cancel to see the current version, then edit again.`
+          : `Not saved: ${why(result)}`);
+        return;
+      }
+      editing(false);
+      say("yaml-status", `Saved (resourceVersion ${result.data.metadata.resourceVersion}).`);
+      await read();
+    } finally {
+      saving = false;
+    }
+  });
+  return view;
 }
 
 function actionButton(label, id, act) {
@@ -909,6 +1067,15 @@ async function showActions(r, object, path) {
   // Every control the user may use is shown (for tests and screen readers alike: the page
   // has settled).
   document.getElementById("actions").dataset.ready = "true";
+  // The controls that show the object's state follow it (unless the user is typing there).
+  return {
+    update: (changed) => {
+      const replicas = document.getElementById("replicas");
+      if (replicas && document.activeElement !== replicas && changed.spec) replicas.value = String(changed.spec.replicas ?? 1);
+      const cordon = document.getElementById("cordon");
+      if (cordon && changed.spec) cordon.textContent = changed.spec.unschedulable === true ? "Uncordon" : "Cordon";
+    },
+  };
 }
 
 // ---------- a pod's logs ----------

@@ -258,6 +258,10 @@ async fn one(
 <div class="actions"><button type="button" id="edit" hidden>Edit YAML</button>
 <button type="button" id="save" hidden>Save</button>
 <button type="button" id="cancel" hidden>Cancel</button></div>
+<div id="yaml-confirm" hidden><h3 id="diff-title">What saving changes</h3>
+<pre id="yaml-diff" class="diff" tabindex="0" aria-labelledby="diff-title"></pre>
+<div class="actions"><button type="button" id="save-confirm">Save these changes</button>
+<button type="button" id="save-back">Back to editing</button></div></div>
 <p class="error" role="alert" id="yaml-error"></p>
 <p id="yaml-status" role="status" aria-live="polite"></p>
 </section>

@@ -545,7 +545,12 @@ pub fn files(path: &Path, keep: usize) -> Vec<PathBuf> {
 }
 
 /// The middleware that records audited requests once their answer is known.
-pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next) -> Response {
+/// The `Audit-Id` of the request being served, for what notes it elsewhere (a shell session's
+/// recording names the request that opened it).
+#[derive(Debug, Clone)]
+pub struct AuditId(pub String);
+
+pub async fn layer(State(audit): State<Arc<Audit>>, mut request: Request, next: Next) -> Response {
     if audit.tx.is_none() || !audited(request.method(), request.uri().path()) {
         return next.run(request).await;
     }
@@ -564,6 +569,7 @@ pub async fn layer(State(audit): State<Arc<Audit>>, request: Request, next: Next
         })
         .unwrap_or_default();
     let request_id = crate::auth::secret::random_password();
+    request.extensions_mut().insert(AuditId(request_id.clone()));
     let time = now();
     let (request, request_object) = if audit.level == Level::Request
         && matches!(method, Method::POST | Method::PUT | Method::PATCH)

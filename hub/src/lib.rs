@@ -39,6 +39,7 @@ pub mod pki;
 pub mod planner;
 pub mod plans;
 pub mod proxy;
+pub mod recording;
 pub mod refs;
 pub mod registration;
 pub mod replicas;
@@ -302,6 +303,7 @@ impl Hub {
             streams: auth::streams::Streams::new(config.max_streams_per_user),
             audit: audit.clone(),
             audit_keep: config.audit.keep,
+            recordings: Arc::new(recording::Recordings::in_data_dir(&config.data_dir)),
         };
         let app = routes::router(routes::Parts {
             api,

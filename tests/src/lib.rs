@@ -496,9 +496,14 @@ fn request(
 
 /// GET `path` without credentials; returns the status and the raw body.
 pub async fn https_get(addr: SocketAddr, path: &str) -> (u16, Bytes) {
+    https_get_as(addr, path, None).await
+}
+
+/// GET `path` with `token`, if any; returns the status and the raw body.
+pub async fn https_get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, Bytes) {
     let mut sender = connect(addr).await;
     let response = sender
-        .send_request(request(addr, "GET", path, None, None))
+        .send_request(request(addr, "GET", path, token, None))
         .await
         .unwrap();
     let status = response.status().as_u16();

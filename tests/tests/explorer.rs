@@ -242,6 +242,161 @@ async fn until_terminal_shows(browser: &Browser<'_>, what: &str, line: &str) {
     }
 }
 
+/// Every shell session through the hub is recorded: the dashboard's (the admin's, above) and a
+/// project member's `kubectl exec`. An admin lists them and replays one in the dashboard; the
+/// member may not list them.
+async fn recorded_sessions(
+    hub: &tests::HubProcess,
+    admin: &str,
+    pat: &Path,
+    pat_token: &str,
+    browser: &Browser<'_>,
+    base: &str,
+) {
+    let said = kubectl_ok(
+        pat,
+        &[
+            "exec",
+            "web-0",
+            "-n",
+            "shop",
+            "--",
+            "echo",
+            "recorded-by-kubectl",
+        ],
+    )
+    .await;
+    assert_eq!(said.trim(), "recorded-by-kubectl");
+    // Both sessions have ended; their recordings are written as they end.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let sessions = loop {
+        let (status, list) = api(hub.addr, "GET", "/v1/recordings", Some(admin), None).await;
+        assert_eq!(status, 200, "{list}");
+        let items = list["items"].as_array().unwrap().clone();
+        if items.len() == 2 && items.iter().all(|s| s["endedAt"].is_string()) {
+            break items;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two ended sessions: {list:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let by = |user: &str| sessions.iter().find(|s| s["user"] == user).unwrap().clone();
+    let (mine, theirs) = (by("admin"), by("pat"));
+    assert_eq!(
+        (
+            &mine["cluster"],
+            &mine["namespace"],
+            &mine["pod"],
+            &mine["container"]
+        ),
+        (
+            &json!("prod"),
+            &json!("shop"),
+            &json!("web-0"),
+            &json!("web")
+        )
+    );
+    assert_eq!(mine["command"], json!(["sh"]));
+    assert_eq!(theirs["command"], json!(["echo", "recorded-by-kubectl"]));
+    assert_eq!(theirs["protocol"], "v5.channel.k8s.io", "{theirs}");
+    assert!(theirs["groups"].as_array().is_some());
+    for session in [&mine, &theirs] {
+        assert_eq!(session["inputRecorded"], false);
+        // Tied to the audit record of the request that opened it.
+        let user = session["user"].as_str().unwrap();
+        let (status, audit) = api(
+            hub.addr,
+            "GET",
+            &format!("/v1/audit?user={user}"),
+            Some(admin),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{audit}");
+        let opened = audit["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["requestId"] == session["auditId"])
+            .unwrap_or_else(|| panic!("no audit record {} in {audit:#}", session["auditId"]));
+        assert_eq!(
+            opened["path"],
+            "/k8s/clusters/prod/api/v1/namespaces/shop/pods/web-0/exec"
+        );
+        assert_eq!(opened["code"], 101);
+    }
+    // The recordings: asciicast v2, what the container wrote, nothing typed (input is off).
+    let cast = |id: &str| {
+        let id = id.to_owned();
+        async move {
+            let (status, bytes) =
+                tests::https_get_as(hub.addr, &format!("/v1/recordings/{id}/cast"), Some(admin))
+                    .await;
+            assert_eq!(status, 200);
+            let text = String::from_utf8(bytes.to_vec()).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let lines = cast(mine["id"].as_str().unwrap()).await;
+    assert_eq!(lines[0]["version"], 2);
+    let output: String = lines[1..]
+        .iter()
+        .filter(|e| e[1] == "o")
+        .map(|e| e[2].as_str().unwrap())
+        .collect();
+    assert!(output.contains("hello-from-the-explorer"), "{output}");
+    assert!(lines[1..].iter().all(|e| e[1] != "i"), "input was recorded");
+    assert!(
+        lines[1..].iter().any(|e| e[1] == "r"),
+        "no resize in {lines:?}"
+    );
+    let lines = cast(theirs["id"].as_str().unwrap()).await;
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|e| e[1] == "o" && e[2].as_str().unwrap().contains("recorded-by-kubectl")),
+        "{lines:?}"
+    );
+    // A member may neither list nor read them.
+    for path in [
+        "/v1/recordings".to_owned(),
+        format!("/v1/recordings/{}", theirs["id"].as_str().unwrap()),
+    ] {
+        let (status, body) = api(hub.addr, "GET", &path, Some(pat_token), None).await;
+        assert_eq!(status, 403, "{path}: {body}");
+    }
+
+    // The admin replays their session in the dashboard.
+    browser.goto(&format!("{base}/recordings")).await;
+    browser.find("#recordings tbody tr").await;
+    check_and_save_as(browser, "recordings").await;
+    browser
+        .click(&format!(
+            "#recordings a[href='/recordings/{}']",
+            mine["id"].as_str().unwrap()
+        ))
+        .await;
+    until(
+        browser,
+        "the recording loaded",
+        "return document.getElementById('replay').dataset.loaded === 'true';",
+    )
+    .await;
+    browser
+        .run(
+            "document.getElementById('speed').value = '0'; return true;",
+            json!([]),
+        )
+        .await;
+    browser.click("#play").await;
+    until_terminal_shows(browser, "the replayed output", "hello-from-the-explorer").await;
+    check_and_save_as(browser, "recording-replay").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     let imported = Imported::start(
@@ -811,6 +966,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    recorded_sessions(hub, &admin, &pat, &pat_token, &browser, &base).await;
 
     // Cordon a node: kubectl sees it unschedulable. Drain the spare node: its pods go.
     browser

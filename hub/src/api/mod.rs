@@ -25,6 +25,7 @@ mod login;
 mod objects;
 pub mod openapi;
 pub mod paging;
+mod recordings;
 mod roles;
 mod sso;
 pub mod state;
@@ -59,6 +60,9 @@ pub fn router(api: Api) -> Router {
             "/v1/gitrepos/{name}/webhook",
             post(webhook::gitrepo_webhook),
         )
+        .route("/v1/recordings", get(recordings::list))
+        .route("/v1/recordings/{id}", get(recordings::one))
+        .route("/v1/recordings/{id}/cast", get(recordings::cast))
         .route(
             "/v1/{plural}",
             get(objects::list_or_watch).post(objects::create),

@@ -94,6 +94,7 @@ pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, 
         Kind::Setting => {
             crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
             crate::model::agentconfig::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            crate::recording::validate_setting(name, &spec).map_err(ApiError::invalid)?;
             if name == crate::auth::providers::REFRESH_SETTING {
                 let value = spec.get("value").and_then(Value::as_str).unwrap_or("");
                 crate::auth::providers::parse_interval(value).map_err(|e| {

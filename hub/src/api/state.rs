@@ -26,4 +26,6 @@ pub struct Api {
     pub audit: Arc<crate::audit::Audit>,
     /// Rotated audit files kept.
     pub audit_keep: usize,
+    /// Shell sessions' recordings.
+    pub recordings: Arc<crate::recording::Recordings>,
 }

@@ -2,6 +2,20 @@
 // their rows from the hub's own rendering, and a few conveniences (filter, sort, ages, copy).
 "use strict";
 
+// A page that draws a terminal: xterm writes its dimensions and theme into <style> elements
+// it makes as it draws, and the page's policy applies only those that carry the page's nonce,
+// so every one made on the page does. Only the hub's own scripts run (script-src 'self').
+(() => {
+  const nonce = document.querySelector('meta[name="style-nonce"]');
+  if (!nonce) return;
+  const create = Document.prototype.createElement;
+  Document.prototype.createElement = function (tag, options) {
+    const made = create.call(this, tag, options);
+    if (String(tag).toLowerCase() === "style") made.nonce = nonce.content;
+    return made;
+  };
+})();
+
 async function apiCall(method, path, body) {
   const response = await fetch(path, {
     method,

@@ -1172,18 +1172,6 @@ async function showShell(holder) {
     say("shell-error", e.message);
     return;
   }
-  // xterm writes its dimensions and theme into <style> elements it makes as it draws; the
-  // page's policy applies only those that carry this page's nonce, so every one made here
-  // does. Only this page's own scripts run (script-src 'self').
-  const nonce = document.querySelector('meta[name="style-nonce"]');
-  if (nonce) {
-    const create = Document.prototype.createElement;
-    Document.prototype.createElement = function (tag, options) {
-      const element = create.call(this, tag, options);
-      if (String(tag).toLowerCase() === "style") element.nonce = nonce.content;
-      return element;
-    };
-  }
   const terminal = new Terminal({ cursorBlink: true, fontFamily: "monospace", fontSize: 14, theme: { background: "#101722", foreground: "#e8edf4" } });
   const fit = new FitAddon.FitAddon();
   terminal.loadAddon(fit);

@@ -27,6 +27,29 @@ const XTERM: &str = r#"<link rel="stylesheet" href="/assets/xterm/xterm.css">
 <script src="/assets/xterm/xterm.js" defer></script>
 <script src="/assets/xterm/addon-fit.js" defer></script>"#;
 
+/// The head of a page that draws a terminal (xterm's assets, and a style nonce fresh for this
+/// response, which app.js gives the style elements xterm makes), and the nonce.
+pub(super) fn terminal_head() -> (String, String) {
+    let nonce = crate::auth::secret::random_text::<16>();
+    (
+        format!(
+            r#"{XTERM}
+<meta name="style-nonce" content="{nonce}">"#
+        ),
+        nonce,
+    )
+}
+
+/// `response` with the policy of a page that draws a terminal ([`terminal_head`]'s nonce).
+pub(super) fn with_style_nonce(mut response: Response, nonce: &str) -> Response {
+    if let Ok(policy) = HeaderValue::from_str(&crate::websec::policy_with_style_nonce(nonce)) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    response
+}
+
 /// Whether a path segment can name a resource (`pods`, `deployments.apps`), a namespace or an
 /// object (`system:controller:x` is a ClusterRole's name) as Kubernetes spells them.
 fn well_formed(segment: &str) -> bool {
@@ -327,10 +350,8 @@ pub(super) async fn pod_view(
             .await
         }
         "shell" => {
-            let nonce = crate::auth::secret::random_text::<16>();
-            let head = format!(r#"{XTERM}
-<meta name="style-nonce" content="{nonce}">"#);
-            let mut response = explorer_page(
+            let (head, nonce) = terminal_head();
+            let response = explorer_page(
                 &dash,
                 &headers,
                 &name,
@@ -356,14 +377,7 @@ pub(super) async fn pod_view(
                 &head,
             )
             .await;
-            if let Ok(policy) =
-                HeaderValue::from_str(&crate::websec::policy_with_style_nonce(&nonce))
-            {
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_SECURITY_POLICY, policy);
-            }
-            response
+            with_style_nonce(response, &nonce)
         }
         _ => not_found("a pod has logs and a shell"),
     }

@@ -30,6 +30,7 @@ mod fleet;
 mod machines;
 mod people;
 mod pools;
+mod recordings;
 mod roles;
 
 const CSS: &str = include_str!("app.css");
@@ -115,6 +116,12 @@ pub fn router(dash: Dash) -> Router {
         .route("/delivery", get(delivery::delivery))
         .route("/clusters/{name}/bundles", get(clusters::bundles))
         .route("/tokens", get(people::tokens))
+        .route("/recordings", get(recordings::list))
+        .route("/recordings/{id}", get(recordings::one))
+        .route(
+            "/assets/replay.js",
+            get(|| async { asset("text/javascript", recordings::JS) }),
+        )
         .with_state(dash)
 }
 
@@ -244,6 +251,9 @@ fn page_with(
         }
         if p.may_globally("list", crate::model::Kind::Bundle, None) {
             links.push(("delivery", "/delivery", "Continuous Delivery"));
+        }
+        if p.may_hub("get", "recordings") {
+            links.push(("recordings", "/recordings", "Recordings"));
         }
         links.push(("roles", "/roles", "Roles"));
         links.push(("tokens", "/tokens", "API tokens"));

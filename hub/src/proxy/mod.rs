@@ -38,6 +38,7 @@ mod cache;
 mod drain;
 mod relay;
 pub(crate) mod route;
+mod session;
 
 pub use cache::cache;
 pub use drain::drain;
@@ -302,9 +303,33 @@ pub async fn handle(
     } else {
         None
     };
-    let headers = match forwarded(&parts.headers, upgrade, &principal) {
+    let mut headers = match forwarded(&parts.headers, upgrade, &principal) {
         Ok(headers) => headers,
         Err(e) => return from_api(e),
+    };
+    // An exec or attach is recorded: its messages must be read as they pass, so none is
+    // compressed (the WebSocket extension that would is not offered on).
+    let audit_id = parts
+        .extensions
+        .get::<crate::audit::AuditId>()
+        .map(|id| id.0.clone())
+        .unwrap_or_default();
+    let recording = match upgrade
+        .then(|| session::session_of(&rest, &query, &principal, &cluster, &audit_id))
+        .flatten()
+    {
+        Some(recorded) => match crate::recording::settings(&*state.api.store).await {
+            Ok(settings) => {
+                headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
+                Some(session::Pending {
+                    recordings: state.api.recordings.clone(),
+                    session: recorded,
+                    settings,
+                })
+            }
+            Err(e) => return from_api(e.into()),
+        },
+        None => None,
     };
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
@@ -327,7 +352,7 @@ pub async fn handle(
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster, held).await;
+    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster, held, recording).await;
     if let Some(pool) = pool {
         pool.put(sender);
     }
@@ -375,6 +400,7 @@ async fn exchange(
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
     cluster: &str,
     mut held: Option<crate::auth::streams::StreamGuard>,
+    recording: Option<session::Pending>,
 ) -> Response {
     let mut response = match send(sender, outbound, cluster).await {
         Ok(response) => response,
@@ -385,14 +411,23 @@ async fn exchange(
     {
         let agent_side = hyper::upgrade::on(&mut response);
         let held = held.take();
+        let tap = match recording {
+            Some(pending) => session::start(pending, response.headers()).await,
+            None => None,
+        };
         tokio::spawn(async move {
             let _held = held;
             if let (Ok(client), Ok(agent)) = (client_side.await, agent_side.await) {
-                let _ = tokio::io::copy_bidirectional(
-                    &mut TokioIo::new(client),
-                    &mut TokioIo::new(agent),
-                )
-                .await;
+                match tap {
+                    Some(tap) => session::splice(client, agent, tap).await,
+                    None => {
+                        let _ = tokio::io::copy_bidirectional(
+                            &mut TokioIo::new(client),
+                            &mut TokioIo::new(agent),
+                        )
+                        .await;
+                    }
+                }
             }
         });
     }

@@ -78,8 +78,8 @@ pub async fn relay(
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    // The replica the caller came through counts the caller's streams.
-    let response = exchange(&mut sender, outbound, on_upgrade, &cluster, None).await;
+    // The replica the caller came through counts the caller's streams and records sessions.
+    let response = exchange(&mut sender, outbound, on_upgrade, &cluster, None, None).await;
     if let Some(pool) = pool {
         pool.put(sender);
     }

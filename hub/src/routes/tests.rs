@@ -55,6 +55,7 @@ fn app_with(store: Option<Arc<dyn store::Store>>) -> App {
         streams: crate::auth::streams::Streams::new(0),
         audit: Arc::new(crate::audit::Audit::off()),
         audit_keep: 0,
+        recordings: Arc::new(crate::recording::Recordings::off()),
     };
     let router = router(Parts {
         api,

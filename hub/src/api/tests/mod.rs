@@ -77,6 +77,7 @@ async fn setup_over(wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>) -> Test
         streams: crate::auth::streams::Streams::new(3),
         audit: Arc::new(crate::audit::Audit::off()),
         audit_keep: 0,
+        recordings: Arc::new(crate::recording::Recordings::off()),
     };
     let router = router(api.clone());
     let mut t = TestApi {

@@ -51,7 +51,7 @@ pub(crate) struct Args {
 const LOG_POD: (&str, &str) = ("load-0", "pod-0");
 
 /// Median, 90th percentile and max of some milliseconds, rounded to 0.1 ms.
-fn spread(mut ms: Vec<f64>) -> Value {
+pub(crate) fn spread(mut ms: Vec<f64>) -> Value {
     ms.sort_by(f64::total_cmp);
     if ms.is_empty() {
         return Value::Null;
@@ -62,7 +62,7 @@ fn spread(mut ms: Vec<f64>) -> Value {
 
 /// A kubeconfig for `server` with `token` (loopback, certificates made for this run: not
 /// checked, as `bench proxy` does not check them either).
-fn kubeconfig(
+pub(crate) fn kubeconfig(
     dir: &Path,
     name: &str,
     server: &str,
@@ -146,7 +146,7 @@ async fn kubectl_log_delays(config: &Path, seconds: u64) -> anyhow::Result<Vec<f
 }
 
 /// `kubectl exec -i … -- sh` through the hub: each `echo` line's round trip to its output.
-async fn kubectl_exec_round_trips(config: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
+pub(crate) async fn kubectl_exec_round_trips(config: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
     let mut child = kubectl(config)
         .args(["exec", "-i", "-n", LOG_POD.0, LOG_POD.1, "--", "sh"])
         .stdin(Stdio::piped())

@@ -21,6 +21,7 @@ mod planner_scenario;
 mod plans_scenario;
 mod proxy_scenario;
 mod rbac_scenario;
+mod recording_scenario;
 mod tunnel_scenario;
 
 #[derive(Parser, Debug)]
@@ -103,6 +104,9 @@ enum Scenario {
     /// process): first page, a filter, a deep page of a sorted view, beside the API's whole
     /// list of the same objects.
     Pages(pages_scenario::Args),
+    /// Shell sessions recorded or not, alternating in one run: `kubectl exec -i` line round
+    /// trips through the hub.
+    Recording(recording_scenario::Args),
 }
 
 #[global_allocator]
@@ -143,6 +147,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::DeliveryClusters(args) => runtime.block_on(delivery_scenario::run_share(args))?,
         Scenario::FloorServer(args) => runtime.block_on(floor::serve(args))?,
         Scenario::Pages(args) => runtime.block_on(pages_scenario::run(args))?,
+        Scenario::Recording(args) => runtime.block_on(recording_scenario::run(args))?,
     };
     let text = if cli.json {
         serde_json::to_string(&report)?

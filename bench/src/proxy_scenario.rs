@@ -278,7 +278,7 @@ pub(crate) struct Setup {
     /// The hub's proxy with a kubeconfig token the hub issued to its admin.
     pub(crate) hub: Target,
     /// The hub's API with the admin's API token.
-    hub_api: Target,
+    pub(crate) hub_api: Target,
     /// The admin's password (the dashboard's login).
     pub(crate) admin_password: String,
     pub(crate) data_dir: PathBuf,

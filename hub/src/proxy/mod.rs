@@ -319,6 +319,7 @@ pub async fn handle(
         .flatten()
     {
         Some(recorded) => match crate::recording::settings(&*state.api.store).await {
+            Ok(settings) if !settings.record => None,
             Ok(settings) => {
                 headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
                 Some(session::Pending {

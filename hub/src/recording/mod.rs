@@ -8,7 +8,9 @@
 //! so a slow disk delays the recording, never the shell. What is typed is recorded only when
 //! the setting `session-recording-input` is `on` (a password typed at a prompt would be in it).
 //!
-//! Files live in `<data dir>/recordings/`, on the replica that served the session.
+//! Files live in `<data dir>/recordings/`, on the replica that served the session. The setting
+//! `session-recording` (`on` by default) turns recording off altogether; changing it is a
+//! write to the hub's API, in the audit log like any other.
 
 use std::{
     path::{Path, PathBuf},
@@ -26,7 +28,12 @@ pub mod cast;
 pub mod ws;
 
 /// The settings, their defaults and what each means.
-pub const SETTINGS: [(&str, &str, &str); 3] = [
+pub const SETTINGS: [(&str, &str, &str); 4] = [
+    (
+        "session-recording",
+        "on",
+        "whether shell sessions are recorded: on or off",
+    ),
     (
         "session-recording-input",
         "off",
@@ -85,6 +92,8 @@ pub struct Session {
 /// The settings in force for a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
+    /// Whether sessions are recorded at all.
+    pub record: bool,
     pub input: bool,
     pub max_bytes: u64,
     pub retention: Duration,
@@ -132,7 +141,7 @@ pub fn validate_setting(name: &str, spec: &Value) -> Result<(), String> {
     };
     let value = spec.get("value").and_then(Value::as_str).unwrap_or("");
     let checked = match name {
-        "session-recording-input" => parse_switch(value).map(drop),
+        "session-recording" | "session-recording-input" => parse_switch(value).map(drop),
         "session-recording-max-size" => parse_size(value).map(drop),
         _ => parse_days(value).map(drop),
     };
@@ -150,16 +159,20 @@ pub async fn settings(store: &dyn Store) -> Result<Settings, StoreError> {
         tracing::warn!(setting = name, error = %e, "ignoring the setting; using its default");
     };
     Ok(Settings {
-        input: parse_switch(&values[0]).unwrap_or_else(|e| {
+        record: parse_switch(&values[0]).unwrap_or_else(|e| {
             warn(SETTINGS[0].0, e);
+            true
+        }),
+        input: parse_switch(&values[1]).unwrap_or_else(|e| {
+            warn(SETTINGS[1].0, e);
             false
         }),
-        max_bytes: parse_size(&values[1]).unwrap_or_else(|e| {
-            warn(SETTINGS[1].0, e);
+        max_bytes: parse_size(&values[2]).unwrap_or_else(|e| {
+            warn(SETTINGS[2].0, e);
             10 << 20
         }),
-        retention: parse_days(&values[2]).unwrap_or_else(|e| {
-            warn(SETTINGS[2].0, e);
+        retention: parse_days(&values[3]).unwrap_or_else(|e| {
+            warn(SETTINGS[3].0, e);
             Duration::from_secs(30 * 86_400)
         }),
     })
@@ -387,6 +400,7 @@ mod tests {
     #[test]
     fn settings_are_checked_and_say_what_to_write() {
         let ok = [
+            ("session-recording", "off"),
             ("session-recording-input", "on"),
             ("session-recording-input", "off"),
             ("session-recording-max-size", "512Ki"),

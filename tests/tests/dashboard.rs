@@ -313,6 +313,14 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
         4
     );
     assert!(browser.text("dl.facts").await.contains("Kernel"));
+    // The node's Kubernetes side (labels, taints, pods, cordon, drain) is one link away.
+    let explore = browser
+        .run(
+            "return document.getElementById('node-explorer').getAttribute('href');",
+            json!([]),
+        )
+        .await;
+    assert_eq!(explore, "/clusters/web/explorer/nodes/node-0");
     check_and_save(&browser, "node").await;
 
     // A host (a real system-agent, in this process) registers to a custom cluster, paused so

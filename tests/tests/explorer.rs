@@ -81,6 +81,11 @@ metadata:
   name: spare
   labels:
     kubernetes.io/hostname: spare
+spec:
+  taints:
+  - key: dedicated
+    value: batch
+    effect: NoSchedule
 ---
 apiVersion: v1
 kind: Pod
@@ -92,6 +97,10 @@ spec:
   containers:
   - name: main
     image: registry.example/app:1
+    resources:
+      requests:
+        cpu: 250m
+        memory: 256Mi
 ---
 apiVersion: v1
 kind: Pod
@@ -987,6 +996,18 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         .goto(&format!("{base}/clusters/prod/explorer/nodes/spare"))
         .await;
     settled(&browser).await;
+    // A node's page: its taints, the pods on it and what they ask of it.
+    until(&browser, "what the pods on spare ask for", "const r = document.getElementById('node-requested'); return r !== null && r.textContent.startsWith('CPU 0.25');").await;
+    let facts = browser.text("#facts").await;
+    assert!(facts.contains("dedicated=batch:NoSchedule"), "{facts}");
+    assert!(facts.contains("memory 0.25 GiB"), "{facts}");
+    assert_eq!(browser.text("#owned-title").await, "Pods on it");
+    let on_it = browser.text("#owned").await;
+    assert!(
+        on_it.contains("Pod shop/spare-a") && on_it.contains("Pod shop/spare-b"),
+        "{on_it}"
+    );
+    check_and_save_as(&browser, "explorer-node-spare").await;
     accept_confirms(&browser).await;
     browser.click("#drain").await;
     until(

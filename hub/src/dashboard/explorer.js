@@ -737,6 +737,10 @@ async function showObject(holder) {
 // owners. Drawn again whenever the object changes.
 function drawSummary(object) {
   const meta = object.metadata;
+  // The kind as people say it ("Deployment shop/web"), now that the object says it.
+  const title = `${object.kind} ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}`;
+  document.querySelector("#one h1").textContent = title;
+  document.title = `${title} · ${cluster} · Drover`;
   const facts = document.getElementById("facts");
   facts.replaceChildren();
   fact(facts, "Kind", `${object.kind} (${object.apiVersion})`);
@@ -750,7 +754,18 @@ function drawSummary(object) {
     fact(facts, "Replicas", `${status.readyReplicas || 0} ready of ${object.spec.replicas} wanted`);
   }
   if (object.spec && object.spec.nodeName) fact(facts, "Node", object.spec.nodeName);
-  if (object.kind === "Node") fact(facts, "Schedulable", object.spec && object.spec.unschedulable ? "no (cordoned)" : "yes");
+  if (object.kind === "Node") {
+    fact(facts, "Schedulable", object.spec && object.spec.unschedulable ? "no (cordoned)" : "yes");
+    const taints = ((object.spec && object.spec.taints) || []).map((t) => `${t.key}${t.value ? `=${t.value}` : ""}:${t.effect}`);
+    fact(facts, "Taints", taints.join(", ") || "none");
+    const addresses = (status.addresses || []).map((a) => `${a.type} ${a.address}`);
+    if (addresses.length > 0) fact(facts, "Addresses", addresses.join(", "));
+    if (status.nodeInfo && status.nodeInfo.kubeletVersion) fact(facts, "Kubelet", status.nodeInfo.kubeletVersion);
+    const allocatable = status.allocatable || {};
+    fact(facts, "Allocatable", `CPU ${allocatable.cpu || "?"}, memory ${allocatable.memory || "?"}, pods ${allocatable.pods || "?"}`);
+    // Filled in by showOwned, from the pods on the node.
+    fact(facts, "Requested", element("span", { id: "node-requested" }, "…"));
+  }
   const conditions = document.getElementById("conditions").tBodies[0];
   conditions.replaceChildren();
   for (const c of status.conditions || []) {
@@ -800,15 +815,56 @@ function followObject(r, namespace, name, revision, onChange) {
 }
 
 // What the object owns: the pods of a workload (by its selector, as the workload finds them).
+// A Kubernetes quantity as a number: CPU in cores ("250m" is 0.25), memory in bytes ("1Gi").
+function quantity(text) {
+  const match = /^([0-9.]+)([a-zA-Z]*)$/.exec(String(text || "").trim());
+  if (!match) return 0;
+  const scale = { "": 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 }[match[2]];
+  return scale === undefined ? 0 : Number(match[1]) * scale;
+}
+
+// What the pods on a node ask for and may use, beside what the node offers (as `kubectl
+// describe node` adds them up: every container of every pod not yet finished).
+function nodeUse(node, pods) {
+  const sum = { cpu: [0, 0], memory: [0, 0] };
+  for (const pod of pods) {
+    if (pod.status && ["Succeeded", "Failed"].includes(pod.status.phase)) continue;
+    for (const c of (pod.spec && pod.spec.containers) || []) {
+      const resources = c.resources || {};
+      for (const what of ["cpu", "memory"]) {
+        sum[what][0] += quantity((resources.requests || {})[what]);
+        sum[what][1] += quantity((resources.limits || {})[what]);
+      }
+    }
+  }
+  const allocatable = (node.status && node.status.allocatable) || {};
+  const share = (value, of) => (quantity(of) > 0 ? ` (${Math.round((100 * value) / quantity(of))}%)` : "");
+  const gib = (bytes) => `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+  return `CPU ${sum.cpu[0].toFixed(2)}${share(sum.cpu[0], allocatable.cpu)}, limits ${sum.cpu[1].toFixed(2)}; memory ${gib(sum.memory[0])}${share(sum.memory[0], allocatable.memory)}, limits ${gib(sum.memory[1])}; pods ${pods.length}${share(pods.length, allocatable.pods)}`;
+}
+
 async function showOwned(r, object) {
   const owned = document.getElementById("owned");
   const items = [];
+  const podResource = { group: "", version: "v1", name: "pods", namespaced: true };
+  if (object.kind === "Node") {
+    // A node "owns" the pods scheduled on it.
+    document.getElementById("owned-title").textContent = "Pods on it";
+    const pods = await kube(`/api/v1/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${object.metadata.name}`)}&limit=500`);
+    if (pods.ok) {
+      const list = pods.data.items || [];
+      for (const p of list) {
+        items.push(element("li", {}, element("a", { href: pagePath(podResource, p.metadata.namespace, p.metadata.name) }, `Pod ${p.metadata.namespace}/${p.metadata.name}`), ` ${(p.status && p.status.phase) || ""}`));
+      }
+      const requested = document.getElementById("node-requested");
+      if (requested) requested.textContent = nodeUse(object, list);
+    }
+  }
   const selector = object.spec && object.spec.selector && (object.spec.selector.matchLabels || (r.name === "services" ? object.spec.selector : null));
   if (selector && Object.keys(selector).length > 0 && object.metadata.namespace) {
     const labels = Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(",");
     const pods = await kube(`/api/v1/namespaces/${encodeURIComponent(object.metadata.namespace)}/pods?labelSelector=${encodeURIComponent(labels)}&limit=50`);
     if (pods.ok) {
-      const podResource = { group: "", version: "v1", name: "pods", namespaced: true };
       for (const p of pods.data.items || []) {
         items.push(element("li", {}, element("a", { href: pagePath(podResource, p.metadata.namespace, p.metadata.name) }, `Pod ${p.metadata.name}`), ` ${(p.status && p.status.phase) || ""}`));
       }

@@ -271,7 +271,7 @@ async fn one(
 <h3>Conditions</h3>
 <table class="list" id="conditions"><thead><tr><th scope="col">Condition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Message</th></tr></thead><tbody></tbody></table>
 <h3>Owned by</h3><ul id="owners"></ul>
-<h3>Owns</h3><ul id="owned"></ul>
+<h3 id="owned-title">Owns</h3><ul id="owned"></ul>
 <h3>Events</h3>
 <table class="list" id="object-events"><thead><tr><th scope="col">Type</th><th scope="col">Reason</th><th scope="col">Message</th><th scope="col">Last seen</th></tr></thead><tbody></tbody></table>
 </section>

@@ -385,7 +385,8 @@ pub(super) async fn node(
     };
     let charts = charts_of(&dash.health, &peer).await;
     let content = format!(
-        r#"<div class="bar"><h1>Node {title} of <a href="/clusters/{c}">{c}</a></h1></div>
+        r#"<div class="bar"><h1>Node {title} of <a href="/clusters/{c}">{c}</a></h1>
+<a class="button" id="node-explorer" href="/clusters/{c}/explorer/nodes/{title}">Labels, taints, pods; cordon and drain</a></div>
 <p>{state}</p>
 <h2>Facts</h2>{facts}
 <h2>Usage</h2><div class="charts">{charts}</div>"#,

@@ -646,6 +646,32 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     until(&browser, "the scaled deployment, live", "const row = document.querySelector('#objects tr[data-name=\"web\"]'); return window.notReloaded === true && row !== null && row.textContent.includes('/4');").await;
     check_and_save_as(&browser, "explorer-deployments").await;
 
+    // The kinds are beside the list, this one marked, with counts; the namespace chosen stays
+    // for the next list opened.
+    until(&browser, "the kinds beside the list", "const a = document.querySelector('#kinds-nav a[aria-current=\"page\"]'); const c = document.querySelector('#kinds-nav span.count[data-resource=\"deployments.apps\"]'); return a !== null && a.textContent === 'Deployment' && c !== null && /^\\d+$/.test(c.textContent);").await;
+    browser
+        .click("#kinds-nav a[href='/clusters/prod/explorer/pods']")
+        .await;
+    listed(&browser).await;
+    assert_eq!(
+        browser
+            .run(
+                "return document.getElementById('namespace').value;",
+                json!([])
+            )
+            .await,
+        "shop"
+    );
+    let mut shown = names(&browser).await;
+    shown.sort();
+    assert_eq!(shown, ["spare-a", "spare-b", "web-0"]);
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/deployments.apps?namespace=shop"
+        ))
+        .await;
+    listed(&browser).await;
+
     // The deployment's page: its summary and YAML; edit the YAML (replicas) and save.
     browser.click("#objects a[href$='/shop/web']").await;
     settled(&browser).await;

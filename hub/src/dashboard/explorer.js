@@ -231,33 +231,115 @@ async function showKinds(holder) {
   }
   say("kinds-status", `${listable.length} kinds. Counts are of what you may list.`);
   // A count is one small list each (limit=1): the cache or the API server says how many remain.
-  const queue = listable.slice();
+  const counts = await countAll(listable, (r, text) => {
+    holder.querySelector(`span.count[data-resource="${CSS.escape(resourceId(r))}"]`).textContent = text;
+  });
+  keepCounts(counts);
+}
+
+// How many objects of `r` the user may list: one small list (limit=1), where the cache or the
+// API server says how many remain.
+async function countOf(r) {
+  let result = null;
+  if (cachedKinds.has(resourceId(r))) {
+    // A cache still filling (503, seconds after the agent connects) answers in a moment:
+    // asked again, for up to about 8 s, before the cluster's API server is.
+    for (let wait = 250; ; wait *= 2) {
+      result = await kube(`${r.name}?limit=1`, { base: cacheBase });
+      if (result.status !== 503 || wait > 4000) break;
+      await new Promise((done) => setTimeout(done, wait));
+    }
+  }
+  if (!result || (!result.ok && result.status !== 403)) result = await kube(`${apiPath(r)}?limit=1`);
+  if (!result.ok) return result.status === 403 ? "not allowed" : "–";
+  const items = (result.data.items || []).length;
+  const remaining = result.data.metadata && result.data.metadata.remainingItemCount;
+  const more = result.data.metadata && result.data.metadata.continue;
+  return remaining !== undefined ? String(items + remaining) : more ? `${items}+` : String(items);
+}
+
+// Counts every kind of `kinds`, four at a time, telling `shown` each as it comes.
+async function countAll(kinds, shown) {
+  const counts = {};
+  const queue = kinds.slice();
   const worker = async () => {
     while (queue.length > 0) {
       const r = queue.shift();
-      const cell = holder.querySelector(`span.count[data-resource="${CSS.escape(resourceId(r))}"]`);
-      let result = null;
-      if (cachedKinds.has(resourceId(r))) {
-        // A cache still filling (503, seconds after the agent connects) answers in a moment:
-        // asked again, for up to about 8 s, before the cluster's API server is.
-        for (let wait = 250; ; wait *= 2) {
-          result = await kube(`${r.name}?limit=1`, { base: cacheBase });
-          if (result.status !== 503 || wait > 4000) break;
-          await new Promise((done) => setTimeout(done, wait));
-        }
-      }
-      if (!result || (!result.ok && result.status !== 403)) result = await kube(`${apiPath(r)}?limit=1`);
-      if (!result.ok) {
-        cell.textContent = result.status === 403 ? "not allowed" : "–";
-        continue;
-      }
-      const items = (result.data.items || []).length;
-      const remaining = result.data.metadata && result.data.metadata.remainingItemCount;
-      const more = result.data.metadata && result.data.metadata.continue;
-      cell.textContent = remaining !== undefined ? String(items + remaining) : more ? `${items}+` : String(items);
+      const text = await countOf(r);
+      counts[resourceId(r)] = text;
+      shown(r, text);
     }
   };
   await Promise.all([worker(), worker(), worker(), worker()]);
+  return counts;
+}
+
+// Counts are kept for the tab a minute, so moving between pages does not count again.
+const COUNTS_KEY = `drover-counts:${cluster}`;
+function keepCounts(counts) {
+  sessionStorage.setItem(COUNTS_KEY, JSON.stringify({ at: Date.now(), counts }));
+}
+function keptCounts() {
+  try {
+    const kept = JSON.parse(sessionStorage.getItem(COUNTS_KEY) || "null");
+    return kept && Date.now() - kept.at < 60000 ? kept.counts : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+// The namespace (or `project:NAME`) chosen last on this cluster: every list starts there.
+const NAMESPACE_KEY = `drover-namespace:${cluster}`;
+
+// The kinds beside every explorer page, grouped as the kinds page groups them, with counts,
+// the one shown marked; and the namespace picker every list follows.
+async function showNav(nav) {
+  let all;
+  try {
+    all = await discover();
+  } catch (_) {
+    return;
+  }
+  const listable = all.filter((r) => r.verbs.includes("list"));
+  const here = decodeURIComponent((window.location.pathname.split("/explorer/")[1] || "").split("/")[0]);
+  const picker = element("select", { id: "nav-namespace" });
+  nav.append(element("label", { htmlFor: "nav-namespace" }, "Namespace"), picker);
+  const chosen = new URLSearchParams(window.location.search).get("namespace") ?? localStorage.getItem(NAMESPACE_KEY) ?? "";
+  picker.append(element("option", { value: "" }, "All namespaces"));
+  fillNamespaces(picker, chosen).catch(() => {});
+  picker.addEventListener("change", () => {
+    localStorage.setItem(NAMESPACE_KEY, picker.value);
+    // A list page shows the namespace chosen at once; another page, the next list opened.
+    const list = document.getElementById("list-filters");
+    const select = document.getElementById("namespace");
+    if (list && select && !document.getElementById("namespace-field").hidden) {
+      if (!Array.from(select.options).some((o) => o.value === picker.value)) select.append(element("option", { value: picker.value }, picker.value));
+      select.value = picker.value;
+      list.requestSubmit();
+    }
+  });
+  const order = [...CATEGORIES.map(([name]) => name), "Custom"];
+  const cells = new Map();
+  for (const name of order) {
+    const members = listable.filter((r) => category(r) === name).sort((a, b) => a.kind.localeCompare(b.kind));
+    if (members.length === 0) continue;
+    const list = element("ul");
+    for (const r of members) {
+      const id = resourceId(r);
+      const link = element("a", { href: `/clusters/${encodeURIComponent(cluster)}/explorer/${encodeURIComponent(id)}` }, r.kind);
+      if (id === here) link.setAttribute("aria-current", "page");
+      const count = element("span", { className: "count", dataset: { resource: id } }, "");
+      cells.set(id, count);
+      list.append(element("li", {}, link, count));
+    }
+    nav.append(element("h2", {}, name), list);
+  }
+  const kept = keptCounts();
+  if (kept) {
+    for (const [id, text] of Object.entries(kept)) if (cells.has(id)) cells.get(id).textContent = text;
+    return;
+  }
+  keepCounts(await countAll(listable, (r, text) => { cells.get(resourceId(r)).textContent = text; }));
 }
 
 // ---------- the list page ----------
@@ -326,7 +408,11 @@ async function showList(holder) {
     document.getElementById("object-field").hidden = false;
     form.object.value = params.get("object") || "";
   }
-  if (r.namespaced) await fillNamespaces(select, params.get("namespace") || "");
+  // The namespace the address names, else the one chosen last on this cluster.
+  if (r.namespaced) {
+    await fillNamespaces(select, params.get("namespace") ?? localStorage.getItem(NAMESPACE_KEY) ?? "");
+    localStorage.setItem(NAMESPACE_KEY, select.value);
+  }
   else document.getElementById("namespace-field").hidden = true;
 
   const table = document.getElementById("objects");
@@ -336,6 +422,11 @@ async function showList(holder) {
     event.preventDefault();
     const next = new URLSearchParams();
     if (r.namespaced && select.value) next.set("namespace", select.value);
+    if (r.namespaced) {
+      localStorage.setItem(NAMESPACE_KEY, select.value);
+      const picker = document.getElementById("nav-namespace");
+      if (picker && Array.from(picker.options).some((o) => o.value === select.value)) picker.value = select.value;
+    }
     if (form.labelSelector.value.trim()) next.set("labelSelector", form.labelSelector.value.trim());
     if (form.name.value.trim()) next.set("name", form.name.value.trim());
     if (r.name === "events" && form.object.value.trim()) next.set("object", form.object.value.trim());
@@ -1295,4 +1386,6 @@ document.addEventListener("DOMContentLoaded", () => {
     const show = views[holder.dataset.view];
     if (show) show(holder);
   }
+  const nav = document.getElementById("kinds-nav");
+  if (nav) showNav(nav);
 });

@@ -98,13 +98,22 @@ async fn explorer_page(
     let crumbs = format!(
         r#"<nav class="crumbs" aria-label="Breadcrumb"><a href="/clusters/{cluster}">Cluster {cluster}</a> › <a href="/clusters/{cluster}/explorer">Explorer</a></nav>"#
     );
+    // Every explorer page but the kinds page (which is the same list, larger) has the kinds
+    // beside it, drawn by the script.
+    let content = content(&cluster);
+    let nav = if content.contains(r#"data-view="kinds""#) {
+        ""
+    } else {
+        r#"<nav id="kinds-nav" class="kinds-nav" aria-label="Kinds"></nav>"#
+    };
     let body = format!(
         r#"{crumbs}
-<div id="explorer" data-cluster="{cluster}" data-cached="{}">
-{}
+<div id="explorer" class="explorer-layout" data-cluster="{cluster}" data-cached="{}">
+{nav}<div class="explorer-main">
+{content}
+</div>
 </div>"#,
         cached_kinds(),
-        content(&cluster)
     );
     page_with(
         title,

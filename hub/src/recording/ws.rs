@@ -103,50 +103,49 @@ fn frame(bytes: &[u8]) -> Step {
     }
 }
 
+/// `None`: the frame is not all there yet; `Err`: a length no exec sends.
 fn frame_or_more(bytes: &[u8]) -> Option<Result<Step, ()>> {
-    {
-        let [first, second, ..] = *bytes else {
-            return None;
-        };
-        let masked = second & 0x80 != 0;
-        let (length, mut at) = match second & 0x7f {
-            126 => (
-                u64::from(u16::from_be_bytes([*bytes.get(2)?, *bytes.get(3)?])),
-                4,
-            ),
-            127 => {
-                let mut eight = [0u8; 8];
-                eight.copy_from_slice(bytes.get(2..10)?);
-                (u64::from_be_bytes(eight), 10)
-            }
-            short => (u64::from(short), 2),
-        };
-        if length > MAX_FRAME {
-            return Some(Err(()));
+    let [first, second, ..] = *bytes else {
+        return None;
+    };
+    let masked = second & 0x80 != 0;
+    let (length, mut at) = match second & 0x7f {
+        126 => (
+            u64::from(u16::from_be_bytes([*bytes.get(2)?, *bytes.get(3)?])),
+            4,
+        ),
+        127 => {
+            let mut eight = [0u8; 8];
+            eight.copy_from_slice(bytes.get(2..10)?);
+            (u64::from_be_bytes(eight), 10)
         }
-        let mask = if masked {
-            let key: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-            at += 4;
-            Some(key)
-        } else {
-            None
-        };
-        let length = usize::try_from(length).ok()?;
-        let mut payload = bytes.get(at..at + length)?.to_vec();
-        if let Some(key) = mask {
-            for (i, byte) in payload.iter_mut().enumerate() {
-                *byte ^= key[i % 4];
-            }
-        }
-        Some(Ok(Step::Frame(
-            Frame {
-                fin: first & 0x80 != 0,
-                opcode: first & 0x0f,
-                payload,
-            },
-            at + length,
-        )))
+        short => (u64::from(short), 2),
+    };
+    if length > MAX_FRAME {
+        return Some(Err(()));
     }
+    let mask = if masked {
+        let key: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        at += 4;
+        Some(key)
+    } else {
+        None
+    };
+    let length = usize::try_from(length).ok()?;
+    let mut payload = bytes.get(at..at + length)?.to_vec();
+    if let Some(key) = mask {
+        for (i, byte) in payload.iter_mut().enumerate() {
+            *byte ^= key[i % 4];
+        }
+    }
+    Some(Ok(Step::Frame(
+        Frame {
+            fin: first & 0x80 != 0,
+            opcode: first & 0x0f,
+            payload,
+        },
+        at + length,
+    )))
 }
 
 struct Frame {

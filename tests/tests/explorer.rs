@@ -665,6 +665,20 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     let mut shown = names(&browser).await;
     shown.sort();
     assert_eq!(shown, ["spare-a", "spare-b", "web-0"]);
+    // kubectl's wide columns: a pod's node and IP.
+    let seen = browser
+        .run(
+            "const heads = Array.from(document.querySelectorAll('#objects thead th')).map((th) => th.textContent); const row = document.querySelector('#objects tr[data-name=\"spare-a\"]'); return [heads, Array.from(row.cells).map((c) => c.textContent)];",
+            json!([]),
+        )
+        .await;
+    let heads: Vec<String> = serde_json::from_value(seen[0].clone()).unwrap();
+    for wide in ["IP", "Node", "Nominated Node"] {
+        assert!(heads.iter().any(|h| h == wide), "{heads:?}");
+    }
+    let node = heads.iter().position(|h| h == "Node").unwrap();
+    assert_eq!(seen[1][node], "spare", "{seen}");
+    check_and_save_as(&browser, "explorer-pods-wide").await;
     browser
         .goto(&format!(
             "{base}/clusters/prod/explorer/deployments.apps?namespace=shop"

@@ -506,7 +506,9 @@ async function showList(holder) {
     head.replaceChildren();
     const tr = element("tr");
     const showNamespace = r.namespaced && (state.sources.length !== 1 || !select.value);
-    const columns = state.columns.filter((c) => c.priority === 0 || c.priority === undefined);
+    // Every column, the wide ones too (what `kubectl get -o wide` prints: a pod's IP and node,
+    // a deployment's images), as Rancher's lists show them.
+    const columns = state.columns;
     const sortable = (label, index) => {
       const button = element("button", { type: "button", className: "sort", dataset: { sort: String(index) } }, label);
       button.addEventListener("click", () => sortBy(label, index));

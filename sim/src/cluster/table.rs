@@ -118,6 +118,105 @@ fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
     columns
 }
 
+/// The columns kube-apiserver's printers add at priority 1, which `kubectl get -o wide` shows.
+fn wide_columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
+    if created_at(resource) {
+        return Vec::new();
+    }
+    match resource.plural {
+        "pods" => vec![
+            ("IP", "string"),
+            ("Node", "string"),
+            ("Nominated Node", "string"),
+            ("Readiness Gates", "string"),
+        ],
+        "deployments" => vec![
+            ("Containers", "string"),
+            ("Images", "string"),
+            ("Selector", "string"),
+        ],
+        "nodes" => vec![
+            ("Internal-IP", "string"),
+            ("External-IP", "string"),
+            ("OS-Image", "string"),
+            ("Kernel-Version", "string"),
+            ("Container-Runtime", "string"),
+        ],
+        "services" => vec![("Selector", "string")],
+        _ => Vec::new(),
+    }
+}
+
+/// `text`, or what kubectl prints for nothing.
+fn or_none(text: impl Into<String>) -> Value {
+    let text = text.into();
+    json!(if text.is_empty() {
+        "<none>".to_owned()
+    } else {
+        text
+    })
+}
+
+/// `k=v,k=v` of a map of labels.
+fn pairs(o: &Value, pointer: &str) -> String {
+    o.pointer(pointer)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// The cells of [`wide_columns`].
+fn wide_cells(resource: &Resource, o: &Value) -> Vec<Value> {
+    if created_at(resource) {
+        return Vec::new();
+    }
+    let containers = |field: &str| {
+        o.pointer("/spec/template/spec/containers")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| c[field].as_str().unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default()
+    };
+    let address = |kind: &str| {
+        o.pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|a| a["type"] == kind))
+            .map(|a| a["address"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    match resource.plural {
+        "pods" => vec![
+            or_none(s(o, "/status/podIP")),
+            or_none(s(o, "/spec/nodeName")),
+            or_none(s(o, "/status/nominatedNodeName")),
+            json!("<none>"),
+        ],
+        "deployments" => vec![
+            json!(containers("name")),
+            json!(containers("image")),
+            or_none(pairs(o, "/spec/selector/matchLabels")),
+        ],
+        "nodes" => vec![
+            or_none(address("InternalIP")),
+            or_none(address("ExternalIP")),
+            json!(s(o, "/status/nodeInfo/osImage")),
+            json!(s(o, "/status/nodeInfo/kernelVersion")),
+            json!(s(o, "/status/nodeInfo/containerRuntimeVersion")),
+        ],
+        "services" => vec![or_none(pairs(o, "/spec/selector"))],
+        _ => Vec::new(),
+    }
+}
+
 fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
     let mut cells = vec![json!(s(o, "/metadata/name"))];
     cells.extend(
@@ -255,6 +354,7 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
     if resource.plural == "nodes" {
         cells.push(json!(s(o, "/status/nodeInfo/kubeletVersion")));
     }
+    cells.extend(wide_cells(resource, o));
     cells
 }
 
@@ -292,11 +392,11 @@ pub(crate) fn table<'a>(
     include: Include,
 ) -> Value {
     let definitions: Vec<Value> = if with_columns {
+        let column = |(name, kind): (&str, &str), priority: u8| json!({"name": name, "type": kind, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": priority});
         columns(resource)
             .into_iter()
-            .map(|(name, kind)| {
-                json!({"name": name, "type": kind, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": 0})
-            })
+            .map(|c| column(c, 0))
+            .chain(wide_columns(resource).into_iter().map(|c| column(c, 1)))
             .collect()
     } else {
         Vec::new()
@@ -348,5 +448,43 @@ mod tests {
         assert_eq!(Include::of(None), Ok(Include::Metadata));
         let refused = Include::of(Some("Everything")).unwrap_err();
         assert!(refused.contains("None, Metadata, Object"), "{refused}");
+    }
+
+    #[test]
+    fn wide_columns_come_last_at_priority_one_as_kube_apiserver_prints_them() {
+        let pods = super::super::resources::find("", "v1", "pods").unwrap();
+        let pod = json!({"metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
+            "status": {"phase": "Running", "podIP": "10.42.0.9"}});
+        let answer = table(pods, [&pod], 7, true, Include::None);
+        let columns: Vec<(String, u64)> = answer["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_owned(),
+                    c["priority"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let expected = [
+            ("Name", 0),
+            ("Ready", 0),
+            ("Status", 0),
+            ("Restarts", 0),
+            ("Age", 0),
+            ("IP", 1),
+            ("Node", 1),
+            ("Nominated Node", 1),
+            ("Readiness Gates", 1),
+        ]
+        .map(|(n, p)| (n.to_owned(), p));
+        assert_eq!(columns, expected);
+        let cells = &answer["rows"][0]["cells"];
+        assert_eq!(
+            (&cells[5], &cells[6], &cells[7]),
+            (&json!("10.42.0.9"), &json!("n1"), &json!("<none>"))
+        );
     }
 }

@@ -679,6 +679,49 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     let node = heads.iter().position(|h| h == "Node").unwrap();
     assert_eq!(seen[1][node], "spare", "{seen}");
     check_and_save_as(&browser, "explorer-pods-wide").await;
+
+    // Several objects deleted at once, after one confirmation naming them all.
+    for doomed in ["doomed-1", "doomed-2"] {
+        kubectl_ok(&kube, &["create", "configmap", doomed, "-n", "shop"]).await;
+    }
+    browser
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/configmaps?namespace=shop"
+        ))
+        .await;
+    listed(&browser).await;
+    browser.find("#objects td.row-actions").await;
+    for doomed in ["doomed-1", "doomed-2"] {
+        browser
+            .click(&format!("#objects tr[data-name='{doomed}'] input.select"))
+            .await;
+    }
+    assert_eq!(browser.text("#delete-selected").await, "Delete 2 selected");
+    accept_confirms(&browser).await;
+    browser.click("#delete-selected").await;
+    until(
+        &browser,
+        "two deleted",
+        "return document.getElementById('list-status').textContent.startsWith('Deleted 2 of 2');",
+    )
+    .await;
+    let asked = browser
+        .run("return sessionStorage.getItem('confirmed');", json!([]))
+        .await;
+    let asked = asked.as_str().unwrap();
+    assert!(
+        asked.contains("shop/doomed-1") && asked.contains("shop/doomed-2"),
+        "{asked}"
+    );
+    let left = kubectl_ok(&kube, &["get", "configmaps", "-n", "shop", "-o", "name"]).await;
+    assert!(!left.contains("doomed"), "{left}");
+    until(
+        &browser,
+        "the rows gone, live",
+        "return document.querySelector('#objects tr[data-name=\"doomed-1\"]') === null;",
+    )
+    .await;
+    check_and_save_as(&browser, "explorer-deleted-several").await;
     browser
         .goto(&format!(
             "{base}/clusters/prod/explorer/deployments.apps?namespace=shop"
@@ -1141,6 +1184,23 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         );
     }
     check_and_save_as(&reader, "explorer-read-only").await;
+    // A list offers a reader no row actions and nothing to select.
+    reader
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/configmaps?namespace=shop"
+        ))
+        .await;
+    listed(&reader).await;
+    for control in [
+        "#objects input.select",
+        "#objects td.row-actions button",
+        "#delete-selected:not([hidden])",
+    ] {
+        assert!(
+            !reader.exists(control).await,
+            "{control} shown to a read-only user"
+        );
+    }
     reader
         .goto(&format!("{base}/clusters/prod/explorer/pods/shop/web-0"))
         .await;

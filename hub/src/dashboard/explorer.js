@@ -416,7 +416,7 @@ async function showList(holder) {
   else document.getElementById("namespace-field").hidden = true;
 
   const table = document.getElementById("objects");
-  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [] };
+  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [], may: {} };
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -514,18 +514,33 @@ async function showList(holder) {
       button.addEventListener("click", () => sortBy(label, index));
       return element("th", { scope: "col" }, button);
     };
+    if (state.may.delete) {
+      const all = element("input", { type: "checkbox", id: "select-all", "aria-label": "Select every row shown" });
+      all.addEventListener("change", () => {
+        for (const box of table.querySelectorAll("tbody input.select")) box.checked = all.checked;
+        selectionChanged();
+      });
+      tr.append(element("th", { scope: "col" }, all));
+    }
     if (showNamespace) tr.append(sortable("Namespace", -1));
     for (const c of columns) tr.append(sortable(c.name, state.columns.indexOf(c)));
+    if (hasActions()) tr.append(element("th", { scope: "col" }, "Actions"));
     head.append(tr);
     const body = table.tBodies[0];
     body.replaceChildren();
     for (const row of state.rows) body.append(rowElement(row, columns, showNamespace));
     if (state.sortColumn !== undefined) applySortState();
+    selectionChanged();
   };
 
   const rowElement = (row, columns, showNamespace) => {
     const meta = row.object.metadata;
     const tr = element("tr", { dataset: { name: meta.name, namespace: meta.namespace || "", uid: meta.uid || "" } });
+    if (state.may.delete) {
+      const box = element("input", { type: "checkbox", className: "select", "aria-label": `Select ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}` });
+      box.addEventListener("change", selectionChanged);
+      tr.append(element("td", {}, box));
+    }
     if (showNamespace) tr.append(element("td", { dataset: { label: "Namespace" } }, meta.namespace || ""));
     columns.forEach((c, i) => {
       const index = state.columns.indexOf(c);
@@ -537,8 +552,55 @@ async function showList(holder) {
       else cell.append(text);
       tr.append(cell);
     });
+    if (hasActions()) tr.append(element("td", { dataset: { label: "Actions" }, className: "row-actions" }, ...rowActions(meta)));
     return tr;
   };
+
+  // What a row offers, as the kind allows and the user may (decided once per list by
+  // SelfSubjectAccessReviews in `start`): its page to edit the YAML, a pod's logs and shell,
+  // delete (one object, with a confirmation that names it).
+  const hasActions = () => state.may.update || state.may.delete || state.may.logs || state.may.exec;
+  const rowActions = (meta) => {
+    const page = pagePath(r, meta.namespace, meta.name);
+    const what = `${r.kind} ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}`;
+    const out = [];
+    if (state.may.update) out.push(element("a", { href: `${page}#yaml-title`, "aria-label": `Edit the YAML of ${what}` }, "Edit YAML"));
+    if (state.may.logs) out.push(element("a", { href: `${page}/logs` }, "Logs"));
+    if (state.may.exec) out.push(element("a", { href: `${page}/shell` }, "Shell"));
+    if (state.may.delete) {
+      const button = element("button", { type: "button", className: "quiet-row", "aria-label": `Delete ${what}` }, "Delete");
+      button.addEventListener("click", () => deleteObjects([meta]));
+      out.push(button);
+    }
+    return out;
+  };
+  const selected = () => Array.from(table.querySelectorAll("tbody input.select:checked")).map((box) => {
+    const tr = box.closest("tr");
+    return { name: tr.dataset.name, namespace: tr.dataset.namespace };
+  });
+  const selectionChanged = () => {
+    const button = document.getElementById("delete-selected");
+    const count = selected().length;
+    button.hidden = !state.may.delete;
+    button.disabled = count === 0;
+    button.textContent = count > 0 ? `Delete ${count} selected` : "Delete selected";
+  };
+  // Deletes `objects` after one confirmation that names every one; says what was refused.
+  const deleteObjects = async (objects) => {
+    if (objects.length === 0) return;
+    const names = objects.map((o) => `${o.namespace ? `${o.namespace}/` : ""}${o.name}`);
+    const noun = objects.length === 1 ? r.kind : `${objects.length} ${r.kind} objects`;
+    if (!window.confirm(`Delete ${noun}: ${names.join(", ")}? This cannot be undone.`)) return;
+    const refused = [];
+    for (const o of objects) {
+      const result = await kube(apiPath(r, o.namespace || null, o.name), { method: "DELETE" });
+      if (!result.ok && result.status !== 404) refused.push(`${o.name}: ${why(result)}`);
+    }
+    const done = objects.length - refused.length;
+    say("list-status", `Deleted ${done} of ${objects.length}.`);
+    say("list-error", refused.length > 0 ? `Not deleted: ${refused.join("; ")}` : "");
+  };
+  document.getElementById("delete-selected").addEventListener("click", () => deleteObjects(selected()));
 
   // Sorting orders the whole list, not the page shown: the API server lists in namespace and
   // name order only, so every row is read (one page of no size limit), ordered here, and pages
@@ -746,6 +808,16 @@ async function showList(holder) {
     } else {
       state.cache = null;
     }
+    // What the rows offer, asked once for this list's namespace (every namespace: asked
+    // cluster-wide).
+    const where = namespaces && namespaces.length === 1 ? namespaces[0] : "";
+    const allows = async (verb, sub) => r.verbs.includes(verb === "get" || verb === "create" ? "get" : verb) && (await can(verb, r, where, sub));
+    state.may = {
+      delete: await allows("delete"),
+      update: await allows("update"),
+      logs: r.name === "pods" && (await allows("get", "log")),
+      exec: r.name === "pods" && (await allows("create", "exec")) && (await allows("get", "exec")),
+    };
     state.sortParam = null;
     state.freshAs = null;
     state.pages = [{ source: 0, token: null }];

@@ -209,7 +209,8 @@ pub(super) async fn list(
 <div class="pager"><button type="button" id="prev" disabled>Previous page</button>
 <span id="page-info"></span>
 <button type="button" id="next" disabled>Next page</button>
-<span id="list-status" role="status" aria-live="polite"></span></div>
+<span id="list-status" role="status" aria-live="polite"></span>
+<button type="button" id="delete-selected" hidden disabled>Delete selected</button></div>
 <p class="error" role="alert" id="list-error"></p>
 <div class="scroll"><table class="list" id="objects"><thead></thead><tbody></tbody></table></div>
 </div>"#,

@@ -369,6 +369,52 @@ pub fn document() -> Value {
         }}),
     );
     let name_param = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    let session = json!({
+        "type": "object",
+        "required": ["id", "user", "cluster", "namespace", "pod", "subresource", "startedAt", "inputRecorded"],
+        "properties": {
+            "id": {"type": "string"}, "user": {"type": "string"},
+            "groups": {"type": "array", "items": {"type": "string"}},
+            "cluster": {"type": "string"}, "namespace": {"type": "string"}, "pod": {"type": "string"},
+            "container": {"type": "string"}, "command": {"type": "array", "items": {"type": "string"}},
+            "subresource": {"type": "string", "enum": ["exec", "attach"]},
+            "protocol": {"type": "string"}, "auditId": {"type": "string"},
+            "startedAt": {"type": "string"}, "endedAt": {"type": "string"},
+            "bytes": {"type": "integer"}, "inputRecorded": {"type": "boolean"},
+            "truncated": {"type": "boolean"}, "notRecorded": {"type": "string"},
+        },
+    });
+    paths.insert(
+        "/v1/recordings".into(),
+        json!({"get": {
+            "operationId": "listRecordings",
+            "summary": "Shell sessions recorded (every exec and attach through the hub), newest first; admins or a global role that allows get recordings",
+            "responses": responses(("200", ok("The sessions", json!({
+                "type": "object", "required": ["items"],
+                "properties": {"items": {"type": "array", "items": session.clone()}},
+            }))), &[401, 403]),
+        }}),
+    );
+    paths.insert(
+        "/v1/recordings/{id}".into(),
+        json!({"get": {
+            "operationId": "getRecording",
+            "summary": "One recorded session",
+            "parameters": [name_param("id")],
+            "responses": responses(("200", ok("The session", json!({
+                "type": "object", "required": ["session"], "properties": {"session": session},
+            }))), &[401, 403, 404]),
+        }}),
+    );
+    paths.insert(
+        "/v1/recordings/{id}/cast".into(),
+        json!({"get": {
+            "operationId": "getRecordingCast",
+            "summary": "One session's recording as asciicast v2 (a JSON header line, then [seconds, code, data] lines)",
+            "parameters": [name_param("id")],
+            "responses": responses(("200", json!({"description": "The recording", "content": {"application/x-asciicast": {"schema": {"type": "string"}}}})), &[401, 403, 404]),
+        }}),
+    );
     let any_object = json!({"type": "object"});
     let usage = json!({"get": {
         "summary": "A machine's facts, latest usage and the last 24 h at one-minute resolution (kept in the hub's memory)",

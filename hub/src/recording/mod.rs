@@ -153,7 +153,7 @@ pub fn validate_setting(name: &str, spec: &Value) -> Result<(), String> {
 pub async fn settings(store: &dyn Store) -> Result<Settings, StoreError> {
     let mut values = Vec::with_capacity(SETTINGS.len());
     for (name, default, _) in SETTINGS {
-        values.push(crate::registration::setting(store, name, default.to_owned()).await?);
+        values.push(crate::model::setting(store, name, default.to_owned()).await?);
     }
     let warn = |name: &str, e: String| {
         tracing::warn!(setting = name, error = %e, "ignoring the setting; using its default");

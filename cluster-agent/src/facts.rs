@@ -78,6 +78,7 @@ pub(crate) async fn collect(
         cpu_millicores: sum("cpu", 1000.0),
         memory_bytes: sum("memory", 1.0),
         ca_pem: ca_pem.to_owned(),
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
     })
 }
 

@@ -512,6 +512,12 @@ impl proto::cluster::v1::cluster_agent_server::ClusterAgent for FactsService {
                 "capacity".into(),
                 json!({"cpuMillicores": facts.cpu_millicores, "memoryBytes": facts.memory_bytes}),
             );
+                // Shown beside the agent's connection (an agent older than the field sends none).
+                if !facts.agent_version.is_empty() {
+                    status
+                        .extra
+                        .insert("agentVersion".into(), json!(facts.agent_version));
+                }
                 // The cluster's own CA, for the authorized endpoint's kubeconfig contexts.
                 if !facts.ca_pem.is_empty() {
                     status

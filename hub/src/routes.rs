@@ -100,6 +100,7 @@ pub(crate) fn router(parts: Parts) -> Router {
                 any(proxy::relay),
             )
             .route("/v1/clusters/{cluster}/cache/{resource}", get(proxy::cache))
+            .route("/v1/clusters/{cluster}/overview", get(proxy::overview))
             .route(
                 "/v1/clusters/{cluster}/nodes/{node}/drain",
                 axum::routing::post(proxy::drain),

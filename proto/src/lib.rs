@@ -6,6 +6,7 @@
 
 pub mod codec;
 pub mod files;
+pub mod overview;
 pub mod register;
 
 /// The tunnel protocol: stream headers, dial replies and the handshake service.

@@ -132,6 +132,136 @@ type: Normal
     )
 }
 
+/// A warning about `shop/spare-b`, as the kubelet would write one.
+const WARNING: &str = r#"apiVersion: v1
+kind: Event
+metadata:
+  name: spare-b.backoff
+  namespace: shop
+involvedObject:
+  kind: Pod
+  name: spare-b
+  namespace: shop
+reason: BackOff
+message: Back-off restarting failed container main
+type: Warning
+count: 3
+lastTimestamp: "2026-12-01T10:00:00Z"
+"#;
+
+/// The sum of `quantities` (kubectl's jsonpath output, space-separated), each a plain number
+/// or one with `suffix`, scaled by `scale`.
+fn sum_of(quantities: &str, suffix: &str, scale: f64) -> f64 {
+    quantities
+        .split_whitespace()
+        .map(|q| match q.strip_suffix(suffix) {
+            Some(n) => n.parse::<f64>().unwrap() * scale,
+            None => q.parse::<f64>().unwrap(),
+        })
+        .sum()
+}
+
+/// The cluster's dashboard: what the nodes offer (as kubectl reads them) beside what the pods
+/// on them ask for (only `spare-a` asks: 250m and 256Mi), node and deployment health as
+/// kubectl counts it, the warning, and the cluster-agent connected at its version. A project
+/// member, who may not list the whole cluster, is told so.
+async fn cluster_dashboard(
+    browser: &Browser<'_>,
+    hub: &tests::HubProcess,
+    kube: &Path,
+    pat_token: &str,
+) {
+    until(
+        browser,
+        "the overview",
+        "return document.getElementById('overview').dataset.loaded === 'true';",
+    )
+    .await;
+    let jsonpath = |field: &str| format!("jsonpath={{.items[*].{field}}}");
+    let cpu = kubectl_ok(
+        kube,
+        &["get", "nodes", "-o", &jsonpath("status.allocatable.cpu")],
+    )
+    .await;
+    let memory = kubectl_ok(
+        kube,
+        &["get", "nodes", "-o", &jsonpath("status.allocatable.memory")],
+    )
+    .await;
+    let (cpu, memory) = (sum_of(&cpu, "m", 0.001), sum_of(&memory, "Gi", 1.0));
+    let gauges = browser.text("#gauges").await;
+    for line in [
+        format!("Requested: 0.25 cores of {cpu:.2} cores"),
+        format!("Requested: 0.25 GiB of {memory:.2} GiB"),
+        format!("Limits: 0.00 cores of {cpu:.2} cores"),
+    ] {
+        assert!(gauges.contains(&line), "{line:?} in {gauges}");
+    }
+    let ready = kubectl_ok(
+        kube,
+        &["get", "nodes", "-o", r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#],
+    )
+    .await;
+    let nodes = ready.lines().count();
+    let ready = ready.lines().filter(|l| *l == "True").count();
+    let replicas = kubectl_ok(
+        kube,
+        &[
+            "get",
+            "deployments",
+            "-A",
+            "-o",
+            r#"jsonpath={range .items[*]}{.spec.replicas} {.status.availableReplicas}{"\n"}{end}"#,
+        ],
+    )
+    .await;
+    let deployments = replicas.lines().count();
+    let available = replicas
+        .lines()
+        .filter(|l| {
+            let mut parts = l.split(' ');
+            let (want, have) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            have.parse::<u64>().unwrap_or(0) >= want.parse::<u64>().unwrap_or(1)
+        })
+        .count();
+    let health = browser.text("#health").await;
+    for fact in [
+        format!("{ready} of {nodes} ready"),
+        format!("{available} of {deployments} available"),
+    ] {
+        assert!(health.contains(&fact), "{fact:?} in {health}");
+    }
+    let warnings = browser.text("#warnings tbody").await;
+    assert!(
+        warnings.contains("Pod spare-b")
+            && warnings.contains("BackOff")
+            && warnings.contains("Back-off restarting failed container main"),
+        "{warnings}"
+    );
+    let agent = browser.text("#agents tr[data-agent='cluster-agent']").await;
+    assert!(
+        agent.contains("connected") && agent.contains(env!("CARGO_PKG_VERSION")),
+        "{agent}"
+    );
+    check_and_save_as(browser, "explorer-dashboard").await;
+    let (status, body) = api(
+        hub.addr,
+        "GET",
+        "/v1/clusters/prod/overview",
+        Some(pat_token),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not list nodes"),
+        "{body}"
+    );
+}
+
 async fn apply(kubeconfig: &Path, dir: &Path, name: &str, yaml: &str) {
     let file = dir.join(format!("{name}.yaml"));
     std::fs::write(&file, yaml).unwrap();
@@ -462,10 +592,26 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     let driver = Driver::start(&dir).await;
     let browser = driver.browser("explorer-admin", 1280, 900).await;
     let password = hub.admin_password.clone().unwrap();
+    apply(&kube, &dir, "warning", WARNING).await;
+    // The cluster-agent's version comes with its first facts, a moment after it connects.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, cluster) = api(hub.addr, "GET", "/v1/clusters/prod", Some(&admin), None).await;
+        if cluster["status"]["agentVersion"] == env!("CARGO_PKG_VERSION") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no agent version in {cluster:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     log_in(&browser, &base, "admin", &password, "/clusters/prod").await;
     browser.click("#explore").await;
+    cluster_dashboard(&browser, hub, &kube, &pat_token).await;
 
-    // The kinds the cluster serves, grouped, with counts; K3s's CRDs among the custom kinds.
+    // Beside the dashboard, the kinds the cluster serves, grouped, with counts; K3s's CRDs among
+    // the custom kinds.
     until(&browser, "the pods' count", "const c = document.querySelector('span.count[data-resource=\"pods\"]'); return c !== null && /^\\d+$/.test(c.textContent);").await;
     let section = |name: &str| {
         format!(

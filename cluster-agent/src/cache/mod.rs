@@ -4,6 +4,7 @@
 //! cluster costs its API server nothing.
 
 mod cells;
+mod overview;
 mod page;
 mod reflect;
 
@@ -123,6 +124,28 @@ impl Caches {
         } else {
             encode_list(kind, &page, &meta)
         }
+    }
+
+    /// The cluster at a glance, summed from the nodes, pods, deployments and events cached, once
+    /// each cache has its first full list.
+    pub async fn overview(&self) -> Result<proto::overview::Overview, CacheError> {
+        let mut held: Vec<Vec<Arc<page::Entry>>> = Vec::new();
+        for resource in ["nodes", "pods", "deployments", "events"] {
+            let reflected = self.find(resource)?;
+            ready(reflected, None).await?;
+            // The entries are shared: taken under the lock, read after it is let go.
+            held.push(reflected.read(|s| s.objects.values().cloned().collect()));
+        }
+        // Reading every pod's JSON takes a while on a big cluster: off the async workers.
+        tokio::task::spawn_blocking(move || {
+            let texts: Vec<Vec<&str>> = held
+                .iter()
+                .map(|entries| entries.iter().map(|e| &*e.json).collect())
+                .collect();
+            overview::summarize(&texts[0], &texts[1], &texts[2], &texts[3])
+        })
+        .await
+        .map_err(|e| CacheError::NotReady(format!("summing the overview failed: {e}")))
     }
 
     /// Every node, as JSON, once the cache has its first full list.
@@ -277,9 +300,16 @@ async fn answer(
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("as=Table"));
-        match Query::parse(request.uri().query().unwrap_or_default()) {
-            Ok(query) => caches.list(&resource, &query, table).await,
-            Err(e) => Err(e),
+        if request.uri().path() == proto::overview::PATH {
+            caches
+                .overview()
+                .await
+                .and_then(|o| serde_json::to_vec(&o).map_err(internal))
+        } else {
+            match Query::parse(request.uri().query().unwrap_or_default()) {
+                Ok(query) => caches.list(&resource, &query, table).await,
+                Err(e) => Err(e),
+            }
         }
     };
     let (status, body) = match result {

@@ -66,6 +66,7 @@ pub fn document() -> Value {
     generator.subschema_for::<DeviceLoginRequest>();
     generator.subschema_for::<DevicePoll>();
     generator.subschema_for::<proto::register::RegisterRequest>();
+    generator.subschema_for::<proto::overview::Overview>();
     let mut paths = Map::new();
     for kind in Kind::ALL {
         let name = kind.name();
@@ -501,6 +502,15 @@ pub fn document() -> Value {
                 {"name": "resourceVersion", "in": "query", "schema": {"type": "string"},
                  "description": "answer no older than this revision (504 if the cache has not reached it within 3 s)"}],
             "responses": responses(("200", ok("A Kubernetes list", any_object.clone())), &[401, 403, 404, 503]),
+        }}),
+    );
+    paths.insert(
+        "/v1/clusters/{cluster}/overview".into(),
+        json!({"get": {
+            "operationId": "clusterOverview",
+            "summary": "The cluster at a glance, summed by the cluster-agent from its caches: CPU, memory and pods (allocatable, requested, limits), node, pod and deployment health, the latest warning events. For those who may list every node, pod, deployment and event of the cluster",
+            "parameters": [name_param("cluster")],
+            "responses": responses(("200", ok("The overview", reference("Overview"))), &[401, 403, 404, 503]),
         }}),
     );
     paths.insert(

@@ -204,38 +204,68 @@ async function canOpenShell(r, namespace, name) {
   return true;
 }
 
-// ---------- the kinds page ----------
+// ---------- the cluster's dashboard ----------
 
-async function showKinds(holder) {
-  let all;
-  try {
-    all = await discover();
-  } catch (e) {
-    say("explorer-error", e.message);
-    return;
-  }
-  const listable = all.filter((r) => r.verbs.includes("list"));
-  const order = [...CATEGORIES.map(([name]) => name), "Custom"];
-  for (const name of order) {
-    const members = listable.filter((r) => category(r) === name).sort((a, b) => a.kind.localeCompare(b.kind));
-    if (members.length === 0) continue;
-    const id = `kinds-${name.toLowerCase().replace(/\W+/g, "-")}`;
-    const list = element("ul", { className: "kinds" });
-    for (const r of members) {
-      const count = element("span", { className: "count", dataset: { resource: resourceId(r) } }, "…");
-      const link = element("a", { href: `/clusters/${encodeURIComponent(cluster)}/explorer/${encodeURIComponent(resourceId(r))}` }, r.kind);
-      const group = element("span", { className: "group" }, r.group || "core");
-      list.append(element("li", { dataset: { resource: resourceId(r) } }, link, " ", group, " ", count));
-    }
-    holder.append(element("section", { id, "aria-label": name }, element("h2", {}, name), list));
-  }
-  say("kinds-status", `${listable.length} kinds. Counts are of what you may list.`);
-  // A count is one small list each (limit=1): the cache or the API server says how many remain.
-  const counts = await countAll(listable, (r, text) => {
-    holder.querySelector(`span.count[data-resource="${CSS.escape(resourceId(r))}"]`).textContent = text;
-  });
-  keepCounts(counts);
+// A gauge of what is asked (`used`) of what the nodes offer, as a meter and in words.
+function gauge(label, used, of, unit) {
+  const share = of > 0 ? Math.round((100 * used) / of) : 0;
+  const words = `${label}: ${unit(used)} of ${unit(of)} (${share}%)`;
+  const meter = element("meter", { min: 0, max: of > 0 ? of : 1, value: used, high: of * 0.8, optimum: 0, "aria-label": words });
+  return element("div", { className: "gauge-line" }, element("span", {}, words), meter);
 }
+
+function drawOverview(o) {
+  const cores = (n) => `${n.toFixed(2)} cores`;
+  const gib = (bytes) => `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
+  const count = (n) => Math.round(n).toLocaleString("en");
+  const gauges = [
+    ["cpu", "CPU", o.cpu, cores, true],
+    ["memory", "Memory", o.memory, gib, true],
+    ["pods", "Pods", o.pods, count, false],
+  ].map(([id, title, c, unit, limits]) => {
+    const card = element("section", { className: "gauge card", id: `gauge-${id}`, "aria-label": title }, element("h3", {}, title));
+    card.append(gauge("Requested", c.requested, c.allocatable, unit));
+    if (limits) card.append(gauge("Limits", c.limits, c.allocatable, unit));
+    return card;
+  });
+  document.getElementById("gauges").replaceChildren(...gauges);
+  const health = document.getElementById("health");
+  health.replaceChildren();
+  const n = o.nodes;
+  fact(health, "Nodes", `${n.ready} of ${n.total} ready${n.cordoned ? `, ${n.cordoned} cordoned` : ""}`);
+  const p = o.podPhases;
+  fact(health, "Pods", `${count(p.running)} running, ${count(p.pending)} pending, ${count(p.failed)} failed, ${count(p.succeeded)} succeeded${p.unknown ? `, ${count(p.unknown)} unknown` : ""}`);
+  fact(health, "Deployments", `${o.deployments.available} of ${o.deployments.total} available`);
+  fact(health, "Warning events", String(o.warningCount));
+  const rows = o.warnings.map((w) => {
+    const [kind, ...name] = w.object.split("/");
+    return element("tr", {}, element("td", {}, w.lastSeen ? `${age(w.lastSeen)} ago` : "–"), element("td", {}, w.namespace), element("td", {}, `${kind} ${name.join("/")}`), element("td", {}, w.reason), element("td", {}, w.message), element("td", {}, String(w.count)));
+  });
+  if (rows.length === 0) rows.push(element("tr", {}, element("td", { colSpan: 6, className: "empty" }, "No warnings. Everything the cluster reports is normal.")));
+  document.getElementById("warnings").tBodies[0].replaceChildren(...rows);
+}
+
+// The overview, read now and every 15 seconds while the tab is shown: the cluster-agent sums
+// it from its caches, so asking costs the cluster's API server nothing.
+async function showOverview(holder) {
+  const read = async () => {
+    if (document.hidden) return;
+    const result = await kube("/overview", { base: `/v1/clusters/${encodeURIComponent(cluster)}` });
+    if (!result.ok) {
+      say("overview-status", "");
+      say("overview-error", why(result));
+      return;
+    }
+    say("overview-error", "");
+    drawOverview(result.data);
+    say("overview-status", `As of ${new Date().toLocaleTimeString("en-GB")}, from the cluster-agent's caches.`);
+    holder.dataset.loaded = "true";
+  };
+  await read();
+  setInterval(read, 15000);
+}
+
+// ---------- counting and the kinds beside every page ----------
 
 // How many objects of `r` the user may list: one small list (limit=1), where the cache or the
 // API server says how many remain.
@@ -291,8 +321,8 @@ function keptCounts() {
 // The namespace (or `project:NAME`) chosen last on this cluster: every list starts there.
 const NAMESPACE_KEY = `drover-namespace:${cluster}`;
 
-// The kinds beside every explorer page, grouped as the kinds page groups them, with counts,
-// the one shown marked; and the namespace picker every list follows.
+// The kinds beside every explorer page, grouped (workloads, service discovery, …), with
+// counts, the one shown marked; and the namespace picker every list follows.
 async function showNav(nav) {
   let all;
   try {
@@ -330,9 +360,9 @@ async function showNav(nav) {
       if (id === here) link.setAttribute("aria-current", "page");
       const count = element("span", { className: "count", dataset: { resource: id } }, "");
       cells.set(id, count);
-      list.append(element("li", {}, link, count));
+      list.append(element("li", { dataset: { resource: id } }, link, count));
     }
-    nav.append(element("h2", {}, name), list);
+    nav.append(element("section", { "aria-label": name }, element("h2", {}, name), list));
   }
   const kept = keptCounts();
   if (kept) {
@@ -1455,7 +1485,7 @@ async function showShell(holder) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  const views = { kinds: showKinds, list: showList, object: showObject, logs: showLogs, shell: showShell };
+  const views = { overview: showOverview, list: showList, object: showObject, logs: showLogs, shell: showShell };
   for (const holder of document.querySelectorAll("[data-view]")) {
     const show = views[holder.dataset.view];
     if (show) show(holder);

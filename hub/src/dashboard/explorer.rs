@@ -62,7 +62,7 @@ fn well_formed(segment: &str) -> bool {
 
 /// Where a caller without a session comes back to after logging in: this page with its query
 /// (the list's filters live there).
-fn here(uri: &Uri) -> String {
+pub(super) fn here(uri: &Uri) -> String {
     uri.path_and_query()
         .map_or_else(|| uri.path().to_owned(), ToString::to_string)
 }
@@ -81,35 +81,30 @@ fn cached_kinds() -> String {
         .join(" ")
 }
 
-async fn explorer_page(
+pub(super) async fn explorer_page(
     dash: &Dash,
     headers: &HeaderMap,
     cluster: &str,
     here: &str,
     title: &str,
-    content: impl FnOnce(&str) -> String,
+    content: impl FnOnce(&str, &crate::store::Object) -> String,
     head: &str,
 ) -> Response {
-    let (principal, _) = match readable(dash, headers, Kind::Cluster, cluster, Some(here)).await {
-        Ok(found) => found,
-        Err(response) => return response,
-    };
+    let (principal, object) =
+        match readable(dash, headers, Kind::Cluster, cluster, Some(here)).await {
+            Ok(found) => found,
+            Err(response) => return response,
+        };
     let cluster = escape(cluster);
     let crumbs = format!(
         r#"<nav class="crumbs" aria-label="Breadcrumb"><a href="/clusters/{cluster}">Cluster {cluster}</a> › <a href="/clusters/{cluster}/explorer">Explorer</a></nav>"#
     );
-    // Every explorer page but the kinds page (which is the same list, larger) has the kinds
-    // beside it, drawn by the script.
-    let content = content(&cluster);
-    let nav = if content.contains(r#"data-view="kinds""#) {
-        ""
-    } else {
-        r#"<nav id="kinds-nav" class="kinds-nav" aria-label="Kinds"></nav>"#
-    };
+    let content = content(&cluster, &object);
+    // Every explorer page has the kinds beside it, drawn by the script.
     let body = format!(
         r#"{crumbs}
 <div id="explorer" class="explorer-layout" data-cluster="{cluster}" data-cached="{}">
-{nav}<div class="explorer-main">
+<nav id="kinds-nav" class="kinds-nav" aria-label="Kinds"></nav><div class="explorer-main">
 {content}
 </div>
 </div>"#,
@@ -139,33 +134,6 @@ fn not_found(what: &str) -> Response {
     response
 }
 
-/// `/clusters/{name}/explorer`: the kinds the cluster serves, grouped, with counts.
-pub(super) async fn kinds(
-    State(dash): State<Dash>,
-    headers: HeaderMap,
-    uri: Uri,
-    Path(name): Path<String>,
-) -> Response {
-    explorer_page(
-        &dash,
-        &headers,
-        &name,
-        &here(&uri),
-        &format!("{name}: explorer"),
-        |cluster| {
-            format!(
-                r#"<div class="bar"><h1>Explorer: {cluster}</h1>
-<a class="button" href="/clusters/{cluster}/explorer/events">Events</a></div>
-<p id="kinds-status" role="status">Reading what the cluster serves…</p>
-<p class="error" role="alert" id="explorer-error"></p>
-<div id="kinds" data-view="kinds"></div>"#
-            )
-        },
-        "",
-    )
-    .await
-}
-
 /// `/clusters/{name}/explorer/{resource}`: the objects of one kind, as the API server's
 /// Table shows them, a page at a time, kept current by a watch.
 pub(super) async fn list(
@@ -183,7 +151,7 @@ pub(super) async fn list(
         &name,
         &here(&uri),
         &format!("{resource} · {name}"),
-        |_| {
+        |_, _| {
             format!(
                 r#"<div class="bar"><h1 id="list-title">{resource}</h1>
 <button type="button" id="create-open" hidden>Create from YAML</button></div>
@@ -270,7 +238,7 @@ async fn one(
         cluster,
         &here,
         &format!("{title} · {cluster}"),
-        |_| {
+        |_, _| {
             format!(
                 r#"<div id="one" data-view="object" data-resource="{resource}" data-namespace="{namespace}" data-name="{object}">
 <div class="bar"><h1>{title}</h1><div id="actions" class="actions"></div></div>
@@ -334,7 +302,7 @@ pub(super) async fn pod_view(
                 &name,
                 &here,
                 &format!("Logs of {namespace}/{pod} · {name}"),
-                |_| {
+                |_, _| {
                     format!(
                         r#"<h1>Logs: {namespace}/{pod}</h1>
 <div id="logs" data-view="logs" {data}>
@@ -367,7 +335,7 @@ pub(super) async fn pod_view(
                 &name,
                 &here,
                 &format!("Shell in {namespace}/{pod} · {name}"),
-                |_| {
+                |_, _| {
                     format!(
                         r#"<h1>Shell: {namespace}/{pod}</h1>
 <div id="shell" data-view="shell" {data}>

@@ -28,6 +28,7 @@ mod device;
 mod explorer;
 mod fleet;
 mod machines;
+mod overview;
 mod people;
 mod pools;
 mod recordings;
@@ -79,7 +80,7 @@ pub fn router(dash: Dash) -> Router {
         .route("/clusters/{name}/pool-machines", get(pools::machines))
         .route("/clusters/{name}/conditions", get(clusters::conditions))
         .route("/clusters/{name}/nodes/{node}", get(machines::node))
-        .route("/clusters/{name}/explorer", get(explorer::kinds))
+        .route("/clusters/{name}/explorer", get(overview::page))
         .route("/clusters/{name}/explorer/{resource}", get(explorer::list))
         .route(
             "/clusters/{name}/explorer/{resource}/{object}",

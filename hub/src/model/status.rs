@@ -47,12 +47,12 @@ impl Status {
         self.set_condition_to(kind, Some(status), reason, message);
     }
 
-    /// As [`Status::set_condition`], with `None` for "Unknown" (on its way; not a failure).
     /// The condition of type `kind`, if set.
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.kind == kind)
     }
 
+    /// As [`Status::set_condition`], with `None` for "Unknown" (on its way; not a failure).
     pub fn set_condition_to(
         &mut self,
         kind: &str,

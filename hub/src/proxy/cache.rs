@@ -115,12 +115,72 @@ pub async fn cache(
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let (mut sender, path, pool) = match connect_route(
+    let accept = request.headers().get(header::ACCEPT).cloned();
+    ask_cache(
         &state,
         &route,
-        proto::CLUSTER_CACHE_SERVICE,
         &cluster,
         &format!("/{resource}{query}"),
+        accept,
+    )
+    .await
+}
+
+/// `GET /v1/clusters/{cluster}/overview`: the cluster at a glance
+/// ([`proto::overview::Overview`]), summed by the cluster-agent from its caches. It sums every
+/// node, pod, deployment and event, so it is for those the cluster's RBAC lets list all of
+/// them (admins, and the cluster's owners and read-only users).
+pub async fn overview(
+    State(state): State<Arc<ProxyState>>,
+    Path(cluster): Path<String>,
+    request: Request,
+) -> Response {
+    let (principal, route, _) = match authorize(&state, request.headers(), &cluster, false).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    if !principal.admin {
+        for name in ["nodes", "pods", "deployments", "events"] {
+            let Some(cached) = proto::cached_resource(name) else {
+                continue;
+            };
+            match crate::downstream::may_list(&state, &route, &principal, &cluster, cached, None)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    return kube_status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        format!(
+                            "user {:?} may not list {name} in every namespace of cluster \
+                             {cluster:?}, which the overview sums; a role that reads the whole \
+                             cluster (read-only or cluster-owner) may see it",
+                            principal.user
+                        ),
+                    );
+                }
+                Err(response) => return response,
+            }
+        }
+    }
+    ask_cache(&state, &route, &cluster, proto::overview::PATH, None).await
+}
+
+/// Sends `GET path` to the cluster-agent's `cluster-cache` service and hands back its answer.
+async fn ask_cache(
+    state: &ProxyState,
+    route: &Route,
+    cluster: &str,
+    path: &str,
+    accept: Option<http::HeaderValue>,
+) -> Response {
+    let (mut sender, path, pool) = match connect_route(
+        state,
+        route,
+        proto::CLUSTER_CACHE_SERVICE,
+        cluster,
+        path,
         true,
     )
     .await
@@ -130,17 +190,17 @@ pub async fn cache(
     };
     // The cache answers Tables as the API server does, when asked with the same header.
     let mut outbound = http::Request::get(path).header(header::HOST, "cluster-cache");
-    if let Some(accept) = request.headers().get(header::ACCEPT) {
+    if let Some(accept) = accept {
         outbound = outbound.header(header::ACCEPT, accept);
     }
     let Ok(outbound) = outbound.body(Body::empty()) else {
         return kube_status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
-            format!("{resource:?} is not a resource name"),
+            "the request names no resource the cache knows".to_owned(),
         );
     };
-    match send(&mut sender, outbound, &cluster).await {
+    match send(&mut sender, outbound, cluster).await {
         Ok(response) => {
             if let Some(pool) = pool {
                 pool.put(sender);

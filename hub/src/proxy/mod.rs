@@ -40,7 +40,7 @@ mod relay;
 pub(crate) mod route;
 mod session;
 
-pub use cache::cache;
+pub use cache::{cache, overview};
 pub use drain::drain;
 pub use proto::KUBE_API_SERVICE;
 pub use relay::relay;

@@ -884,13 +884,36 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         "{facts}"
     );
     assert!(browser.text("#owned").await.contains("Pod web-0"));
+    // The YAML is coloured: keys, and values by what they are.
+    let coloured = |class: &str| {
+        format!(
+            "return Array.from(document.querySelectorAll('#yaml-highlight .{class}')).map((s) => s.textContent);"
+        )
+    };
+    let keys = browser.run(&coloured("yaml-key"), json!([])).await;
+    assert!(
+        keys.as_array().unwrap().contains(&json!("apiVersion")),
+        "{keys}"
+    );
+    let numbers = browser.run(&coloured("yaml-number"), json!([])).await;
+    assert!(
+        numbers.as_array().unwrap().contains(&json!("4")),
+        "{numbers}"
+    );
     browser.click("#edit").await;
     browser
         .run(
-            "const a = document.getElementById('yaml'); a.value = a.value.replace(/replicas: 4/, 'replicas: 2'); return true;",
+            "const a = document.getElementById('yaml'); a.value = a.value.replace(/replicas: 4/, 'replicas: 2'); a.dispatchEvent(new Event('input')); return true;",
             json!([]),
         )
         .await;
+    // What is typed is coloured too.
+    until(
+        &browser,
+        "the edit coloured",
+        "const h = document.getElementById('yaml-highlight'); return h.textContent === document.getElementById('yaml').value + '\\n' && Array.from(h.querySelectorAll('.yaml-number')).some((s) => s.textContent === '2');",
+    )
+    .await;
     // Save first shows what changes, and saves only when confirmed.
     browser.click("#save").await;
     browser.find("#yaml-confirm:not([hidden])").await;

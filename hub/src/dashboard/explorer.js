@@ -867,6 +867,7 @@ async function showList(holder) {
     open.hidden = false;
     const area = document.getElementById("create-yaml");
     area.value = `apiVersion: ${r.group ? `${r.group}/${r.version}` : r.version}\nkind: ${r.kind}\nmetadata:\n  name: \n${r.namespaced ? `  namespace: ${namespace || "default"}\n` : ""}`;
+    highlightYaml(area);
     open.addEventListener("click", () => {
       document.getElementById("create").hidden = false;
       area.focus();
@@ -1137,6 +1138,104 @@ function drawDiff(pre, diff) {
 }
 
 // The YAML, as the API server writes it; those who may update the object edit it in place.
+// ---------- YAML, coloured ----------
+
+// One YAML value's class: quoted or plain text, a number, or true/false/null.
+function yamlValueClass(text) {
+  if (/^-?(\d+|\d*\.\d+)([eE][-+]?\d+)?$/.test(text)) return "yaml-number";
+  if (/^(true|false|null|~|True|False|Null|TRUE|FALSE|NULL)$/.test(text)) return "yaml-literal";
+  if (/^[|>][-+0-9]*$/.test(text)) return "yaml-marker";
+  return "yaml-string";
+}
+
+// Where a value's trailing comment starts (" #" outside quotes), or -1.
+function yamlCommentAt(text) {
+  let quote = "";
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quote) {
+      if (c === quote) quote = "";
+    } else if (c === '"' || c === "'") {
+      quote = c;
+    } else if (c === "#" && (i === 0 || /\s/.test(text[i - 1]))) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+// The spans of one line as [class, text] ("" for plain), and whether a block scalar (`|`, `>`)
+// starts after it. `inBlock`: the line belongs to a block scalar's text.
+function yamlLine(line, inBlock) {
+  if (inBlock) return { spans: [["yaml-string", line]], opens: false };
+  if (/^\s*#/.test(line)) return { spans: [["yaml-comment", line]], opens: false };
+  if (/^(---|\.\.\.)(\s|$)/.test(line)) return { spans: [["yaml-marker", line]], opens: false };
+  const spans = [];
+  let rest = line;
+  const lead = /^(\s*(?:-\s+)*)/.exec(rest)[1];
+  if (lead) spans.push(["", lead]);
+  rest = rest.slice(lead.length);
+  const key = /^("[^"]*"|'[^']*'|[^\s#"'][^:#]*?)(:)(\s|$)/.exec(rest);
+  if (key) {
+    spans.push(["yaml-key", key[1]], ["", key[2] + key[3]]);
+    rest = rest.slice(key[0].length);
+  }
+  const comment = yamlCommentAt(rest);
+  const value = comment >= 0 ? rest.slice(0, comment) : rest;
+  const trimmed = value.trim();
+  if (trimmed) {
+    const start = value.indexOf(trimmed);
+    spans.push(["", value.slice(0, start)], [yamlValueClass(trimmed), trimmed], ["", value.slice(start + trimmed.length)]);
+  } else if (value) {
+    spans.push(["", value]);
+  }
+  if (comment >= 0) spans.push(["yaml-comment", rest.slice(comment)]);
+  return { spans, opens: /^[|>][-+0-9]*$/.test(trimmed) };
+}
+
+// Colours `area`'s YAML as it is typed: a highlighted copy of the text lies under the
+// textarea, whose own text is transparent (its caret and selection are not), scrolled with
+// it. Returns the function that redraws the copy, for when the script sets the text.
+function highlightYaml(area) {
+  const wrap = element("div", { className: "code-editor" });
+  const under = element("pre", { className: "code-under", id: `${area.id}-highlight`, "aria-hidden": "true" });
+  area.setAttribute("wrap", "off");
+  area.classList.add("code-over");
+  area.replaceWith(wrap);
+  wrap.append(under, area);
+  const draw = () => {
+    const out = [];
+    let block = -1;
+    for (const line of area.value.split("\n")) {
+      const indent = /^\s*/.exec(line)[0].length;
+      const inBlock = block >= 0 && (line.trim() === "" || indent > block);
+      if (!inBlock) block = -1;
+      const { spans, opens } = yamlLine(line, inBlock);
+      if (opens) block = indent;
+      for (const [cls, text] of spans) out.push(cls ? element("span", { className: cls }, text) : text);
+      out.push("\n");
+    }
+    under.replaceChildren(...out);
+    under.scrollTop = area.scrollTop;
+    under.scrollLeft = area.scrollLeft;
+  };
+  let queued = false;
+  area.addEventListener("input", () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      draw();
+    });
+  });
+  area.addEventListener("scroll", () => {
+    under.scrollTop = area.scrollTop;
+    under.scrollLeft = area.scrollLeft;
+  });
+  draw();
+  return draw;
+}
+
 // Saving first shows what changes (a diff against the YAML as read), then sends it whole (a
 // replace): if the object changed since it was read, the API server refuses with a conflict
 // on its resourceVersion, and nothing is overwritten. Returns `changed()`, which the page calls
@@ -1144,6 +1243,7 @@ function drawDiff(pre, diff) {
 // the editor is told.
 async function showYaml(r, path, namespace, name) {
   const area = document.getElementById("yaml");
+  const redraw = highlightYaml(area);
   let original = "";
   let saving = false;
   const read = async () => {
@@ -1154,6 +1254,7 @@ async function showYaml(r, path, namespace, name) {
     }
     original = result.text;
     area.value = result.text;
+    redraw();
   };
   await read();
   const view = {

@@ -31,6 +31,46 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct Sampler {
     machine: Arc<Mutex<Machine>>,
+    /// For a simulated machine: the load it reports instead of this machine's.
+    profile: Option<Profile>,
+}
+
+/// A simulated machine's load: CPU swinging slowly about its own level, memory at its own
+/// share, so that the stand-in hosts and nodes of a demo, all on one machine, differ as a
+/// fleet's machines would.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Profile {
+    cpu_level: f32,
+    cpu_swing: f32,
+    period_seconds: f32,
+    phase: f32,
+    memory_share: f32,
+}
+
+impl Profile {
+    /// The profile of simulated machine `seed`: levels spread by small primes, so that
+    /// neighbouring seeds differ.
+    fn of(seed: u32) -> Self {
+        let spread = |prime: u32, range: u32| (seed.wrapping_mul(prime) % range) as f32;
+        Self {
+            cpu_level: 8.0 + spread(37, 60),
+            cpu_swing: 3.0 + spread(7, 10),
+            period_seconds: 300.0 + spread(53, 600),
+            phase: spread(13, 628) / 100.0,
+            memory_share: 0.2 + spread(29, 60) / 100.0,
+        }
+    }
+
+    /// `real` as this machine would show it `seconds` into the epoch.
+    fn apply(&self, mut real: Usage, seconds: f64) -> Usage {
+        let angle = std::f64::consts::TAU * seconds / f64::from(self.period_seconds)
+            + f64::from(self.phase);
+        let cpu = f64::from(self.cpu_level) + f64::from(self.cpu_swing) * angle.sin();
+        real.cpu_percent = cpu.clamp(1.0, 99.0) as f32;
+        real.memory_used_bytes =
+            (real.memory_total_bytes as f64 * f64::from(self.memory_share)) as u64;
+        real
+    }
 }
 
 #[derive(Debug)]
@@ -59,7 +99,18 @@ impl Sampler {
         };
         Some(Self {
             machine: Arc::new(Mutex::new(machine)),
+            profile: None,
         })
+    }
+
+    /// A simulated machine `seed` on this one: its facts are this machine's, its CPU and
+    /// memory use its own ([`Profile`]), for stand-in hosts that should not all show the
+    /// same load. Shares this sampler's reader.
+    pub fn simulated(&self, seed: u32) -> Self {
+        Self {
+            machine: Arc::clone(&self.machine),
+            profile: Some(Profile::of(seed)),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Machine> {
@@ -82,6 +133,19 @@ impl Sampler {
 
     /// Usage now; CPU over the time since the previous reading.
     pub fn usage(&self) -> Usage {
+        let usage = self.machine_usage();
+        match &self.profile {
+            Some(profile) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                profile.apply(usage, now.as_secs_f64())
+            }
+            None => usage,
+        }
+    }
+
+    fn machine_usage(&self) -> Usage {
         let mut machine = self.lock();
         if let Some((at, usage)) = &machine.usage
             && at.elapsed() < FRESH
@@ -365,5 +429,47 @@ mod tests {
         assert!(usage.memory_used_bytes <= usage.memory_total_bytes);
         assert!((0.0..=100.0).contains(&usage.cpu_percent), "{usage:?}");
         assert!(usage.disk_used_bytes <= usage.disk_total_bytes);
+    }
+
+    #[test]
+    fn simulated_machines_show_loads_of_their_own_that_move() {
+        let real = Usage {
+            cpu_percent: 99.0,
+            memory_used_bytes: 15 << 30,
+            memory_total_bytes: 16 << 30,
+            ..Usage::default()
+        };
+        // Neighbouring demo machines differ, in CPU and in memory, whatever this machine does.
+        let at = |seed: u32, seconds: f64| Profile::of(seed).apply(real, seconds);
+        let loads: Vec<(f32, u64)> = (0..5)
+            .map(|seed| {
+                let u = at(seed, 1_000_000.0);
+                (u.cpu_percent, u.memory_used_bytes)
+            })
+            .collect();
+        for (i, a) in loads.iter().enumerate() {
+            assert!((1.0..=99.0).contains(&a.0), "{loads:?}");
+            assert!(a.1 < real.memory_total_bytes, "{loads:?}");
+            for b in &loads[i + 1..] {
+                assert!(a.0 != b.0 && a.1 != b.1, "{loads:?}");
+            }
+        }
+        // One machine's CPU moves over minutes, within its swing about its level.
+        let profile = Profile::of(3);
+        let cpu: Vec<f32> = (0..10)
+            .map(|minute| {
+                profile
+                    .apply(real, 1_000_000.0 + 60.0 * f64::from(minute))
+                    .cpu_percent
+            })
+            .collect();
+        assert!(cpu.windows(2).all(|w| w[0] != w[1]), "{cpu:?}");
+        assert!(
+            cpu.iter()
+                .all(|c| (c - profile.cpu_level).abs() <= profile.cpu_swing + 0.001),
+            "{cpu:?}"
+        );
+        // Everything but CPU and memory is the machine's own reading.
+        assert_eq!(at(1, 0.0).memory_total_bytes, real.memory_total_bytes);
     }
 }

@@ -43,6 +43,9 @@ pub struct Config {
     /// The node this copy runs on.
     pub node: String,
     pub kube: KubeTarget,
+    /// What reads the node's facts and usage; `None`: this machine, as the agent finds it (a
+    /// simulator gives its stand-in nodes loads of their own).
+    pub machine: Option<agentkit::Sampler>,
 }
 
 /// A setting that is missing or unusable; names the variable.
@@ -93,6 +96,7 @@ impl Config {
             hub,
             node,
             kube,
+            machine: None,
         })
     }
 }
@@ -131,7 +135,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Agen
     let (tx, mut sessions) = mpsc::channel(1);
     let runner = tokio::spawn(connector.run(tx, shutdown));
     // One sampler for the process: CPU usage is measured between samples.
-    let sampler = agentkit::Sampler::new();
+    let sampler = config.machine.clone().or_else(agentkit::Sampler::new);
     while let Some(session) = sessions.recv().await {
         tracing::info!(session = %session.hello.session_id, cluster = %config.cluster, node = %config.node, "connected to the hub");
         agentkit::beat(&session, sampler.as_ref()).await;

@@ -5,7 +5,8 @@
 //! system-agents, each a [`crate::host`] with its own root directory and loopback address,
 //! installing the stand-in distribution from the hub's artifacts). The agents are the real
 //! code and reach the hub over its real tunnel; only the clusters and machines are stand-ins
-//! (every "host" and "node" reports the machine the hub runs on).
+//! (every "host" and "node" reports the machine the hub runs on, but for its CPU and memory
+//! use, which are its own and made up, so that they differ as a fleet's would).
 
 use std::{path::PathBuf, time::Duration};
 
@@ -127,10 +128,13 @@ impl DemoHub {
     }
 }
 
-/// Runs imported cluster `name`: a simulated API server with `nodes` nodes (and ten pods a
-/// node) into which the hub's import `manifest` is applied (the agent's RBAC among it), its
-/// cluster-agent registering with `registration`, and a node-agent on each node; until
-/// `shutdown`.
+/// What the demo's imported clusters run besides the agents.
+const WORKLOADS: &str = include_str!("demo_workloads.yaml");
+
+/// Runs imported cluster `name`: a simulated API server with `nodes` nodes into which the
+/// hub's import `manifest` is applied (the agent's RBAC among it) and the demo's
+/// [`WORKLOADS`], with the pods their controllers would have started; its cluster-agent
+/// registering with `registration`, and a node-agent on each node; until `shutdown`.
 pub async fn imported_cluster(
     hub: DemoHub,
     name: String,
@@ -142,7 +146,6 @@ pub async fn imported_cluster(
     let sim = SimCluster::start(
         SimConfig {
             nodes,
-            pods: nodes * 10,
             ..SimConfig::default()
         },
         shutdown.clone(),
@@ -150,6 +153,9 @@ pub async fn imported_cluster(
     .await?;
     sim.apply_manifest(&manifest)
         .map_err(|e| anyhow::anyhow!("applying the import manifest to {name}: {e}"))?;
+    sim.apply_manifest(WORKLOADS)
+        .map_err(|e| anyhow::anyhow!("applying the demo's workloads to {name}: {e}"))?;
+    sim.settle_workloads();
     // The agent's pod would be given its service account's token: the manifest's RBAC is
     // what lets it do its work.
     let token = sim
@@ -173,6 +179,11 @@ pub async fn imported_cluster(
             duration: Duration::from_secs(15),
         },
     };
+    let machine = agentkit::Sampler::new();
+    // Different nodes in every cluster: the cluster's name picks where its loads start.
+    let seed = name
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
     let mut tasks = tokio::task::JoinSet::new();
     let stop = shutdown.clone();
     tasks.spawn(async move {
@@ -187,6 +198,10 @@ pub async fn imported_cluster(
             cluster: name.clone(),
             node: node.clone(),
             kube: kube.clone(),
+            // Each stand-in node shows a load of its own, not this machine's.
+            machine: machine
+                .as_ref()
+                .map(|m| m.simulated(seed.wrapping_add(i as u32))),
         };
         let stop = shutdown.clone();
         tasks.spawn(async move {

@@ -54,7 +54,8 @@ impl HostConfig {
             },
             local_plans: None,
             root: self.root(),
-            machine: None,
+            // Hosts on one machine would all show its load: each shows one of its own.
+            machine: agentkit::Sampler::new().map(|m| m.simulated(u32::from(self.address))),
             retry: system_agent::Retry::default(),
         }
     }

@@ -40,6 +40,7 @@ mod table;
 mod upgrade;
 mod verbs;
 pub mod webhook;
+mod workloads;
 
 pub use discovery::GIT_VERSION;
 
@@ -304,9 +305,22 @@ impl Sim {
                 pod_spec_defaults(&mut object["spec"]["template"]["spec"]);
                 deployment_status(object);
             }
-            "daemonsets" => {
+            "daemonsets" | "replicasets" | "statefulsets" => {
                 pod_spec_defaults(&mut object["spec"]["template"]["spec"]);
                 deployment_status(object);
+            }
+            "jobs" => pod_spec_defaults(&mut object["spec"]["template"]["spec"]),
+            "cronjobs" => {
+                let spec = &mut object["spec"];
+                for (field, value) in [
+                    ("suspend", json!(false)),
+                    ("concurrencyPolicy", json!("Allow")),
+                ] {
+                    if spec.get(field).is_none() {
+                        spec[field] = value;
+                    }
+                }
+                pod_spec_defaults(&mut object["spec"]["jobTemplate"]["spec"]["template"]["spec"]);
             }
             _ => {}
         }
@@ -314,7 +328,10 @@ impl Sim {
 
     /// Keeps derived state true after a write (a deployment's status follows its replicas).
     fn after_write(&self, resource: &resources::Resource, object: &Value) {
-        if resource.plural == "deployments" {
+        if matches!(
+            resource.plural,
+            "deployments" | "replicasets" | "statefulsets"
+        ) {
             let replicas = object
                 .pointer("/spec/replicas")
                 .and_then(Value::as_u64)
@@ -626,20 +643,30 @@ impl SimCluster {
             let resource = resources::by_kind(&api_version, &kind)
                 .ok_or_else(|| format!("{api_version} {kind} is not served"))?;
             let key = store::key_of(&object);
+            // As the API server would: defaults and the status controllers keep.
+            let mut object = object;
+            self.sim.defaults(resource, &mut object);
             let wanted = object.clone();
-            match self.sim.store.create(&resource.key(), object) {
-                Ok(_) => {}
+            let written = match self.sim.store.create(&resource.key(), object) {
                 Err(store::StoreError::AlreadyExists) => {
                     self.sim
                         .store
                         .update(&resource.key(), &key, None, |_| wanted)
-                        .map_err(|e| format!("{kind} {:?}: {e:?}", key.1))?;
                 }
-                Err(e) => return Err(format!("{kind} {:?}: {e:?}", key.1)),
+                other => other,
             }
+            .map_err(|e| format!("{kind} {:?}: {e:?}", key.1))?;
+            self.sim.after_write(resource, &written);
             applied += 1;
         }
         Ok(applied)
+    }
+
+    /// Does once what the workload controllers would have done by now (ReplicaSets for
+    /// Deployments; the pods of ReplicaSets, StatefulSets and DaemonSets; each CronJob's last
+    /// Job, finished, and its pod), leaving what exists; returns how many objects it made.
+    pub fn settle_workloads(&self) -> usize {
+        workloads::settle(&self.sim)
     }
 
     /// Every request so far (the last 10,000), oldest first.

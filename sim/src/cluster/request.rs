@@ -216,7 +216,7 @@ mod tests {
             parse_target("/api/v1/pods/x").is_none(),
             "namespaced objects need their namespace"
         );
-        assert!(parse_target("/apis/batch/v1/jobs").is_none());
+        assert!(parse_target("/apis/networking.k8s.io/v1/ingresses").is_none());
     }
 
     #[test]

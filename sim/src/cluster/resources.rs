@@ -150,6 +150,34 @@ pub(crate) const RESOURCES: &[Resource] = &[
         ["status"]
     ),
     resource!(
+        "apps",
+        "replicasets",
+        "replicaset",
+        "ReplicaSet",
+        true,
+        ["rs"],
+        ["status", "scale"]
+    ),
+    resource!(
+        "apps",
+        "statefulsets",
+        "statefulset",
+        "StatefulSet",
+        true,
+        ["sts"],
+        ["status", "scale"]
+    ),
+    resource!("batch", "jobs", "job", "Job", true, [], ["status"]),
+    resource!(
+        "batch",
+        "cronjobs",
+        "cronjob",
+        "CronJob",
+        true,
+        ["cj"],
+        ["status"]
+    ),
+    resource!(
         "policy",
         "poddisruptionbudgets",
         "poddisruptionbudget",

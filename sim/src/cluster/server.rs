@@ -655,7 +655,7 @@ async fn resource_request(
             Some(object) => ok_json(StatusCode::OK, &object),
             None => store_error(&target, StoreError::NotFound),
         },
-        (&Method::GET, Some(_), Some("scale")) if resource.plural == "deployments" => {
+        (&Method::GET, Some(_), Some("scale")) if resource.subresources.contains(&"scale") => {
             match sim.store.get(&store_key, &target.key()) {
                 Some(object) => ok_json(StatusCode::OK, &scale_of(&object)),
                 None => store_error(&target, StoreError::NotFound),

@@ -20,6 +20,16 @@ fn age(object: &Value) -> String {
     kubeshape::duration::human((time::OffsetDateTime::now_utc() - created).whole_seconds())
 }
 
+/// The time at `pointer` (RFC 3339), if there is one.
+fn time_at(object: &Value, pointer: &str) -> Option<time::OffsetDateTime> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        })
+}
+
 fn s<'a>(object: &'a Value, pointer: &str) -> &'a str {
     object
         .pointer(pointer)
@@ -81,10 +91,23 @@ fn columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
             ("Up-to-date", "integer"),
             ("Available", "integer"),
         ],
-        "daemonsets" => vec![
+        "daemonsets" | "replicasets" => vec![
             ("Desired", "integer"),
             ("Current", "integer"),
             ("Ready", "integer"),
+        ],
+        "statefulsets" => vec![("Ready", "string")],
+        "jobs" => vec![
+            ("Status", "string"),
+            ("Completions", "string"),
+            ("Duration", "string"),
+        ],
+        "cronjobs" => vec![
+            ("Schedule", "string"),
+            ("Timezone", "string"),
+            ("Suspend", "boolean"),
+            ("Active", "integer"),
+            ("Last Schedule", "string"),
         ],
         "services" => vec![
             ("Type", "string"),
@@ -130,11 +153,12 @@ fn wide_columns(resource: &Resource) -> Vec<(&'static str, &'static str)> {
             ("Nominated Node", "string"),
             ("Readiness Gates", "string"),
         ],
-        "deployments" => vec![
+        "deployments" | "replicasets" | "jobs" => vec![
             ("Containers", "string"),
             ("Images", "string"),
             ("Selector", "string"),
         ],
+        "statefulsets" | "cronjobs" => vec![("Containers", "string"), ("Images", "string")],
         "nodes" => vec![
             ("Internal-IP", "string"),
             ("External-IP", "string"),
@@ -175,8 +199,13 @@ fn wide_cells(resource: &Resource, o: &Value) -> Vec<Value> {
     if created_at(resource) {
         return Vec::new();
     }
+    let template = if resource.plural == "cronjobs" {
+        "/spec/jobTemplate/spec/template/spec/containers"
+    } else {
+        "/spec/template/spec/containers"
+    };
     let containers = |field: &str| {
-        o.pointer("/spec/template/spec/containers")
+        o.pointer(template)
             .and_then(Value::as_array)
             .map(|cs| {
                 cs.iter()
@@ -200,11 +229,12 @@ fn wide_cells(resource: &Resource, o: &Value) -> Vec<Value> {
             or_none(s(o, "/status/nominatedNodeName")),
             json!("<none>"),
         ],
-        "deployments" => vec![
+        "deployments" | "replicasets" | "jobs" => vec![
             json!(containers("name")),
             json!(containers("image")),
             or_none(pairs(o, "/spec/selector/matchLabels")),
         ],
+        "statefulsets" | "cronjobs" => vec![json!(containers("name")), json!(containers("image"))],
         "nodes" => vec![
             or_none(address("InternalIP")),
             or_none(address("ExternalIP")),
@@ -291,6 +321,73 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
             json!(n(o, "/status/desiredNumberScheduled")),
             json!(n(o, "/status/currentNumberScheduled")),
             json!(n(o, "/status/numberReady")),
+        ]),
+        "replicasets" => cells.extend([
+            json!(n(o, "/spec/replicas")),
+            json!(n(o, "/status/replicas")),
+            json!(n(o, "/status/readyReplicas")),
+        ]),
+        "statefulsets" => cells.push(json!(format!(
+            "{}/{}",
+            n(o, "/status/readyReplicas"),
+            n(o, "/spec/replicas")
+        ))),
+        "jobs" => {
+            let done = |kind: &str| {
+                o.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == kind && c["status"] == "True")
+                    })
+            };
+            let state = if done("Complete") {
+                "Complete"
+            } else if done("Failed") {
+                "Failed"
+            } else {
+                "Running"
+            };
+            let wanted = o
+                .pointer("/spec/completions")
+                .and_then(Value::as_u64)
+                .unwrap_or(1);
+            let took = match (
+                time_at(o, "/status/startTime"),
+                time_at(o, "/status/completionTime"),
+            ) {
+                (Some(start), Some(end)) => {
+                    kubeshape::duration::human((end - start).whole_seconds())
+                }
+                (Some(start), None) => kubeshape::duration::human(
+                    (time::OffsetDateTime::now_utc() - start).whole_seconds(),
+                ),
+                _ => String::new(),
+            };
+            cells.extend([
+                json!(state),
+                json!(format!("{}/{wanted}", n(o, "/status/succeeded"))),
+                json!(took),
+            ]);
+        }
+        "cronjobs" => cells.extend([
+            json!(s(o, "/spec/schedule")),
+            or_none(s(o, "/spec/timeZone")),
+            json!(
+                o.pointer("/spec/suspend")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            ),
+            json!(count(o, "/status/active")),
+            or_none(
+                time_at(o, "/status/lastScheduleTime")
+                    .map(|t| {
+                        kubeshape::duration::human(
+                            (time::OffsetDateTime::now_utc() - t).whole_seconds(),
+                        )
+                    })
+                    .unwrap_or_default(),
+            ),
         ]),
         "services" => {
             let ports: Vec<String> = o

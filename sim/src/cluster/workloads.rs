@@ -1,0 +1,220 @@
+//! What the workload controllers would have made of the workloads stored, once caught up: a
+//! ReplicaSet for each Deployment, the pods of every ReplicaSet, StatefulSet and DaemonSet,
+//! and for each CronJob its last Job, finished, with its pod. The simulator runs no
+//! controllers; the demo asks for this once, so that its clusters hold the chains of owners
+//! a real cluster shows (Deployment → ReplicaSet → Pod).
+
+use serde_json::{Value, json};
+
+use super::{Sim, pod_spec_defaults, store};
+
+/// The letters Kubernetes draws generated name suffixes from (no vowels, no look-alikes).
+const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A stable `len`-letter suffix for `seed` (a hash of what the name is for).
+fn suffix(seed: &str, len: usize) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in seed.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (0..len)
+        .map(|_| {
+            let c = ALPHABET[(h % ALPHABET.len() as u64) as usize];
+            h /= ALPHABET.len() as u64;
+            char::from(c)
+        })
+        .collect()
+}
+
+/// An owner reference to `owner`, as its controller writes it.
+fn owned_by(owner: &Value) -> Value {
+    json!([{
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+        "controller": true, "blockOwnerDeletion": true,
+    }])
+}
+
+/// A pod of `owner` from its pod template, on `node`, in `phase`.
+fn pod(owner: &Value, template: &Value, name: &str, node: &str, phase: &str, ip: &str) -> Value {
+    let mut spec = template["spec"].clone();
+    pod_spec_defaults(&mut spec);
+    spec["nodeName"] = json!(node);
+    let finished = phase == "Succeeded";
+    let containers: Vec<Value> = spec["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let state = if finished {
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-01T02:00:00Z", "finishedAt": "2026-11-01T02:00:41Z"}})
+            } else {
+                json!({"running": {"startedAt": "2026-11-01T00:00:00Z"}})
+            };
+            json!({"name": c["name"], "image": c["image"], "ready": !finished, "restartCount": 0, "started": !finished, "state": state})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": owner["metadata"]["namespace"],
+            "labels": template["metadata"]["labels"].clone(),
+            "ownerReferences": owned_by(owner),
+        },
+        "spec": spec,
+        "status": {
+            "phase": phase, "podIP": ip, "hostIP": "",
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": if finished { "False" } else { "True" }, "reason": if finished { "PodCompleted" } else { "" }},
+            ],
+            "containerStatuses": containers,
+        },
+    })
+}
+
+/// Creates what the controllers would have, leaving alone what exists; returns how many
+/// objects it made.
+pub(crate) fn settle(sim: &Sim) -> usize {
+    let nodes: Vec<String> = sim
+        .store
+        .list("nodes", None)
+        .0
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    if nodes.is_empty() {
+        return 0;
+    }
+    let mut made = 0;
+    // What exists already is left as it is.
+    let create =
+        |resource: &str, object: Value| usize::from(sim.store.create(resource, object).is_ok());
+    let mut placed = 0usize;
+    let mut next_node = || {
+        placed += 1;
+        (
+            nodes[placed % nodes.len()].clone(),
+            format!("10.42.{}.{}", (placed / 250) % 250 + 100, placed % 250 + 2),
+        )
+    };
+    for deployment in sim.store.list("apps/deployments", None).0 {
+        let template = &deployment["spec"]["template"];
+        let hash = suffix(&template.to_string(), 10);
+        let mut labels = template["metadata"]["labels"].clone();
+        labels["pod-template-hash"] = json!(hash);
+        let mut replica_set = json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {
+                "name": format!("{}-{hash}", deployment["metadata"]["name"].as_str().unwrap_or_default()),
+                "namespace": deployment["metadata"]["namespace"],
+                "labels": labels.clone(),
+                "ownerReferences": owned_by(&deployment),
+            },
+            "spec": {
+                "replicas": deployment["spec"]["replicas"].clone(),
+                "selector": {"matchLabels": labels.clone()},
+                "template": {"metadata": {"labels": labels}, "spec": template["spec"].clone()},
+            },
+        });
+        super::deployment_status(&mut replica_set);
+        made += create("apps/replicasets", replica_set);
+    }
+    for replica_set in sim.store.list("apps/replicasets", None).0 {
+        let name = replica_set["metadata"]["name"].as_str().unwrap_or_default();
+        let replicas = replica_set["spec"]["replicas"].as_u64().unwrap_or(1);
+        for i in 0..replicas {
+            let (node, ip) = next_node();
+            let pod_name = format!("{name}-{}", suffix(&format!("{name}/{i}"), 5));
+            let template = &replica_set["spec"]["template"];
+            made += create(
+                "pods",
+                pod(&replica_set, template, &pod_name, &node, "Running", &ip),
+            );
+        }
+    }
+    for stateful_set in sim.store.list("apps/statefulsets", None).0 {
+        let name = stateful_set["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let replicas = stateful_set["spec"]["replicas"].as_u64().unwrap_or(1);
+        for i in 0..replicas {
+            let (node, ip) = next_node();
+            let template = &stateful_set["spec"]["template"];
+            let mut one = pod(
+                &stateful_set,
+                template,
+                &format!("{name}-{i}"),
+                &node,
+                "Running",
+                &ip,
+            );
+            one["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] =
+                json!(format!("{name}-{i}"));
+            one["spec"]["hostname"] = json!(format!("{name}-{i}"));
+            made += create("pods", one);
+        }
+    }
+    for daemon_set in sim.store.list("apps/daemonsets", None).0 {
+        let name = daemon_set["metadata"]["name"].as_str().unwrap_or_default();
+        for node in &nodes {
+            let (_, ip) = next_node();
+            let pod_name = format!("{name}-{}", suffix(&format!("{name}/{node}"), 5));
+            let template = &daemon_set["spec"]["template"];
+            made += create(
+                "pods",
+                pod(&daemon_set, template, &pod_name, node, "Running", &ip),
+            );
+        }
+    }
+    for cron_job in sim.store.list("batch/cronjobs", None).0 {
+        let name = cron_job["metadata"]["name"].as_str().unwrap_or_default();
+        // The job of the last run, named by its scheduled minute as the controller names it.
+        let job_name = format!("{name}-29413560");
+        let template = &cron_job["spec"]["jobTemplate"];
+        let mut job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": job_name, "namespace": cron_job["metadata"]["namespace"],
+                "labels": template["metadata"]["labels"].clone(),
+                "ownerReferences": owned_by(&cron_job),
+            },
+            "spec": template["spec"].clone(),
+            "status": {
+                "startTime": "2026-11-01T02:00:00Z", "completionTime": "2026-11-01T02:00:41Z",
+                "succeeded": 1, "active": 0,
+                "conditions": [{"type": "Complete", "status": "True"}],
+            },
+        });
+        pod_spec_defaults(&mut job["spec"]["template"]["spec"]);
+        let Ok(job) = sim.store.create("batch/jobs", job) else {
+            continue;
+        };
+        made += 1;
+        let _ = sim.store.update(
+            "batch/cronjobs",
+            &store::key_of(&cron_job),
+            None,
+            |current| {
+                let mut next = current.clone();
+                next["status"] = json!({"lastScheduleTime": "2026-11-01T02:00:00Z", "lastSuccessfulTime": "2026-11-01T02:00:41Z"});
+                next
+            },
+        );
+        let (node, ip) = next_node();
+        let pod_name = format!("{job_name}-{}", suffix(&job_name, 5));
+        made += create(
+            "pods",
+            pod(
+                &job,
+                &job["spec"]["template"],
+                &pod_name,
+                &node,
+                "Succeeded",
+                &ip,
+            ),
+        );
+    }
+    made
+}

@@ -786,11 +786,49 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     browser.run("window.notReloaded = true;", json!([])).await;
     kubectl_ok(
         &kube,
-        &["scale", "deployment", "web", "-n", "shop", "--replicas=4"],
+        &["scale", "deployment", "web", "-n", "shop", "--replicas=3"],
     )
     .await;
-    until(&browser, "the scaled deployment, live", "const row = document.querySelector('#objects tr[data-name=\"web\"]'); return window.notReloaded === true && row !== null && row.textContent.includes('/4');").await;
+    until(&browser, "the scaled deployment, live", "const row = document.querySelector('#objects tr[data-name=\"web\"]'); return window.notReloaded === true && row !== null && row.textContent.includes('/3');").await;
     check_and_save_as(&browser, "explorer-deployments").await;
+    // The row's own Scale and Restart, as kubectl sees them.
+    controls_decided(&browser).await;
+    browser
+        .run("window.prompt = () => '4'; return true;", json!([]))
+        .await;
+    let open_menu = "#objects summary[aria-label='Actions for Deployment shop/web']";
+    browser.click(open_menu).await;
+    check_and_save_as(&browser, "explorer-row-menu").await;
+    browser
+        .click("#objects button[aria-label='Scale Deployment shop/web']")
+        .await;
+    until(&browser, "scaled from its row", "const row = document.querySelector('#objects tr[data-name=\"web\"]'); return row !== null && row.textContent.includes('/4');").await;
+    assert_eq!(web_replicas(&kube).await, "4");
+    accept_confirms(&browser).await;
+    browser.click(open_menu).await;
+    browser
+        .click("#objects button[aria-label='Restart Deployment shop/web']")
+        .await;
+    until(
+        &browser,
+        "restarted from its row",
+        "return document.getElementById('list-status').textContent.startsWith('Restart of Deployment shop/web requested');",
+    )
+    .await;
+    let restarted = kubectl_ok(
+        &kube,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}",
+        ],
+    )
+    .await;
+    assert!(restarted.ends_with('Z'), "{restarted:?}");
 
     // The kinds are beside the list, this one marked, with counts; the namespace chosen stays
     // for the next list opened.

@@ -582,27 +582,66 @@ async function showList(holder) {
       else cell.append(text);
       tr.append(cell);
     });
-    if (hasActions()) tr.append(element("td", { dataset: { label: "Actions" }, className: "row-actions" }, ...rowActions(meta)));
+    if (hasActions()) tr.append(element("td", { dataset: { label: "Actions" }, className: "row-actions" }, rowMenu(meta)));
     return tr;
   };
 
   // What a row offers, as the kind allows and the user may (decided once per list by
   // SelfSubjectAccessReviews in `start`): its page to edit the YAML, a pod's logs and shell,
-  // delete (one object, with a confirmation that names it).
-  const hasActions = () => state.may.update || state.may.delete || state.may.logs || state.may.exec;
+  // a workload's scale and restart, delete (one object, with a confirmation that names it).
+  const hasActions = () => Object.values(state.may).some(Boolean);
+  const patchRow = async (meta, sub, body, what, done) => {
+    const target = `${apiPath(r, meta.namespace, meta.name)}${sub}`;
+    const result = await kube(target, { method: "PATCH", body, contentType: "application/merge-patch+json" });
+    if (!result.ok) {
+      say("list-error", `${what}: ${why(result)}`);
+      return;
+    }
+    say("list-error", "");
+    say("list-status", done);
+  };
   const rowActions = (meta) => {
     const page = pagePath(r, meta.namespace, meta.name);
     const what = `${r.kind} ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}`;
     const out = [];
+    const rowButton = (label, act) => {
+      const button = element("button", { type: "button", className: "quiet-row", "aria-label": `${label} ${what}` }, label);
+      button.addEventListener("click", act);
+      out.push(button);
+    };
     if (state.may.update) out.push(element("a", { href: `${page}#yaml-title`, "aria-label": `Edit the YAML of ${what}` }, "Edit YAML"));
     if (state.may.logs) out.push(element("a", { href: `${page}/logs` }, "Logs"));
     if (state.may.exec) out.push(element("a", { href: `${page}/shell` }, "Shell"));
-    if (state.may.delete) {
-      const button = element("button", { type: "button", className: "quiet-row", "aria-label": `Delete ${what}` }, "Delete");
-      button.addEventListener("click", () => deleteObjects([meta]));
-      out.push(button);
+    if (state.may.scale) {
+      rowButton("Scale", async () => {
+        const text = window.prompt(`Replicas for ${what}:`, "");
+        if (text === null || text.trim() === "") return;
+        const replicas = Number(text);
+        if (!Number.isInteger(replicas) || replicas < 0) {
+          say("list-error", `Not scaled: "${text}" is not a number of replicas; give a whole number, 0 or more.`);
+          return;
+        }
+        await patchRow(meta, "/scale", { spec: { replicas } }, `Not scaled`, `Scaled ${what} to ${replicas} replicas.`);
+      });
     }
+    if (state.may.restart) {
+      rowButton("Restart", async () => {
+        if (!window.confirm(`Restart ${what}? Every pod is replaced, as kubectl rollout restart does.`)) return;
+        // What `kubectl rollout restart` changes: a template annotation.
+        const at = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+        await patchRow(meta, "", { spec: { template: { metadata: { annotations: { "kubectl.kubernetes.io/restartedAt": at } } } } }, "Not restarted", `Restart of ${what} requested at ${at}.`);
+      });
+    }
+    if (state.may.delete) rowButton("Delete", () => deleteObjects([meta]));
     return out;
+  };
+  // The row's actions behind one button, opening below it in the row (a floating menu would be
+  // cut off by the scrolling table).
+  const rowMenu = (meta) => {
+    const what = `${r.kind} ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}`;
+    const menu = element("details", { className: "row-menu" }, element("summary", { "aria-label": `Actions for ${what}` }, "⋯"));
+    menu.append(element("div", { className: "row-menu-items" }, ...rowActions(meta)));
+    return menu;
   };
   const selected = () => Array.from(table.querySelectorAll("tbody input.select:checked")).map((box) => {
     const tr = box.closest("tr");
@@ -847,6 +886,8 @@ async function showList(holder) {
       update: await allows("update"),
       logs: r.name === "pods" && (await allows("get", "log")),
       exec: r.name === "pods" && (await allows("create", "exec")) && (await allows("get", "exec")),
+      scale: ["deployments", "statefulsets", "replicasets"].includes(r.name) && (await allows("patch", "scale")),
+      restart: ["deployments", "statefulsets", "daemonsets"].includes(r.name) && (await allows("patch")),
     };
     state.sortParam = null;
     state.freshAs = null;
@@ -1584,6 +1625,13 @@ async function showShell(holder) {
   });
   connect();
 }
+
+// An open row menu closes when the user clicks anywhere else.
+document.addEventListener("click", (event) => {
+  for (const open of document.querySelectorAll("details.row-menu[open]")) {
+    if (!open.contains(event.target)) open.open = false;
+  }
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   const views = { overview: showOverview, list: showList, object: showObject, logs: showLogs, shell: showShell };

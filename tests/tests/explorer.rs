@@ -310,17 +310,15 @@ async fn settled(browser: &Browser<'_>) {
 
 /// The replicas deployment `shop/web` asks for, as kubectl reads them.
 async fn web_replicas(kube: &Path) -> String {
+    web_field(kube, ".spec.replicas").await
+}
+
+/// A field of deployment `shop/web` (a kubectl JSONPath), as kubectl reads it.
+async fn web_field(kube: &Path, path: &str) -> String {
+    let jsonpath = format!("jsonpath={{{path}}}");
     kubectl_ok(
         kube,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
+        &["get", "deployment", "web", "-n", "shop", "-o", &jsonpath],
     )
     .await
 }
@@ -815,17 +813,9 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         "return document.getElementById('list-status').textContent.startsWith('Restart of Deployment shop/web requested');",
     )
     .await;
-    let restarted = kubectl_ok(
+    let restarted = web_field(
         &kube,
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-n",
-            "shop",
-            "-o",
-            "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}",
-        ],
+        ".spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt",
     )
     .await;
     assert!(restarted.ends_with('Z'), "{restarted:?}");

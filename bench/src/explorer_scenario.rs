@@ -265,9 +265,22 @@ const read = async (url) => {
   if (!r.ok) throw new Error(`${url}: ${r.status}`);
   return r.json();
 };
+const readJson = async (url) => {
+  const r = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  if (!r.ok) throw new Error(`${url}: ${r.status}`);
+  return r.json();
+};
 const timed = async (f) => { const t = performance.now(); await f(); return performance.now() - t; };
-const out = { cache_page: [], proxy_page: [], cache_sorted_page: [], proxy_sorted_page: [] };
+const out = { cache_page: [], proxy_page: [], cache_sorted_page: [], proxy_sorted_page: [], overview: [], every_pod: [] };
 (async () => {
+  // The cluster dashboard's one request, beside what summing it in the page would read first:
+  // every pod, from the cache.
+  for (let i = 0; i < n; i += 1) {
+    out.overview.push(await timed(() => readJson("/v1/clusters/prod/overview")));
+  }
+  for (let i = 0; i < Math.min(n, 3); i += 1) {
+    out.every_pod.push(await timed(() => readJson("/v1/clusters/prod/cache/pods")));
+  }
   for (let i = 0; i < n; i += 1) {
     out.cache_page.push(await timed(() => read("/v1/clusters/prod/cache/pods?limit=100")));
     out.proxy_page.push(await timed(() => read("/k8s/clusters/prod/api/v1/pods?limit=100")));
@@ -469,6 +482,11 @@ async fn measure(setup: &Setup, args: &Args) -> anyhow::Result<Value> {
             "proxy_page": source("proxy_page"),
             "cache_sorted_page": source("cache_sorted_page"),
             "proxy_sorted_page": source("proxy_sorted_page"),
+        },
+        "cluster_overview_ms": {
+            "what": "in the page: the cluster dashboard's GET /v1/clusters/prod/overview (the cluster-agent sums every node, pod, deployment and event of its caches), and the baseline a dashboard summing in the page would start from: every pod read from the cache as JSON (at most 3 times)",
+            "overview": source("overview"),
+            "baseline_every_pod_read": source("every_pod"),
         },
         "kubectl_get_pods_all_namespaces_ms": {
             "what": "kubectl get pods -A --no-headers, with kubectl's default --chunk-size=500 and with 0 (one request): to its first row and to its end, 2 runs each; kubectl prints after the last chunk, and its client keeps to 5 requests/s after a burst of 10",

@@ -149,13 +149,18 @@ pub async fn overview(
             {
                 Ok(true) => {}
                 Ok(false) => {
+                    let scope = if cached.namespaced {
+                        "in every namespace of"
+                    } else {
+                        "of"
+                    };
                     return kube_status(
                         StatusCode::FORBIDDEN,
                         "Forbidden",
                         format!(
-                            "user {:?} may not list {name} in every namespace of cluster \
-                             {cluster:?}, which the overview sums; a role that reads the whole \
-                             cluster (read-only or cluster-owner) may see it",
+                            "user {:?} may not list {name} {scope} cluster {cluster:?}, which \
+                             the overview sums; a role that reads the whole cluster (read-only \
+                             or cluster-owner) may see it",
                             principal.user
                         ),
                     );

@@ -25,7 +25,7 @@ mod login;
 mod objects;
 pub mod openapi;
 pub mod paging;
-mod recordings;
+pub(crate) mod recordings;
 mod roles;
 mod sso;
 pub mod state;

@@ -14,6 +14,13 @@ use crate::auth::Principal;
 
 async fn reader(api: &Api, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let principal = api.principal(headers).await?;
+    may_read(&principal)?;
+    Ok(principal)
+}
+
+/// Whether `principal` may read shell recordings (the API's and the dashboard's rule); the
+/// refusal says what it takes.
+pub(crate) fn may_read(principal: &Principal) -> Result<(), ApiError> {
     if !principal.may_hub("get", "recordings") {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -25,7 +32,7 @@ async fn reader(api: &Api, headers: &HeaderMap) -> Result<Principal, ApiError> {
             ),
         ));
     }
-    Ok(principal)
+    Ok(())
 }
 
 fn io_error(e: std::io::Error) -> ApiError {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use axum::{
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::HeaderMap,
     response::Response,
 };
 
@@ -17,12 +17,7 @@ pub(super) const JS: &str = include_str!("replay.js");
 
 async fn reader(dash: &Dash, headers: &HeaderMap, here: &str) -> Result<Principal, Response> {
     let principal = caller(&dash.api, headers, here).await?;
-    if !principal.may_hub("get", "recordings") {
-        let e = ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "shell recordings are for admins, or a global role that allows get recordings",
-        );
+    if let Err(e) = crate::api::recordings::may_read(&principal) {
         return Err(error_page(&principal, &e));
     }
     Ok(principal)

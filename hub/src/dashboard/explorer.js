@@ -1402,8 +1402,8 @@ async function showActions(r, object, path) {
     }
   }
   if (["deployments", "statefulsets", "replicasets"].includes(r.name) && (await can("patch", r, ns, "scale", meta.name))) {
-    const input = element("input", { type: "number", min: "0", id: "replicas", value: String(object.spec.replicas ?? 1), "aria-label": "Replicas" });
-    document.getElementById("actions").append(input);
+    const input = element("input", { type: "number", min: "0", id: "replicas", value: String(object.spec.replicas ?? 1) });
+    document.getElementById("actions").append(element("label", { htmlFor: "replicas", className: "inline" }, "Replicas"), input);
     actionButton("Scale", "scale", async () => {
       const replicas = Number(input.value);
       const result = await patch(`${path}/scale`, { spec: { replicas } });

@@ -446,7 +446,7 @@ async function showList(holder) {
   else document.getElementById("namespace-field").hidden = true;
 
   const table = document.getElementById("objects");
-  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [], may: {} };
+  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [], may: {}, mayAsked: null };
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -759,6 +759,7 @@ async function showList(holder) {
         return false;
       }
     }
+    await state.mayAsked;
     state.page = index;
     state.rows = read.rows;
     if (read.next) state.pages[index + 1] = read.next;
@@ -881,14 +882,19 @@ async function showList(holder) {
     // cluster-wide).
     const where = namespaces && namespaces.length === 1 ? namespaces[0] : "";
     const allows = async (verb, sub) => r.verbs.includes(verb === "get" || verb === "create" ? "get" : verb) && (await can(verb, r, where, sub));
-    state.may = {
-      delete: await allows("delete"),
-      update: await allows("update"),
-      logs: r.name === "pods" && (await allows("get", "log")),
-      exec: r.name === "pods" && (await allows("create", "exec")) && (await allows("get", "exec")),
-      scale: ["deployments", "statefulsets", "replicasets"].includes(r.name) && (await allows("patch", "scale")),
-      restart: ["deployments", "statefulsets", "daemonsets"].includes(r.name) && (await allows("patch")),
+    // Asked all at once, while the first page is read (`showPage` waits for the answers only
+    // to draw): one after another, before the read, they held the page back a round trip each.
+    const asks = {
+      delete: allows("delete"),
+      update: allows("update"),
+      logs: r.name === "pods" && allows("get", "log"),
+      exec: r.name === "pods" && Promise.all([allows("create", "exec"), allows("get", "exec")]).then(([a, b]) => a && b),
+      scale: ["deployments", "statefulsets", "replicasets"].includes(r.name) && allows("patch", "scale"),
+      restart: ["deployments", "statefulsets", "daemonsets"].includes(r.name) && allows("patch"),
     };
+    state.mayAsked = Promise.all(Object.values(asks)).then((answers) => {
+      state.may = Object.fromEntries(Object.keys(asks).map((name, i) => [name, answers[i] === true]));
+    });
     state.sortParam = null;
     state.freshAs = null;
     state.pages = [{ source: 0, token: null }];

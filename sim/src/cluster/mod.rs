@@ -211,15 +211,10 @@ impl Sim {
     }
 
     fn random_suffix(&self) -> String {
-        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-        let mut n = self.next().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xdead_beef;
-        (0..5)
-            .map(|_| {
-                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
-                n /= ALPHABET.len() as u64;
-                c
-            })
-            .collect()
+        name_suffix(
+            self.next().wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xdead_beef,
+            5,
+        )
     }
 
     /// What a real cluster's controllers would have filled in by the time anyone looks.
@@ -234,20 +229,7 @@ impl Sim {
                         object["spec"]["nodeName"] = node["metadata"]["name"].clone();
                     }
                 }
-                let containers: Vec<Value> = object
-                    .pointer("/spec/containers")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                object["status"] = json!({
-                    "phase": "Running",
-                    "podIP": format!("10.42.{}.{}", (n / 250) % 250, n % 250 + 2),
-                    "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
-                    "containerStatuses": containers.iter().map(|c| json!({
-                        "name": c["name"], "image": c["image"], "ready": true, "restartCount": 0,
-                        "started": true, "state": {"running": {"startedAt": "2026-11-01T00:00:00Z"}},
-                    })).collect::<Vec<_>>(),
-                });
+                object["status"] = pod_status(&object["spec"], "Running", n);
             }
             "namespaces" => object["status"] = json!({"phase": "Active"}),
             "secrets" => {
@@ -398,6 +380,43 @@ impl Sim {
 
 fn default_service_account(namespace: &str) -> Value {
     json!({"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "default", "namespace": namespace}})
+}
+
+/// `len` letters of a generated name (`web-7d9f5`) for `n`, from the letters Kubernetes draws
+/// them from (no vowels, no look-alikes).
+fn name_suffix(mut n: u64, len: usize) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..len)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// The status of a pod with `spec` once its kubelet has started it (`Running`, every
+/// container ready) or seen it finish (`Succeeded`); the `n`th pod's address.
+fn pod_status(spec: &Value, phase: &str, n: u64) -> Value {
+    let finished = phase == "Succeeded";
+    let containers = spec["containers"].as_array().cloned().unwrap_or_default();
+    let state = if finished {
+        json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-01T02:00:00Z", "finishedAt": "2026-11-01T02:00:41Z"}})
+    } else {
+        json!({"running": {"startedAt": "2026-11-01T00:00:00Z"}})
+    };
+    json!({
+        "phase": phase,
+        "podIP": format!("10.42.{}.{}", (n / 250) % 250, n % 250 + 2),
+        "conditions": [
+            {"type": "Ready", "status": if finished { "False" } else { "True" }},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": containers.iter().map(|c| json!({
+            "name": c["name"], "image": c["image"], "ready": !finished, "restartCount": 0,
+            "started": !finished, "state": state,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// kube-apiserver's defaults for a pod's spec that kubectl shows (`describe`'s `80/TCP`).

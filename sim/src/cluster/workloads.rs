@@ -6,24 +6,16 @@
 
 use serde_json::{Value, json};
 
-use super::{Sim, pod_spec_defaults, store};
+use super::{Sim, name_suffix, pod_spec_defaults, pod_status, store};
 
-/// The letters Kubernetes draws generated name suffixes from (no vowels, no look-alikes).
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// A stable `len`-letter suffix for `seed` (a hash of what the name is for).
+/// A stable `len`-letter suffix for `seed` (a hash of what the name is for), so that settling
+/// again names the same objects and makes none twice.
 fn suffix(seed: &str, len: usize) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in seed.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    (0..len)
-        .map(|_| {
-            let c = ALPHABET[(h % ALPHABET.len() as u64) as usize];
-            h /= ALPHABET.len() as u64;
-            char::from(c)
-        })
-        .collect()
+    name_suffix(h, len)
 }
 
 /// An owner reference to `owner`, as its controller writes it.
@@ -35,26 +27,12 @@ fn owned_by(owner: &Value) -> Value {
     }])
 }
 
-/// A pod of `owner` from its pod template, on `node`, in `phase`.
-fn pod(owner: &Value, template: &Value, name: &str, node: &str, phase: &str, ip: &str) -> Value {
+/// A pod of `owner` from its pod template, on `node`, in `phase`, the `n`th pod's address.
+fn pod(owner: &Value, template: &Value, name: &str, node: &str, phase: &str, n: u64) -> Value {
     let mut spec = template["spec"].clone();
     pod_spec_defaults(&mut spec);
     spec["nodeName"] = json!(node);
-    let finished = phase == "Succeeded";
-    let containers: Vec<Value> = spec["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| {
-            let state = if finished {
-                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-11-01T02:00:00Z", "finishedAt": "2026-11-01T02:00:41Z"}})
-            } else {
-                json!({"running": {"startedAt": "2026-11-01T00:00:00Z"}})
-            };
-            json!({"name": c["name"], "image": c["image"], "ready": !finished, "restartCount": 0, "started": !finished, "state": state})
-        })
-        .collect();
+    let status = pod_status(&spec, phase, n);
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -63,14 +41,7 @@ fn pod(owner: &Value, template: &Value, name: &str, node: &str, phase: &str, ip:
             "ownerReferences": owned_by(owner),
         },
         "spec": spec,
-        "status": {
-            "phase": phase, "podIP": ip, "hostIP": "",
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Ready", "status": if finished { "False" } else { "True" }, "reason": if finished { "PodCompleted" } else { "" }},
-            ],
-            "containerStatuses": containers,
-        },
+        "status": status,
     })
 }
 
@@ -91,13 +62,12 @@ pub(crate) fn settle(sim: &Sim) -> usize {
     // What exists already is left as it is.
     let create =
         |resource: &str, object: Value| usize::from(sim.store.create(resource, object).is_ok());
+    // Round the nodes, as the scheduler would spread them; addresses from the cluster's own
+    // counter, as every other pod's.
     let mut placed = 0usize;
     let mut next_node = || {
         placed += 1;
-        (
-            nodes[placed % nodes.len()].clone(),
-            format!("10.42.{}.{}", (placed / 250) % 250 + 100, placed % 250 + 2),
-        )
+        (nodes[placed % nodes.len()].clone(), sim.next())
     };
     for deployment in sim.store.list("apps/deployments", None).0 {
         let template = &deployment["spec"]["template"];
@@ -125,12 +95,12 @@ pub(crate) fn settle(sim: &Sim) -> usize {
         let name = replica_set["metadata"]["name"].as_str().unwrap_or_default();
         let replicas = replica_set["spec"]["replicas"].as_u64().unwrap_or(1);
         for i in 0..replicas {
-            let (node, ip) = next_node();
+            let (node, n) = next_node();
             let pod_name = format!("{name}-{}", suffix(&format!("{name}/{i}"), 5));
             let template = &replica_set["spec"]["template"];
             made += create(
                 "pods",
-                pod(&replica_set, template, &pod_name, &node, "Running", &ip),
+                pod(&replica_set, template, &pod_name, &node, "Running", n),
             );
         }
     }
@@ -140,7 +110,7 @@ pub(crate) fn settle(sim: &Sim) -> usize {
             .unwrap_or_default();
         let replicas = stateful_set["spec"]["replicas"].as_u64().unwrap_or(1);
         for i in 0..replicas {
-            let (node, ip) = next_node();
+            let (node, n) = next_node();
             let template = &stateful_set["spec"]["template"];
             let mut one = pod(
                 &stateful_set,
@@ -148,7 +118,7 @@ pub(crate) fn settle(sim: &Sim) -> usize {
                 &format!("{name}-{i}"),
                 &node,
                 "Running",
-                &ip,
+                n,
             );
             one["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] =
                 json!(format!("{name}-{i}"));
@@ -159,12 +129,12 @@ pub(crate) fn settle(sim: &Sim) -> usize {
     for daemon_set in sim.store.list("apps/daemonsets", None).0 {
         let name = daemon_set["metadata"]["name"].as_str().unwrap_or_default();
         for node in &nodes {
-            let (_, ip) = next_node();
+            let (_, n) = next_node();
             let pod_name = format!("{name}-{}", suffix(&format!("{name}/{node}"), 5));
             let template = &daemon_set["spec"]["template"];
             made += create(
                 "pods",
-                pod(&daemon_set, template, &pod_name, node, "Running", &ip),
+                pod(&daemon_set, template, &pod_name, node, "Running", n),
             );
         }
     }
@@ -202,7 +172,7 @@ pub(crate) fn settle(sim: &Sim) -> usize {
                 next
             },
         );
-        let (node, ip) = next_node();
+        let (node, n) = next_node();
         let pod_name = format!("{job_name}-{}", suffix(&job_name, 5));
         made += create(
             "pods",
@@ -212,7 +182,7 @@ pub(crate) fn settle(sim: &Sim) -> usize {
                 &pod_name,
                 &node,
                 "Succeeded",
-                &ip,
+                n,
             ),
         );
     }

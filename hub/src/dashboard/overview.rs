@@ -96,7 +96,6 @@ pub(super) async fn page(
     uri: Uri,
     Path(name): Path<String>,
 ) -> Response {
-    let nodes = dash.health.nodes(&name);
     super::explorer::explorer_page(
         &dash,
         &headers,
@@ -118,7 +117,8 @@ pub(super) async fn page(
 <table class="list" id="warnings" aria-labelledby="warnings-title"><thead><tr><th scope="col">Last seen</th><th scope="col">Namespace</th><th scope="col">Object</th><th scope="col">Reason</th><th scope="col">Message</th><th scope="col">Count</th></tr></thead><tbody></tbody></table>
 </section>
 {agents}"#,
-                agents = agents(object, &nodes),
+                // Read only once the caller is known to see the cluster.
+                agents = agents(object, &dash.health.nodes(&name)),
             )
         },
         "",

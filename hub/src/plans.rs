@@ -655,6 +655,19 @@ fn provisioned(desired: &str, status: &PlanStatus) -> (Option<bool>, &'static st
                 status.message, status.failure_count, status.max_failures
             ),
         ),
+        // A retry is running: still not provisioned, and the failure that led to it stays
+        // in sight beside what runs now.
+        _ if status.failure_count > 0 && !status.message.is_empty() => (
+            Some(false),
+            "Retrying",
+            format!(
+                "{}; attempt {} of {} after: {}",
+                applying(status),
+                status.failure_count + 1,
+                status.max_failures,
+                status.message
+            ),
+        ),
         _ => (None, "Applying", applying(status)),
     }
 }
@@ -828,6 +841,13 @@ mod tests {
         );
         let (_, _, message) = provisioned("a", &status("a", PlanState::Failed, 3));
         assert!(message.starts_with("gave up after 3"), "{message}");
+        // A retry: what runs now, and the failure it follows.
+        let (ok, reason, message) = provisioned("a", &status("a", PlanState::InProgress, 1));
+        assert_eq!((ok, reason), (Some(false), "Retrying"));
+        assert_eq!(
+            message,
+            "applying the plan (0 instructions done); attempt 2 of 3 after: instruction \"install\" exited with 1: no disk"
+        );
         // While a step runs: which, since when, and the last line it wrote.
         let mut running = status("a", PlanState::InProgress, 0);
         running.results.push(Default::default());

@@ -327,6 +327,21 @@ pub struct Network {
 
 static ONE_NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Keeps every [`Network`] away while held: a network makes its hosts' mount points
+/// (`/etc/rancher`, `/var/lib/rancher` …) on the machine itself, so a test that checks nothing
+/// was written there holds this from its first look to its last. (Each test runs on its own
+/// thread, so holding it across awaits blocks only a network's test, which waits its turn.)
+#[derive(Debug)]
+pub struct NoNetwork {
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+pub fn no_network() -> NoNetwork {
+    NoNetwork {
+        _alone: ONE_NETWORK.lock().unwrap_or_else(|p| p.into_inner()),
+    }
+}
+
 impl Network {
     pub fn new(hosts: usize) -> Network {
         // A test that failed holding it leaves nothing to fear: the next one tears down first.

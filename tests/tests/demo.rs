@@ -14,6 +14,7 @@ async fn the_demo_fills_the_hub_with_connected_clusters_and_a_provisioned_one() 
     // What a host provisioned on the machine itself would write; the demo's hosts write in
     // their own roots under the data directory.
     let outside = ["/etc/rancher", "/var/lib/rancher", "/usr/local/bin/k3s"];
+    let _alone = tests::hosts::no_network();
     let there_before: Vec<&str> = outside
         .iter()
         .copied()

@@ -25,6 +25,7 @@ const OUTSIDE: [&str; 6] = [
 async fn the_provisioning_guide_works_as_written_and_writes_only_in_the_hosts_roots() {
     let steps = guide_blocks("provisioning.md");
     assert_eq!(steps.len(), 9, "{steps:#?}");
+    let _alone = tests::hosts::no_network();
     let there_before: Vec<&str> = OUTSIDE
         .iter()
         .copied()

@@ -158,6 +158,11 @@ async fn apply(
         if s.checksum != checksum {
             s.failure_count = 0;
         }
+        // A retry keeps the last failure's message: while it runs, people still see why
+        // the plan is being tried again.
+        if s.failure_count == 0 {
+            s.message.clear();
+        }
         s.checksum = checksum.to_owned();
         s.state = PlanState::InProgress as i32;
         s.max_failures = max;
@@ -165,7 +170,6 @@ async fn apply(
         s.current = None;
         s.periodic.clear();
         s.probes.clear();
-        s.message.clear();
     });
     if let Err(e) = recorded {
         tracing::error!(error = %e, "cannot record that a plan is in progress; not applying it");
@@ -178,6 +182,7 @@ async fn apply(
             s.state = PlanState::Applied as i32;
             s.applied_checksum = checksum.to_owned();
             s.failure_count = 0;
+            s.message.clear();
         }
         Err(message) => {
             s.state = PlanState::Failed as i32;

@@ -159,6 +159,39 @@ async fn a_failing_instruction_stops_the_plan_and_is_retried_up_to_max_failures(
 }
 
 #[tokio::test]
+async fn a_retry_keeps_the_failure_it_follows_in_sight_until_it_succeeds() {
+    let dir = Dir(crate::testing::tempdir());
+    let tried = dir.0.join("tried");
+    let go = dir.0.join("go");
+    // Fails once; the retry waits for `go` so its in-progress status can be read.
+    let plan = Plan {
+        instructions: vec![script(
+            "install",
+            &format!(
+                "if [ -e {t} ]; then while [ ! -e {g} ]; do sleep 0.05; done; \
+                 else touch {t}; echo 'disk on fire' >&2; exit 1; fi",
+                t = tried.display(),
+                g = go.display()
+            ),
+        )],
+        ..Plan::default()
+    };
+    let path = dir.0.join("plan.json");
+    let retrying = drive_until(&path, &plan, fast(), |s| {
+        s.state == PlanState::InProgress as i32 && s.failure_count == 1
+    })
+    .await;
+    assert!(
+        retrying.message.contains("disk on fire"),
+        "{}",
+        retrying.message
+    );
+    std::fs::write(&go, "").unwrap();
+    let status = drive_until(&path, &plan, fast(), applied).await;
+    assert_eq!((status.failure_count, status.message.as_str()), (0, ""));
+}
+
+#[tokio::test]
 async fn a_plan_interrupted_by_a_crash_runs_again_from_the_start() {
     let dir = Dir(crate::testing::tempdir());
     let counter = dir.0.join("runs");

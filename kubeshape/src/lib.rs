@@ -1,8 +1,9 @@
 //! What the hub, the agents and the simulated cluster all need to agree on about Kubernetes'
-//! shapes, written once: label selectors, natural name order, JSON merge patch, the `Status` failure body and how
-//! ages print (and, as they arrive, field selectors and the like).
+//! shapes, written once: label selectors, natural name order, the patch formats and server-side
+//! apply's field ownership, the `Status` failure body and how ages print.
 //! No Drover crate is a dependency of this one.
 
+pub mod apply;
 pub mod duration;
 pub mod order;
 pub mod patch;

@@ -22,12 +22,10 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tunnel::tls::{self, CertificateAuthority};
 
-mod apply;
 mod discovery;
 mod eviction;
 mod exec;
 mod paging;
-mod patch;
 mod portforward;
 mod protobuf;
 mod rbac;

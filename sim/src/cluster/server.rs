@@ -8,11 +8,11 @@ use axum::{
     http::{HeaderMap, Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use kubeshape::LabelSelector;
+use kubeshape::{LabelSelector, apply, patch};
 use serde_json::{Value, json};
 
 use super::{
-    Identity, Sim, apply, discovery, paging, patch, protobuf, rbac,
+    Identity, Sim, discovery, paging, protobuf, rbac,
     request::{Target, field_matches, labels_of, parse_target, query, wants_table},
     store::{self, StoreError},
     table,

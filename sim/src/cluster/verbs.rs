@@ -97,7 +97,7 @@ pub(super) fn create(
     }
     sim.defaults(resource, &mut body);
     if let Some(manager) = manager {
-        super::apply::record_update(None, &mut body, manager, &super::store::now());
+        kubeshape::apply::record_update(None, &mut body, manager, &super::store::now());
     }
     let named = Target {
         resource,

@@ -1,5 +1,5 @@
 //! Field ownership and server-side apply, as kube-apiserver's structured-merge-diff does them,
-//! as far as the simulator goes.
+//! as far as the hub and the simulator go.
 //!
 //! Every write records which manager set which fields in `metadata.managedFields` (FieldsV1):
 //! an apply (`PATCH` with `application/apply-patch+yaml`) owns exactly the fields of its
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::patch;
+use crate::patch;
 
 /// One step of a field path, as FieldsV1 spells it: `f:name` (a field), `k:{"name":"web"}` (a
 /// list element by its key).
@@ -56,7 +56,7 @@ fn element_step(key: &str, element: &Value) -> String {
 }
 
 /// The leaf fields `object` sets, and the list elements it names.
-pub(crate) fn fields(object: &Value) -> BTreeSet<Path> {
+pub fn fields(object: &Value) -> BTreeSet<Path> {
     let mut out = BTreeSet::new();
     collect(object, &mut Vec::new(), &mut out);
     out
@@ -196,7 +196,7 @@ fn from_fields_v1(tree: &Value) -> BTreeSet<Path> {
 }
 
 /// How a path reads in a conflict message: `.spec.template.spec.containers[name="web"].image`.
-pub(crate) fn describe(path: &[String]) -> String {
+pub fn describe(path: &[String]) -> String {
     let mut out = String::new();
     for step in path {
         if let Some(name) = step.strip_prefix("f:") {
@@ -266,7 +266,7 @@ fn leaf(path: &[String]) -> bool {
 
 /// Records a write that is not an apply: `manager` takes every field whose value `after`
 /// changed from `before` (`None`: created), others keep the rest, and fields gone are no one's.
-pub(crate) fn record_update(before: Option<&Value>, after: &mut Value, manager: &str, now: &str) {
+pub fn record_update(before: Option<&Value>, after: &mut Value, manager: &str, now: &str) {
     let mut owners = before.map(entries).unwrap_or_default();
     let present = fields(after);
     let changed: BTreeSet<Path> = present
@@ -307,14 +307,14 @@ pub(crate) fn record_update(before: Option<&Value>, after: &mut Value, manager: 
 
 /// Fields another manager owns whose value the apply would change.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Conflict {
-    pub(crate) manager: String,
-    pub(crate) api_version: String,
-    pub(crate) path: String,
+pub struct Conflict {
+    pub manager: String,
+    pub api_version: String,
+    pub path: String,
 }
 
 /// The message kube-apiserver gives a refused apply.
-pub(crate) fn conflict_message(conflicts: &[Conflict]) -> String {
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
     let n = conflicts.len();
     let mut out = format!(
         "Apply failed with {n} conflict{}: ",
@@ -335,7 +335,7 @@ pub(crate) fn conflict_message(conflicts: &[Conflict]) -> String {
 
 /// Applies `config` as `manager` to `live` (`None`: the object does not exist yet). Returns the
 /// object to store, or the conflicts that refused it.
-pub(crate) fn apply(
+pub fn apply(
     live: Option<&Value>,
     config: &Value,
     manager: &str,
@@ -449,7 +449,7 @@ fn without_nulls(value: &Value) -> Value {
 /// The manager a write that does not name one is recorded under: the client's program name,
 /// as kube-apiserver takes it from the User-Agent (`kubectl/v1.32.0 (linux/amd64) …` →
 /// `kubectl`).
-pub(crate) fn manager_of(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
+pub fn manager_of(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
     if let Some(m) = field_manager.filter(|m| !m.is_empty()) {
         return m.to_owned();
     }

@@ -1,0 +1,427 @@
+//! The generic verbs on `/v1/{plural}[/{name}]`, with each kind's own rules on the way in.
+
+mod create;
+mod spec;
+
+pub(super) use create::{MAX_CREATED_AT_ONCE, create};
+use spec::checked_spec;
+
+use axum::{
+    Json,
+    extract::{Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+};
+use serde_json::{Value, json};
+
+use super::{
+    Api, ApiError, DeleteParams, PathKindName, QueryList, allow,
+    body::{JsonBody, body},
+    kind_of, present, watch,
+};
+use crate::{
+    auth::{Principal, Verb, secret},
+    model::{Kind, validate_name},
+    store::{Object, ObjectMeta, Store, StoreError},
+};
+
+type QueryRejection = axum::extract::rejection::QueryRejection;
+
+fn query_error(e: QueryRejection) -> ApiError {
+    ApiError::bad_request(format!("query parameters: {}", e.body_text()))
+}
+
+pub(super) async fn list_or_watch(
+    State(api): State<Api>,
+    axum::extract::Path(plural): axum::extract::Path<String>,
+    params: Result<QueryList, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let Query(params) = params.map_err(query_error)?;
+    let kind = kind_of(&plural)?;
+    crate::auth::may_list(&principal, kind)?;
+    let selector = params.selector()?;
+    let revision = params.revision()?;
+    if params.watch.unwrap_or(false) {
+        return watch::serve(api, principal, kind, selector, revision).await;
+    }
+    let start = super::paging::start(params.continue_token.as_deref())?;
+    let (objects, revision) = api.store.list(kind.name(), &selector).await?;
+    let readable: Vec<Object> = objects
+        .into_iter()
+        .filter(|o| allow(&principal, Verb::List, kind, o).is_ok())
+        .collect();
+    let page = super::paging::page(
+        readable,
+        |o| o.metadata.name.as_str(),
+        params.limit,
+        &start,
+        revision,
+    );
+    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(next) = page.next {
+        metadata["continue"] = json!(next);
+        metadata["remainingItemCount"] = json!(page.remaining);
+    }
+    let items: Vec<Value> = page.items.into_iter().map(|o| present(kind, o)).collect();
+    Ok(Json(json!({
+        "apiVersion": super::API_VERSION,
+        "kind": format!("{}List", kind.name()),
+        "metadata": metadata,
+        "items": items,
+    }))
+    .into_response())
+}
+
+pub(super) async fn get_one(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let object = super::readable(&api, &principal, kind, &name).await?;
+    Ok(Json(present(kind, object)))
+}
+
+/// What create and replace check of a body before anything else: the right kind, a valid
+/// name, metadata the store can keep, and a spec without the fields only the hub writes.
+/// Returns that metadata and spec. Needs no store, so the fuzzer calls it too
+/// (`fuzz/fuzz_targets/api_body.rs`).
+pub fn check_body(kind: Kind, value: &Value, name: &str) -> Result<(ObjectMeta, Value), ApiError> {
+    kind_matches(value, kind)?;
+    validate_name(kind, name).map_err(ApiError::invalid)?;
+    let spec = spec_from(value)?;
+    match kind {
+        Kind::Setting => {
+            crate::auth::lifetimes::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            crate::model::agentconfig::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            crate::recording::validate_setting(name, &spec).map_err(ApiError::invalid)?;
+            if name == crate::auth::providers::REFRESH_SETTING {
+                let value = spec.get("value").and_then(Value::as_str).unwrap_or("");
+                crate::auth::providers::parse_interval(value).map_err(|e| {
+                    ApiError::invalid(format!(
+                        "spec.value: {e} (setting {name}: how often directory users' groups are read again)"
+                    ))
+                })?;
+            }
+        }
+        Kind::AuthProvider => {
+            crate::model::validate_provider_name(name).map_err(ApiError::invalid)?;
+        }
+        _ => {}
+    }
+    Ok((metadata_from(value, name)?, spec))
+}
+
+/// The metadata a caller may set: the name, labels, annotations and the resourceVersion read.
+/// Everything else (uid, finalizers, owner references, timestamps, generation) is the hub's;
+/// a body may carry it back as read, but a different value is refused (see
+/// [`hub_owned_unchanged`]).
+fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
+    let mut meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(map) = &mut meta {
+        map.insert("name".into(), Value::String(name.to_owned()));
+    }
+    let given: ObjectMeta = serde_json::from_value(meta)
+        .map_err(|e| ApiError::bad_request(format!("metadata: {e}")))?;
+    if !given.resource_version.chars().all(|c| c.is_ascii_digit()) {
+        return Err(ApiError::invalid(format!(
+            "metadata.resourceVersion {:?} is not a resourceVersion; send back the one you read, or none",
+            given.resource_version
+        )));
+    }
+    for (key, value) in &given.labels {
+        kubeshape::selector::key_of(key).map_err(ApiError::invalid)?;
+        kubeshape::selector::value_of(value).map_err(ApiError::invalid)?;
+    }
+    Ok(ObjectMeta {
+        name: name.to_owned(),
+        resource_version: given.resource_version,
+        labels: given.labels,
+        annotations: given.annotations,
+        ..ObjectMeta::default()
+    })
+}
+
+/// Refuses a body that sets the metadata only the hub writes to anything but what is stored
+/// (`current`; nothing for a new object): finalizers are the hub's promise to clean up, and
+/// owner references say which objects this one was made for.
+fn hub_owned_unchanged(value: &Value, current: Option<&ObjectMeta>) -> Result<(), ApiError> {
+    let stored = current.cloned().unwrap_or_default();
+    let sent = |field: &str| value.pointer(&format!("/metadata/{field}"));
+    if let Some(finalizers) = sent("finalizers")
+        && *finalizers != json!(stored.finalizers)
+        && !(finalizers.is_null() && stored.finalizers.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "metadata.finalizers are the hub's: it adds them when it creates an object and removes them when its clean-up is done; leave them as read (or out)",
+        ));
+    }
+    if let Some(refs) = sent("ownerReferences")
+        && *refs != json!(stored.owner_references)
+        && !(refs.is_null() && stored.owner_references.is_empty())
+    {
+        return Err(ApiError::invalid(
+            "metadata.ownerReferences are the hub's: they name the objects this one was created for; leave them as read (or out)",
+        ));
+    }
+    Ok(())
+}
+
+/// Spec fields only the hub writes: secret hashes, and a directory user's identity and groups
+/// (an admin who could set them could make anyone anyone).
+const HUB_WRITES: [&str; 5] = [
+    "secretHash",
+    "passwordHash",
+    "principal",
+    "providerGroups",
+    "groupsRefreshedAt",
+];
+
+/// The spec as given, minus anything only the hub may write.
+fn spec_from(value: &Value) -> Result<Value, ApiError> {
+    let mut spec = value
+        .get("spec")
+        .cloned()
+        .ok_or_else(|| ApiError::invalid("spec: every object needs a spec (`{}` for defaults)"))?;
+    if let Value::Object(map) = &mut spec {
+        for field in HUB_WRITES {
+            map.remove(field);
+        }
+    }
+    Ok(spec)
+}
+
+fn kind_matches(value: &Value, kind: Kind) -> Result<(), ApiError> {
+    match value.get("kind").and_then(Value::as_str) {
+        Some(k) if k != kind.name() => Err(ApiError::bad_request(format!(
+            "the body is a {k} but the URL is for {}; send it to /v1/{}",
+            kind.name(),
+            Kind::from_name(k).map_or("…", Kind::plural)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+async fn must_exist(
+    store: &dyn Store,
+    kind: Kind,
+    name: &str,
+    field: &str,
+) -> Result<(), ApiError> {
+    match store.get(kind.name(), name).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::invalid(format!(
+            "{field}: {} {name:?} does not exist; create it first",
+            kind.name()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn set(spec: &mut Value, field: &str, value: Value) {
+    if let Value::Object(map) = spec {
+        map.insert(field.to_owned(), value);
+    }
+}
+
+async fn hash_password(password: String) -> Result<String, ApiError> {
+    tokio::task::spawn_blocking(move || secret::hash_password(&password))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Replaces `current` with what `value` describes (metadata the caller may set, and spec).
+async fn replace(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    current: Object,
+    value: Value,
+) -> Result<Json<Value>, ApiError> {
+    allow(principal, Verb::Update, kind, &current)?;
+    let name = current.metadata.name.clone();
+    if let Some(other) = value.pointer("/metadata/name").and_then(Value::as_str)
+        && other != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "metadata.name {other:?} differs from the URL's {name:?}; names cannot change"
+        )));
+    }
+    let (mut metadata, spec) = check_body(kind, &value, &name)?;
+    hub_owned_unchanged(&value, Some(&current.metadata))?;
+    metadata.finalizers = current.metadata.finalizers.clone();
+    metadata.owner_references = current.metadata.owner_references.clone();
+    let spec = checked_spec(api.store.as_ref(), kind, &name, spec, Some(&current)).await?;
+    super::uses::check(
+        api.store.as_ref(),
+        principal,
+        kind,
+        &spec,
+        Some(&current.spec),
+    )
+    .await?;
+    super::roles::check(
+        api.store.as_ref(),
+        principal,
+        kind,
+        &name,
+        &spec,
+        Some(&current.spec),
+    )
+    .await?;
+    // As Cluster API's: machines made from a template are what it says, for good.
+    if kind == Kind::MachineTemplate && spec != current.spec {
+        return Err(ApiError::invalid(
+            "spec: a MachineTemplate cannot change once created; create a new template and point the pool's template at it",
+        ));
+    }
+    // What an object was made for is fixed: a host never moves to another cluster, a binding
+    // never to another user, cluster or project. Make a new object instead.
+    let before = crate::refs::referents(kind, &current.spec);
+    let after = crate::refs::referents(kind, &spec);
+    if let Some(changed) = after
+        .iter()
+        .chain(&before)
+        .find(|r| !before.contains(r) || !after.contains(r))
+    {
+        return Err(ApiError::invalid(format!(
+            "{}: cannot change once created (it names the {} this {} was made for); create a new {} instead",
+            changed.field,
+            changed.kind.name(),
+            kind.name(),
+            kind.name()
+        )));
+    }
+    let object = Object {
+        kind: kind.name().to_owned(),
+        metadata,
+        spec,
+        // Status belongs to the hub's controllers.
+        status: current.status.clone(),
+    };
+    // Moving an object (say, a host to another cluster) needs rights on both ends.
+    allow(principal, Verb::Update, kind, &object)?;
+    // As kube-apiserver: an update that changes nothing writes nothing (no new
+    // resourceVersion, no watch event); a resourceVersion it names must still be the current one.
+    let unchanged = object.spec == current.spec
+        && object.metadata.labels == current.metadata.labels
+        && object.metadata.annotations == current.metadata.annotations;
+    let rv = &object.metadata.resource_version;
+    if unchanged && (rv.is_empty() || *rv == current.metadata.resource_version) {
+        return Ok(Json(present(kind, current)));
+    }
+    let updated = api.store.update(object).await?;
+    Ok(Json(present(kind, updated)))
+}
+
+pub(super) async fn update(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+    body_result: JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let value = body(body_result)?;
+    let current = super::readable(&api, &principal, kind, &name).await?;
+    replace(&api, &principal, kind, current, value).await
+}
+
+pub(super) async fn patch(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    headers: HeaderMap,
+    body_result: JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let kind = kind_of(&plural)?;
+    let patch = body(body_result)?;
+    // A patch that names a resourceVersion is refused if the object moved on; one that does
+    // not applies to the object as it is, so a concurrent write (a controller's status, say)
+    // makes it read again and re-apply, as kube-apiserver does, rather than fail with 409.
+    let guarded = patch.pointer("/metadata/resourceVersion").is_some();
+    let mut attempts = 0;
+    loop {
+        let current = super::readable(&api, &principal, kind, &name).await?;
+        // Patch what the caller sees; the resourceVersion just read guards the write.
+        let mut value =
+            serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        kind.redact_value(&mut value);
+        kubeshape::patch::merge(&mut value, &patch);
+        match replace(&api, &principal, kind, current, value).await {
+            Err(e) if !guarded && e.reason == "Conflict" && attempts < PATCH_ATTEMPTS => {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// How often an unguarded patch is re-applied after losing a race to another writer.
+const PATCH_ATTEMPTS: usize = 16;
+
+pub(super) async fn delete(
+    State(api): State<Api>,
+    axum::extract::Path((plural, name)): PathKindName,
+    params: Result<Query<DeleteParams>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let Query(params) = params.map_err(query_error)?;
+    let kind = kind_of(&plural)?;
+    let current = super::readable(&api, &principal, kind, &name).await?;
+    allow(&principal, Verb::Delete, kind, &current)?;
+    super::roles::check_delete(api.store.as_ref(), &principal, kind, &current).await?;
+    if kind == Kind::CloudCredential {
+        let (templates, _) = api
+            .store
+            .list(
+                Kind::MachineTemplate.name(),
+                &crate::store::LabelSelector::everything(),
+            )
+            .await?;
+        if let Some(user) = templates
+            .iter()
+            .find(|t| t.spec.get("credential").and_then(Value::as_str) == Some(name.as_str()))
+        {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "CloudCredential {name:?} is used by MachineTemplate {:?}; delete the templates that use it first",
+                    user.metadata.name
+                ),
+            ));
+        }
+    }
+    if params.force {
+        if kind != Kind::Cluster {
+            return Err(ApiError::bad_request(format!(
+                "force applies to clusters only (a cluster whose hosts are gone), not to {}",
+                kind.name()
+            )));
+        }
+        // Said on the cluster first, so the planner's removal (this delete's, or one already
+        // waiting on its hosts) stops waiting for them.
+        let asked = format!("{} at {}", principal.user, crate::store::now_rfc3339());
+        api.store
+            .transact(vec![crate::store::Op::Modify {
+                kind: kind.name().into(),
+                name: name.clone(),
+                change: crate::store::Modifier::new(move |c| {
+                    c.metadata
+                        .annotations
+                        .insert(crate::model::REMOVE_ANYWAY.to_owned(), asked.clone());
+                }),
+            }])
+            .await?;
+    }
+    let deleted = api
+        .store
+        .delete(kind.name(), &name, params.resource_version)
+        .await?;
+    Ok(Json(present(kind, deleted)))
+}

@@ -52,6 +52,7 @@ pub(crate) fn router(parts: Parts) -> Router {
         replicas: replicas.clone(),
     })
     .merge(api::router(api.clone()))
+    .merge(api::kube::router(api.clone()))
     .merge(dashboard::router(dashboard::Dash {
         api: api.clone(),
         health: health.clone(),

@@ -583,7 +583,7 @@ async fn objects_of_any_kind_are_read_and_applied_from_the_command_line() {
     let file = data.join("fleet.yaml");
     let write = |text: &str| std::fs::write(&file, text).unwrap();
     write(
-        "apiVersion: drover.io/v1\nkind: Cluster\nmetadata: {name: edge, labels: {env: prod}}\n\
+        "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata: {name: edge, labels: {env: prod}}\n\
          spec: {type: custom, distribution: k3s, version: v1.33.4+k3s1}\n---\n\
          kind: Host\nmetadata: {name: h1}\n\
          spec: {cluster: edge, roles: {etcd: true, controlPlane: true}, address: 10.0.0.5}\n---\n\

@@ -20,6 +20,7 @@ use crate::{
 mod body;
 pub mod device;
 pub mod error;
+pub mod kube;
 mod kubeconfig;
 mod login;
 mod objects;
@@ -39,8 +40,12 @@ pub use login::{LoginRequest, ProviderTest, form_login};
 pub use objects::check_body;
 pub use state::Api;
 
-/// The API's version in `apiVersion`.
-pub const API_VERSION: &str = "drover.io/v1";
+/// The API's version in `apiVersion`: the hub's kinds are one Kubernetes API group, which
+/// kubectl reaches at `/apis/management.drover.io/v1` (see `crate::kube`) and roles name.
+pub const API_VERSION: &str = "management.drover.io/v1";
+
+/// What objects were written as before the group had its Kubernetes name; still taken.
+pub const OLD_API_VERSION: &str = "drover.io/v1";
 
 pub fn router(api: Api) -> Router {
     Router::new()
@@ -169,6 +174,7 @@ pub fn present(kind: Kind, mut object: Object) -> Value {
     if let (Some(checksum), Value::Object(fields)) = (checksum, &mut status) {
         fields.insert("planChecksum".into(), json!(checksum));
     }
+    ready_condition(&mut status, &state);
     json!({
         "apiVersion": API_VERSION,
         "kind": object.kind,
@@ -177,6 +183,35 @@ pub fn present(kind: Kind, mut object: Object) -> Value {
         "status": status,
         "state": state,
     })
+}
+
+/// Adds a `Ready` condition that says whether the state is `active` (unless the object keeps
+/// one of its own), so `kubectl wait --for=condition=Ready` waits on any kind as on a Pod.
+fn ready_condition(status: &mut Value, state: &crate::model::State) {
+    let Value::Object(fields) = status else {
+        return;
+    };
+    let conditions = fields.entry("conditions").or_insert_with(|| json!([]));
+    let Value::Array(conditions) = conditions else {
+        return;
+    };
+    if conditions.iter().any(|c| c["type"] == "Ready") {
+        return;
+    }
+    let active = state.state == "active";
+    let mut reason: String = state.state.clone();
+    if let Some(first) = reason.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    let mut ready = json!({
+        "type": "Ready",
+        "status": if active { "True" } else { "False" },
+        "reason": reason,
+    });
+    if !state.message.is_empty() {
+        ready["message"] = json!(state.message);
+    }
+    conditions.push(ready);
 }
 
 /// The object the caller names, if they may read it. One they may not read is "not found",
@@ -257,12 +292,19 @@ pub struct ListParams {
     /// Where a page starts: the `metadata.continue` of the page before.
     #[serde(default, rename = "continue")]
     pub continue_token: Option<String>,
+    /// `metadata.name=NAME` (or `!=`), as kubectl's `wait` and `delete --wait` ask.
+    #[serde(default)]
+    pub field_selector: Option<String>,
 }
 
 impl ListParams {
     pub fn selector(&self) -> Result<LabelSelector, ApiError> {
         LabelSelector::parse(self.label_selector.as_deref().unwrap_or(""))
             .map_err(|e| ApiError::bad_request(e.to_string()))
+    }
+
+    pub fn fields(&self) -> Result<FieldSelector, ApiError> {
+        FieldSelector::parse(self.field_selector.as_deref().unwrap_or(""))
     }
 
     pub fn revision(&self) -> Result<Option<u64>, ApiError> {
@@ -272,6 +314,47 @@ impl ListParams {
                 ApiError::bad_request(format!("resourceVersion {rv:?} is not a number"))
             }),
         }
+    }
+}
+
+/// A field selector on the fields every hub object has: `metadata.name` (`=`, `==` or `!=`),
+/// and `metadata.namespace`, which is empty for all of them (they belong to no namespace).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FieldSelector {
+    /// (field, equal?, value), all of which must hold.
+    terms: Vec<(String, bool, String)>,
+}
+
+impl FieldSelector {
+    pub fn parse(text: &str) -> Result<FieldSelector, ApiError> {
+        let mut terms = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (f, true, v)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "fieldSelector: {term:?} is not field=value or field!=value"
+                )));
+            };
+            let field = field.trim();
+            if !matches!(field, "metadata.name" | "metadata.namespace") {
+                return Err(ApiError::bad_request(format!(
+                    "fieldSelector: {field:?} is not a field label the hub selects on; use metadata.name (hub objects belong to no namespace)"
+                )));
+            }
+            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+        }
+        Ok(FieldSelector { terms })
+    }
+
+    /// Whether an object named `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.terms.iter().all(|(field, equal, value)| {
+            let actual = if field == "metadata.name" { name } else { "" };
+            (actual == value) == *equal
+        })
     }
 }
 

@@ -134,7 +134,7 @@ mod tests {
 
     fn cluster(status: Value) -> Object {
         serde_json::from_value(json!({
-            "apiVersion": "drover.io/v1", "kind": "Cluster",
+            "apiVersion": "management.drover.io/v1", "kind": "Cluster",
             "metadata": {"name": "prod"}, "spec": {}, "status": status,
         }))
         .unwrap()

@@ -274,7 +274,7 @@ fn new_template_form(catalog: &Catalog) -> String {
     )
 }
 
-const EXAMPLE: &str = "apiVersion: drover.io/v1
+const EXAMPLE: &str = "apiVersion: management.drover.io/v1
 kind: RoleTemplate
 metadata:
   name: deployer

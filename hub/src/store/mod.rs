@@ -63,6 +63,10 @@ pub struct ObjectMeta {
     /// created and never changed, so it cannot pass to a later object that reuses a name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
+    /// Which client set which fields (Kubernetes' FieldsV1 entries), as server-side apply
+    /// keeps them: what an applier owned and leaves out of its next apply is removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_fields: Vec<Value>,
 }
 
 /// One object another was created for, as Kubernetes' `ownerReferences` name it.

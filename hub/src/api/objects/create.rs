@@ -28,7 +28,16 @@ pub(in crate::api) async fn create(
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
-    let mut value = body_result?;
+    create_from(&api, &principal, kind, body_result?).await
+}
+
+/// Creates what `value` describes (one object, or a list of them) for the caller.
+pub(in crate::api) async fn create_from(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    mut value: Value,
+) -> Result<Response, ApiError> {
     if kind == Kind::Machine {
         return Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -46,9 +55,9 @@ pub(in crate::api) async fn create(
     // Each object the new ones name is read once, for its checks and for its references.
     let reads = ReadOnce::new(api.store.clone());
     if let Some(items) = list_items(kind, &mut value)? {
-        return create_all(&api, &principal, kind, items, &reads).await;
+        return create_all(api, principal, kind, items, &reads).await;
     }
-    let (mut ops, shown_once) = new_object(&api, &principal, kind, &value, &reads).await?;
+    let (mut ops, shown_once) = new_object(api, principal, kind, &value, &reads).await?;
     crate::refs::stamp_all(&reads, &mut ops).await?;
     let written = api.store.transact(ops).await?;
     let Some(created) = written.into_iter().next() else {

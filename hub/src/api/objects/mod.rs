@@ -3,7 +3,7 @@
 mod create;
 mod spec;
 
-pub(super) use create::{MAX_CREATED_AT_ONCE, create};
+pub(super) use create::{MAX_CREATED_AT_ONCE, create, create_from};
 use spec::checked_spec;
 
 use axum::{
@@ -41,16 +41,30 @@ pub(super) async fn list_or_watch(
     let Query(params) = params.map_err(query_error)?;
     let kind = kind_of(&plural)?;
     crate::auth::may_list(&principal, kind)?;
-    let selector = params.selector()?;
-    let revision = params.revision()?;
     if params.watch.unwrap_or(false) {
+        let selector = params.selector()?;
+        let revision = params.revision()?;
         return watch::serve(api, principal, kind, selector, revision).await;
     }
+    Ok(Json(list(&api, &principal, kind, &params).await?).into_response())
+}
+
+/// One page of the objects of `kind` the caller may read (the caller may list the kind), as
+/// the API shows a list.
+pub(in crate::api) async fn list(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    params: &super::ListParams,
+) -> Result<Value, ApiError> {
+    let selector = params.selector()?;
+    let fields = params.fields()?;
     let start = super::paging::start(params.continue_token.as_deref())?;
     let (objects, revision) = api.store.list(kind.name(), &selector).await?;
     let readable: Vec<Object> = objects
         .into_iter()
-        .filter(|o| allow(&principal, Verb::List, kind, o).is_ok())
+        .filter(|o| fields.matches(&o.metadata.name))
+        .filter(|o| allow(principal, Verb::List, kind, o).is_ok())
         .collect();
     let page = super::paging::page(
         readable,
@@ -65,13 +79,12 @@ pub(super) async fn list_or_watch(
         metadata["remainingItemCount"] = json!(page.remaining);
     }
     let items: Vec<Value> = page.items.into_iter().map(|o| present(kind, o)).collect();
-    Ok(Json(json!({
+    Ok(json!({
         "apiVersion": super::API_VERSION,
         "kind": format!("{}List", kind.name()),
         "metadata": metadata,
         "items": items,
     }))
-    .into_response())
 }
 
 pub(super) async fn get_one(
@@ -141,6 +154,7 @@ fn metadata_from(value: &Value, name: &str) -> Result<ObjectMeta, ApiError> {
         resource_version: given.resource_version,
         labels: given.labels,
         annotations: given.annotations,
+        managed_fields: given.managed_fields,
         ..ObjectMeta::default()
     })
 }
@@ -195,6 +209,15 @@ fn spec_from(value: &Value) -> Result<Value, ApiError> {
 }
 
 fn kind_matches(value: &Value, kind: Kind) -> Result<(), ApiError> {
+    if let Some(version) = value.get("apiVersion").and_then(Value::as_str)
+        && ![super::API_VERSION, super::OLD_API_VERSION].contains(&version)
+    {
+        return Err(ApiError::bad_request(format!(
+            "apiVersion {version:?}: the hub's {} objects are {}",
+            kind.name(),
+            super::API_VERSION
+        )));
+    }
     match value.get("kind").and_then(Value::as_str) {
         Some(k) if k != kind.name() => Err(ApiError::bad_request(format!(
             "the body is a {k} but the URL is for {}; send it to /v1/{}",
@@ -234,7 +257,7 @@ async fn hash_password(password: String) -> Result<String, ApiError> {
 }
 
 /// Replaces `current` with what `value` describes (metadata the caller may set, and spec).
-async fn replace(
+pub(in crate::api) async fn replace(
     api: &Api,
     principal: &Principal,
     kind: Kind,
@@ -254,6 +277,12 @@ async fn replace(
     hub_owned_unchanged(&value, Some(&current.metadata))?;
     metadata.finalizers = current.metadata.finalizers.clone();
     metadata.owner_references = current.metadata.owner_references.clone();
+    // Who set which fields stays as it was unless the writer says (as Kubernetes clients do).
+    if value.pointer("/metadata/managedFields").is_none() {
+        metadata
+            .managed_fields
+            .clone_from(&current.metadata.managed_fields);
+    }
     let spec = checked_spec(api.store.as_ref(), kind, &name, spec, Some(&current)).await?;
     super::uses::check(
         api.store.as_ref(),
@@ -308,7 +337,11 @@ async fn replace(
     // resourceVersion, no watch event); a resourceVersion it names must still be the current one.
     let unchanged = object.spec == current.spec
         && object.metadata.labels == current.metadata.labels
-        && object.metadata.annotations == current.metadata.annotations;
+        && object.metadata.annotations == current.metadata.annotations
+        && same_owners(
+            &object.metadata.managed_fields,
+            &current.metadata.managed_fields,
+        );
     let rv = &object.metadata.resource_version;
     if unchanged && (rv.is_empty() || *rv == current.metadata.resource_version) {
         return Ok(Json(present(kind, current)));
@@ -339,25 +372,64 @@ pub(super) async fn patch(
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
     let patch = body(body_result)?;
-    // A patch that names a resourceVersion is refused if the object moved on; one that does
-    // not applies to the object as it is, so a concurrent write (a controller's status, say)
-    // makes it read again and re-apply, as kube-apiserver does, rather than fail with 409.
     let guarded = patch.pointer("/metadata/resourceVersion").is_some();
+    change(&api, &principal, kind, &name, guarded, |object| {
+        kubeshape::patch::merge(object, &patch);
+        Ok(())
+    })
+    .await
+}
+
+/// Changes the object the caller names as `edit` changes what the caller sees of it (secrets
+/// left out, which the write keeps), and writes the result as an update.
+///
+/// A change that names a resourceVersion (`guarded`) is refused if the object moved on; one
+/// that does not applies to the object as it is, so a concurrent write (a controller's status,
+/// say) makes it read again and re-apply, as kube-apiserver does, rather than fail with 409.
+pub(in crate::api) async fn change(
+    api: &Api,
+    principal: &Principal,
+    kind: Kind,
+    name: &str,
+    guarded: bool,
+    edit: impl Fn(&mut Value) -> Result<(), ApiError>,
+) -> Result<Json<Value>, ApiError> {
     let mut attempts = 0;
     loop {
-        let current = super::readable(&api, &principal, kind, &name).await?;
+        let current = super::readable(api, principal, kind, name).await?;
         // Patch what the caller sees; the resourceVersion just read guards the write.
         let mut value =
             serde_json::to_value(&current).map_err(|e| ApiError::bad_request(e.to_string()))?;
         kind.redact_value(&mut value);
-        kubeshape::patch::merge(&mut value, &patch);
-        match replace(&api, &principal, kind, current, value).await {
+        if let Value::Object(map) = &mut value {
+            map.insert("apiVersion".into(), json!(super::API_VERSION));
+        }
+        edit(&mut value)?;
+        match replace(api, principal, kind, current, value).await {
             Err(e) if !guarded && e.reason == "Conflict" && attempts < PATCH_ATTEMPTS => {
                 attempts += 1;
             }
             result => return result,
         }
     }
+}
+
+/// Whether two sets of managed-field entries name the same managers and fields (when each was
+/// last written aside: an apply that changes nothing writes nothing, as in kube-apiserver).
+fn same_owners(a: &[Value], b: &[Value]) -> bool {
+    let timeless = |entries: &[Value]| -> Vec<Value> {
+        entries
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                if let Value::Object(map) = &mut e {
+                    map.remove("time");
+                }
+                e
+            })
+            .collect()
+    };
+    timeless(a) == timeless(b)
 }
 
 /// How often an unguarded patch is re-applied after losing a race to another writer.

@@ -1,0 +1,181 @@
+//! A watch as Kubernetes streams it (`application/json;stream=watch`): one JSON event per
+//! line, `{"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR", "object": …}`; the object a
+//! Table row when the client asked for Tables (`kubectl get -w`). An object that stops
+//! matching the selectors is `DELETED` for this watch, one that starts matching `ADDED`.
+
+use std::{collections::HashSet, time::Duration};
+
+use axum::{
+    body::Body,
+    http::header,
+    response::{IntoResponse, Response},
+};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::table::{Include, table};
+use crate::{
+    api::{Api, ApiError, FieldSelector, allow, present},
+    auth::{Principal, Verb},
+    model::Kind,
+    store::{EventType, LabelSelector, WatchStream},
+};
+
+/// How often a watch that asked for bookmarks is told the revision it has seen up to.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(15);
+
+pub(super) struct Options {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub from: Option<u64>,
+    pub bookmarks: bool,
+    /// Seconds after which the watch ends (the client watches again from where it was).
+    pub timeout: Option<u64>,
+    /// Tables, with what each row carries, when asked for.
+    pub table: Option<Include>,
+}
+
+fn line(event: &Value) -> Bytes {
+    let mut text = event.to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+pub(super) async fn serve(
+    api: Api,
+    principal: Principal,
+    kind: Kind,
+    options: Options,
+) -> Result<Response, ApiError> {
+    let held = api.streams.open(&principal.user)?;
+    let events = api.store.watch(Some(kind.name()), options.from).await?;
+    struct State {
+        events: WatchStream,
+        ticks: tokio::time::Interval,
+        deadline: Option<tokio::time::Instant>,
+        /// The names this watch has shown as present (so a change out of the selectors is
+        /// its deletion here).
+        shown: HashSet<String>,
+        revision: u64,
+        columns_sent: bool,
+        done: bool,
+        _held: crate::auth::streams::StreamGuard,
+    }
+    let mut ticks =
+        tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = State {
+        events,
+        ticks,
+        deadline: options
+            .timeout
+            .filter(|t| *t > 0)
+            .map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+        shown: HashSet::new(),
+        revision: options.from.unwrap_or(0),
+        columns_sent: false,
+        done: false,
+        _held: held,
+    };
+    let Options {
+        labels,
+        fields,
+        from,
+        bookmarks,
+        table: as_table,
+        ..
+    } = options;
+    // Objects present when the watch starts from a revision were listed by the client.
+    let mut state = state;
+    if let Some(from) = from {
+        let (objects, _) = api.store.list(kind.name(), &labels).await?;
+        state.shown = objects
+            .into_iter()
+            .filter(|o| o.revision() <= from && fields.matches(&o.metadata.name))
+            .filter(|o| allow(&principal, Verb::Watch, kind, o).is_ok())
+            .map(|o| o.metadata.name)
+            .collect();
+    }
+    let body = futures::stream::unfold(state, move |mut s| {
+        let principal = principal.clone();
+        let labels = labels.clone();
+        let fields = fields.clone();
+        async move {
+            if s.done {
+                return None;
+            }
+            let deadline = s.deadline;
+            loop {
+                tokio::select! {
+                    next = s.events.next() => match next {
+                        None => return None,
+                        Some(Ok(event)) => {
+                            let object = event.object;
+                            s.revision = s.revision.max(object.revision());
+                            let name = object.metadata.name.clone();
+                            let matches = labels.matches(&object.metadata.labels)
+                                && fields.matches(&name)
+                                && allow(&principal, Verb::Watch, kind, &object).is_ok();
+                            let was_shown = s.shown.contains(&name);
+                            let kind_of_event = match (event.kind, matches, was_shown) {
+                                (EventType::Deleted, _, true) => "DELETED",
+                                (EventType::Deleted, _, false) => continue,
+                                (_, true, true) => "MODIFIED",
+                                (_, true, false) => "ADDED",
+                                (_, false, true) => "DELETED",
+                                (_, false, false) => continue,
+                            };
+                            if kind_of_event == "DELETED" {
+                                s.shown.remove(&name);
+                            } else {
+                                s.shown.insert(name);
+                            }
+                            let shown = present(kind, object);
+                            let shown = match as_table {
+                                Some(include) => {
+                                    let metadata = json!({"resourceVersion": shown["metadata"]["resourceVersion"]});
+                                    let with_columns = !s.columns_sent;
+                                    s.columns_sent = true;
+                                    table(kind, vec![shown], metadata, include, with_columns)
+                                }
+                                None => shown,
+                            };
+                            let event = json!({"type": kind_of_event, "object": shown});
+                            return Some((Ok::<_, std::convert::Infallible>(line(&event)), s));
+                        }
+                        Some(Err(e)) => {
+                            s.done = true;
+                            let status = ApiError::from(e).body();
+                            return Some((Ok(line(&json!({"type": "ERROR", "object": status}))), s));
+                        }
+                    },
+                    _ = s.ticks.tick(), if bookmarks => {
+                        let bookmark = json!({"type": "BOOKMARK", "object": {
+                            "kind": kind.name(),
+                            "apiVersion": crate::api::API_VERSION,
+                            "metadata": {"resourceVersion": s.revision.to_string()},
+                        }});
+                        return Some((Ok(line(&bookmark)), s));
+                    }
+                    () = sleep_until(deadline) => return None,
+                }
+            }
+        }
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json;stream=watch"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -28,6 +28,7 @@ mod hub;
 mod images;
 mod import;
 mod install;
+mod kube_api;
 mod local_hosts;
 mod machine_failures;
 mod machines;

@@ -118,6 +118,15 @@ async fn decide(
     }
     Ok(match allow(principal, verb, kind, &object) {
         Ok(()) => (true, String::new()),
+        Err(_) if name.is_empty() => (
+            false,
+            format!(
+                "no role {:?} holds allows {} {} on the hub (a role on a cluster reaches that cluster's objects: name one)",
+                principal.user,
+                text("verb"),
+                kind.plural()
+            ),
+        ),
         Err(e) => (false, e.message),
     })
 }

@@ -1,0 +1,326 @@
+//! The hub's own objects through the real kubectl, at `management.drover.io/v1`: the CRDs,
+//! `explain`, Tables, `apply` (client- and server-side), a watch that sees an imported
+//! cluster become active, `edit`, `patch`, `label`, `wait`, `delete --wait`, and the hub's
+//! authorisation unchanged (a cluster-owner sees and changes only their cluster; `auth can-i`
+//! answers per role).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use sim::cluster::SimConfig;
+use tests::{
+    HubProcess, api, api_text,
+    imported::{Imported, kubectl, kubectl_ok},
+    login, temp_dir,
+};
+
+/// A kubeconfig for the hub itself, as `token`.
+async fn hub_kubeconfig(hub: &HubProcess, dir: &Path, name: &str, token: &str) -> PathBuf {
+    let (status, ca) = api_text(hub.addr, "GET", "/cacerts", None).await;
+    assert_eq!(status, 200);
+    let ca_path = dir.join("hub-ca.pem");
+    std::fs::write(&ca_path, ca).unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: {name}}}\n\
+         current-context: hub\n",
+        hub.url(),
+        ca_path.display()
+    );
+    let path = dir.join(format!("{name}-hub.kubeconfig"));
+    std::fs::write(&path, kubeconfig).unwrap();
+    path
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+async fn refused(kubeconfig: &Path, args: &[&str]) -> String {
+    let (ok, stdout, stderr) = kubectl(kubeconfig, args).await;
+    assert!(!ok, "kubectl {args:?} should fail: {stdout}");
+    stderr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
+    let dir = temp_dir("kube-api");
+    let hub = HubProcess::start_with(&dir.join("hub"), &["--listen", "127.0.0.1:0"]).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let kc = hub_kubeconfig(&hub, &dir, "admin", &admin).await;
+
+    // Discovery and the kinds' definitions.
+    let crds = kubectl_ok(&kc, &["get", "crd"]).await;
+    assert!(
+        crds.starts_with("NAME") && crds.contains("clusters.management.drover.io"),
+        "{crds}"
+    );
+    let resources = kubectl_ok(
+        &kc,
+        &[
+            "api-resources",
+            "--api-group=management.drover.io",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert!(
+        resources
+            .lines()
+            .any(|l| l == "clusters.management.drover.io"),
+        "{resources}"
+    );
+    let explained = kubectl_ok(&kc, &["explain", "clusters.spec"]).await;
+    assert!(
+        explained.contains("KIND:       Cluster")
+            && explained.contains("distribution")
+            && explained.contains("version"),
+        "{explained}"
+    );
+
+    // An imported cluster created by kubectl; its agent connects, and a watch sees it
+    // become active.
+    let prod = write(
+        &dir,
+        "prod.yaml",
+        "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata:\n  name: prod\nspec:\n  type: imported\n",
+    );
+    let created: Value =
+        serde_json::from_str(&kubectl_ok(&kc, &["create", "-f", &prod, "-o", "json"]).await)
+            .unwrap();
+    let registration = created["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut watch = tokio::process::Command::new("kubectl")
+        .args(["get", "clusters", "-w"])
+        .env("KUBECONFIG", &kc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let hub_admin = admin.clone();
+    let imported = Imported::attach(
+        dir.clone(),
+        hub,
+        hub_admin,
+        registration,
+        SimConfig::default(),
+    )
+    .await;
+    let env = imported.agent_env("drover-cluster-agent-0").await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    let agent = tokio::spawn(cluster_agent::run(config, imported.shutdown.clone()));
+    let hub = &imported.hub;
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let active = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let columns: Vec<&str> = line.split_whitespace().collect();
+                seen.push(line.clone());
+                if columns.first() == Some(&"prod") && columns.get(1) == Some(&"active") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(active, Ok(true), "the watch showed: {seen:#?}");
+        assert!(
+            seen[0].starts_with("NAME") && seen[0].contains("STATE"),
+            "{seen:?}"
+        );
+    }
+    drop(watch);
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "cluster/prod",
+            "--timeout=30s",
+        ],
+    )
+    .await;
+    let table = kubectl_ok(&kc, &["get", "clusters"]).await;
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATE", "TYPE", "VERSION", "NODES", "AGE"],
+        "{table}"
+    );
+    assert!(
+        table.contains("prod") && table.contains("imported"),
+        "{table}"
+    );
+
+    // A custom cluster applied from YAML, then edited, patched and labelled.
+    let edge_yaml = "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata:\n  name: edge\n  labels: {env: test}\nspec:\n  type: custom\n  distribution: k3s\n  version: v1.33.4+k3s1\n";
+    let edge = write(&dir, "edge.yaml", edge_yaml);
+    let applied = kubectl_ok(&kc, &["apply", "-f", &edge]).await;
+    assert_eq!(applied.trim(), "cluster.management.drover.io/edge created");
+    let invalid = write(
+        &dir,
+        "bad.yaml",
+        &edge_yaml.replace("v1.33.4+k3s1", "latest"),
+    );
+    let said = refused(&kc, &["apply", "-f", &invalid]).await;
+    assert!(
+        said.contains("spec.version") && said.contains("not a k3s release"),
+        "{said}"
+    );
+    let patched = kubectl_ok(
+        &kc,
+        &[
+            "patch",
+            "cluster",
+            "edge",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"paused":true}}"#,
+        ],
+    )
+    .await;
+    assert!(patched.contains("patched"), "{patched}");
+    kubectl_ok(&kc, &["label", "cluster", "edge", "tier=gold"]).await;
+    let (ok, _, stderr) = tokio::process::Command::new("kubectl")
+        .args(["edit", "cluster", "edge"])
+        .env("KUBECONFIG", &kc)
+        .env("EDITOR", "sed -i s/env:\\ test/env:\\ edited/")
+        .output()
+        .await
+        .map(|o| {
+            (
+                o.status.success(),
+                o.stdout,
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .unwrap();
+    assert!(ok, "{stderr}");
+    let (_, stored) = api(hub.addr, "GET", "/v1/clusters/edge", Some(&admin), None).await;
+    assert_eq!(stored["spec"]["paused"], true, "{stored}");
+    assert_eq!(
+        stored["metadata"]["labels"],
+        json!({"env": "edited", "tier": "gold"})
+    );
+    assert_eq!(
+        kubectl_ok(&kc, &["get", "clusters", "-l", "tier=gold", "-o", "name"])
+            .await
+            .trim(),
+        "cluster.management.drover.io/edge"
+    );
+
+    // Server-side apply owns what it applied: a hand edit of it is a conflict until forced.
+    let ssa = write(
+        &dir,
+        "ssa.yaml",
+        "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata:\n  name: edge\nspec:\n  description: applied\n",
+    );
+    kubectl_ok(&kc, &["apply", "--server-side", "-f", &ssa]).await;
+    kubectl_ok(
+        &kc,
+        &[
+            "patch",
+            "cluster",
+            "edge",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"description":"by hand"}}"#,
+        ],
+    )
+    .await;
+    let conflict = refused(&kc, &["apply", "--server-side", "-f", &ssa]).await;
+    assert!(
+        conflict.contains("conflict") && conflict.contains(".spec.description"),
+        "{conflict}"
+    );
+    kubectl_ok(
+        &kc,
+        &["apply", "--server-side", "--force-conflicts", "-f", &ssa],
+    )
+    .await;
+    let description = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "cluster",
+            "edge",
+            "-o",
+            "jsonpath={.spec.description}",
+        ],
+    )
+    .await;
+    assert_eq!(description, "applied");
+
+    // A cluster-owner of prod sees and changes prod only; can-i answers per role.
+    let password = "a long enough password";
+    let (status, _) = api(
+        hub.addr,
+        "POST",
+        "/v1/users",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "olive"}, "spec": {"password": password}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = api(hub.addr, "POST", "/v1/rolebindings", Some(&admin),
+        Some(json!({"metadata": {"name": "olive-owner"}, "spec": {"user": "olive", "role": "cluster-owner", "cluster": "prod"}}))).await;
+    assert_eq!(status, 201);
+    let olive = login(hub.addr, "olive", password).await;
+    let okc = hub_kubeconfig(hub, &dir, "olive", &olive).await;
+    assert_eq!(
+        kubectl_ok(&okc, &["get", "clusters", "-o", "name"])
+            .await
+            .trim(),
+        "cluster.management.drover.io/prod"
+    );
+    let hidden = refused(&okc, &["get", "cluster", "edge"]).await;
+    assert!(hidden.contains("NotFound"), "{hidden}");
+    kubectl_ok(&okc, &["label", "cluster", "prod", "owner=olive"]).await;
+    let not_hers = refused(&okc, &["label", "cluster", "edge", "owner=olive"]).await;
+    assert!(not_hers.contains("NotFound"), "{not_hers}");
+    for (kubeconfig, question, answer) in [
+        (&kc, "create clusters", "yes"),
+        (&okc, "create clusters", "no"),
+        (&okc, "patch cluster/prod", "yes"),
+        (&okc, "patch cluster/edge", "no"),
+        (&okc, "list users", "no"),
+    ] {
+        let mut args = vec!["auth", "can-i"];
+        args.extend(question.split(' '));
+        let (_, stdout, _) = kubectl(kubeconfig, &args).await;
+        assert_eq!(
+            stdout.split_whitespace().next(),
+            Some(answer),
+            "{question}: {stdout}"
+        );
+    }
+
+    // Deleted, waiting until the hub's clean-up is done and the object gone.
+    let deleted = kubectl_ok(
+        &kc,
+        &["delete", "cluster", "edge", "--wait", "--timeout=60s"],
+    )
+    .await;
+    assert!(deleted.contains("deleted"), "{deleted}");
+    let gone = refused(&kc, &["get", "cluster", "edge"]).await;
+    assert!(gone.contains("NotFound"), "{gone}");
+
+    imported.shutdown.cancel();
+    let _ = agent.await;
+}

@@ -91,7 +91,7 @@ enum CliCommand {
     Login(LoginArgs),
     /// Create, list, show or delete clusters.
     Cluster(ClusterArgs),
-    /// Print a kubeconfig that reaches CLUSTER through the hub.
+    /// Print a kubeconfig that reaches CLUSTER through the hub (or, with --hub, the hub).
     Kubeconfig(KubeconfigArgs),
     /// Create, list or revoke your API tokens.
     Token(TokenArgs),
@@ -328,7 +328,13 @@ enum ClusterCommand {
 
 #[derive(Args, Debug)]
 struct KubeconfigArgs {
-    cluster: String,
+    /// The cluster to reach through the hub.
+    #[arg(required_unless_present = "hub", conflicts_with = "hub")]
+    cluster: Option<String>,
+    /// A kubeconfig for the hub itself: kubectl then manages the hub's own objects
+    /// (`kubectl get clusters`, `kubectl apply -f cluster.yaml`).
+    #[arg(long)]
+    hub: bool,
     #[command(flatten)]
     opts: ClientOpts,
 }
@@ -590,7 +596,7 @@ where
         }
         CliCommand::Kubeconfig(args) => Ok(client(
             crate::cli::Request::Kubeconfig {
-                cluster: args.cluster,
+                cluster: args.cluster.filter(|_| !args.hub),
             },
             args.opts,
             env,

@@ -298,6 +298,16 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
             "return document.getElementById('registration-command').textContent.includes('/v3/import/');",
         )
         .await;
+    // The clusters page offers the hub's own kubeconfig, for kubectl to manage the hub.
+    browser.goto(&format!("{base}/clusters")).await;
+    browser.click("#hub-kubeconfig").await;
+    browser
+        .until(
+            "the hub's kubeconfig download",
+            Duration::from_secs(10),
+            "const a = document.getElementById('hub-kubeconfig-link'); return a !== null && a.href.startsWith('blob:') && a.download === 'drover-hub.kubeconfig.yaml';",
+        )
+        .await;
     check_and_save(&browser, "cluster-detail").await;
     browser
         .click("#machines a[href='/clusters/web/nodes/node-0']")

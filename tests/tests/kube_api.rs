@@ -15,26 +15,37 @@ use std::{
 use serde_json::{Value, json};
 use sim::cluster::SimConfig;
 use tests::{
-    HubProcess, api, api_text,
+    HubProcess, api, api_text, hub_cli,
     imported::{Imported, kubectl, kubectl_ok},
     login, temp_dir,
 };
 
-/// A kubeconfig for the hub itself, as `token`.
+/// The kubeconfig for the hub itself that the hub issues to the holder of `token`, aimed at
+/// the address the test reaches the hub by.
 async fn hub_kubeconfig(hub: &HubProcess, dir: &Path, name: &str, token: &str) -> PathBuf {
-    let (status, ca) = api_text(hub.addr, "GET", "/cacerts", None).await;
-    assert_eq!(status, 200);
-    let ca_path = dir.join("hub-ca.pem");
-    std::fs::write(&ca_path, ca).unwrap();
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
-         users:\n- name: {name}\n  user:\n    token: {token}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: {name}}}\n\
-         current-context: hub\n",
-        hub.url(),
-        ca_path.display()
+    let (status, kubeconfig) = api_text(hub.addr, "POST", "/v1/kubeconfig", Some(token)).await;
+    assert_eq!(status, 201, "{kubeconfig}");
+    aimed_at(hub, dir, name, &kubeconfig)
+}
+
+/// `kubeconfig` written to `dir/<name>-hub.kubeconfig`, its server the address the test
+/// reaches the hub by.
+fn aimed_at(hub: &HubProcess, dir: &Path, name: &str, kubeconfig: &str) -> PathBuf {
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_owned();
+    assert!(
+        kubeconfig.contains("certificate-authority-data: "),
+        "{kubeconfig}"
     );
     let path = dir.join(format!("{name}-hub.kubeconfig"));
-    std::fs::write(&path, kubeconfig).unwrap();
+    std::fs::write(
+        &path,
+        kubeconfig.replace(&server, &format!("{:?}", hub.url())),
+    )
+    .unwrap();
     path
 }
 
@@ -55,7 +66,26 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
     let dir = temp_dir("kube-api");
     let hub = HubProcess::start_with(&dir.join("hub"), &["--listen", "127.0.0.1:0"]).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let kc = hub_kubeconfig(&hub, &dir, "admin", &admin).await;
+    // The admin's kubeconfig as the CLI prints it.
+    let cli_config = dir.join("cli.json");
+    let password = format!("{}\n", hub.admin_password.as_deref().unwrap());
+    let url = hub.url();
+    let r = hub_cli(
+        &cli_config,
+        &["login", "--server", &url, "--password-stdin"],
+        &password,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = hub_cli(&cli_config, &["kubeconfig", "--hub"], "");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("current-context: \"drover-hub\""),
+        "{}",
+        r.stdout
+    );
+    let kc = aimed_at(&hub, &dir, "admin", &r.stdout);
+    let r = hub_cli(&cli_config, &["kubeconfig"], "");
+    assert_ne!(r.code, 0, "a cluster or --hub");
 
     // Discovery and the kinds' definitions.
     let crds = kubectl_ok(&kc, &["get", "crd"]).await;

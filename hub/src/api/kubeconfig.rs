@@ -1,4 +1,5 @@
-//! `POST /v1/clusters/{name}/kubeconfig`: a kubeconfig for the caller that points `kubectl` at
+//! `POST /v1/kubeconfig`: a kubeconfig for the hub itself; `POST
+//! /v1/clusters/{name}/kubeconfig`: a kubeconfig for the caller that points `kubectl` at
 //! the hub's authentication proxy for that cluster (`/k8s/clusters/{name}`), with a new API
 //! token of the caller's own for that cluster, so it can be revoked on its own. With the
 //! cluster's authorized endpoint on, it also has a context per control-plane host (and one
@@ -70,6 +71,44 @@ pub(super) async fn create(
         StatusCode::CREATED,
         [(header::CONTENT_TYPE, "application/yaml")],
         render(&contexts, &user, &token.value),
+    )
+        .into_response())
+}
+
+/// `POST /v1/kubeconfig`: a kubeconfig for the hub itself (its URL, its CA, a new token of the
+/// caller's), with which kubectl manages the hub's own objects as `management.drover.io/v1`;
+/// what the caller may do there is what their roles allow through `/v1`.
+pub(super) async fn hub(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let principal = api.principal(&headers).await?;
+    let token = secret::new_token(secret::TokenKind::Token);
+    let lifetimes = lifetimes::read(api.store.as_ref()).await?;
+    let mut object = Object::new(
+        Kind::Token.name(),
+        &token.name,
+        json!({
+            "user": principal.user,
+            "description": "kubeconfig for the hub",
+            "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
+            "secretHash": token.hash,
+        }),
+    );
+    object
+        .metadata
+        .labels
+        .insert(lifetimes::USER_LABEL.to_owned(), principal.user.clone());
+    let mut ops = vec![Op::Create(object)];
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
+    api.store.transact(ops).await?;
+    let context = Context {
+        name: "drover-hub".into(),
+        server: api.server_url.clone(),
+        ca_pem: api.ca_pem.to_string(),
+    };
+    let user = format!("{}@drover-hub", principal.user);
+    Ok((
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/yaml")],
+        render(&[context], &user, &token.value),
     )
         .into_response())
 }

@@ -61,6 +61,7 @@ pub fn router(api: Api) -> Router {
         .route("/v1/audit", get(audit_log))
         .route("/v1/openapi.json", get(openapi_document))
         .route("/v1/clusters/{name}/kubeconfig", post(kubeconfig::create))
+        .route("/v1/kubeconfig", post(kubeconfig::hub))
         .route(
             "/v1/gitrepos/{name}/webhook",
             post(webhook::gitrepo_webhook),

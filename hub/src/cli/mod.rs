@@ -130,8 +130,9 @@ pub enum Request {
         fqdn: String,
         ca_certs: Option<PathBuf>,
     },
+    /// `None`: the hub's own.
     Kubeconfig {
-        cluster: String,
+        cluster: Option<String>,
     },
     TokenCreate {
         description: String,
@@ -428,9 +429,10 @@ pub async fn run(
                 Some(json!({"spec": {"authorizedEndpoint": endpoint}})),
             )
         }
-        Request::Kubeconfig { cluster } => {
-            ("POST", format!("/v1/clusters/{cluster}/kubeconfig"), None)
-        }
+        Request::Kubeconfig {
+            cluster: Some(cluster),
+        } => ("POST", format!("/v1/clusters/{cluster}/kubeconfig"), None),
+        Request::Kubeconfig { cluster: None } => ("POST", "/v1/kubeconfig".to_owned(), None),
         Request::TokenCreate {
             description,
             expires_at,

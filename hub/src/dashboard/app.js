@@ -314,28 +314,36 @@ function setupEvents() {
   });
 }
 
+// A kubeconfig the hub writes (with a new token of the user's) saved as a file: a cluster's,
+// or the hub's own for kubectl to manage the hub's objects.
+function offerKubeconfig(button, url, file, errorId) {
+  button.addEventListener("click", async () => {
+    const response = await fetch(url, { method: "POST" });
+    if (!response.ok) {
+      showError(errorId, { status: response.status, data: await response.json().catch(() => null) });
+      return;
+    }
+    const blob = new Blob([await response.text()], { type: "application/yaml" });
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = file;
+    link.id = `${button.id}-link`;
+    link.textContent = "kubeconfig";
+    link.hidden = true;
+    document.body.append(link);
+    link.click();
+    button.textContent = "Kubeconfig downloaded";
+  });
+}
+
 function setupClusterActions() {
   const download = document.getElementById("kubeconfig");
   if (download) {
-    download.addEventListener("click", async () => {
-      const cluster = download.dataset.cluster;
-      const response = await fetch(`/v1/clusters/${encodeURIComponent(cluster)}/kubeconfig`, { method: "POST" });
-      if (!response.ok) {
-        showError("kubeconfig-error", { status: response.status, data: await response.json().catch(() => null) });
-        return;
-      }
-      const blob = new Blob([await response.text()], { type: "application/yaml" });
-      const link = document.createElement("a");
-      link.href = URL.createObjectURL(blob);
-      link.download = `${cluster}.kubeconfig.yaml`;
-      link.id = "kubeconfig-link";
-      link.textContent = "kubeconfig";
-      link.hidden = true;
-      document.body.append(link);
-      link.click();
-      download.textContent = "Kubeconfig downloaded";
-    });
+    const cluster = download.dataset.cluster;
+    offerKubeconfig(download, `/v1/clusters/${encodeURIComponent(cluster)}/kubeconfig`, `${cluster}.kubeconfig.yaml`, "kubeconfig-error");
   }
+  const hub = document.getElementById("hub-kubeconfig");
+  if (hub) offerKubeconfig(hub, "/v1/kubeconfig", "drover-hub.kubeconfig.yaml", "hub-kubeconfig-error");
   // Deleting waits for the hosts to uninstall; removing anyway (hosts gone for good) does not.
   for (const [id, force] of [["delete-cluster", false], ["remove-anyway", true]]) {
     const button = document.getElementById(id);

@@ -143,7 +143,9 @@ pub(super) async fn list(
         r#"<div class="bar">
 <h1>Clusters</h1>
 {create}
+<button type="button" id="hub-kubeconfig" title="kubectl then manages the hub's own objects: kubectl get clusters">Download the hub's kubeconfig</button>
 </div>
+<p class="error" role="alert" id="hub-kubeconfig-error"></p>
 {filters}
 <section id="fleet" data-watch="/v1/clusters?watch=true" data-rows="/clusters?part=rows&amp;{view}" data-poll="15">
 {section}

@@ -11,7 +11,10 @@ use axum::{
 };
 use serde_json::{Map, Value, json};
 
-use super::{check_body, hub_owned_unchanged, set, spec::checked_spec};
+use super::{
+    checks::{check_body, hub_owned_unchanged, set},
+    spec::checked_spec,
+};
 use crate::{
     api::{Api, ApiError, allow, body::Body, kind_of, present},
     auth::{Principal, Verb, secret},

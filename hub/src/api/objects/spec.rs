@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{HUB_WRITES, hash_password, must_exist, set};
+use super::checks::{HUB_WRITES, hash_password, must_exist, set};
 use crate::{
     api::ApiError,
     model::Kind,

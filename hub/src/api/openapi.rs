@@ -471,6 +471,14 @@ pub fn document() -> Value {
         }}),
     );
     paths.insert(
+        "/v1/kubeconfig".into(),
+        json!({"post": {
+            "operationId": "createHubKubeconfig",
+            "summary": "A kubeconfig for the caller, reaching the hub itself: kubectl then manages the hub's kinds as management.drover.io/v1 (with a new token of the caller's)",
+            "responses": responses(("201", ok("The kubeconfig (YAML)", json!({"type": "string"}))), &[401]),
+        }}),
+    );
+    paths.insert(
         "/v1/gitrepos/{name}/webhook".into(),
         json!({"post": {
             "operationId": "gitrepoWebhook",

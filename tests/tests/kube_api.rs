@@ -354,3 +354,75 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
     imported.shutdown.cancel();
     let _ = agent.await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_manifests_apply_to_a_cluster_as_written() {
+    let imported = Imported::start("hub-manifests", SimConfig::default()).await;
+    let sim = imported.sim_admin.as_path();
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/hub");
+    let file = |name: &str| deploy.join(name).display().to_string();
+    // One hub on its volume.
+    let applied = kubectl_ok(sim, &["apply", "-f", &file("hub.yaml")]).await;
+    for made in [
+        "namespace/drover created",
+        "service/drover-hub created",
+        "statefulset.apps/drover-hub created",
+    ] {
+        assert!(applied.contains(made), "{applied}");
+    }
+    let spec: Value = serde_json::from_str(
+        &kubectl_ok(
+            sim,
+            &[
+                "-n",
+                "drover",
+                "get",
+                "statefulset",
+                "drover-hub",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(spec["spec"]["replicas"], 1);
+    let container = &spec["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("drover/hub:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        "/var/lib/drover-hub"
+    );
+    assert_eq!(
+        spec["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+        "data"
+    );
+    // Three on etcd, over the same objects.
+    let applied = kubectl_ok(sim, &["apply", "-f", &file("hub-etcd.yaml")]).await;
+    assert!(
+        applied.contains("service/drover-hub-replicas created"),
+        "{applied}"
+    );
+    assert!(
+        applied.contains("statefulset.apps/drover-hub configured"),
+        "{applied}"
+    );
+    let replicas = kubectl_ok(
+        sim,
+        &[
+            "-n",
+            "drover",
+            "get",
+            "statefulset",
+            "drover-hub",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "3");
+    imported.shutdown.cancel();
+}

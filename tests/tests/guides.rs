@@ -522,3 +522,79 @@ async fn the_role_guide_works_as_written() {
     imported.shutdown.cancel();
     let _ = agent.await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubectl_guide_works_as_written() {
+    let steps = blocks("manage-the-hub-with-kubectl");
+    assert_eq!(steps.len(), 4, "{steps:#?}");
+    let dir = temp_dir("guide-kubectl");
+    // The hub's URL is the address kubectl reaches it by, as on a reader's machine.
+    let hub = HubProcess::start_at_own_url(&dir.join("hub")).await;
+    let (_hub, mut shell, _) = shell_on(hub, &dir).await;
+
+    let crd = shell.run(&steps[0], STEP).await;
+    let header: Vec<&str> = crd
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "CREATED", "AT"], "{}", crd.stdout);
+    assert!(
+        has_row(&crd.stdout, &["clusters.management.drover.io"]),
+        "{}",
+        crd.stdout
+    );
+    // What `export` keeps in the reader's shell.
+    let kubeconfig = shell.dir.join("hub.kubeconfig").display().to_string();
+    shell.set("KUBECONFIG", &kubeconfig);
+
+    let created = shell.run(&steps[1], STEP).await;
+    let mut lines = created.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some("cluster.management.drover.io/edge created")
+    );
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATE", "TYPE", "VERSION", "NODES", "AGE"],
+        "{}",
+        created.stdout
+    );
+    assert!(
+        has_row(&created.stdout, &["edge", "pending"])
+            || has_row(&created.stdout, &["edge", "provisioning"]),
+        "{}",
+        created.stdout
+    );
+
+    let changed = shell.run(&steps[2], STEP).await;
+    let lines: Vec<&str> = changed.stdout.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "cluster.management.drover.io/edge labeled",
+            "cluster.management.drover.io/edge patched",
+            "the shop floor"
+        ],
+        "{}",
+        changed.stdout
+    );
+    for field in ["controlPlaneConcurrency", "workerConcurrency", "drain"] {
+        assert!(
+            changed.stdout.contains(field),
+            "{field}: {}",
+            changed.stdout
+        );
+    }
+
+    let deleted = shell.run(&steps[3], STEP).await;
+    assert_eq!(
+        deleted.stdout.lines().collect::<Vec<_>>(),
+        ["yes", "cluster.management.drover.io \"edge\" deleted"],
+        "{}",
+        deleted.stdout
+    );
+}

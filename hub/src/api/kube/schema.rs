@@ -107,12 +107,60 @@ fn v3_document() -> Value {
     for (name, schema) in generator.take_definitions(true) {
         schemas.insert(name, schema);
     }
+    let mut schemas = Value::Object(schemas);
+    as_kubernetes_writes(&mut schemas);
     json!({
         "openapi": "3.0.0",
         "info": {"title": "Drover hub", "version": env!("CARGO_PKG_VERSION")},
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// Rewrites what schemars writes for an optional field (`anyOf` the type and `null`) as
+/// Kubernetes' own documents have it (`allOf` the type, `nullable`), which kubectl explain
+/// follows into the type's fields.
+fn as_kubernetes_writes(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let optional = map
+                .get("anyOf")
+                .and_then(Value::as_array)
+                .and_then(|choices| {
+                    let [one, other] = choices.as_slice() else {
+                        return None;
+                    };
+                    let null = |v: &Value| {
+                        v.get("nullable") == Some(&json!(true))
+                            || v.get("type") == Some(&json!("null"))
+                    };
+                    match (null(one), null(other)) {
+                        (false, true) => Some(one.clone()),
+                        (true, false) => Some(other.clone()),
+                        _ => None,
+                    }
+                });
+            if let Some(inner) = optional {
+                map.remove("anyOf");
+                map.insert("nullable".into(), json!(true));
+                match inner {
+                    Value::Object(fields) if !fields.contains_key("$ref") => {
+                        for (k, v) in fields {
+                            map.entry(k).or_insert(v);
+                        }
+                    }
+                    reference => {
+                        map.insert("allOf".into(), json!([reference]));
+                    }
+                }
+            }
+            for value in map.values_mut() {
+                as_kubernetes_writes(value);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(as_kubernetes_writes),
+        _ => {}
+    }
 }
 
 static V3: LazyLock<Value> = LazyLock::new(v3_document);
@@ -213,6 +261,8 @@ fn crd_of(kind: Kind, generator: &mut SchemaGenerator) -> Value {
             "state": generator.subschema_for::<ObjectState>(),
         },
     });
+    let mut schema = schema;
+    as_kubernetes_writes(&mut schema);
     let names = json!({
         "plural": kind.plural(),
         "singular": singular(kind),
@@ -267,6 +317,28 @@ static CRDS: LazyLock<Vec<Value>> = LazyLock::new(|| {
         .collect()
 });
 
+/// CRDs as `kubectl get crd` prints them: name and when created.
+fn crd_table<'a>(crds: impl Iterator<Item = &'a Value>) -> Value {
+    let rows: Vec<Value> = crds
+        .map(|crd| {
+            json!({
+                "cells": [crd["metadata"]["name"], crd["metadata"]["creationTimestamp"]],
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": crd["metadata"]},
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": "1"},
+        "columnDefinitions": [
+            {"name": "Name", "type": "string", "format": "name", "description": "The kind's resource and group", "priority": 0},
+            {"name": "Created At", "type": "date", "format": "", "description": "When this hub started serving it", "priority": 0},
+        ],
+        "rows": rows,
+    })
+}
+
 /// `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions` (a Table when asked).
 pub(super) async fn crds(
     State(api): State<Api>,
@@ -274,25 +346,7 @@ pub(super) async fn crds(
 ) -> Result<Json<Value>, ApiError> {
     known(&api, &headers).await?;
     if super::wants_table(&headers) {
-        let rows: Vec<Value> = CRDS
-            .iter()
-            .map(|crd| {
-                json!({
-                    "cells": [crd["metadata"]["name"], crd["metadata"]["creationTimestamp"]],
-                    "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": crd["metadata"]},
-                })
-            })
-            .collect();
-        return Ok(Json(json!({
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": "1"},
-            "columnDefinitions": [
-                {"name": "Name", "type": "string", "format": "name", "description": "The kind's resource and group", "priority": 0},
-                {"name": "Created At", "type": "date", "format": "", "description": "When this hub started serving it", "priority": 0},
-            ],
-            "rows": rows,
-        })));
+        return Ok(Json(crd_table(CRDS.iter())));
     }
     Ok(Json(json!({
         "kind": "CustomResourceDefinitionList",
@@ -309,14 +363,15 @@ pub(super) async fn crd(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     known(&api, &headers).await?;
-    CRDS.iter()
-        .find(|c| c["metadata"]["name"] == name.as_str())
-        .map(|c| Json(c.clone()))
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "customresourcedefinitions.apiextensions.k8s.io {name:?} not found; the hub defines its own kinds only (kubectl get crd lists them)"
-            ))
-        })
+    let Some(crd) = CRDS.iter().find(|c| c["metadata"]["name"] == name.as_str()) else {
+        return Err(ApiError::not_found(format!(
+            "customresourcedefinitions.apiextensions.k8s.io {name:?} not found; the hub defines its own kinds only (kubectl get crd lists them)"
+        )));
+    };
+    if super::wants_table(&headers) {
+        return Ok(Json(crd_table(std::iter::once(crd))));
+    }
+    Ok(Json(crd.clone()))
 }
 
 /// Writes to the CRDs: refused, as they are the hub's own.

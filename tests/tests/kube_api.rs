@@ -254,6 +254,34 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         "cluster.management.drover.io/edge"
     );
 
+    // A server-side dry run checks as a write does and stores nothing; lists come in pages.
+    let dry = write(
+        &dir,
+        "dry.yaml",
+        &edge_yaml.replace("name: edge", "name: dry"),
+    );
+    let said = kubectl_ok(&kc, &["apply", "--dry-run=server", "-f", &dry]).await;
+    assert_eq!(
+        said.trim(),
+        "cluster.management.drover.io/dry created (server dry run)"
+    );
+    assert!(
+        refused(&kc, &["get", "cluster", "dry"])
+            .await
+            .contains("NotFound")
+    );
+    let said = refused(&kc, &["apply", "--dry-run=server", "-f", &invalid]).await;
+    assert!(said.contains("spec.version"), "{said}");
+    kubectl_ok(&kc, &["delete", "cluster", "edge", "--dry-run=server"]).await;
+    let names = kubectl_ok(&kc, &["get", "clusters", "--chunk-size=1", "-o", "name"]).await;
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        [
+            "cluster.management.drover.io/edge",
+            "cluster.management.drover.io/prod"
+        ]
+    );
+
     // Server-side apply owns what it applied: a hand edit of it is a conflict until forced.
     let ssa = write(
         &dir,

@@ -368,6 +368,9 @@ pub struct DeleteParams {
     /// A cluster only: removed without waiting for its hosts to uninstall (they are gone).
     #[serde(default)]
     pub force: bool,
+    /// `All`: everything a deletion checks, and nothing deleted.
+    #[serde(default)]
+    pub dry_run: Option<String>,
 }
 
 pub(crate) type PathKindName = Path<(String, String)>;

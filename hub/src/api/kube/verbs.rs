@@ -64,15 +64,9 @@ pub(super) struct WriteQuery {
 }
 
 impl WriteQuery {
-    /// A dry run is refused rather than taken for a write: the hub cannot yet answer one
-    /// without writing.
-    fn no_dry_run(&self) -> Result<(), ApiError> {
-        match self.dry_run.as_deref() {
-            None | Some("") => Ok(()),
-            Some(_) => Err(ApiError::bad_request(
-                "dryRun: the hub does not take dry runs; leave --dry-run=server out (--dry-run=client works)",
-            )),
-        }
+    /// Whether this is a dry run (`dryRun=All`): every check a write makes, nothing stored.
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        dry_run_of(self.dry_run.as_deref())
     }
 
     /// Who this write is recorded as, as kube-apiserver names a field manager.
@@ -81,6 +75,16 @@ impl WriteQuery {
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
         kubeshape::apply::manager_of(self.field_manager.as_deref(), agent)
+    }
+}
+
+fn dry_run_of(value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "dryRun {other:?}: the only dry run is All"
+        ))),
     }
 }
 
@@ -192,6 +196,7 @@ struct Write {
     body: Value,
     manager: String,
     force: bool,
+    dry_run: bool,
 }
 
 async fn write(
@@ -202,10 +207,11 @@ async fn write(
     body: &Bytes,
 ) -> Result<Write, ApiError> {
     let Query(query) = query.map_err(query_error)?;
-    query.no_dry_run()?;
+    let dry_run = query.dry_run()?;
     let principal = api.principal(headers).await?;
     let kind = kind_of(plural)?;
     Ok(Write {
+        dry_run,
         principal,
         kind,
         body: parse_body(headers, body)?,
@@ -227,12 +233,13 @@ pub(super) async fn create(
         kind,
         body: mut value,
         manager,
+        dry_run,
         ..
     } = write(&api, &plural, query, &headers, &body).await?;
     if value.get("kind").and_then(Value::as_str) == Some(kind.name()) {
         kubeshape::apply::record_update(None, &mut value, &manager, &now());
     }
-    objects::create_from(&api, &principal, kind, value).await
+    objects::create_from(&api, &principal, kind, value, dry_run).await
 }
 
 /// `PUT …/{plural}/{name}` (`kubectl replace`): the whole object, as read and changed.
@@ -248,18 +255,20 @@ pub(super) async fn update(
         kind,
         body,
         manager,
+        dry_run,
         ..
     } = write(&api, &plural, query, &headers, &body).await?;
     let guarded = body
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .is_some_and(|rv| !rv.is_empty());
-    let Json(updated) = objects::change(&api, &principal, kind, &name, guarded, |object| {
-        let before = std::mem::replace(object, body.clone());
-        kubeshape::apply::record_update(Some(&before), object, &manager, &now());
-        Ok(())
-    })
-    .await?;
+    let Json(updated) =
+        objects::change(&api, &principal, kind, &name, guarded, dry_run, |object| {
+            let before = std::mem::replace(object, body.clone());
+            kubeshape::apply::record_update(Some(&before), object, &manager, &now());
+            Ok(())
+        })
+        .await?;
     Ok(answer(StatusCode::OK, updated))
 }
 
@@ -303,39 +312,57 @@ pub(super) async fn patch(
         body,
         manager,
         force,
+        dry_run,
     } = write(&api, &plural, query, &headers, &body).await?;
     if kind_of_patch == PatchType::Apply {
-        return apply(&api, &principal, kind, &name, body, &manager, force).await;
+        let applier = Applier {
+            manager: &manager,
+            force,
+            dry_run,
+        };
+        return apply(&api, &principal, kind, &name, body, applier).await;
     }
     let guarded = body.pointer("/metadata/resourceVersion").is_some();
-    let Json(patched) = objects::change(&api, &principal, kind, &name, guarded, |object| {
-        let before = object.clone();
-        match kind_of_patch {
-            PatchType::Merge => kubeshape::patch::merge(object, &body),
-            PatchType::Strategic => kubeshape::patch::strategic(object, &body),
-            PatchType::Json => kubeshape::patch::json_patch(object, &body)
-                .map_err(|e| ApiError::invalid(format!("the JSON patch: {e}")))?,
-            PatchType::Apply => {}
-        }
-        kubeshape::apply::record_update(Some(&before), object, &manager, &now());
-        Ok(())
-    })
-    .await?;
+    let Json(patched) =
+        objects::change(&api, &principal, kind, &name, guarded, dry_run, |object| {
+            let before = object.clone();
+            match kind_of_patch {
+                PatchType::Merge => kubeshape::patch::merge(object, &body),
+                PatchType::Strategic => kubeshape::patch::strategic(object, &body),
+                PatchType::Json => kubeshape::patch::json_patch(object, &body)
+                    .map_err(|e| ApiError::invalid(format!("the JSON patch: {e}")))?,
+                PatchType::Apply => {}
+            }
+            kubeshape::apply::record_update(Some(&before), object, &manager, &now());
+            Ok(())
+        })
+        .await?;
     Ok(answer(StatusCode::OK, patched))
 }
 
 /// Server-side apply: `config` as `manager`'s whole intent for the object. What another
 /// manager set to a different value is a conflict unless forced; what this manager applied
 /// before and leaves out now is removed. An object that does not exist is created.
+/// Who applies, whether over others' fields, and whether for real.
+struct Applier<'a> {
+    manager: &'a str,
+    force: bool,
+    dry_run: bool,
+}
+
 async fn apply(
     api: &Api,
     principal: &crate::auth::Principal,
     kind: Kind,
     name: &str,
     config: Value,
-    manager: &str,
-    force: bool,
+    applier: Applier<'_>,
 ) -> Result<Response, ApiError> {
+    let Applier {
+        manager,
+        force,
+        dry_run,
+    } = applier;
     if config
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -355,9 +382,9 @@ async fn apply(
     if !exists {
         let created = kubeshape::apply::apply(None, &config, manager, force, &now())
             .map_err(|conflicts| conflict(&conflicts))?;
-        return objects::create_from(api, principal, kind, created).await;
+        return objects::create_from(api, principal, kind, created, dry_run).await;
     }
-    let Json(applied) = objects::change(api, principal, kind, name, false, |live| {
+    let Json(applied) = objects::change(api, principal, kind, name, false, dry_run, |live| {
         *live = kubeshape::apply::apply(Some(live), &config, manager, force, &now())
             .map_err(|conflicts| conflict(&conflicts))?;
         Ok(())
@@ -386,24 +413,20 @@ pub(super) async fn delete(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(query_error)?;
-    query.no_dry_run()?;
-    // DeleteOptions in the body: a dry run is refused; preconditions on the resourceVersion
-    // are kept; propagation is the hub's own (what an object brings goes with it).
+    // DeleteOptions in the body: a dry run, preconditions on the resourceVersion; propagation
+    // is the hub's own (what an object brings goes with it).
     let options: Value = if body.is_empty() {
         Value::Null
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("DeleteOptions: {e}")))?
     };
-    if options
+    let in_body = options
         .get("dryRun")
         .and_then(Value::as_array)
-        .is_some_and(|d| !d.is_empty())
-    {
-        return Err(ApiError::bad_request(
-            "dryRun: the hub does not take dry runs; leave --dry-run=server out",
-        ));
-    }
+        .and_then(|d| d.first())
+        .and_then(Value::as_str);
+    let dry_run = query.dry_run()? || dry_run_of(in_body)?;
     let resource_version = options
         .pointer("/preconditions/resourceVersion")
         .and_then(Value::as_str)
@@ -421,6 +444,7 @@ pub(super) async fn delete(
         Ok(Query(DeleteParams {
             resource_version,
             force: false,
+            dry_run: dry_run.then(|| "All".to_owned()),
         })),
         headers,
     )

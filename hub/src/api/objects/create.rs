@@ -31,15 +31,17 @@ pub(in crate::api) async fn create(
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
     let kind = kind_of(&plural)?;
-    create_from(&api, &principal, kind, body_result?).await
+    create_from(&api, &principal, kind, body_result?, false).await
 }
 
-/// Creates what `value` describes (one object, or a list of them) for the caller.
+/// Creates what `value` describes (one object, or a list of them) for the caller; a dry run
+/// checks everything a creation does and answers what it would create, storing nothing.
 pub(in crate::api) async fn create_from(
     api: &Api,
     principal: &Principal,
     kind: Kind,
     mut value: Value,
+    dry_run: bool,
 ) -> Result<Response, ApiError> {
     if kind == Kind::Machine {
         return Err(ApiError::new(
@@ -58,11 +60,11 @@ pub(in crate::api) async fn create_from(
     // Each object the new ones name is read once, for its checks and for its references.
     let reads = ReadOnce::new(api.store.clone());
     if let Some(items) = list_items(kind, &mut value)? {
-        return create_all(api, principal, kind, items, &reads).await;
+        return create_all(api, principal, kind, items, &reads, dry_run).await;
     }
     let (mut ops, shown_once) = new_object(api, principal, kind, &value, &reads).await?;
     crate::refs::stamp_all(&reads, &mut ops).await?;
-    let written = api.store.transact(ops).await?;
+    let written = write(api, ops, dry_run).await?;
     let Some(created) = written.into_iter().next() else {
         return Err(StoreError::Backend("creation returned nothing".into()).into());
     };
@@ -118,6 +120,7 @@ async fn create_all(
     kind: Kind,
     items: Vec<Value>,
     reads: &ReadOnce,
+    dry_run: bool,
 ) -> Result<Response, ApiError> {
     // What the items name (a plan's cluster and host), read in one trip per kind rather than
     // one per item.
@@ -156,7 +159,7 @@ async fn create_all(
     let written = if ops.is_empty() {
         Vec::new()
     } else {
-        api.store.transact(ops).await?
+        write(api, ops, dry_run).await?
     };
     let revision = written.first().map_or(0, Object::revision);
     let mut made = made.into_iter().peekable();
@@ -179,6 +182,21 @@ async fn create_all(
         })),
     )
         .into_response())
+}
+
+/// Commits what a creation writes, or (a dry run) only says what it would write: the
+/// objects as given, without what the store would add (uid, resourceVersion, times).
+async fn write(api: &Api, ops: Vec<Op>, dry_run: bool) -> Result<Vec<Object>, ApiError> {
+    if !dry_run {
+        return Ok(api.store.transact(ops).await?);
+    }
+    Ok(ops
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Create(object) => Some(object),
+            _ => None,
+        })
+        .collect())
 }
 
 fn with_shown_once(mut presented: Value, shown_once: Map<String, Value>) -> Value {

@@ -102,13 +102,15 @@ pub(super) async fn get_one(
     Ok(Json(present(kind, object)))
 }
 
-/// Replaces `current` with what `value` describes (metadata the caller may set, and spec).
+/// Replaces `current` with what `value` describes (metadata the caller may set, and spec); a
+/// dry run checks all the same and answers what it would store.
 pub(in crate::api) async fn replace(
     api: &Api,
     principal: &Principal,
     kind: Kind,
     current: Object,
     value: Value,
+    dry_run: bool,
 ) -> Result<Json<Value>, ApiError> {
     allow(principal, Verb::Update, kind, &current)?;
     let name = current.metadata.name.clone();
@@ -192,6 +194,9 @@ pub(in crate::api) async fn replace(
     if unchanged && (rv.is_empty() || *rv == current.metadata.resource_version) {
         return Ok(Json(present(kind, current)));
     }
+    if dry_run {
+        return Ok(Json(present(kind, object)));
+    }
     let updated = api.store.update(object).await?;
     Ok(Json(present(kind, updated)))
 }
@@ -206,7 +211,7 @@ pub(super) async fn update(
     let kind = kind_of(&plural)?;
     let value = body(body_result)?;
     let current = super::readable(&api, &principal, kind, &name).await?;
-    replace(&api, &principal, kind, current, value).await
+    replace(&api, &principal, kind, current, value, false).await
 }
 
 pub(super) async fn patch(
@@ -219,7 +224,7 @@ pub(super) async fn patch(
     let kind = kind_of(&plural)?;
     let patch = body(body_result)?;
     let guarded = patch.pointer("/metadata/resourceVersion").is_some();
-    change(&api, &principal, kind, &name, guarded, |object| {
+    change(&api, &principal, kind, &name, guarded, false, |object| {
         kubeshape::patch::merge(object, &patch);
         Ok(())
     })
@@ -238,6 +243,7 @@ pub(in crate::api) async fn change(
     kind: Kind,
     name: &str,
     guarded: bool,
+    dry_run: bool,
     edit: impl Fn(&mut Value) -> Result<(), ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     let mut attempts = 0;
@@ -251,7 +257,7 @@ pub(in crate::api) async fn change(
             map.insert("apiVersion".into(), json!(super::API_VERSION));
         }
         edit(&mut value)?;
-        match replace(api, principal, kind, current, value).await {
+        match replace(api, principal, kind, current, value, dry_run).await {
             Err(e) if !guarded && e.reason == "Conflict" && attempts < PATCH_ATTEMPTS => {
                 attempts += 1;
             }
@@ -314,6 +320,9 @@ pub(super) async fn delete(
                 ),
             ));
         }
+    }
+    if params.dry_run.as_deref().is_some_and(|d| !d.is_empty()) {
+        return Ok(Json(present(kind, current)));
     }
     if params.force {
         if kind != Kind::Cluster {

@@ -201,6 +201,15 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
     let edge = write(&dir, "edge.yaml", edge_yaml);
     let applied = kubectl_ok(&kc, &["apply", "-f", &edge]).await;
     assert_eq!(applied.trim(), "cluster.management.drover.io/edge created");
+    // A field the kind does not know is refused (kubectl validates strictly), or, asked to
+    // warn, dropped with a warning.
+    let typo = write(
+        &dir,
+        "typo.yaml",
+        &edge_yaml.replace("  version:", "  distro: k3s\n  version:"),
+    );
+    let said = refused(&kc, &["apply", "-f", &typo]).await;
+    assert!(said.contains("unknown field \"spec.distro\""), "{said}");
     let invalid = write(
         &dir,
         "bad.yaml",

@@ -14,6 +14,7 @@ use axum::{
 };
 
 mod discovery;
+mod fields;
 mod review;
 mod schema;
 mod table;

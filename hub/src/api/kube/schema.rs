@@ -339,6 +339,83 @@ fn crd_table<'a>(crds: impl Iterator<Item = &'a Value>) -> Value {
     })
 }
 
+/// The fields of `spec` (of a `kind`) its schema does not know, as paths (`spec.distro`), for
+/// `fieldValidation`: what serde would silently drop is a typo to point out.
+pub(super) fn unknown_fields(kind: Kind, spec: &Value) -> Vec<String> {
+    let Some(crd) = CRDS
+        .iter()
+        .find(|c| c["spec"]["names"]["kind"] == kind.name())
+    else {
+        return Vec::new();
+    };
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut out = Vec::new();
+    unknown_in(schema, spec, "spec", &mut out);
+    out
+}
+
+/// The properties a schema allows on an object (its own and every branch's), and what any
+/// other key may be (`None`: no other key; `Some(None)`: anything).
+fn allowed(schema: &Value) -> (Map<String, Value>, Option<Option<Value>>) {
+    let mut properties = Map::new();
+    let mut other: Option<Option<Value>> = None;
+    if let Some(own) = schema.get("properties").and_then(Value::as_object) {
+        properties.extend(own.clone());
+    }
+    match schema.get("additionalProperties") {
+        Some(Value::Bool(false)) | None => {}
+        Some(Value::Bool(true)) => other = Some(None),
+        Some(more) => other = Some(Some(more.clone())),
+    }
+    let mut branches = false;
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for branch in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            branches = true;
+            let (more, also) = allowed(branch);
+            properties.extend(more);
+            if also.is_some() {
+                other = also;
+            }
+        }
+    }
+    // A schema that says nothing of its fields (a reference, free JSON) takes any.
+    if properties.is_empty() && other.is_none() && !branches || schema.get("$ref").is_some() {
+        other = Some(None);
+    }
+    (properties, other)
+}
+
+fn unknown_in(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(fields) => {
+            let (properties, other) = allowed(schema);
+            for (key, field) in fields {
+                let at = format!("{path}.{key}");
+                match (properties.get(key), &other) {
+                    (Some(inner), _) | (None, Some(Some(inner))) => {
+                        unknown_in(inner, field, &at, out);
+                    }
+                    (None, Some(None)) => {}
+                    (None, None) => out.push(at),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(inner) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    unknown_in(inner, item, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions` (a Table when asked).
 pub(super) async fn crds(
     State(api): State<Api>,
@@ -381,4 +458,35 @@ pub(super) async fn read_only() -> ApiError {
         "MethodNotAllowed",
         "the hub's CustomResourceDefinitions are read-only: its kinds change with the hub",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_field_is_found_wherever_it_is_and_known_ones_are_not() {
+        let spec = json!({
+            "type": "custom",
+            "distribution": "k3s",
+            "version": "v1.33.4+k3s1",
+            "upgradeStrategy": {"workerConcurency": "2", "drain": true},
+            "config": {"any-k3s-flag": "is a map's key"},
+            "machinePools": [{"name": "w", "quantity": 1, "tempalte": "t"}],
+            "distro": "k3s",
+        });
+        let mut found = unknown_fields(Kind::Cluster, &spec);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "spec.distro",
+                "spec.machinePools[0].tempalte",
+                "spec.upgradeStrategy.workerConcurency",
+            ]
+        );
+        assert!(
+            unknown_fields(Kind::User, &json!({"displayName": "D", "groups": ["ops"]})).is_empty()
+        );
+    }
 }

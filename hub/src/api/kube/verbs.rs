@@ -13,7 +13,10 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::table::{Include, table};
+use super::{
+    fields::{Validation, check_fields, with_warnings},
+    table::{Include, table},
+};
 use crate::{
     api::{Api, ApiError, DeleteParams, ListParams, kind_of, objects, present, readable},
     model::Kind,
@@ -59,6 +62,7 @@ impl ListQuery {
 #[serde(rename_all = "camelCase")]
 pub(super) struct WriteQuery {
     dry_run: Option<String>,
+    field_validation: Option<String>,
     field_manager: Option<String>,
     force: Option<bool>,
 }
@@ -75,6 +79,19 @@ impl WriteQuery {
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok());
         kubeshape::apply::manager_of(self.field_manager.as_deref(), agent)
+    }
+}
+
+impl WriteQuery {
+    fn validation(&self) -> Result<Validation, ApiError> {
+        match self.field_validation.as_deref() {
+            Some("Strict") => Ok(Validation::Strict),
+            None | Some("" | "Warn") => Ok(Validation::Warn),
+            Some("Ignore") => Ok(Validation::Ignore),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation {other:?}: use Strict, Warn or Ignore"
+            ))),
+        }
     }
 }
 
@@ -197,6 +214,7 @@ struct Write {
     manager: String,
     force: bool,
     dry_run: bool,
+    validation: Validation,
 }
 
 async fn write(
@@ -212,6 +230,7 @@ async fn write(
     let kind = kind_of(plural)?;
     Ok(Write {
         dry_run,
+        validation: query.validation()?,
         principal,
         kind,
         body: parse_body(headers, body)?,
@@ -234,12 +253,15 @@ pub(super) async fn create(
         body: mut value,
         manager,
         dry_run,
+        validation,
         ..
     } = write(&api, &plural, query, &headers, &body).await?;
+    let warnings = check_fields(kind, &value, validation)?;
     if value.get("kind").and_then(Value::as_str) == Some(kind.name()) {
         kubeshape::apply::record_update(None, &mut value, &manager, &now());
     }
-    objects::create_from(&api, &principal, kind, value, dry_run).await
+    let created = objects::create_from(&api, &principal, kind, value, dry_run).await?;
+    Ok(with_warnings(created, &warnings))
 }
 
 /// `PUT …/{plural}/{name}` (`kubectl replace`): the whole object, as read and changed.
@@ -256,8 +278,10 @@ pub(super) async fn update(
         body,
         manager,
         dry_run,
+        validation,
         ..
     } = write(&api, &plural, query, &headers, &body).await?;
+    let warnings = check_fields(kind, &body, validation)?;
     let guarded = body
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
@@ -269,7 +293,7 @@ pub(super) async fn update(
             Ok(())
         })
         .await?;
-    Ok(answer(StatusCode::OK, updated))
+    Ok(with_warnings(answer(StatusCode::OK, updated), &warnings))
 }
 
 /// The patch formats Kubernetes clients send, by content type.
@@ -313,16 +337,20 @@ pub(super) async fn patch(
         manager,
         force,
         dry_run,
+        validation,
     } = write(&api, &plural, query, &headers, &body).await?;
     if kind_of_patch == PatchType::Apply {
         let applier = Applier {
             manager: &manager,
             force,
             dry_run,
+            validation,
         };
         return apply(&api, &principal, kind, &name, body, applier).await;
     }
     let guarded = body.pointer("/metadata/resourceVersion").is_some();
+    // The object as patched is checked (a patch alone is no whole spec).
+    let warnings = std::sync::Mutex::new(Vec::new());
     let Json(patched) =
         objects::change(&api, &principal, kind, &name, guarded, dry_run, |object| {
             let before = object.clone();
@@ -333,23 +361,32 @@ pub(super) async fn patch(
                     .map_err(|e| ApiError::invalid(format!("the JSON patch: {e}")))?,
                 PatchType::Apply => {}
             }
+            *lock(&warnings) = check_fields(kind, object, validation)?;
             kubeshape::apply::record_update(Some(&before), object, &manager, &now());
             Ok(())
         })
         .await?;
-    Ok(answer(StatusCode::OK, patched))
+    let warnings = lock(&warnings).clone();
+    Ok(with_warnings(answer(StatusCode::OK, patched), &warnings))
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Who applies, whether over others' fields, whether for real, and how its fields are checked.
+struct Applier<'a> {
+    manager: &'a str,
+    force: bool,
+    dry_run: bool,
+    validation: Validation,
 }
 
 /// Server-side apply: `config` as `manager`'s whole intent for the object. What another
 /// manager set to a different value is a conflict unless forced; what this manager applied
 /// before and leaves out now is removed. An object that does not exist is created.
-/// Who applies, whether over others' fields, and whether for real.
-struct Applier<'a> {
-    manager: &'a str,
-    force: bool,
-    dry_run: bool,
-}
-
 async fn apply(
     api: &Api,
     principal: &crate::auth::Principal,
@@ -362,6 +399,7 @@ async fn apply(
         manager,
         force,
         dry_run,
+        validation,
     } = applier;
     if config
         .pointer("/metadata/name")
@@ -382,15 +420,20 @@ async fn apply(
     if !exists {
         let created = kubeshape::apply::apply(None, &config, manager, force, &now())
             .map_err(|conflicts| conflict(&conflicts))?;
-        return objects::create_from(api, principal, kind, created, dry_run).await;
+        let warnings = check_fields(kind, &created, validation)?;
+        let created = objects::create_from(api, principal, kind, created, dry_run).await?;
+        return Ok(with_warnings(created, &warnings));
     }
+    let warnings = std::sync::Mutex::new(Vec::new());
     let Json(applied) = objects::change(api, principal, kind, name, false, dry_run, |live| {
         *live = kubeshape::apply::apply(Some(live), &config, manager, force, &now())
             .map_err(|conflicts| conflict(&conflicts))?;
+        *lock(&warnings) = check_fields(kind, live, validation)?;
         Ok(())
     })
     .await?;
-    Ok(answer(StatusCode::OK, applied))
+    let warnings = lock(&warnings).clone();
+    Ok(with_warnings(answer(StatusCode::OK, applied), &warnings))
 }
 
 /// 409 as kube-apiserver refuses an apply over another manager's fields (kubectl prints the

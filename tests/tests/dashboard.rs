@@ -308,6 +308,7 @@ async fn operators_see_and_drive_the_fleet_in_a_browser() {
             "const a = document.getElementById('hub-kubeconfig-link'); return a !== null && a.href.startsWith('blob:') && a.download === 'drover-hub.kubeconfig.yaml';",
         )
         .await;
+    browser.goto(&format!("{base}/clusters/web")).await;
     check_and_save(&browser, "cluster-detail").await;
     browser
         .click("#machines a[href='/clusters/web/nodes/node-0']")

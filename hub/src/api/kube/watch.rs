@@ -119,8 +119,10 @@ pub(super) async fn serve(
                                 && allow(&principal, Verb::Watch, kind, &object).is_ok();
                             let was_shown = s.shown.contains(&name);
                             let kind_of_event = match (event.kind, matches, was_shown) {
-                                (EventType::Deleted, _, true) => "DELETED",
-                                (EventType::Deleted, _, false) => continue,
+                                // Gone: said to whoever saw it or could have (it may have
+                                // changed after the client's list and before it went).
+                                (EventType::Deleted, m, shown) if m || shown => "DELETED",
+                                (EventType::Deleted, ..) => continue,
                                 (_, true, true) => "MODIFIED",
                                 (_, true, false) => "ADDED",
                                 (_, false, true) => "DELETED",

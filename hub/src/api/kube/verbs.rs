@@ -80,9 +80,8 @@ impl WriteQuery {
             .and_then(|v| v.to_str().ok());
         kubeshape::apply::manager_of(self.field_manager.as_deref(), agent)
     }
-}
 
-impl WriteQuery {
+    /// What to do about spec fields the kind does not know; kube-apiserver's default is Warn.
     fn validation(&self) -> Result<Validation, ApiError> {
         match self.field_validation.as_deref() {
             Some("Strict") => Ok(Validation::Strict),

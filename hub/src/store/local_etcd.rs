@@ -69,6 +69,20 @@ impl LocalEtcd {
     /// A cluster of `n` members, started together (a member is healthy only once a quorum of
     /// the cluster is up), each with its own data directory under `parent`.
     pub fn start_cluster(parent: &Path, n: usize) -> std::io::Result<Vec<Self>> {
+        // Ports found free may be taken before etcd binds them (tests start many at once):
+        // then the whole cluster again on other ports (a failed try's members are killed as
+        // they drop).
+        let mut tries = 3;
+        loop {
+            match Self::try_cluster(parent, n) {
+                Ok(members) => return Ok(members),
+                Err(e) if tries == 1 => return Err(e),
+                Err(_) => tries -= 1,
+            }
+        }
+    }
+
+    fn try_cluster(parent: &Path, n: usize) -> std::io::Result<Vec<Self>> {
         let dir = parent.join(format!("etcd-cluster-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let mut members = Vec::new();

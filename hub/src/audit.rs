@@ -121,6 +121,7 @@ const SECRET_KINDS: &[&str] = &["projectsecrets", "cloudcredentials", "authprovi
 /// only a summary of it ([`summary`]): a patch of any type, YAML or protobuf, a body without
 /// `kind`, or kubectl's `last-applied-configuration` would each slip past redaction by field.
 fn secret_bearing(path: &str) -> bool {
+    let path = as_v1(path);
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segments.as_slice() {
         ["k8s", "clusters", _, rest @ ..] => {
@@ -276,7 +277,17 @@ const NOT_A_USER_NAME: &str = "<not a user name>";
 /// Whether a request is audited: writes to the API, logins and logouts, and everything
 /// through the proxy. Reads of the hub's own objects, the dashboard's pages, the agents'
 /// endpoints (their paths carry tokens) and health checks are not.
+/// The hub's kinds as kubectl reaches them (`/apis/management.drover.io/v1/…`) are the same
+/// API as `/v1/…`: audited, described and kept from secrets as it is.
+fn as_v1(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/apis/management.drover.io/v1/") {
+        Some(rest) => format!("/v1/{rest}").into(),
+        None => path.into(),
+    }
+}
+
 fn audited(method: &Method, path: &str) -> bool {
+    let path = &*as_v1(path);
     if path.starts_with("/k8s/clusters/") {
         return true;
     }
@@ -298,6 +309,7 @@ fn audited(method: &Method, path: &str) -> bool {
 
 /// What a path says: the verb, cluster, resource and name.
 fn describe(method: &Method, path: &str, query: &str) -> (String, String, String, String) {
+    let path = as_v1(path);
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if let ["k8s", "clusters", cluster, rest @ ..] = segments.as_slice() {
         let (resource, name) = kube_resource(rest);
@@ -821,6 +833,28 @@ mod tests {
         assert!(audited(&Method::GET, "/k8s/clusters/prod/api/v1/pods"));
         assert!(audited(&Method::POST, "/v1/users"));
         assert!(!audited(&Method::GET, "/v1/users"));
+        // kubectl's writes to the hub's kinds, as the same API's.
+        assert!(audited(
+            &Method::PATCH,
+            "/apis/management.drover.io/v1/clusters/edge"
+        ));
+        assert!(!audited(
+            &Method::GET,
+            "/apis/management.drover.io/v1/clusters"
+        ));
+        assert_eq!(
+            describe(
+                &Method::PATCH,
+                "/apis/management.drover.io/v1/clusters/edge",
+                ""
+            ),
+            (
+                "patch".into(),
+                "edge".into(),
+                "clusters".into(),
+                "edge".into()
+            )
+        );
         assert!(!audited(&Method::GET, "/v3/import/drr_secret.yaml"));
         assert!(!audited(&Method::POST, "/v3/register"));
     }
@@ -854,6 +888,7 @@ mod tests {
             "/v1/projectsecrets/db",
             "/v1/cloudcredentials/corp-pull",
             "/v1/authproviders/corp",
+            "/apis/management.drover.io/v1/cloudcredentials/corp-pull",
         ] {
             assert!(secret_bearing(path), "{path}");
         }

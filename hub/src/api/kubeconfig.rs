@@ -36,26 +36,7 @@ pub(super) async fn create(
 ) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
     let cluster = super::readable(&api, &principal, Kind::Cluster, &name).await?;
-    let token = secret::new_token(secret::TokenKind::Token);
-    let lifetimes = lifetimes::read(api.store.as_ref()).await?;
-    let mut object = Object::new(
-        Kind::Token.name(),
-        &token.name,
-        json!({
-            "user": principal.user,
-            "cluster": name,
-            "description": format!("kubeconfig for cluster {name}"),
-            "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
-            "secretHash": token.hash,
-        }),
-    );
-    object
-        .metadata
-        .labels
-        .insert(lifetimes::USER_LABEL.to_owned(), principal.user.clone());
-    let mut ops = vec![Op::Create(object)];
-    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
-    api.store.transact(ops).await?;
+    let token = new_token(&api, &principal, Some(&name)).await?;
     let mut contexts = vec![Context {
         name: name.clone(),
         server: format!("{}/k8s/clusters/{name}", api.server_url),
@@ -70,7 +51,7 @@ pub(super) async fn create(
     Ok((
         StatusCode::CREATED,
         [(header::CONTENT_TYPE, "application/yaml")],
-        render(&contexts, &user, &token.value),
+        render(&contexts, &user, &token),
     )
         .into_response())
 }
@@ -80,25 +61,7 @@ pub(super) async fn create(
 /// what the caller may do there is what their roles allow through `/v1`.
 pub(super) async fn hub(State(api): State<Api>, headers: HeaderMap) -> Result<Response, ApiError> {
     let principal = api.principal(&headers).await?;
-    let token = secret::new_token(secret::TokenKind::Token);
-    let lifetimes = lifetimes::read(api.store.as_ref()).await?;
-    let mut object = Object::new(
-        Kind::Token.name(),
-        &token.name,
-        json!({
-            "user": principal.user,
-            "description": "kubeconfig for the hub",
-            "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
-            "secretHash": token.hash,
-        }),
-    );
-    object
-        .metadata
-        .labels
-        .insert(lifetimes::USER_LABEL.to_owned(), principal.user.clone());
-    let mut ops = vec![Op::Create(object)];
-    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
-    api.store.transact(ops).await?;
+    let token = new_token(&api, &principal, None).await?;
     let context = Context {
         name: "drover-hub".into(),
         server: api.server_url.clone(),
@@ -108,9 +71,39 @@ pub(super) async fn hub(State(api): State<Api>, headers: HeaderMap) -> Result<Re
     Ok((
         StatusCode::CREATED,
         [(header::CONTENT_TYPE, "application/yaml")],
-        render(&[context], &user, &token.value),
+        render(&[context], &user, &token),
     )
         .into_response())
+}
+
+/// A new API token of the caller's for a kubeconfig (for `cluster`'s proxy only, or the hub),
+/// with the kubeconfig lifetime, stored hashed; its value, which only the kubeconfig holds.
+async fn new_token(
+    api: &Api,
+    principal: &crate::auth::Principal,
+    cluster: Option<&str>,
+) -> Result<String, ApiError> {
+    let token = secret::new_token(secret::TokenKind::Token);
+    let lifetimes = lifetimes::read(api.store.as_ref()).await?;
+    let mut spec = json!({
+        "user": principal.user,
+        "description": "kubeconfig for the hub",
+        "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
+        "secretHash": token.hash,
+    });
+    if let Some(cluster) = cluster {
+        spec["cluster"] = json!(cluster);
+        spec["description"] = json!(format!("kubeconfig for cluster {cluster}"));
+    }
+    let mut object = Object::new(Kind::Token.name(), &token.name, spec);
+    object
+        .metadata
+        .labels
+        .insert(lifetimes::USER_LABEL.to_owned(), principal.user.clone());
+    let mut ops = vec![Op::Create(object)];
+    crate::refs::stamp_all(api.store.as_ref(), &mut ops).await?;
+    api.store.transact(ops).await?;
+    Ok(token.value)
 }
 
 /// The authorized endpoint's contexts of `cluster`: one per control-plane host (by node name)

@@ -28,6 +28,7 @@ pub mod ha;
 pub mod hosts;
 pub mod imported;
 pub mod ldap;
+pub mod local_host;
 pub mod oidc;
 pub mod signin;
 pub mod sshd;

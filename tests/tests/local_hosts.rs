@@ -6,7 +6,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -14,60 +13,10 @@ use serde_json::{Value, json};
 use tests::{
     HubProcess, api, binary,
     browser::{Browser, Driver},
-    create_custom_cluster, hub_cli, login, temp_dir,
+    create_custom_cluster, hub_cli,
+    local_host::{LocalHost, installs_the_standin, set},
+    login, temp_dir,
 };
-
-/// One `drover-sim host` process; stopped (as Ctrl-C would: its services with it) when dropped.
-struct LocalHost {
-    child: std::process::Child,
-}
-
-impl LocalHost {
-    fn start(hub: &HubProcess, token: &str, name: &str, address: &str, dir: &Path) -> Self {
-        Self::start_with(hub, token, name, address, dir, &[])
-    }
-
-    /// As [`LocalHost::start`], with `env` added (the stand-in's `DROVER_SIM_INSTALL_SECONDS`).
-    fn start_with(
-        hub: &HubProcess,
-        token: &str,
-        name: &str,
-        address: &str,
-        dir: &Path,
-        env: &[(&str, &str)],
-    ) -> Self {
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-        let child = std::process::Command::new(binary("drover-sim"))
-            .args(["host", name, "--server", &hub.url(), "--ca-checksum"])
-            .arg(&hub.ca_checksum)
-            .args(["--address", address, "--all-roles", "--dir"])
-            .arg(dir.join(name))
-            .env("DROVER_TOKEN", token)
-            .env("DROVER_RETRY_SECONDS", "1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Self { child }
-    }
-
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = std::process::Command::new("kill")
-                .args(["-INT", &self.child.id().to_string()])
-                .status();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for LocalHost {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// Polls `path` as the admin until `done` accepts it; panics after `within`.
 async fn until(
@@ -88,18 +37,6 @@ async fn until(
     }
 }
 
-async fn set(hub: &HubProcess, admin: &str, setting: &str, value: &str) {
-    let (code, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/settings",
-        Some(admin),
-        Some(json!({"metadata": {"name": setting}, "spec": {"value": value}})),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-}
-
 /// `browser` signed in to the dashboard as admin.
 async fn signed_in(browser: &Browser<'_>, hub: &HubProcess) {
     browser.goto(&format!("{}/login", hub.url())).await;
@@ -109,17 +46,6 @@ async fn signed_in(browser: &Browser<'_>, hub: &HubProcess) {
         .await;
     browser.click("form#login button[type=submit]").await;
     browser.find("table#clusters").await;
-}
-
-/// Makes `hub` (its data in `dir/hub`) install the stand-in distribution from its artifacts.
-async fn installs_the_standin(hub: &HubProcess, admin: &str, dir: &Path) {
-    set(hub, admin, "install-source", "hub").await;
-    sim::standin::artifacts::write(
-        &dir.join("hub/artifacts"),
-        "v1.33.4+k3s1",
-        &binary("drover-sim"),
-    )
-    .unwrap();
 }
 
 /// The hub, its admin token, and the CLI's config logged in as admin.

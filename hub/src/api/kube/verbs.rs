@@ -28,17 +28,32 @@ fn query_error(e: QueryRejection) -> ApiError {
     ApiError::bad_request(format!("query parameters: {}", e.body_text()))
 }
 
+/// A boolean query parameter in every spelling kube-apiserver takes (Go's `ParseBool`:
+/// `watch=1`, `watch=true`, `watch=T`, …).
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    let text = String::deserialize(d)?;
+    match text.as_str() {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(Some(true)),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(Some(false)),
+        _ => Err(serde::de::Error::custom(format!(
+            "{text:?} is not a boolean: write true or false"
+        ))),
+    }
+}
+
 /// The query of a list or watch, as Kubernetes clients send it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct ListQuery {
     label_selector: Option<String>,
     field_selector: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
     watch: Option<bool>,
     resource_version: Option<String>,
     limit: Option<usize>,
     #[serde(rename = "continue")]
     continue_token: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
     allow_watch_bookmarks: Option<bool>,
     timeout_seconds: Option<u64>,
     include_object: Option<String>,
@@ -64,6 +79,7 @@ pub(super) struct WriteQuery {
     dry_run: Option<String>,
     field_validation: Option<String>,
     field_manager: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
     force: Option<bool>,
 }
 

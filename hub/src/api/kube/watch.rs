@@ -25,6 +25,10 @@ use crate::{
 /// How often a watch that asked for bookmarks is told the revision it has seen up to.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(15);
 
+/// A watch that ends by its `timeoutSeconds` gets a last bookmark this long before, as
+/// kube-apiserver sends one, so the client watches again from as near now as it can.
+const BOOKMARK_BEFORE_END: Duration = Duration::from_secs(2);
+
 pub(super) struct Options {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
@@ -49,6 +53,12 @@ pub(super) async fn serve(
     options: Options,
 ) -> Result<Response, ApiError> {
     let held = api.streams.open(&principal.user)?;
+    // A bookmark says the client has every change up to its revision: before any event, that
+    // is the revision the watch starts from (read before it opens, so nothing is skipped).
+    let start = match options.from {
+        Some(from) => from,
+        None => api.store.revision().await?,
+    };
     let events = api.store.watch(Some(kind.name()), options.from).await?;
     struct State {
         events: WatchStream,
@@ -57,6 +67,12 @@ pub(super) async fn serve(
         /// The names this watch has shown as present (so a change out of the selectors is
         /// its deletion here).
         shown: HashSet<String>,
+        /// Objects changed after the revision the watch starts from: whether the client's
+        /// list had them is unknown until their first change here, which is a modification
+        /// (or a deletion) of what it listed unless it is a creation.
+        unsettled: HashSet<String>,
+        /// When a watch with a deadline gets its last bookmark; `None` once sent.
+        last_bookmark: Option<tokio::time::Instant>,
         revision: u64,
         columns_sent: bool,
         done: bool,
@@ -65,15 +81,20 @@ pub(super) async fn serve(
     let mut ticks =
         tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let deadline = options
+        .timeout
+        .filter(|t| *t > 0)
+        .map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
     let state = State {
         events,
         ticks,
-        deadline: options
-            .timeout
-            .filter(|t| *t > 0)
-            .map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+        deadline,
         shown: HashSet::new(),
-        revision: options.from.unwrap_or(0),
+        unsettled: HashSet::new(),
+        last_bookmark: deadline
+            .and_then(|d| d.checked_sub(BOOKMARK_BEFORE_END))
+            .filter(|at| *at > tokio::time::Instant::now()),
+        revision: start,
         columns_sent: false,
         done: false,
         _held: held,
@@ -89,13 +110,20 @@ pub(super) async fn serve(
     // Objects present when the watch starts from a revision were listed by the client.
     let mut state = state;
     if let Some(from) = from {
-        let (objects, _) = api.store.list(kind.name(), &labels).await?;
-        state.shown = objects
-            .into_iter()
-            .filter(|o| o.revision() <= from && fields.matches(&o.metadata.name))
-            .filter(|o| allow(&principal, Verb::Watch, kind, o).is_ok())
-            .map(|o| o.metadata.name)
-            .collect();
+        let (objects, _) = api
+            .store
+            .list(kind.name(), &LabelSelector::default())
+            .await?;
+        for o in objects {
+            if o.revision() > from {
+                state.unsettled.insert(o.metadata.name);
+            } else if labels.matches(&o.metadata.labels)
+                && fields.matches(&o.metadata.name)
+                && allow(&principal, Verb::Watch, kind, &o).is_ok()
+            {
+                state.shown.insert(o.metadata.name);
+            }
+        }
     }
     let body = futures::stream::unfold(state, move |mut s| {
         let principal = principal.clone();
@@ -106,8 +134,11 @@ pub(super) async fn serve(
                 return None;
             }
             let deadline = s.deadline;
+            let last_bookmark = s.last_bookmark.filter(|_| bookmarks);
             loop {
                 tokio::select! {
+                    // Events already waiting go out before a bookmark that would claim them.
+                    biased;
                     next = s.events.next() => match next {
                         None => return None,
                         Some(Ok(event)) => {
@@ -117,7 +148,9 @@ pub(super) async fn serve(
                             let matches = labels.matches(&object.metadata.labels)
                                 && fields.matches(&name)
                                 && allow(&principal, Verb::Watch, kind, &object).is_ok();
-                            let was_shown = s.shown.contains(&name);
+                            let unsettled = s.unsettled.remove(&name);
+                            let was_shown = s.shown.contains(&name)
+                                || (unsettled && event.kind != EventType::Added);
                             let kind_of_event = match (event.kind, matches, was_shown) {
                                 // Gone: said to whoever saw it or could have (it may have
                                 // changed after the client's list and before it went).
@@ -152,15 +185,14 @@ pub(super) async fn serve(
                             return Some((Ok(line(&json!({"type": "ERROR", "object": status}))), s));
                         }
                     },
-                    _ = s.ticks.tick(), if bookmarks => {
-                        let bookmark = json!({"type": "BOOKMARK", "object": {
-                            "kind": kind.name(),
-                            "apiVersion": crate::api::API_VERSION,
-                            "metadata": {"resourceVersion": s.revision.to_string()},
-                        }});
-                        return Some((Ok(line(&bookmark)), s));
-                    }
                     () = sleep_until(deadline) => return None,
+                    () = sleep_until(last_bookmark), if last_bookmark.is_some() => {
+                        s.last_bookmark = None;
+                        return Some((Ok(bookmark(kind, s.revision)), s));
+                    }
+                    _ = s.ticks.tick(), if bookmarks => {
+                        return Some((Ok(bookmark(kind, s.revision)), s));
+                    }
                 }
             }
         }
@@ -173,6 +205,15 @@ pub(super) async fn serve(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// A `BOOKMARK` event: the client has seen every change to `kind` up to `revision`.
+fn bookmark(kind: Kind, revision: u64) -> Bytes {
+    line(&json!({"type": "BOOKMARK", "object": {
+        "kind": kind.name(),
+        "apiVersion": crate::api::API_VERSION,
+        "metadata": {"resourceVersion": revision.to_string()},
+    }}))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

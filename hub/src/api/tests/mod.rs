@@ -1002,6 +1002,7 @@ async fn a_hosts_task_is_named_after_the_host_and_kept_beside_its_plan() {
 
 mod credentials;
 mod holes;
+mod kube_watch;
 mod lifetimes;
 mod lists;
 mod machines;

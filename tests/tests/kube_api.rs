@@ -1,12 +1,13 @@
 //! The hub's own objects through the real kubectl, at `management.drover.io/v1`: the CRDs,
-//! `explain`, Tables, `apply` (client- and server-side), a watch that sees an imported
-//! cluster become active, `edit`, `patch`, `label`, `wait`, `delete --wait`, and the hub's
+//! `explain`, Tables, `apply` (client- and server-side), a watch that sees an imported cluster
+//! and a custom one (a `drover-sim host` installing the stand-in k3s) become active, `edit`, `patch`, `label`, `wait`, `delete --wait`, and the hub's
 //! authorisation unchanged (a cluster-owner sees and changes only their cluster; `auth can-i`
 //! answers per role).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
+    collections::BTreeSet,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -17,6 +18,7 @@ use sim::cluster::SimConfig;
 use tests::{
     HubProcess, api, api_text, hub_cli,
     imported::{Imported, kubectl, kubectl_ok},
+    local_host::{LocalHost, installs_the_standin},
     login, temp_dir,
 };
 
@@ -117,8 +119,8 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         "{explained}"
     );
 
-    // An imported cluster created by kubectl; its agent connects, and a watch sees it
-    // become active.
+    // An imported cluster created by kubectl, its agent connected; a custom cluster applied
+    // from YAML, a host registered with it. A watch sees both become active.
     let prod = write(
         &dir,
         "prod.yaml",
@@ -131,6 +133,19 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         .as_str()
         .unwrap()
         .to_owned();
+    let edge_yaml = "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata:\n  name: edge\n  labels: {env: test}\nspec:\n  type: custom\n  distribution: k3s\n  version: v1.33.4+k3s1\n";
+    let edge = write(&dir, "edge.yaml", edge_yaml);
+    // Applied, the new cluster as the hub answers it: its registration token, shown once.
+    let applied: Value =
+        serde_json::from_str(&kubectl_ok(&kc, &["apply", "-f", &edge, "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(applied["metadata"]["name"], "edge");
+    let edge_token = applied["registration"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let again = kubectl_ok(&kc, &["apply", "-f", &edge]).await;
+    assert_eq!(again.trim(), "cluster.management.drover.io/edge unchanged");
     let mut watch = tokio::process::Command::new("kubectl")
         .args(["get", "clusters", "-w"])
         .env("KUBECONFIG", &kc)
@@ -139,6 +154,8 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    installs_the_standin(&hub, &admin, &dir).await;
+    let _host = LocalHost::start(&hub, &edge_token, "node-k1", "127.0.0.35", &dir);
     let hub_admin = admin.clone();
     let imported = Imported::attach(
         dir.clone(),
@@ -156,34 +173,42 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         use tokio::io::AsyncBufReadExt;
         let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
         let mut seen = Vec::new();
-        let active = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut active = BTreeSet::new();
+        let both = tokio::time::timeout(Duration::from_secs(120), async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 let columns: Vec<&str> = line.split_whitespace().collect();
-                seen.push(line.clone());
-                if columns.first() == Some(&"prod") && columns.get(1) == Some(&"active") {
+                if let [name, "active", ..] = columns[..] {
+                    active.insert(name.to_owned());
+                }
+                seen.push(line);
+                if active.len() == 2 {
                     return true;
                 }
             }
             false
         })
         .await;
-        assert_eq!(active, Ok(true), "the watch showed: {seen:#?}");
+        assert_eq!(both, Ok(true), "the watch showed: {seen:#?}");
+        assert_eq!(Vec::from_iter(active), ["edge", "prod"]);
         assert!(
             seen[0].starts_with("NAME") && seen[0].contains("STATE"),
             "{seen:?}"
         );
+        // What the custom cluster went through on its way, as the watch showed it.
+        assert!(
+            seen.iter()
+                .any(|l| l.starts_with("edge ") && !l.contains(" active ")),
+            "{seen:#?}"
+        );
     }
     drop(watch);
-    kubectl_ok(
-        &kc,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            "cluster/prod",
-            "--timeout=30s",
-        ],
-    )
-    .await;
+    for cluster in ["cluster/prod", "cluster/edge"] {
+        kubectl_ok(
+            &kc,
+            &["wait", "--for=condition=Ready", cluster, "--timeout=30s"],
+        )
+        .await;
+    }
     let table = kubectl_ok(&kc, &["get", "clusters"]).await;
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
@@ -191,18 +216,20 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
         ["NAME", "STATE", "TYPE", "VERSION", "NODES", "AGE"],
         "{table}"
     );
-    assert!(
-        table.contains("prod") && table.contains("imported"),
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows.iter().map(|r| &r[..3]).collect::<Vec<_>>(),
+        [["edge", "active", "custom"], ["prod", "active", "imported"]],
         "{table}"
     );
+    assert_eq!(rows[0][3..5], ["v1.33.4+k3s1", "1/1"], "{table}");
 
-    // A custom cluster applied from YAML, then edited, patched and labelled.
-    let edge_yaml = "apiVersion: management.drover.io/v1\nkind: Cluster\nmetadata:\n  name: edge\n  labels: {env: test}\nspec:\n  type: custom\n  distribution: k3s\n  version: v1.33.4+k3s1\n";
-    let edge = write(&dir, "edge.yaml", edge_yaml);
-    let applied = kubectl_ok(&kc, &["apply", "-f", &edge]).await;
-    assert_eq!(applied.trim(), "cluster.management.drover.io/edge created");
-    // A field the kind does not know is refused (kubectl validates strictly), or, asked to
-    // warn, dropped with a warning.
+    // The custom cluster changed by kubectl. A field the kind does not know is refused
+    // (kubectl validates strictly), or, asked to warn, dropped with a warning.
     let typo = write(
         &dir,
         "typo.yaml",

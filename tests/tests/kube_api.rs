@@ -262,6 +262,7 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
     .await;
     assert!(patched.contains("patched"), "{patched}");
     kubectl_ok(&kc, &["label", "cluster", "edge", "tier=gold"]).await;
+    kubectl_ok(&kc, &["annotate", "cluster", "edge", "owner=shop floor"]).await;
     let (ok, _, stderr) = tokio::process::Command::new("kubectl")
         .args(["edit", "cluster", "edge"])
         .env("KUBECONFIG", &kc)
@@ -282,6 +283,14 @@ async fn kubectl_manages_the_hubs_own_objects_as_the_hubs_roles_allow() {
     assert_eq!(
         stored["metadata"]["labels"],
         json!({"env": "edited", "tier": "gold"})
+    );
+    assert_eq!(stored["metadata"]["annotations"]["owner"], "shop floor");
+    let yaml = kubectl_ok(&kc, &["get", "cluster", "edge", "-o", "yaml"]).await;
+    assert!(
+        yaml.starts_with("apiVersion: management.drover.io/v1\n")
+            && yaml.contains("\nkind: Cluster\n")
+            && yaml.contains("    owner: shop floor\n"),
+        "{yaml}"
     );
     assert_eq!(
         kubectl_ok(&kc, &["get", "clusters", "-l", "tier=gold", "-o", "name"])

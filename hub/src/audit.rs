@@ -557,6 +557,17 @@ pub fn files(path: &Path, keep: usize) -> Vec<PathBuf> {
 }
 
 /// The middleware that records audited requests once their answer is known.
+/// A new request's `Audit-Id`: this process's random prefix and a count, unique across
+/// restarts and replicas without asking the system for randomness on every request (an id
+/// names a request; it grants nothing).
+fn next_request_id() -> String {
+    static PREFIX: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(crate::auth::secret::random_text::<9>);
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n:x}", *PREFIX)
+}
+
 /// The `Audit-Id` of the request being served, for what notes it elsewhere (a shell session's
 /// recording names the request that opened it).
 #[derive(Debug, Clone)]
@@ -580,7 +591,7 @@ pub async fn layer(State(audit): State<Arc<Audit>>, mut request: Request, next: 
                 .map(|c| c.0.to_string())
         })
         .unwrap_or_default();
-    let request_id = crate::auth::secret::random_password();
+    let request_id = next_request_id();
     request.extensions_mut().insert(AuditId(request_id.clone()));
     let time = now();
     let (request, request_object) = if audit.level == Level::Request

@@ -88,20 +88,23 @@ pub static HEARTBEATS: AtomicU64 = AtomicU64::new(0);
 /// Time spent in each store operation.
 pub static STORE_SECONDS: Histogram = Histogram::new(STORE_BOUNDS);
 
-/// API requests by (route, status code).
-static API_REQUESTS: Mutex<BTreeMap<(String, u16), u64>> = Mutex::new(BTreeMap::new());
+/// API requests by route, then status code.
+static API_REQUESTS: Mutex<BTreeMap<String, BTreeMap<u16, u64>>> = Mutex::new(BTreeMap::new());
 
 /// Middleware counting every request by its route template (never the raw path, which would
 /// put object names into metric labels) and status code.
 pub async fn count_requests(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let route = request.extensions().get::<MatchedPath>().cloned();
     let response = next.run(request).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let code = response.status().as_u16();
     let mut counts = API_REQUESTS.lock().unwrap_or_else(|p| p.into_inner());
-    *counts.entry((route, code)).or_insert(0) += 1;
+    // Every request passes here: a route's name is copied the first time only.
+    let by_code = match counts.get_mut(route) {
+        Some(by_code) => by_code,
+        None => counts.entry(route.to_owned()).or_default(),
+    };
+    *by_code.entry(code).or_insert(0) += 1;
     response
 }
 
@@ -170,10 +173,11 @@ pub fn render(scrape: &Scrape<'_>) -> String {
         t.streams_open, t.streams_opened, t.bytes_sent, t.bytes_received
     );
     out.push_str("# HELP drover_api_requests_total API requests by route and status code.\n# TYPE drover_api_requests_total counter\n");
-    for ((route, code), n) in API_REQUESTS
+    for (route, code, n) in API_REQUESTS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
+        .flat_map(|(route, codes)| codes.iter().map(move |(code, n)| (route, code, n)))
     {
         let route = route.replace('\\', "\\\\").replace('"', "\\\"");
         let _ = writeln!(

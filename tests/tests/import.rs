@@ -421,6 +421,29 @@ async fn an_imported_cluster_is_reached_through_the_hub_as_each_user() {
     );
     kubectl_ok(&sim_admin, &["get", "pod", "pod-0", "-n", "load-0"]).await;
 
+    // A revoked token is refused by the proxy from the very next request (it was served
+    // from the hub's memory a moment before).
+    let rita = tests::imported::kubeconfig_token(&reader);
+    let pod = "/k8s/clusters/prod/api/v1/namespaces/load-0/pods/pod-0";
+    let (code, _) = tests::api(hub.addr, "GET", pod, Some(&rita), None).await;
+    assert_eq!(code, 200);
+    let name = rita
+        .strip_prefix("drt_")
+        .and_then(|t| t.split_once('.'))
+        .map(|(n, _)| n.to_owned())
+        .unwrap();
+    let (code, body) = tests::api(
+        hub.addr,
+        "DELETE",
+        &format!("/v1/tokens/{name}"),
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert!((200..300).contains(&code), "{code} {body}");
+    let (code, body) = tests::api(hub.addr, "GET", pod, Some(&rita), None).await;
+    assert_eq!(code, 401, "{body}");
+
     shutdown.cancel();
     let _ = agent.await;
     // With the agent gone, the proxy says so, naming the cluster.

@@ -502,6 +502,8 @@ where
 pub struct TunnelStream {
     io: Compat<yamux::Stream>,
     session: SessionInfo,
+    /// How much of a caller's uninitialised buffer the next read zeroes (see `poll_read`).
+    window: usize,
 }
 
 impl fmt::Debug for TunnelStream {
@@ -520,6 +522,7 @@ impl TunnelStream {
         Self {
             io: stream.compat(),
             session,
+            window: READ_WINDOW_MIN,
         }
     }
 
@@ -535,27 +538,46 @@ impl Drop for TunnelStream {
     }
 }
 
-/// Most bytes of a caller's uninitialised buffer zeroed for one read (see `poll_read`).
-const READ_ZEROED: usize = 16 * 1024;
+/// Least and most bytes of a caller's uninitialised buffer zeroed for one read (see
+/// `poll_read`).
+const READ_WINDOW_MIN: usize = 4 * 1024;
+const READ_WINDOW_MAX: usize = 64 * 1024;
+
+/// The next read's window after one that returned `n` bytes of an offered `window`: twice
+/// as large when the data filled it (a body is streaming), else what that read needed.
+fn next_window(window: usize, n: usize) -> usize {
+    if n >= window {
+        (window * 2).min(READ_WINDOW_MAX)
+    } else {
+        n.next_power_of_two()
+            .clamp(READ_WINDOW_MIN, READ_WINDOW_MAX)
+    }
+}
 
 impl AsyncRead for TunnelStream {
     /// yamux reads into initialised memory, so the part of `buf` offered to it is zeroed
     /// first. hyper offers its whole read buffer, uninitialised, on every read, including
     /// those that only check an idle kept-alive connection, and that buffer grows to tens of
     /// KiB: zeroing all of it was about 4 % of the hub's and the agent's CPU per proxied
-    /// request. What is already initialised is offered whole; past that, at most
-    /// `READ_ZEROED` more (a 128 KiB yamux frame then takes a few reads, each a copy).
+    /// request, and a fixed 16 KiB still 3–5 % (a GET's request and answer are a few KiB).
+    /// What is already initialised is offered whole; past that, a window that follows what
+    /// the reads return: small for requests and short answers, doubling while a large body
+    /// fills it (a 128 KiB yamux frame then takes a few reads, each a copy).
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let ready = buf.initialized().len() - buf.filled().len();
-        let offered = buf.remaining().min(ready.max(READ_ZEROED));
+        let window = self.window;
+        let offered = buf.remaining().min(ready.max(window));
         let dst = buf.initialize_unfilled_to(offered);
         let stream = self.io.get_mut();
         let n = ready!(futures::AsyncRead::poll_read(Pin::new(stream), cx, dst))?;
         buf.advance(n);
+        if n > 0 && offered >= window {
+            self.window = next_window(window, n);
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -617,6 +639,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_zeroed_read_window_follows_what_reads_return() {
+        const K: usize = 1024;
+        for (window, n, next) in [
+            // A filled window doubles, up to 64 KiB.
+            (4 * K, 4 * K, 8 * K),
+            (32 * K, 32 * K, 64 * K),
+            (64 * K, 64 * K, 64 * K),
+            // A short read sets it to what that read needed, at least 4 KiB.
+            (64 * K, 3000, 4 * K),
+            (64 * K, 9000, 16 * K),
+            (4 * K, 1, 4 * K),
+        ] {
+            assert_eq!(next_window(window, n), next, "{window} after {n}");
+        }
+    }
 
     fn pair() -> (Session, Session) {
         let (a, b) = tokio::io::duplex(64 * 1024);

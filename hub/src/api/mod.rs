@@ -87,16 +87,30 @@ impl Api {
     /// The caller, or 401 with what to do.
     pub async fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
         let Some(value) = auth::credential(headers) else {
-            return Err(ApiError::unauthorized(
-                "log in first: send Authorization: Bearer <API token> (drover-hub login prints one), \
-                 or use the dashboard's session",
-            ));
+            return Err(ApiError::unauthorized(UNAUTHENTICATED));
         };
         let principal = self.known.principal(self.store.as_ref(), value).await?;
         crate::audit::note_caller(&principal.user, &principal.groups, &principal.provider);
         Ok(principal)
     }
+
+    /// As [`Api::principal`], shared rather than copied (the proxy's hot path).
+    pub async fn shared_principal(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<std::sync::Arc<Principal>, ApiError> {
+        let Some(value) = auth::credential(headers) else {
+            return Err(ApiError::unauthorized(UNAUTHENTICATED));
+        };
+        let principal = self.known.shared(self.store.as_ref(), value).await?;
+        crate::audit::note_caller(&principal.user, &principal.groups, &principal.provider);
+        Ok(principal)
+    }
 }
+
+/// What a request without a credential is told.
+const UNAUTHENTICATED: &str = "log in first: send Authorization: Bearer <API token> (drover-hub login prints one), \
+     or use the dashboard's session";
 
 /// `GET /v1/audit?user=&cluster=&since=&limit=`: the audit log's records, oldest first (the
 /// newest `limit`, 1,000 by default), for admins.

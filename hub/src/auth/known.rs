@@ -53,7 +53,7 @@ pub struct Known {
     generation: AtomicU64,
     watching: AtomicBool,
     /// By sha256 of the credential presented (the credential itself is never kept).
-    principals: Mutex<HashMap<String, Entry<Principal>>>,
+    principals: Mutex<HashMap<String, Entry<Arc<Principal>>>>,
     clusters: Mutex<HashMap<String, Entry<Arc<Object>>>>,
 }
 
@@ -78,12 +78,23 @@ impl Known {
         store: &dyn Store,
         credential: &str,
     ) -> Result<Principal, AuthError> {
+        Ok(Principal::clone(&*self.shared(store, credential).await?))
+    }
+
+    /// As [`Known::principal`], shared rather than copied: the proxy's hot path only reads it,
+    /// and a copy of every rule a caller holds would cost more than the rest of the check.
+    pub async fn shared(
+        &self,
+        store: &dyn Store,
+        credential: &str,
+    ) -> Result<Arc<Principal>, AuthError> {
         let key = secret::token_hash(credential);
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(hit) = self.lookup(&self.principals, &key, generation) {
             return Ok(hit);
         }
         let (principal, expires) = principal_until(store, credential).await?;
+        let principal = Arc::new(principal);
         self.keep(
             &self.principals,
             key,

@@ -184,8 +184,12 @@ async fn authorize(
     headers: &HeaderMap,
     cluster: &str,
     fallback: bool,
-) -> Result<(Principal, Route, bool), Response> {
-    let principal = state.api.principal(headers).await.map_err(from_api)?;
+) -> Result<(Arc<Principal>, Route, bool), Response> {
+    let principal = state
+        .api
+        .shared_principal(headers)
+        .await
+        .map_err(from_api)?;
     // Any role on the cluster lets a user through; what they may do there is the cluster's
     // RBAC's to decide, for the identity the proxy sets. Without one, a missing cluster and an
     // existing one answer alike (kubectl shows a 403 as "forbidden", a 404 as a missing kind).

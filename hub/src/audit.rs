@@ -274,9 +274,6 @@ pub fn note_login(user: &str, provider: &str) {
 /// What a login with a name no user can have is recorded as.
 const NOT_A_USER_NAME: &str = "<not a user name>";
 
-/// Whether a request is audited: writes to the API, logins and logouts, and everything
-/// through the proxy. Reads of the hub's own objects, the dashboard's pages, the agents'
-/// endpoints (their paths carry tokens) and health checks are not.
 /// The hub's kinds as kubectl reaches them (`/apis/management.drover.io/v1/…`) are the same
 /// API as `/v1/…`: audited, described and kept from secrets as it is.
 fn as_v1(path: &str) -> std::borrow::Cow<'_, str> {
@@ -286,6 +283,9 @@ fn as_v1(path: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Whether a request is audited: writes to the API, logins and logouts, and everything
+/// through the proxy. Reads of the hub's own objects, the dashboard's pages, the agents'
+/// endpoints (their paths carry tokens) and health checks are not.
 fn audited(method: &Method, path: &str) -> bool {
     let path = &*as_v1(path);
     if path.starts_with("/k8s/clusters/") {
@@ -556,7 +556,6 @@ pub fn files(path: &Path, keep: usize) -> Vec<PathBuf> {
     files
 }
 
-/// The middleware that records audited requests once their answer is known.
 /// A new request's `Audit-Id`: this process's random prefix and a count, unique across
 /// restarts and replicas without asking the system for randomness on every request (an id
 /// names a request; it grants nothing).
@@ -573,6 +572,7 @@ fn next_request_id() -> String {
 #[derive(Debug, Clone)]
 pub struct AuditId(pub String);
 
+/// The middleware that records audited requests once their answer is known.
 pub async fn layer(State(audit): State<Arc<Audit>>, mut request: Request, next: Next) -> Response {
     if audit.tx.is_none() || !audited(request.method(), request.uri().path()) {
         return next.run(request).await;

@@ -85,15 +85,18 @@ async fn new_token(
 ) -> Result<String, ApiError> {
     let token = secret::new_token(secret::TokenKind::Token);
     let lifetimes = lifetimes::read(api.store.as_ref()).await?;
+    let description = match cluster {
+        Some(cluster) => format!("kubeconfig for cluster {cluster}"),
+        None => "kubeconfig for the hub".to_owned(),
+    };
     let mut spec = json!({
         "user": principal.user,
-        "description": "kubeconfig for the hub",
+        "description": description,
         "expiresAt": lifetimes::expiry(lifetimes.kubeconfig),
         "secretHash": token.hash,
     });
     if let Some(cluster) = cluster {
         spec["cluster"] = json!(cluster);
-        spec["description"] = json!(format!("kubeconfig for cluster {cluster}"));
     }
     let mut object = Object::new(Kind::Token.name(), &token.name, spec);
     object

@@ -72,17 +72,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Known {
-    /// Who presents `credential` (an API or session token).
-    pub async fn principal(
-        &self,
-        store: &dyn Store,
-        credential: &str,
-    ) -> Result<Principal, AuthError> {
-        Ok(Principal::clone(&*self.shared(store, credential).await?))
-    }
-
-    /// As [`Known::principal`], shared rather than copied: the proxy's hot path only reads it,
-    /// and a copy of every rule a caller holds would cost more than the rest of the check.
+    /// Who presents `credential` (an API or session token), shared rather than copied: the
+    /// proxy's hot path only reads it, and a copy of every rule a caller holds would cost more
+    /// than the rest of the check.
     pub async fn shared(
         &self,
         store: &dyn Store,

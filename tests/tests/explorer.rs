@@ -25,7 +25,8 @@ const PODS: usize = 30_000;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// What the test adds to the simulated cluster: a project's namespace with a deployment, its
-/// pod, a configmap and an event about the pod; a spare node with two pods to drain.
+/// pod, a configmap and an event about the pod, and the project's second namespace with a
+/// configmap; a spare node with two pods to drain.
 const OBJECTS: &str = r#"
 apiVersion: v1
 kind: Namespace
@@ -74,6 +75,21 @@ metadata:
   namespace: shop
 data:
   mode: fast
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: shop-jobs
+  labels:
+    drover.io/project: shop
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: orders
+  namespace: shop-jobs
+data:
+  batch: nightly
 ---
 apiVersion: v1
 kind: Node
@@ -380,7 +396,7 @@ async fn until_terminal_shows(browser: &Browser<'_>, what: &str, line: &str) {
 }
 
 /// Every shell session through the hub is recorded: the dashboard's (the admin's, above) and a
-/// project member's `kubectl exec`. An admin lists them and replays one in the dashboard; the
+/// project member's `kubectl exec`, over WebSocket and over SPDY. An admin lists them and replays one in the dashboard; the
 /// member may not list them.
 async fn recorded_sessions(
     hub: &tests::HubProcess,
@@ -404,23 +420,49 @@ async fn recorded_sessions(
     )
     .await;
     assert_eq!(said.trim(), "recorded-by-kubectl");
-    // Both sessions have ended; their recordings are written as they end.
+    // kubectl before 1.31 speaks SPDY/3.1 (1.32 when told to): recorded as well.
+    let out = tokio::process::Command::new("kubectl")
+        .args([
+            "exec",
+            "web-0",
+            "-n",
+            "shop",
+            "--",
+            "echo",
+            "recorded-over-spdy",
+        ])
+        .env("KUBECONFIG", pat)
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "recorded-over-spdy\n");
+    // The three sessions have ended; their recordings are written as they end.
     let deadline = tokio::time::Instant::now() + WAIT;
     let sessions = loop {
         let (status, list) = api(hub.addr, "GET", "/v1/recordings", Some(admin), None).await;
         assert_eq!(status, 200, "{list}");
         let items = list["items"].as_array().unwrap().clone();
-        if items.len() == 2 && items.iter().all(|s| s["endedAt"].is_string()) {
+        if items.len() == 3 && items.iter().all(|s| s["endedAt"].is_string()) {
             break items;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "two ended sessions: {list:#}"
+            "three ended sessions: {list:#}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let by = |user: &str| sessions.iter().find(|s| s["user"] == user).unwrap().clone();
-    let (mine, theirs) = (by("admin"), by("pat"));
+    let by = |user: &str, protocol: &str| {
+        sessions
+            .iter()
+            .find(|s| s["user"] == user && s["protocol"].as_str().unwrap().starts_with(protocol))
+            .unwrap_or_else(|| panic!("{user}'s {protocol} session in {sessions:#?}"))
+            .clone()
+    };
+    let (mine, theirs, spdy) = (by("admin", ""), by("pat", "v5."), by("pat", "SPDY"));
     assert_eq!(
         (
             &mine["cluster"],
@@ -439,7 +481,10 @@ async fn recorded_sessions(
     assert_eq!(theirs["command"], json!(["echo", "recorded-by-kubectl"]));
     assert_eq!(theirs["protocol"], "v5.channel.k8s.io", "{theirs}");
     assert!(theirs["groups"].as_array().is_some());
-    for session in [&mine, &theirs] {
+    assert_eq!(spdy["command"], json!(["echo", "recorded-over-spdy"]));
+    assert_eq!(spdy["protocol"], "SPDY/3.1 v4.channel.k8s.io", "{spdy}");
+    assert!(spdy.get("notRecorded").is_none(), "{spdy}");
+    for session in [&mine, &theirs, &spdy] {
         assert_eq!(session["inputRecorded"], false);
         // Tied to the audit record of the request that opened it.
         let user = session["user"].as_str().unwrap();
@@ -491,13 +536,18 @@ async fn recorded_sessions(
         lines[1..].iter().any(|e| e[1] == "r"),
         "no resize in {lines:?}"
     );
-    let lines = cast(theirs["id"].as_str().unwrap()).await;
-    assert!(
-        lines[1..]
-            .iter()
-            .any(|e| e[1] == "o" && e[2].as_str().unwrap().contains("recorded-by-kubectl")),
-        "{lines:?}"
-    );
+    for (session, said) in [
+        (&theirs, "recorded-by-kubectl"),
+        (&spdy, "recorded-over-spdy"),
+    ] {
+        let lines = cast(session["id"].as_str().unwrap()).await;
+        assert!(
+            lines[1..]
+                .iter()
+                .any(|e| e[1] == "o" && e[2].as_str().unwrap().contains(said)),
+            "{lines:?}"
+        );
+    }
     // A member may neither list nor read them.
     for path in [
         "/v1/recordings".to_owned(),
@@ -586,6 +636,7 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     // The cluster-agent has written the hub's roles into the cluster's RBAC.
     until_allowed(&viewer, &["list", "pods", "--all-namespaces"]).await;
     until_allowed(&pat, &["create", "configmaps", "-n", "shop"]).await;
+    until_allowed(&pat, &["delete", "configmaps", "-n", "shop-jobs"]).await;
 
     let driver = Driver::start(&dir).await;
     let browser = driver.browser("explorer-admin", 1280, 900).await;
@@ -1481,6 +1532,30 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
     .await;
     assert_eq!(beyond["status"], 403, "{beyond}");
     check_and_save_as(&member, "explorer-project-member").await;
+    // The project's two namespaces in one list: the member may not delete configmaps
+    // cluster-wide but may in each of them, and every row offers it (asked per namespace).
+    member
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/configmaps?namespace=project%3Ashop"
+        ))
+        .await;
+    listed(&member).await;
+    let rows = member
+        .run(
+            "return Array.from(document.querySelectorAll('#objects tbody tr')).map((r) => [`${r.dataset.namespace}/${r.dataset.name}`, r.querySelector('input.select') !== null, r.querySelector(\"button[aria-label^='Delete ']\") !== null]);",
+            json!([]),
+        )
+        .await;
+    let rows: Vec<(String, bool, bool)> = serde_json::from_value(rows).unwrap();
+    assert!(
+        rows.iter().any(|(name, _, _)| name == "shop-jobs/orders")
+            && rows.iter().any(|(name, _, _)| name.starts_with("shop/")),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().all(|(_, select, delete)| *select && *delete),
+        "a row without its delete: {rows:?}"
+    );
     let outside = fetch_from_page(
         &member,
         "POST",

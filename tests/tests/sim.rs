@@ -577,8 +577,9 @@ async fn kubectl_creates_and_describes_built_in_kinds_in_protobuf() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// exec, cp and attach over kubectl 1.32's WebSocket protocol, into the stand-in shell, and
-/// port-forward (SPDY over WebSocket) to the stand-in echo server.
+/// exec, cp and attach over kubectl 1.32's WebSocket protocol (and exec over SPDY, as older
+/// kubectls speak), into the stand-in shell, and port-forward (SPDY over WebSocket) to the
+/// stand-in echo server.
 #[tokio::test]
 async fn kubectl_execs_copies_attaches_and_forwards_ports() {
     let dir = temp_dir("sim-exec");
@@ -642,6 +643,73 @@ async fn kubectl_execs_copies_attaches_and_forwards_ports() {
     drop(stdin);
     let out = shell.wait_with_output().await.unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "one\npod-0\n");
+
+    // The same over SPDY/3.1, as kubectl before 1.31 speaks it (and 1.32 when told to).
+    let spdy = |args: &[&str], stdin: &[u8]| {
+        let mut command = tokio::process::Command::new("kubectl");
+        command
+            .args(args)
+            .env("KUBECONFIG", &kubectl.kubeconfig)
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let stdin = stdin.to_vec();
+        async move {
+            let mut child = command.spawn().unwrap();
+            let mut pipe = child.stdin.take().unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut pipe, &stdin)
+                .await
+                .unwrap();
+            drop(pipe);
+            let out = child.wait_with_output().await.unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let before = cluster.audit().len();
+    let (code, out, err) = spdy(
+        &[
+            "exec", "pod-0", "-n", "load-0", "--", "echo", "over", "spdy",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (Some(0), "over spdy\n"), "{err}");
+    let (code, out, err) = spdy(
+        &[
+            "exec",
+            "pod-0",
+            "-n",
+            "load-0",
+            "--",
+            "sh",
+            "-c",
+            "hostname; exit 3",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (Some(3), "pod-0\n"), "{err}");
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+    let (code, out, err) = spdy(
+        &["exec", "-i", "pod-0", "-n", "load-0", "--", "sh"],
+        b"echo two\nprintenv HOSTNAME\n",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (Some(0), "two\npod-0\n"), "{err}");
+    let methods: Vec<String> = cluster.audit()[before..]
+        .iter()
+        .filter(|e| e.path.ends_with("/exec"))
+        .map(|e| e.method.clone())
+        .collect();
+    assert_eq!(
+        methods, ["POST"; 3],
+        "SPDY's exec is a POST, WebSocket's a GET"
+    );
 
     // cp in and out: tar through exec, both ways.
     let local = dir.join("notes.txt");

@@ -9,8 +9,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::{
     auth::Principal,
-    recording::{Recordings, Session, Settings, Tap},
+    recording::{Carrier, Recordings, Session, Settings, Tap},
 };
+
+/// The stream protocol a SPDY session agreed (`v4.channel.k8s.io`).
+const STREAM_PROTOCOL: &str = "x-stream-protocol-version";
 
 /// A session to record once the cluster has agreed to the upgrade.
 pub(super) struct Pending {
@@ -79,36 +82,44 @@ pub(super) fn session_of(
 }
 
 /// Starts recording `pending` for an upgrade the cluster agreed to with `headers`; `None` (and
-/// the session noted as not recorded) when its bytes are not WebSocket, which is all the
-/// recording reads (kubectl before 1.31 may speak SPDY).
+/// the session noted as not recorded) when its bytes are neither WebSocket (the dashboard,
+/// kubectl 1.31 and later) nor SPDY/3.1 (kubectl before, or told to).
 pub(super) async fn start(pending: Pending, headers: &http::HeaderMap) -> Option<Tap> {
     let Pending {
         recordings,
         mut session,
         settings,
     } = pending;
-    let text = |name| {
+    let text = |name: &str| {
         headers
             .get(name)
             .and_then(|v: &http::HeaderValue| v.to_str().ok())
             .unwrap_or("")
             .to_owned()
     };
-    let upgrade = text(http::header::UPGRADE);
-    session.protocol = text(http::header::SEC_WEBSOCKET_PROTOCOL);
-    if !upgrade.eq_ignore_ascii_case("websocket") {
+    let upgrade = text(http::header::UPGRADE.as_str());
+    let carrier = if upgrade.eq_ignore_ascii_case("websocket") {
+        session.protocol = text(http::header::SEC_WEBSOCKET_PROTOCOL.as_str());
+        Some(Carrier::WebSocket)
+    } else if upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+        session.protocol = format!("{upgrade} {}", text(STREAM_PROTOCOL));
+        Some(Carrier::Spdy)
+    } else {
+        None
+    };
+    let Some(carrier) = carrier else {
         session.protocol = upgrade.clone();
         session.ended_at = Some(session.started_at.clone());
         session.not_recorded = format!(
-            "the session speaks {upgrade}, not WebSocket: its bytes are not recorded (kubectl 1.31 and later speaks WebSocket)"
+            "the session speaks {upgrade}, neither WebSocket nor SPDY/3.1: its bytes are not recorded"
         );
         if let Err(e) = recordings.note_unrecorded(&session).await {
             tracing::warn!(error = %e, "could not note an unrecorded shell session");
         }
         return None;
-    }
+    };
     let id = session.id.clone();
-    match recordings.start(session, settings).await {
+    match recordings.start(session, carrier, settings).await {
         Ok(tap) => Some(tap),
         Err(e) => {
             tracing::warn!(recording = %id, error = %e, "could not start the shell session's recording; the session goes on unrecorded");

@@ -25,7 +25,53 @@ use tokio::{io::AsyncWriteExt, sync::mpsc};
 use crate::store::{Store, StoreError};
 
 pub mod cast;
+pub mod spdy;
 pub mod ws;
+
+/// How a session's bytes are framed: kubectl 1.31 and later and the dashboard speak
+/// WebSocket; client-go's SPDY executor (older kubectls) SPDY/3.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    WebSocket,
+    Spdy,
+}
+
+/// One session's bytes read into channel messages, as its carrier frames them.
+#[derive(Debug)]
+enum Framing {
+    WebSocket {
+        client: ws::Reader,
+        server: ws::Reader,
+    },
+    Spdy(Box<spdy::Reader>),
+}
+
+impl Framing {
+    fn new(carrier: Carrier) -> Self {
+        match carrier {
+            Carrier::WebSocket => Framing::WebSocket {
+                client: ws::Reader::default(),
+                server: ws::Reader::default(),
+            },
+            Carrier::Spdy => Framing::Spdy(Box::default()),
+        }
+    }
+
+    /// The messages `bytes` complete, with their opcodes (a SPDY stream's bytes are binary,
+    /// after their channel byte, as a WebSocket session's are).
+    fn feed(&mut self, from_client: bool, bytes: &[u8]) -> Vec<(ws::Opcode, Vec<u8>)> {
+        match self {
+            Framing::WebSocket { client, server } => {
+                if from_client { client } else { server }.feed(bytes)
+            }
+            Framing::Spdy(reader) => reader
+                .feed(from_client, bytes)
+                .into_iter()
+                .map(|message| (ws::Opcode::Binary, message))
+                .collect(),
+        }
+    }
+}
 
 /// The settings, their defaults and what each means.
 pub const SETTINGS: [(&str, &str, &str); 4] = [
@@ -68,7 +114,8 @@ pub struct Session {
     pub command: Vec<String>,
     /// `exec` or `attach`.
     pub subresource: String,
-    /// The WebSocket subprotocol agreed (`v5.channel.k8s.io`, ...), or the upgrade's.
+    /// The WebSocket subprotocol agreed (`v5.channel.k8s.io`, ...), or the upgrade's with the
+    /// stream protocol agreed (`SPDY/3.1 v4.channel.k8s.io`).
     #[serde(default)]
     pub protocol: String,
     /// The audit record of the request that opened the session (its `Audit-Id`).
@@ -230,9 +277,15 @@ impl Recordings {
         })
     }
 
-    /// Begins recording `session` (its description is written now, and again when it ends);
-    /// returns where its bytes go. Recordings past `settings.retention` are removed first.
-    pub async fn start(&self, mut session: Session, settings: Settings) -> std::io::Result<Tap> {
+    /// Begins recording `session`, whose bytes `carrier` frames (its description is written
+    /// now, and again when it ends); returns where its bytes go. Recordings past
+    /// `settings.retention` are removed first.
+    pub async fn start(
+        &self,
+        mut session: Session,
+        carrier: Carrier,
+        settings: Settings,
+    ) -> std::io::Result<Tap> {
         let (tx, mut rx) = mpsc::unbounded_channel::<(bool, Bytes, Instant)>();
         let tap = Tap { tx };
         let Some(dir) = self.dir.clone() else {
@@ -264,15 +317,10 @@ impl Recordings {
             &title,
         );
         tokio::spawn(async move {
-            let (mut client, mut server) = (ws::Reader::default(), ws::Reader::default());
+            let mut framing = Framing::new(carrier);
             let mut failed = None;
             while let Some((from_client, bytes, at)) = rx.recv().await {
-                let reader = if from_client {
-                    &mut client
-                } else {
-                    &mut server
-                };
-                for (opcode, data) in reader.feed(&bytes) {
+                for (opcode, data) in framing.feed(from_client, &bytes) {
                     let seconds = at.duration_since(started).as_secs_f64();
                     let lines = cast.message(from_client, opcode, &data, seconds);
                     if failed.is_none()
@@ -299,7 +347,8 @@ impl Recordings {
         Ok(tap)
     }
 
-    /// Notes a session whose bytes cannot be read here (an upgrade other than WebSocket).
+    /// Notes a session whose bytes cannot be read here (an upgrade other than WebSocket or
+    /// SPDY/3.1).
     pub async fn note_unrecorded(&self, session: &Session) -> std::io::Result<()> {
         let Some(dir) = &self.dir else {
             return Ok(());

@@ -3,14 +3,21 @@
 //! channel byte (0 stdin, 1 stdout, 2 stderr, 3 the closing Status, 4 terminal size, 255 a
 //! stream's close in v5). What runs is the stand-in shell (`shell.rs`); attach shows the
 //! container's stand-in log as it is written and echoes what it is sent.
+//!
+//! Over SPDY/3.1 too (`v4.channel.k8s.io`, one SPDY stream a channel), as kubectl before 1.31
+//! speaks it and kubectl 1.32 with `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`: `spdy.rs` turns
+//! the streams into the same channel messages, so a session runs one way whatever carries it.
+
+mod spdy;
 
 use std::{
     collections::BTreeMap,
+    pin::Pin,
     sync::{Arc, atomic::Ordering},
 };
 
 use axum::{extract::Request, http::StatusCode, response::Response};
-use futures::{SinkExt, StreamExt};
+use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{
     Message,
@@ -23,7 +30,7 @@ use super::{
     server::status,
     shell::{self, Context},
     store::StoreError,
-    upgrade::{self, Socket},
+    upgrade,
     verbs::{LOG_EVERY, container_of, log_line},
 };
 
@@ -35,6 +42,13 @@ const RESIZE: u8 = 4;
 /// v5: `[255, channel]` says the peer has closed that stream (stdin's end).
 const CLOSE: u8 = 255;
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+/// Where a session writes its channel messages, and where it reads the client's, whatever
+/// carries them (WebSocket or SPDY): a task of the carrier's writes them out.
+type Tx = futures::channel::mpsc::Sender<Message>;
+type Rx = Pin<Box<dyn Stream<Item = Message> + Send>>;
+/// How many of a session's messages may wait to be written.
+const WAITING: usize = 16;
 /// How long a container's process takes to start before it can write anything: on a real
 /// node the kubelet and the runtime take milliseconds to start an exec. The stand-in waits
 /// as long because kubectl 1.32 (client-go's WebSocket executor) reads the socket before it
@@ -104,7 +118,7 @@ pub(super) fn stream(sim: &Arc<Sim>, target: &Target, request: Request) -> Respo
         );
     }
     let env = environment(&pod, &container, &name);
-    let session = Session {
+    let session = Arc::new(Session {
         sim: sim.clone(),
         pod: name,
         namespace: target.namespace.clone().unwrap_or_default(),
@@ -113,12 +127,31 @@ pub(super) fn stream(sim: &Arc<Sim>, target: &Target, request: Request) -> Respo
         stdin: flag("stdin"),
         tty: flag("tty"),
         job,
-    };
+    });
+    if spdy::asked(&request) {
+        let expected = spdy::Expected {
+            stdin: flag("stdin"),
+            stdout: flag("stdout"),
+            stderr: flag("stderr"),
+            tty: flag("tty"),
+        };
+        return spdy::switch(request, expected, move |tx, rx| session.run(tx, rx, true));
+    }
     upgrade::switch(
         request,
         &PROTOCOLS,
-        "the simulated cluster streams exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io); SPDY is not simulated",
-        move |socket, protocol| session.run(socket, protocol == PROTOCOLS[0]),
+        "the simulated cluster streams exec and attach over WebSocket (v5.channel.k8s.io or v4.channel.k8s.io) or SPDY/3.1 (v4.channel.k8s.io)",
+        move |socket, protocol| {
+            let (sink, rx) = socket.split();
+            let (tx, out) = futures::channel::mpsc::channel(WAITING);
+            tokio::spawn(out.map(Ok).forward(sink));
+            // A socket's error ends its messages, as its end does.
+            let rx: Rx = Box::pin(
+                rx.take_while(|m| std::future::ready(m.is_ok()))
+                    .filter_map(|m| std::future::ready(m.ok())),
+            );
+            session.run(tx, rx, protocol == PROTOCOLS[0])
+        },
     )
 }
 
@@ -151,15 +184,16 @@ fn environment(pod: &Value, container: &str, name: &str) -> Vec<(String, String)
 }
 
 impl Session {
-    async fn run(self, socket: Socket, v5: bool) {
+    /// Runs the session; `closes_stdin` when the client can say stdin has ended without
+    /// going (WebSocket v5, SPDY).
+    async fn run(self: Arc<Self>, tx: Tx, rx: Rx, closes_stdin: bool) {
         self.sim.streams.fetch_add(1, Ordering::Relaxed);
-        self.session(socket, v5).await;
+        self.session(tx, rx, closes_stdin).await;
         self.sim.streams.fetch_sub(1, Ordering::Relaxed);
     }
 
-    async fn session(&self, socket: Socket, v5: bool) {
+    async fn session(&self, mut tx: Tx, mut rx: Rx, closes_stdin: bool) {
         tokio::time::sleep(PROCESS_START).await;
-        let (mut tx, mut rx) = socket.split();
         let code = match &self.job {
             Job::Attach => {
                 self.attach(&mut tx, &mut rx).await;
@@ -172,10 +206,10 @@ impl Session {
                 let mut input = Vec::new();
                 if self.stdin && shell::reads_stdin(argv) {
                     // Until stdin closes: v5's close signal, or the socket's end.
-                    while let Some(Ok(message)) = rx.next().await {
+                    while let Some(message) = rx.next().await {
                         match Input::of(message) {
                             Input::Data(bytes) => input.extend(bytes),
-                            Input::Closed if v5 => break,
+                            Input::Closed if closes_stdin => break,
                             Input::End => break,
                             _ => {}
                         }
@@ -225,11 +259,7 @@ impl Session {
 
     /// A shell reading commands from stdin, one a line; with a terminal it echoes what is
     /// typed and prompts, as a shell on a tty does.
-    async fn interactive(
-        &self,
-        tx: &mut futures::stream::SplitSink<Socket, Message>,
-        rx: &mut futures::stream::SplitStream<Socket>,
-    ) -> (i32, String) {
+    async fn interactive(&self, tx: &mut Tx, rx: &mut Rx) -> (i32, String) {
         let newline = |bytes: Vec<u8>, tty: bool| -> Vec<u8> {
             if !tty {
                 return bytes;
@@ -251,7 +281,7 @@ impl Session {
         let mut code = 0;
         // What the client last said of its terminal (kubectl sends it first, then on resize).
         let mut size = None;
-        while let Some(Ok(message)) = rx.next().await {
+        while let Some(message) = rx.next().await {
             let bytes = match Input::of(message) {
                 Input::Data(bytes) => bytes,
                 Input::Resize(columns, rows) => {
@@ -304,11 +334,7 @@ impl Session {
 
     /// The container's output as it is written (its stand-in log lines), and what is typed
     /// on stdin echoed back, until the client goes.
-    async fn attach(
-        &self,
-        tx: &mut futures::stream::SplitSink<Socket, Message>,
-        rx: &mut futures::stream::SplitStream<Socket>,
-    ) {
+    async fn attach(&self, tx: &mut Tx, rx: &mut Rx) {
         let every = std::time::Duration::from_millis(LOG_EVERY.whole_milliseconds() as u64);
         let mut tick = tokio::time::interval(every);
         let mut k = 0u64;
@@ -321,14 +347,14 @@ impl Session {
                         return;
                     }
                 }
-                message = rx.next() => match message.map(|m| m.map(Input::of)) {
-                    Some(Ok(Input::Data(bytes))) if self.stdin => {
+                message = rx.next() => match message.map(Input::of) {
+                    Some(Input::Data(bytes)) if self.stdin => {
                         if send(tx, STDOUT, &bytes).await.is_err() {
                             return;
                         }
                     }
-                    Some(Ok(Input::End)) | None | Some(Err(_)) => return,
-                    Some(Ok(_)) => {}
+                    Some(Input::End) | None => return,
+                    Some(_) => {}
                 },
             }
         }
@@ -371,10 +397,10 @@ impl Input {
 }
 
 async fn send(
-    tx: &mut futures::stream::SplitSink<Socket, Message>,
+    tx: &mut Tx,
     channel: u8,
     bytes: &[u8],
-) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+) -> Result<(), futures::channel::mpsc::SendError> {
     if bytes.is_empty() {
         return Ok(());
     }

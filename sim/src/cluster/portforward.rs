@@ -5,8 +5,6 @@
 //! and ends the error stream (empty: no error) when the data stream ends. In the simulator
 //! every port of every pod is a stand-in **echo server**: what is sent comes back.
 
-mod spdy;
-
 use std::{collections::HashMap, sync::Arc};
 
 use axum::{extract::Request, response::Response};
@@ -19,7 +17,7 @@ use super::{
     store::StoreError,
     upgrade::{self, Socket},
 };
-use spdy::{Frame, Session};
+use kubeshape::spdy::{self, Frame, Session};
 
 const PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 

@@ -1,7 +1,9 @@
-//! The part of SPDY/3.1 framing a port-forward server needs: reading SYN_STREAM (with its
-//! zlib-compressed header block, one compression context per direction, primed with the
-//! protocol's dictionary), data frames, PING and GOAWAY; writing SYN_REPLY, data and PING.
-//! Flow control is not enforced by kubectl's SPDY library, and not here either.
+//! The part of SPDY/3.1 framing Kubernetes' streams need (kubectl's port-forward, and exec and
+//! attach before WebSocket): reading SYN_STREAM (with its zlib-compressed header block, one
+//! compression context per direction, primed with the protocol's dictionary), data frames,
+//! PING and GOAWAY; writing SYN_STREAM, SYN_REPLY, data and PING. The simulator serves
+//! sessions with it and the hub reads the exec sessions it records. Flow control is not
+//! enforced by kubectl's SPDY library, and not here either.
 
 use std::sync::LazyLock;
 
@@ -17,7 +19,7 @@ const FLAG_FIN: u8 = 0x01;
 /// What the server acts on; everything else (SETTINGS, RST_STREAM, WINDOW_UPDATE, HEADERS)
 /// is `Other`.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Frame {
+pub enum Frame {
     SynStream {
         stream: u32,
         /// Header names (lower case, as SPDY sends them) and values.
@@ -37,7 +39,7 @@ pub(super) enum Frame {
 }
 
 /// One connection's two header-compression contexts.
-pub(super) struct Session {
+pub struct Session {
     inflate: Decompress,
     deflate: Compress,
 }
@@ -48,8 +50,14 @@ impl std::fmt::Debug for Session {
     }
 }
 
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Session {
-    pub(super) fn new() -> Self {
+    pub fn new() -> Self {
         let mut deflate = Compress::new(Compression::default(), true);
         // SPDY/3 compresses every header block against the protocol's dictionary.
         let _ = deflate.set_dictionary(&DICTIONARY);
@@ -60,7 +68,7 @@ impl Session {
     }
 
     /// Takes the next whole frame off the front of `input`, if there is one.
-    pub(super) fn next_frame(&mut self, input: &mut Vec<u8>) -> Result<Option<Frame>, String> {
+    pub fn next_frame(&mut self, input: &mut Vec<u8>) -> Result<Option<Frame>, String> {
         if input.len() < 8 {
             return Ok(None);
         }
@@ -100,8 +108,25 @@ impl Session {
         }))
     }
 
+    /// A SYN_STREAM opening `stream` with `headers` (the client's side of a session).
+    pub fn syn_stream(&mut self, stream: u32, headers: &[(&str, &str)]) -> Result<Vec<u8>, String> {
+        let mut block = (headers.len() as u32).to_be_bytes().to_vec();
+        for (name, value) in headers {
+            for part in [name, value] {
+                block.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                block.extend_from_slice(part.as_bytes());
+            }
+        }
+        let block = self.deflate(&block)?;
+        let mut body = (stream & 0x7fff_ffff).to_be_bytes().to_vec();
+        // No associated stream; priority and slot 0.
+        body.extend_from_slice(&[0; 6]);
+        body.extend(block);
+        Ok(control(SYN_STREAM, 0, &body))
+    }
+
     /// A SYN_REPLY accepting `stream`, with no headers.
-    pub(super) fn syn_reply(&mut self, stream: u32) -> Result<Vec<u8>, String> {
+    pub fn syn_reply(&mut self, stream: u32) -> Result<Vec<u8>, String> {
         let block = self.deflate(&0u32.to_be_bytes())?;
         let mut body = (stream & 0x7fff_ffff).to_be_bytes().to_vec();
         body.extend(block);
@@ -158,7 +183,7 @@ impl Session {
 }
 
 /// A data frame on `stream`.
-pub(super) fn data(stream: u32, bytes: &[u8], fin: bool) -> Vec<u8> {
+pub fn data(stream: u32, bytes: &[u8], fin: bool) -> Vec<u8> {
     let mut frame = (stream & 0x7fff_ffff).to_be_bytes().to_vec();
     frame.push(if fin { FLAG_FIN } else { 0 });
     frame.extend_from_slice(&length(bytes.len()));
@@ -167,7 +192,7 @@ pub(super) fn data(stream: u32, bytes: &[u8], fin: bool) -> Vec<u8> {
 }
 
 /// The answer to a PING: the same id back.
-pub(super) fn ping(id: u32) -> Vec<u8> {
+pub fn ping(id: u32) -> Vec<u8> {
     control(PING, 0, &id.to_be_bytes())
 }
 
@@ -330,6 +355,30 @@ mod tests {
             header_pairs(&client.inflate(&again[12..]).unwrap()).unwrap(),
             vec![]
         );
+    }
+
+    #[test]
+    fn a_stream_s_headers_are_read_back() {
+        let (mut client, mut server) = (Session::new(), Session::new());
+        let mut input = client
+            .syn_stream(1, &[("streamtype", "error"), ("port", "80")])
+            .unwrap();
+        input.extend(client.syn_stream(3, &[("streamtype", "stdout")]).unwrap());
+        assert_eq!(
+            server.next_frame(&mut input).unwrap(),
+            Some(Frame::SynStream {
+                stream: 1,
+                headers: vec![
+                    ("streamtype".into(), "error".into()),
+                    ("port".into(), "80".into())
+                ],
+                fin: false
+            })
+        );
+        assert!(matches!(
+            server.next_frame(&mut input).unwrap(),
+            Some(Frame::SynStream { stream: 3, headers, .. }) if headers == [("streamtype".to_owned(), "stdout".to_owned())]
+        ));
     }
 
     #[test]

@@ -446,7 +446,7 @@ async function showList(holder) {
   else document.getElementById("namespace-field").hidden = true;
 
   const table = document.getElementById("objects");
-  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [], may: {}, mayAsked: null };
+  const state = { pages: [], page: 0, rows: [], columns: [], watch: null, revision: null, sources: [], may: {}, mayAsked: null, mayIn: new Map(), askIn: null };
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -544,7 +544,7 @@ async function showList(holder) {
       button.addEventListener("click", () => sortBy(label, index));
       return element("th", { scope: "col" }, button);
     };
-    if (state.may.delete) {
+    if (anyMay("delete")) {
       const all = element("input", { type: "checkbox", id: "select-all", "aria-label": "Select every row shown" });
       all.addEventListener("change", () => {
         for (const box of table.querySelectorAll("tbody input.select")) box.checked = all.checked;
@@ -566,10 +566,14 @@ async function showList(holder) {
   const rowElement = (row, columns, showNamespace) => {
     const meta = row.object.metadata;
     const tr = element("tr", { dataset: { name: meta.name, namespace: meta.namespace || "", uid: meta.uid || "" } });
-    if (state.may.delete) {
-      const box = element("input", { type: "checkbox", className: "select", "aria-label": `Select ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}` });
-      box.addEventListener("change", selectionChanged);
-      tr.append(element("td", {}, box));
+    if (anyMay("delete")) {
+      const cell = element("td");
+      if (mayFor(meta).delete) {
+        const box = element("input", { type: "checkbox", className: "select", "aria-label": `Select ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}` });
+        box.addEventListener("change", selectionChanged);
+        cell.append(box);
+      }
+      tr.append(cell);
     }
     if (showNamespace) tr.append(element("td", { dataset: { label: "Namespace" } }, meta.namespace || ""));
     columns.forEach((c, i) => {
@@ -586,10 +590,13 @@ async function showList(holder) {
     return tr;
   };
 
-  // What a row offers, as the kind allows and the user may (decided once per list by
-  // SelfSubjectAccessReviews in `start`): its page to edit the YAML, a pod's logs and shell,
-  // a workload's scale and restart, delete (one object, with a confirmation that names it).
-  const hasActions = () => Object.values(state.may).some(Boolean);
+  // What a row offers, as the kind allows and the user may in its namespace (decided by
+  // SelfSubjectAccessReviews: once for the list in `start`, and for each namespace its rows
+  // show when it spans several, in `showPage`): its page to edit the YAML, a pod's logs and
+  // shell, a workload's scale and restart, delete (one object, with a confirmation naming it).
+  const mayFor = (meta) => (meta.namespace && state.mayIn.get(meta.namespace)) || state.may;
+  const anyMay = (what) => Boolean(state.may[what]) || [...state.mayIn.values()].some((may) => may[what]);
+  const hasActions = () => Object.keys(state.may).some(anyMay);
   const patchRow = async (meta, sub, body, what, done) => {
     const target = `${apiPath(r, meta.namespace, meta.name)}${sub}`;
     const result = await kube(target, { method: "PATCH", body, contentType: "application/merge-patch+json" });
@@ -604,15 +611,16 @@ async function showList(holder) {
     const page = pagePath(r, meta.namespace, meta.name);
     const what = `${r.kind} ${meta.namespace ? `${meta.namespace}/` : ""}${meta.name}`;
     const out = [];
+    const may = mayFor(meta);
     const rowButton = (label, act) => {
       const button = element("button", { type: "button", className: "quiet-row", "aria-label": `${label} ${what}` }, label);
       button.addEventListener("click", act);
       out.push(button);
     };
-    if (state.may.update) out.push(element("a", { href: `${page}#yaml-title`, "aria-label": `Edit the YAML of ${what}` }, "Edit YAML"));
-    if (state.may.logs) out.push(element("a", { href: `${page}/logs` }, "Logs"));
-    if (state.may.exec) out.push(element("a", { href: `${page}/shell` }, "Shell"));
-    if (state.may.scale) {
+    if (may.update) out.push(element("a", { href: `${page}#yaml-title`, "aria-label": `Edit the YAML of ${what}` }, "Edit YAML"));
+    if (may.logs) out.push(element("a", { href: `${page}/logs` }, "Logs"));
+    if (may.exec) out.push(element("a", { href: `${page}/shell` }, "Shell"));
+    if (may.scale) {
       rowButton("Scale", async () => {
         const text = window.prompt(`Replicas for ${what}:`, "");
         if (text === null || text.trim() === "") return;
@@ -624,7 +632,7 @@ async function showList(holder) {
         await patchRow(meta, "/scale", { spec: { replicas } }, `Not scaled`, `Scaled ${what} to ${replicas} replicas.`);
       });
     }
-    if (state.may.restart) {
+    if (may.restart) {
       rowButton("Restart", async () => {
         if (!window.confirm(`Restart ${what}? Every pod is replaced, as kubectl rollout restart does.`)) return;
         // What `kubectl rollout restart` changes: a template annotation.
@@ -632,7 +640,7 @@ async function showList(holder) {
         await patchRow(meta, "", { spec: { template: { metadata: { annotations: { "kubectl.kubernetes.io/restartedAt": at } } } } }, "Not restarted", `Restart of ${what} requested at ${at}.`);
       });
     }
-    if (state.may.delete) rowButton("Delete", () => deleteObjects([meta]));
+    if (may.delete) rowButton("Delete", () => deleteObjects([meta]));
     return out;
   };
   // The row's actions behind one button, opening below it in the row (a floating menu would be
@@ -650,7 +658,7 @@ async function showList(holder) {
   const selectionChanged = () => {
     const button = document.getElementById("delete-selected");
     const count = selected().length;
-    button.hidden = !state.may.delete;
+    button.hidden = !anyMay("delete");
     button.disabled = count === 0;
     button.textContent = count > 0 ? `Delete ${count} selected` : "Delete selected";
   };
@@ -760,6 +768,14 @@ async function showList(holder) {
       }
     }
     await state.mayAsked;
+    // Rows from several namespaces: what each namespace shown allows, unless the cluster-wide
+    // answers allow everything already (each review asked once, a page's all together).
+    if (state.askIn && !Object.values(state.may).every(Boolean)) {
+      const askIn = state.askIn;
+      const fresh = [...new Set(read.rows.map((row) => row.object.metadata.namespace).filter((ns) => ns && !state.mayIn.has(ns)))];
+      const answers = await Promise.all(fresh.map((ns) => askIn(ns)));
+      fresh.forEach((ns, i) => state.mayIn.set(ns, answers[i]));
+    }
     state.page = index;
     state.rows = read.rows;
     if (read.next) state.pages[index + 1] = read.next;
@@ -878,22 +894,27 @@ async function showList(holder) {
     } else {
       state.cache = null;
     }
-    // What the rows offer, asked once for this list's namespace (every namespace: asked
-    // cluster-wide).
+    // What the rows offer, asked for this list's namespace (every namespace: asked
+    // cluster-wide, then for each namespace shown, as a project member may act in theirs).
+    const askIn = (where) => {
+      const allows = async (verb, sub) => r.verbs.includes(verb === "get" || verb === "create" ? "get" : verb) && (await can(verb, r, where, sub));
+      // Only what the kind has is asked (so "allowed everything" means what it says).
+      const asks = { delete: allows("delete"), update: allows("update") };
+      if (r.name === "pods") {
+        asks.logs = allows("get", "log");
+        asks.exec = Promise.all([allows("create", "exec"), allows("get", "exec")]).then(([a, b]) => a && b);
+      }
+      if (["deployments", "statefulsets", "replicasets"].includes(r.name)) asks.scale = allows("patch", "scale");
+      if (["deployments", "statefulsets", "daemonsets"].includes(r.name)) asks.restart = allows("patch");
+      return Promise.all(Object.values(asks)).then((answers) => Object.fromEntries(Object.keys(asks).map((name, i) => [name, answers[i] === true])));
+    };
     const where = namespaces && namespaces.length === 1 ? namespaces[0] : "";
-    const allows = async (verb, sub) => r.verbs.includes(verb === "get" || verb === "create" ? "get" : verb) && (await can(verb, r, where, sub));
+    state.mayIn = new Map();
+    state.askIn = r.namespaced && where === "" ? askIn : null;
     // Asked all at once, while the first page is read (`showPage` waits for the answers only
     // to draw): one after another, before the read, they held the page back a round trip each.
-    const asks = {
-      delete: allows("delete"),
-      update: allows("update"),
-      logs: r.name === "pods" && allows("get", "log"),
-      exec: r.name === "pods" && Promise.all([allows("create", "exec"), allows("get", "exec")]).then(([a, b]) => a && b),
-      scale: ["deployments", "statefulsets", "replicasets"].includes(r.name) && allows("patch", "scale"),
-      restart: ["deployments", "statefulsets", "daemonsets"].includes(r.name) && allows("patch"),
-    };
-    state.mayAsked = Promise.all(Object.values(asks)).then((answers) => {
-      state.may = Object.fromEntries(Object.keys(asks).map((name, i) => [name, answers[i] === true]));
+    state.mayAsked = askIn(where).then((may) => {
+      state.may = may;
     });
     state.sortParam = null;
     state.freshAs = null;

@@ -1556,6 +1556,17 @@ async fn operators_explore_and_act_on_a_cluster_in_a_browser() {
         rows.iter().all(|(_, select, delete)| *select && *delete),
         "a row without its delete: {rows:?}"
     );
+    // An empty list says so in the table.
+    member
+        .goto(&format!(
+            "{base}/clusters/prod/explorer/pods?namespace=shop-jobs"
+        ))
+        .await;
+    listed(&member).await;
+    assert_eq!(
+        member.text("#objects td.empty").await,
+        "No pods in namespace shop-jobs."
+    );
     let outside = fetch_from_page(
         &member,
         "POST",

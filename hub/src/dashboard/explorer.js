@@ -559,6 +559,14 @@ async function showList(holder) {
     const body = table.tBodies[0];
     body.replaceChildren();
     for (const row of state.rows) body.append(rowElement(row, columns, showNamespace));
+    if (state.rows.length === 0) {
+      // An empty table says what it is empty of, and whether the filters are why.
+      const chosen = select.value;
+      const where = !r.namespaced || !chosen ? "" : chosen.startsWith("project:") ? ` in project ${chosen.slice(8)}` : ` in namespace ${chosen}`;
+      const filtered = form.labelSelector.value.trim() !== "" || form.name.value.trim() !== "";
+      const text = `No ${r.name}${where}${filtered ? " match these filters" : ""}.`;
+      body.append(element("tr", {}, element("td", { colSpan: tr.cells.length || 1, className: "empty" }, text)));
+    }
     if (state.sortColumn !== undefined) applySortState();
     selectionChanged();
   };

@@ -146,8 +146,17 @@ async fn kubectl_log_delays(config: &Path, seconds: u64) -> anyhow::Result<Vec<f
 }
 
 /// `kubectl exec -i … -- sh` through the hub: each `echo` line's round trip to its output.
-pub(crate) async fn kubectl_exec_round_trips(config: &Path, n: usize) -> anyhow::Result<Vec<f64>> {
-    let mut child = kubectl(config)
+pub(crate) async fn kubectl_exec_round_trips(
+    config: &Path,
+    n: usize,
+    spdy: bool,
+) -> anyhow::Result<Vec<f64>> {
+    let mut command = kubectl(config);
+    if spdy {
+        // kubectl 1.32 speaks SPDY/3.1, as kubectls before 1.31 do, when told to.
+        command.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false");
+    }
+    let mut child = command
         .args(["exec", "-i", "-n", LOG_POD.0, LOG_POD.1, "--", "sh"])
         .stdin(Stdio::piped())
         .spawn()?;
@@ -460,7 +469,7 @@ async fn measure(setup: &Setup, args: &Args) -> anyhow::Result<Value> {
         json!([LOG_POD.0, LOG_POD.1, false, args.round_trips]),
     )
     .await?;
-    let kubectl_lines = kubectl_exec_round_trips(&through_hub, args.round_trips).await?;
+    let kubectl_lines = kubectl_exec_round_trips(&through_hub, args.round_trips, false).await?;
     browser.close().await;
 
     Ok(json!({

@@ -3,7 +3,7 @@
 //! `kubectl exec -i … -- sh` through the hub: each `echo` line's round trip to its output,
 //! in sessions alternately recorded and not (the setting `session-recording` switched through
 //! the API between them), in the same run. Reports each side's median, p90 and max, and the
-//! recordings' bytes per line.
+//! recordings' bytes per line. `--spdy`: kubectl speaks SPDY/3.1, as kubectls before 1.31 do.
 
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ pub(crate) struct Args {
     /// Lines sent in each session.
     #[arg(long, default_value_t = 100)]
     lines: usize,
+    /// kubectl speaks SPDY/3.1 (as kubectls before 1.31 do) instead of WebSocket.
+    #[arg(long)]
+    spdy: bool,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
@@ -67,14 +70,14 @@ async fn measure(setup: &crate::proxy_scenario::Setup, args: &Args) -> anyhow::R
     // A first session of each, not measured: kubectl's and the agent's first connections.
     for value in ["off", "on"] {
         set(value).await?;
-        kubectl_exec_round_trips(&through_hub, 5).await?;
+        kubectl_exec_round_trips(&through_hub, 5, args.spdy).await?;
     }
     let (mut recorded, mut plain) = (Vec::new(), Vec::new());
     for _ in 0..args.sessions.max(1) {
         set("off").await?;
-        plain.extend(kubectl_exec_round_trips(&through_hub, args.lines).await?);
+        plain.extend(kubectl_exec_round_trips(&through_hub, args.lines, args.spdy).await?);
         set("on").await?;
-        recorded.extend(kubectl_exec_round_trips(&through_hub, args.lines).await?);
+        recorded.extend(kubectl_exec_round_trips(&through_hub, args.lines, args.spdy).await?);
     }
     // The recordings are written as their sessions end.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -91,6 +94,7 @@ async fn measure(setup: &crate::proxy_scenario::Setup, args: &Args) -> anyhow::R
     Ok(json!({
         "scenario": "recording",
         "what": "kubectl exec -i … -- sh through the hub: an echo line to its output, sessions alternately recorded and not, same run",
+        "carrier": if args.spdy { "SPDY/3.1" } else { "WebSocket" },
         "sessions_each": args.sessions,
         "lines_per_session": args.lines,
         "round_trip_ms": {

@@ -22,6 +22,7 @@ mod plans_scenario;
 mod proxy_scenario;
 mod rbac_scenario;
 mod recording_scenario;
+mod stages;
 mod tunnel_scenario;
 
 #[derive(Parser, Debug)]

@@ -707,6 +707,23 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         hub_cpu.add_half(cpu);
     }
 
+    // Where the hub's and the agent's CPU goes: one more hub run, sampled by perf (apart from
+    // the runs above, so sampling costs them nothing); the shares split their CPU figures.
+    let stages = match crate::stages::start(&setup.data_dir).await {
+        Ok(sampling) => {
+            throughput(&setup.hub, &hub_pod, args.clients, half).await?;
+            match sampling.stop(&["hub", "agent"]).await {
+                Ok(shares) => json!({
+                    "how": "perf samples of the hub's and the agent's threads during a further hub run, each put in the stage of the function it was in (not its callers')",
+                    "hub_us_per_request": shares.get("hub").map(|s| crate::stages::breakdown(s, hub_cpu.hub)),
+                    "agent_us_per_request": shares.get("agent").map(|s| crate::stages::breakdown(s, hub_cpu.agent)),
+                }),
+                Err(e) => json!({"missing": format!("{e:#}")}),
+            }
+        }
+        Err(e) => json!({"missing": format!("{e:#}")}),
+    };
+
     // Lists of every pod, alternating.
     let (mut direct_lists, mut cache_lists) = (Vec::new(), Vec::new());
     for _ in 0..args.lists.max(1) {
@@ -750,6 +767,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "floor_rps_ratio": (floor_rps / direct_rps * 100.0).round() / 100.0,
         "floor_cpu_us_per_request": floor_cpu.json(),
         "hub_cpu_us_per_request": hub_cpu.json(),
+        "hub_cpu_stages": stages,
         "cores": std::thread::available_parallelism().map_or(0, usize::from),
         "direct_list_ms": round1(median(&mut direct_lists)),
         "cache_list_ms": round1(median(&mut cache_lists)),

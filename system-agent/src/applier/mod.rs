@@ -95,6 +95,8 @@ pub async fn drive(
 ) {
     stop_leftover(&record);
     let mut desired = record.watch_desired();
+    // Attempts in a row whose record could not be written.
+    let mut unwritten = 0u32;
     loop {
         desired.borrow_and_update();
         let (checksum, plan) = record.desired();
@@ -103,11 +105,17 @@ pub async fn drive(
         let work = async {
             match step {
                 Next::Nothing => std::future::pending().await,
-                Next::Apply => apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await,
+                Next::Apply => {
+                    let attempt =
+                        apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await;
+                    unwritten = after_attempt(attempt, unwritten, &retry).await;
+                }
                 Next::RetryAfter(wait) => {
                     tracing::info!(plan = %short(&checksum), ?wait, "retrying the failed plan after a wait");
                     tokio::time::sleep(wait).await;
-                    apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await;
+                    let attempt =
+                        apply(&record, &checksum, &plan, &retry, hub.as_ref(), &root).await;
+                    unwritten = after_attempt(attempt, unwritten, &retry).await;
                 }
                 Next::Monitor => monitor(&record, &root.place(plan), &root).await,
             }
@@ -120,6 +128,25 @@ pub async fn drive(
             () = work => {}
         }
     }
+}
+
+/// After an attempt whose record could not be written (a full disk, no file handles left):
+/// says so and waits as after a failure, since the record still asks for the attempt and
+/// would otherwise start it again at once, over and over. Returns the attempts in a row
+/// whose record could not be written.
+async fn after_attempt(attempt: Result<(), String>, unwritten: u32, retry: &Retry) -> u32 {
+    let Err(why) = attempt else {
+        return 0;
+    };
+    let unwritten = unwritten.saturating_add(1);
+    let wait = retry.wait(unwritten);
+    tracing::error!(
+        attempt = unwritten,
+        ?wait,
+        "{why}; trying again after a wait"
+    );
+    tokio::time::sleep(wait).await;
+    unwritten
 }
 
 /// After a crash, the instruction that was running may still be: stop its process group before
@@ -144,7 +171,7 @@ fn short(checksum: &str) -> &str {
 }
 
 /// One attempt at a plan: record in-progress, write the files, run the instructions in order,
-/// record applied or failed.
+/// record applied or failed. `Err` says which record could not be written.
 async fn apply(
     record: &Record,
     checksum: &str,
@@ -152,7 +179,7 @@ async fn apply(
     retry: &Retry,
     hub: Option<&transfer::Hub>,
     root: &Root,
-) {
+) -> Result<(), String> {
     let max = retry.max(plan);
     let recorded = record.record(|s| {
         if s.checksum != checksum {
@@ -172,8 +199,9 @@ async fn apply(
         s.probes.clear();
     });
     if let Err(e) = recorded {
-        tracing::error!(error = %e, "cannot record that a plan is in progress; not applying it");
-        return;
+        return Err(format!(
+            "cannot record that the plan is in progress, so it is not applied: {e}"
+        ));
     }
     tracing::info!(plan = %short(checksum), "applying a plan");
     let outcome = attempt(record, plan, hub, root).await;
@@ -191,12 +219,13 @@ async fn apply(
         }
     });
     match (finished, outcome) {
-        (Err(e), _) => tracing::error!(error = %e, "cannot record the plan's outcome"),
+        (Err(e), _) => return Err(format!("cannot record the plan's outcome: {e}")),
         (Ok(_), Ok(())) => tracing::info!(plan = %short(checksum), "plan applied"),
         (Ok(s), Err(message)) => tracing::warn!(
             plan = %short(checksum), failures = s.failure_count, max, "plan failed: {message}"
         ),
     }
+    Ok(())
 }
 
 /// Checks every entry of a plan without touching anything; the message names the bad entry.

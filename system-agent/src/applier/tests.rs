@@ -343,3 +343,42 @@ async fn a_running_instruction_is_in_the_status_with_its_latest_output_until_it_
     assert!(applied(&done), "{done:?}");
     assert_eq!(done.current, None, "nothing runs once it is applied");
 }
+
+/// A record that cannot be written (a full disk, no file handles left) is tried again after a
+/// wait, as a failed plan is, not at once over and over: the agent's other work goes on.
+#[test]
+fn a_record_that_cannot_be_written_is_tried_again_after_a_wait_not_in_a_loop() {
+    let dir = Dir(crate::testing::tempdir());
+    let records = dir.0.join("records");
+    std::fs::create_dir_all(&records).unwrap();
+    let record = Record::open(&records.join("plan.json")).unwrap();
+    let plan = Plan {
+        instructions: vec![script("noop", "true")],
+        ..Plan::default()
+    };
+    record.set_desired(checksum(&plan), Some(plan)).unwrap();
+    std::fs::remove_dir_all(&records).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The agent on one thread: an applier that never waits would never let the other task run.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            tokio::spawn(drive(
+                record,
+                fast(),
+                None,
+                crate::root::Root::default(),
+                CancellationToken::new(),
+            ));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = tx.send(());
+        });
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the applier tried again and again without a wait"
+    );
+}

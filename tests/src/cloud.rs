@@ -112,9 +112,20 @@ impl Moto {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect()
         };
-        iam.call("CreateUser", &p(&[("UserName", "drover")]))
-            .await
-            .unwrap();
+        // moto takes connections a moment before its TLS answers on them (a handshake then
+        // ends at once): the first call is made again until one gets through.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match iam.call("CreateUser", &p(&[("UserName", "drover")])).await {
+                Ok(_) => break,
+                Err(drivers::aws::AwsError::Unreachable(..))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("making the cloud's user: {e:?}"),
+            }
+        }
         let key = iam
             .call("CreateAccessKey", &p(&[("UserName", "drover")]))
             .await

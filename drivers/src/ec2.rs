@@ -256,6 +256,8 @@ impl From<AwsError> for DriverError {
             AwsError::Service { code, .. }
                 if code.starts_with("Invalid")
                     || code.starts_with("AuthFailure")
+                    || code.starts_with("AccessDenied")
+                    || code == "UnrecognizedClientException"
                     || code == "UnauthorizedOperation"
                     || code == "SignatureDoesNotMatch"
                     || code == "InvalidClientTokenId" =>

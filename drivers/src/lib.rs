@@ -5,11 +5,16 @@
 //! - [`ssh`]: existing machines reached over SSH (docker-machine's "generic" driver), with each
 //!   machine's host key pinned once recorded.
 //! - [`ec2`]: Amazon EC2, or a cloud that speaks its Query API ([`aws`]).
+//!
+//! And hosted Kubernetes ([`hosted`]: clusters whose control plane a cloud runs), the other
+//! interface, for the hosted-cluster controller: [`eks`].
 
 use std::{collections::BTreeMap, future::Future, pin::Pin};
 
 pub mod aws;
 pub mod ec2;
+pub mod eks;
+pub mod hosted;
 pub mod ssh;
 pub mod xml;
 

@@ -27,9 +27,10 @@ use crate::{
 
 /// The VPC and subnet the test's instances get their addresses from: the hosts' bridge's.
 pub const SUBNET_CIDR: &str = "10.213.0.0/24";
-const REGION: &str = "us-east-1";
+pub const REGION: &str = "us-east-1";
 
-/// moto's server on a free loopback port, with an IAM user allowed `ec2:*`.
+/// moto's server on a free loopback port, with an IAM user allowed `ec2:*`, `eks:*` and
+/// `sts:*`.
 #[derive(Debug)]
 pub struct Moto {
     pub endpoint: String,
@@ -49,14 +50,17 @@ impl Drop for Moto {
     }
 }
 
-fn moto_server() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("moto/.venv/bin/moto_server");
+/// moto's server: its Python, with `tests/moto/serve.py` mending its signature check of
+/// bodiless REST requests (EKS's GETs and DELETEs; see that file).
+fn moto_server() -> (PathBuf, PathBuf) {
+    let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join("moto");
+    let python = moto.join(".venv/bin/python");
     assert!(
-        path.exists(),
+        python.exists(),
         "{} is missing: run scripts/test --deps-only (it installs moto from tests/moto/requirements.txt)",
-        path.display()
+        python.display()
     );
-    path
+    (python, moto.join("serve.py"))
 }
 
 impl Moto {
@@ -67,7 +71,9 @@ impl Moto {
         std::fs::write(dir.join("moto.key"), &serving.key_pem).unwrap();
         let port = free_port();
         let log = std::fs::File::create(dir.join("moto.log")).unwrap();
-        let child = Command::new(moto_server())
+        let (python, serve) = moto_server();
+        let child = Command::new(python)
+            .arg(serve)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .arg("-c")
             .arg(dir.join("moto.crt"))
@@ -142,7 +148,7 @@ impl Moto {
                     ("PolicyName", "ec2"),
                     (
                         "PolicyDocument",
-                        r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"ec2:*","Resource":"*"}]}"#,
+                        r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["ec2:*","eks:*","sts:*"],"Resource":"*"}]}"#,
                     ),
                 ]),
             )
@@ -207,6 +213,11 @@ impl Moto {
             settings,
         )
         .unwrap()
+    }
+
+    /// The EKS driver on moto, signing with `credentials`.
+    pub fn eks(&self, credentials: Credentials) -> drivers::eks::Eks {
+        drivers::eks::Eks::new(&self.endpoint, REGION, credentials, Some(&self.ca_pem)).unwrap()
     }
 
     /// A client of moto's EC2 with the IAM user's key.

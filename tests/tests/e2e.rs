@@ -24,6 +24,7 @@ mod gitrepos;
 mod guides;
 mod ha;
 mod health;
+mod hosted;
 mod hub;
 mod images;
 mod import;

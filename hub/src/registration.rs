@@ -313,7 +313,7 @@ pub async fn import_manifest(
         || ApiError::not_found("no import manifest here; get a new import command from the hub");
     let value = file.strip_suffix(".yaml").ok_or_else(not_found)?;
     let (cluster, spec) = verify(&api, value).await.map_err(|_| not_found())?;
-    if spec.cluster_type != ClusterType::Imported {
+    if spec.cluster_type == ClusterType::Custom {
         return Err(ApiError::not_found(format!(
             "cluster {cluster:?} is a custom cluster; its hosts register with the host command, not a manifest"
         )));
@@ -377,7 +377,9 @@ pub async fn ensure_cluster(
 pub fn commands(api: &Api, cluster_type: ClusterType, token: &str) -> Value {
     let url = &api.server_url;
     match cluster_type {
-        ClusterType::Imported => json!({
+        // A hosted cluster's agents are installed by the hub once the cloud's control plane is
+        // up; its manifest works by hand as an imported cluster's does.
+        ClusterType::Imported | ClusterType::Hosted => json!({
             "token": token,
             "manifestUrl": format!("{url}/v3/import/{token}.yaml"),
             // `kubectl apply -f URL` cannot pin a CA, and the hub's own CA is in no trust

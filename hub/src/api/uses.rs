@@ -1,5 +1,5 @@
 //! Naming a credential is a permission. A cluster's spec names CloudCredentials (the agents'
-//! pull credential, its registries' logins) and MachineTemplates (its machine pools), and the
+//! pull credential, its registries' logins, a hosted cluster's cloud account) and MachineTemplates (its machine pools), and the
 //! hub then spends them for the cluster: puts the password in its manifests and plans, makes
 //! machines with the template's SSH key or cloud account. So a caller may name one only if
 //! they are an admin or the credential grants them its use (`spec.allowed`: users, groups;
@@ -55,6 +55,13 @@ fn named(kind: Kind, spec: &Value) -> Vec<(String, Kind, String)> {
                 ));
             }
         }
+    }
+    if let Some(hosted) = &cluster.hosted {
+        named.push((
+            "spec.hosted.credential".to_owned(),
+            Kind::CloudCredential,
+            hosted.credential.clone(),
+        ));
     }
     for (i, pool) in cluster.machine_pools.iter().enumerate() {
         named.push((

@@ -11,6 +11,9 @@ pub enum ClusterType {
     Imported,
     /// A cluster the hub installs (K3s or RKE2) on registered hosts.
     Custom,
+    /// A cluster whose control plane a cloud runs (EKS), made and scaled through its API;
+    /// the hub installs the agents into it once it is up.
+    Hosted,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -56,6 +59,9 @@ pub struct ClusterSpec {
     /// tokens, from hashed copies the cluster-agent keeps in the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorized_endpoint: Option<AuthorizedEndpoint>,
+    /// For hosted clusters: the cloud, its control plane and node groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosted: Option<super::HostedSpec>,
     /// For custom clusters: machines the hub makes itself, pool by pool, from templates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub machine_pools: Vec<MachinePool>,

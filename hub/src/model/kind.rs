@@ -178,6 +178,30 @@ impl Kind {
                 ClusterType::Custom if s.version.as_deref().is_none_or(str::is_empty) => {
                     Err("spec.version: a custom cluster needs the distribution's version, e.g. v1.33.4+k3s1".into())
                 }
+                ClusterType::Hosted if s.hosted.is_none() => Err(
+                    "spec.hosted: a hosted cluster needs its cloud's settings (driver, credential, region, kubernetesVersion, …)".into(),
+                ),
+                ClusterType::Imported | ClusterType::Custom if s.hosted.is_some() => Err(
+                    "spec.hosted is for hosted clusters (spec.type: hosted)".into(),
+                ),
+                ClusterType::Hosted if s.distribution.is_some() || s.version.is_some() => Err(
+                    "spec.distribution and spec.version are for custom clusters; a hosted cluster's version is spec.hosted.kubernetesVersion".into(),
+                ),
+                ClusterType::Hosted
+                    if s.paused
+                        || s.upgrade_strategy.is_some()
+                        || s.etcd_snapshots.is_some()
+                        || s.restore.is_some()
+                        || s.rotate_certificates.is_some()
+                        || s.authorized_endpoint.is_some()
+                        || !s.machine_pools.is_empty()
+                        || s.registries.is_some()
+                        || !s.system_default_registry.is_empty()
+                        || !s.config.is_empty()
+                        || !s.host_config.is_empty() =>
+                {
+                    Err("spec.paused, upgradeStrategy, etcdSnapshots, restore, rotateCertificates, authorizedEndpoint, machinePools, registries, systemDefaultRegistry, config and hostConfig are for custom clusters: a hosted cluster's control plane and machines are the cloud's (its node groups are spec.hosted.nodeGroups)".into())
+                }
                 ClusterType::Imported if s.distribution.is_some() || s.version.is_some() => Err(
                     "spec.distribution and spec.version are for custom clusters; an imported cluster keeps its own"
                         .into(),
@@ -254,6 +278,9 @@ impl Kind {
                         super::cluster::validate_endpoint(endpoint)?;
                     }
                     super::cluster::validate_pools(&s.machine_pools)?;
+                    if let Some(hosted) = &s.hosted {
+                        super::validate_hosted(hosted)?;
+                    }
                     // A custom cluster installs K3s unless it says otherwise.
                     let dist = s.distribution.unwrap_or(super::Distribution::K3s);
                     super::distconfig::validate(dist, &s.config, &s.host_config)?;

@@ -8,6 +8,7 @@ mod cluster;
 mod delivery;
 pub mod distconfig;
 mod host;
+mod hosted;
 mod kind;
 mod machines;
 mod providers;
@@ -20,6 +21,7 @@ pub use access::*;
 pub use cluster::*;
 pub use delivery::*;
 pub use host::*;
+pub use hosted::*;
 pub use kind::*;
 pub use machines::*;
 pub use providers::*;
@@ -107,7 +109,12 @@ mod tests {
                 json!({"type": "imported", "version": "v1"}),
                 "custom clusters",
             ),
-            (Kind::Cluster, json!({"type": "hosted"}), "unknown variant"),
+            (
+                Kind::Cluster,
+                json!({"type": "hosted"}),
+                "spec.hosted: a hosted cluster needs",
+            ),
+            (Kind::Cluster, json!({"type": "managed"}), "unknown variant"),
             (
                 Kind::Cluster,
                 json!({"type": "imported", "colour": "red"}),

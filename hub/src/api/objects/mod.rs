@@ -155,6 +155,14 @@ pub(in crate::api) async fn replace(
             "spec: a MachineTemplate cannot change once created; create a new template and point the pool's template at it",
         ));
     }
+    if kind == Kind::Cluster
+        && let (Ok(before), Ok(after)) = (
+            serde_json::from_value::<crate::model::ClusterSpec>(current.spec.clone()),
+            serde_json::from_value::<crate::model::ClusterSpec>(spec.clone()),
+        )
+    {
+        crate::model::validate_hosted_change(&before, &after).map_err(ApiError::invalid)?;
+    }
     // What an object was made for is fixed: a host never moves to another cluster, a binding
     // never to another user, cluster or project. Make a new object instead.
     let before = crate::refs::referents(kind, &current.spec);

@@ -30,6 +30,7 @@ pub mod downstream;
 mod fsutil;
 pub mod grants;
 pub mod health;
+pub mod hosted;
 pub mod identity;
 pub mod machines;
 pub mod messages;
@@ -254,6 +255,7 @@ impl Hub {
             }),
             files: Some(config.data_dir.join(plans::FILES_DIR)),
         };
+        let hosted_providers = hosted::cloud_providers();
         // Where the leader keeps its GitRepos' mirrors.
         let git_dir = config.data_dir.join("git");
         tasks.spawn(replicas.clone().lead(
@@ -268,11 +270,13 @@ impl Hub {
                     planner.server_url.clone(),
                     planner.ca_checksum.clone(),
                 );
+                let hosted = hosted::Controller::new(store.clone(), hosted_providers.clone());
                 let git_dir = git_dir.clone();
                 async move {
                     tokio::join!(
                         planner.run(stop.clone()),
                         machines.run(stop.clone()),
+                        hosted.run(stop.clone()),
                         refs::run_collector(store.clone(), stop.clone()),
                         auth::lifetimes::run_sweeper(store.clone(), stop.clone()),
                         auth::providers::run_refresher(store.clone(), stop.clone()),

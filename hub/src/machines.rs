@@ -37,7 +37,7 @@ mod tokens;
 use commands::{host_command, uninstall_command, user_data};
 use decide::{Action, View, decide};
 use drivers::Driver;
-use failures::{Failure, MachineChanges, recovered};
+use failures::{Failure, recovered};
 use instances::{Instances, POOL_TAG};
 use tokens::{CLIENT_KEY, TOKEN_FIELD, TOKEN_SECRET_FIELD};
 
@@ -79,7 +79,7 @@ impl Controller {
     /// trigger; its retries come when its backoff says.
     pub async fn run(self, shutdown: CancellationToken) {
         let kinds = ["Cluster", "Host", "MachineTemplate", "CloudCredential"];
-        let mut machines = MachineChanges::default();
+        let mut machines = crate::store::SpecChanges::default();
         let relevant = |e: &crate::store::WatchEvent| {
             if e.object.kind == Kind::Machine.name() {
                 machines.relevant(e)

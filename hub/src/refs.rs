@@ -344,7 +344,10 @@ pub async fn backfill(store: &dyn Store) -> Result<usize, StoreError> {
 }
 
 /// Finalizers that guard something outside the hub, which the collector must not clear.
-const GUARDS_OUTSIDE: &[&str] = &[crate::model::MACHINE_FINALIZER];
+const GUARDS_OUTSIDE: &[&str] = &[
+    crate::model::MACHINE_FINALIZER,
+    crate::model::HOSTED_FINALIZER,
+];
 
 /// Deletes every object that is no longer live (its finalizers too: what they waited for went
 /// with the object it named), except that an object whose finalizer guards something outside

@@ -3,13 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stderr)]
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use drivers::{
     DriverError,
     hosted::{ClusterRequest, HostedProvider, NodeGroupRequest, Phase, Size},
 };
-use tests::{cloud::Moto, temp_dir};
+use serde_json::{Value, json};
+use tests::{HubProcess, api, cloud::Moto, login, temp_dir, until};
 
 /// The role ARNs moto checks the form of.
 const CLUSTER_ROLE: &str = "arn:aws:iam::123456789012:role/eks-cluster";
@@ -111,5 +112,222 @@ async fn the_eks_driver_makes_finds_scales_and_deletes() {
     eks.delete_cluster("probe").await.unwrap();
     eks.delete_cluster("probe").await.unwrap();
     assert_eq!(eks.cluster("probe").await.unwrap(), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What moto holds that carries the hub's tag for cluster `name`: its clusters and node
+/// groups, by name.
+async fn tagged(moto: &Moto, name: &str) -> Vec<String> {
+    let eks = drivers::aws::Client::new(
+        &moto.endpoint,
+        tests::cloud::REGION,
+        "eks",
+        "",
+        moto.credentials.clone(),
+        Some(&moto.ca_pem),
+    )
+    .unwrap();
+    let provider = moto.eks(moto.credentials.clone());
+    let clusters = eks
+        .rest("ListClusters", "GET", "/clusters", &[], None)
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for cluster in clusters["clusters"].as_array().unwrap() {
+        let cluster = cluster.as_str().unwrap();
+        let described = provider.cluster(cluster).await.unwrap().unwrap();
+        if described.tags.get("drover.io/cluster").map(String::as_str) == Some(name) {
+            found.push(cluster.to_owned());
+        }
+        for group in provider.node_groups(cluster).await.unwrap() {
+            if group.tags.get("drover.io/cluster").map(String::as_str) == Some(name) {
+                found.push(format!("{cluster}/{}", group.name));
+            }
+        }
+    }
+    found
+}
+
+/// The cluster's node groups as the hub reports them: (name, desired size).
+fn reported_groups(cluster: &Value) -> Vec<(String, u64)> {
+    let mut groups: Vec<(String, u64)> = cluster["status"]["nodeGroups"]
+        .as_array()
+        .map(|groups| {
+            groups
+                .iter()
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_owned(),
+                        g["desiredSize"].as_u64().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    groups.sort();
+    groups
+}
+
+fn provisioned(cluster: &Value) -> Option<&str> {
+    cluster["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Provisioned")
+        .and_then(|c| c["status"].as_str())
+}
+
+/// The hub makes an EKS cluster with two node groups, resizes one 2 → 4 → 1, and on delete
+/// removes the node groups and then the control plane, leaving moto nothing tagged for it.
+#[tokio::test]
+async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
+    let dir = temp_dir("hosted-hub");
+    let moto = Moto::start(&dir).await;
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/cloudcredentials",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "aws"},
+                    "spec": {"driver": "amazonec2",
+                             "amazonec2": {"accessKeyId": moto.credentials.access_key_id,
+                                           "secretAccessKey": moto.credentials.secret_access_key}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    tests::note_secret(&moto.credentials.secret_access_key);
+
+    // A bad spec is refused naming its field, and nothing is made.
+    let hosted = |groups: Value| {
+        json!({"driver": "eks", "credential": "aws", "region": tests::cloud::REGION,
+               "endpoint": moto.endpoint, "endpointCA": moto.ca_pem,
+               "kubernetesVersion": "1.31", "roleArn": CLUSTER_ROLE, "nodeRole": NODE_ROLE,
+               "subnets": [moto.subnet_id], "tags": {"team": "shop"},
+               "nodeGroups": groups})
+    };
+    let groups = |small: u32| {
+        json!([
+            {"name": "small", "instanceType": "t3.large", "desiredSize": small, "minSize": 1,
+             "maxSize": 5, "labels": {"pool": "small"}, "taints": ["dedicated=shop:NoSchedule"]},
+            {"name": "big", "instanceType": "m5.xlarge", "desiredSize": 3, "minSize": 1,
+             "maxSize": 5, "diskSize": 50},
+        ])
+    };
+    let mut bad = hosted(groups(9));
+    bad["nodeGroups"][0]["desiredSize"] = json!(9);
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": {"type": "hosted", "hosted": bad}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.hosted.nodeGroups[0].desiredSize"),
+        "{body}"
+    );
+
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"},
+                    "spec": {"type": "hosted", "hosted": hosted(groups(2))}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let cluster = async || -> Value {
+        let (code, body) = api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None).await;
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    let wait_for_groups = async |want: &[(&str, u64)]| {
+        let want: Vec<(String, u64)> = want.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect();
+        until(
+            &format!("the hub reports node groups {want:?}, provisioned"),
+            Duration::from_secs(60),
+            async || {
+                let c = cluster().await;
+                reported_groups(&c) == want && provisioned(&c) == Some("True")
+            },
+        )
+        .await;
+    };
+    wait_for_groups(&[("big", 3), ("small", 2)]).await;
+    let shop = cluster().await;
+    assert_eq!(shop["status"]["provider"]["status"], "ACTIVE", "{shop}");
+    assert_eq!(shop["status"]["provider"]["version"], "1.31", "{shop}");
+
+    // In the cloud: what the spec said, tagged.
+    let eks = moto.eks(moto.credentials.clone());
+    let made = eks.cluster("shop").await.unwrap().unwrap();
+    assert_eq!(made.tags["team"], "shop");
+    assert_eq!(made.tags["drover.io/cluster"], "shop");
+    assert_eq!(
+        made.tags["drover.io/owner"],
+        shop["metadata"]["uid"].as_str().unwrap()
+    );
+    let mut in_cloud = eks.node_groups("shop").await.unwrap();
+    in_cloud.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(
+        in_cloud
+            .iter()
+            .map(|g| (
+                g.name.as_str(),
+                g.version.as_str(),
+                g.desired_size,
+                g.max_size
+            ))
+            .collect::<Vec<_>>(),
+        [("big", "1.31", 3, 5), ("small", "1.31", 2, 5)]
+    );
+
+    // Resized through the spec: 2 → 4 → 1.
+    for size in [4, 1] {
+        let mut spec = shop["spec"].clone();
+        spec["hosted"]["nodeGroups"] = groups(size);
+        let (code, body) = api(
+            hub.addr,
+            "PUT",
+            "/v1/clusters/shop",
+            Some(&admin),
+            Some(json!({"metadata": {"name": "shop"}, "spec": spec})),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        wait_for_groups(&[("big", 3), ("small", u64::from(size))]).await;
+        let small = eks
+            .node_groups("shop")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|g| g.name == "small")
+            .unwrap();
+        assert_eq!(small.desired_size, size);
+    }
+
+    // Deleted: node groups, then the control plane, then the cluster object.
+    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
+    assert!(code == 200 || code == 202, "{code} {body}");
+    until(
+        "the cluster is gone from the hub",
+        Duration::from_secs(60),
+        async || {
+            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
+                .await
+                .0
+                == 404
+        },
+    )
+    .await;
+    assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
+    assert_eq!(eks.cluster("shop").await.unwrap(), None);
     let _ = std::fs::remove_dir_all(&dir);
 }

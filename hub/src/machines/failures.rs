@@ -12,29 +12,6 @@ use crate::{
     store::{LabelSelector, StoreError},
 };
 
-/// Which Machine events change more than a status, from what each Machine looked like last.
-#[derive(Debug, Default)]
-pub(super) struct MachineChanges {
-    /// By name: (generation, being deleted, finalizers).
-    seen: std::collections::HashMap<String, (u64, bool, Vec<String>)>,
-}
-
-impl MachineChanges {
-    pub(super) fn relevant(&mut self, e: &crate::store::WatchEvent) -> bool {
-        let meta = &e.object.metadata;
-        if e.kind == crate::store::EventType::Deleted {
-            self.seen.remove(&meta.name);
-            return true;
-        }
-        let now = (
-            meta.generation,
-            meta.deletion_timestamp.is_some(),
-            meta.finalizers.clone(),
-        );
-        self.seen.insert(meta.name.clone(), now.clone()) != Some(now)
-    }
-}
-
 /// Why a machine's step failed, and whether retrying the same settings can help.
 #[derive(Debug)]
 pub(super) struct Failure {

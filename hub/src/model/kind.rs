@@ -17,6 +17,8 @@ use crate::store::Object;
 /// uninstalled, its access and credentials revoked before it goes), a Host until its uninstall
 /// plan has run, an EtcdSnapshot until its file is deleted. Only the hub sets or removes it.
 pub const CLEANUP_FINALIZER: &str = "drover.io/planner";
+/// On a hosted cluster until nothing of it is left in the cloud.
+pub const HOSTED_FINALIZER: &str = "drover.io/hosted";
 
 /// The kinds, with their URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

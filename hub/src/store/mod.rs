@@ -15,7 +15,7 @@ mod apply;
 mod follow;
 pub use follow::Following;
 mod passes;
-pub use passes::{on_changes, on_changes_where};
+pub use passes::{SpecChanges, on_changes, on_changes_where};
 
 /// Said of a write whose answer was lost on its way back from the store: it may have been
 /// applied, or not.

@@ -215,3 +215,28 @@ mod tests {
         shutdown.cancel();
     }
 }
+
+/// Which events of a kind change more than a status, from what each object looked like
+/// last: a controller's own status writes then start no pass of it (a failed step would
+/// otherwise be retried at once, each failure's write the next try's trigger).
+#[derive(Debug, Default)]
+pub struct SpecChanges {
+    /// By name: (generation, being deleted, finalizers).
+    seen: std::collections::HashMap<String, (u64, bool, Vec<String>)>,
+}
+
+impl SpecChanges {
+    pub fn relevant(&mut self, e: &WatchEvent) -> bool {
+        let meta = &e.object.metadata;
+        if e.kind == super::EventType::Deleted {
+            self.seen.remove(&meta.name);
+            return true;
+        }
+        let now = (
+            meta.generation,
+            meta.deletion_timestamp.is_some(),
+            meta.finalizers.clone(),
+        );
+        self.seen.insert(meta.name.clone(), now.clone()) != Some(now)
+    }
+}

@@ -278,6 +278,13 @@ async fn new_object(
     if kind == Kind::Cluster {
         // Set with the cluster, in the same write: no cluster is ever without its clean-up.
         object.metadata.finalizers = vec![crate::model::CLEANUP_FINALIZER.to_owned()];
+        // And a hosted one with the cloud's: nothing is made there before it is on.
+        if object.spec.get("type").and_then(Value::as_str) == Some("hosted") {
+            object
+                .metadata
+                .finalizers
+                .push(crate::model::HOSTED_FINALIZER.to_owned());
+        }
     }
 
     match kind {

@@ -932,7 +932,7 @@ async fn the_conformance_check_catches_answers_that_do_not_match() {
     let mut bad_generation = good.clone();
     bad_generation["metadata"]["generation"] = json!("one");
     let mut bad_type = good.clone();
-    bad_type["spec"]["type"] = json!("hosted");
+    bad_type["spec"]["type"] = json!("managed");
     for (what, value) in [
         ("no state", no_state),
         ("generation", bad_generation),

@@ -10,7 +10,7 @@ use drivers::{
     hosted::{ClusterRequest, HostedProvider, NodeGroupRequest, Phase, Size},
 };
 use serde_json::{Value, json};
-use tests::{HubProcess, api, cloud::Moto, login, temp_dir, until};
+use tests::{HubProcess, api, cloud::Moto, eks_front::EksFront, login, temp_dir, until};
 
 /// The role ARNs moto checks the form of.
 const CLUSTER_ROLE: &str = "arn:aws:iam::123456789012:role/eks-cluster";
@@ -148,6 +148,62 @@ async fn tagged(moto: &Moto, name: &str) -> Vec<String> {
     found
 }
 
+async fn add_credential(hub: &HubProcess, admin: &str, moto: &Moto) {
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/cloudcredentials",
+        Some(admin),
+        Some(json!({"metadata": {"name": "aws"},
+                    "spec": {"driver": "amazonec2",
+                             "amazonec2": {"accessKeyId": moto.credentials.access_key_id,
+                                           "secretAccessKey": moto.credentials.secret_access_key}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    tests::note_secret(&moto.credentials.secret_access_key);
+}
+
+/// `spec.hosted` for EKS at `endpoint` (moto, or a front of it), version 1.31.
+fn hosted_spec(moto: &Moto, endpoint: &str, groups: Value) -> Value {
+    json!({"driver": "eks", "credential": "aws", "region": tests::cloud::REGION,
+           "endpoint": endpoint, "endpointCA": moto.ca_pem,
+           "kubernetesVersion": "1.31", "roleArn": CLUSTER_ROLE, "nodeRole": NODE_ROLE,
+           "subnets": [moto.subnet_id], "tags": {"team": "shop"},
+           "nodeGroups": groups})
+}
+
+/// Node groups `small` (of `small` machines) and `big` (3).
+fn groups(small: u32) -> Value {
+    json!([
+        {"name": "small", "instanceType": "t3.large", "desiredSize": small, "minSize": 1,
+         "maxSize": 5, "labels": {"pool": "small"}, "taints": ["dedicated=shop:NoSchedule"]},
+        {"name": "big", "instanceType": "m5.xlarge", "desiredSize": 3, "minSize": 1,
+         "maxSize": 5, "diskSize": 50},
+    ])
+}
+
+/// Cluster `shop` as the hub shows it.
+async fn shop(hub: &HubProcess, admin: &str) -> Value {
+    let (code, body) = api(hub.addr, "GET", "/v1/clusters/shop", Some(admin), None).await;
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+/// Waits until the hub reports `shop` provisioned with node groups `want` (name, size).
+async fn until_groups(hub: &HubProcess, admin: &str, want: &[(&str, u64)], within: Duration) {
+    let want: Vec<(String, u64)> = want.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect();
+    until(
+        &format!("the hub reports node groups {want:?}, provisioned"),
+        within,
+        async || {
+            let c = shop(hub, admin).await;
+            reported_groups(&c) == want && provisioned(&c) == Some("True")
+        },
+    )
+    .await;
+}
+
 /// The cluster's node groups as the hub reports them: (name, desired size).
 fn reported_groups(cluster: &Value) -> Vec<(String, u64)> {
     let mut groups: Vec<(String, u64)> = cluster["status"]["nodeGroups"]
@@ -184,36 +240,10 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
     let moto = Moto::start(&dir).await;
     let hub = HubProcess::start(&dir.join("hub")).await;
     let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
-    let (code, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/cloudcredentials",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "aws"},
-                    "spec": {"driver": "amazonec2",
-                             "amazonec2": {"accessKeyId": moto.credentials.access_key_id,
-                                           "secretAccessKey": moto.credentials.secret_access_key}}})),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-    tests::note_secret(&moto.credentials.secret_access_key);
+    add_credential(&hub, &admin, &moto).await;
 
     // A bad spec is refused naming its field, and nothing is made.
-    let hosted = |groups: Value| {
-        json!({"driver": "eks", "credential": "aws", "region": tests::cloud::REGION,
-               "endpoint": moto.endpoint, "endpointCA": moto.ca_pem,
-               "kubernetesVersion": "1.31", "roleArn": CLUSTER_ROLE, "nodeRole": NODE_ROLE,
-               "subnets": [moto.subnet_id], "tags": {"team": "shop"},
-               "nodeGroups": groups})
-    };
-    let groups = |small: u32| {
-        json!([
-            {"name": "small", "instanceType": "t3.large", "desiredSize": small, "minSize": 1,
-             "maxSize": 5, "labels": {"pool": "small"}, "taints": ["dedicated=shop:NoSchedule"]},
-            {"name": "big", "instanceType": "m5.xlarge", "desiredSize": 3, "minSize": 1,
-             "maxSize": 5, "diskSize": 50},
-        ])
-    };
+    let hosted = |groups: Value| hosted_spec(&moto, &moto.endpoint, groups);
     let mut bad = hosted(groups(9));
     bad["nodeGroups"][0]["desiredSize"] = json!(9);
     let (code, body) = api(
@@ -243,22 +273,9 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
     )
     .await;
     assert_eq!(code, 201, "{body}");
-    let cluster = async || -> Value {
-        let (code, body) = api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None).await;
-        assert_eq!(code, 200, "{body}");
-        body
-    };
+    let cluster = async || shop(&hub, &admin).await;
     let wait_for_groups = async |want: &[(&str, u64)]| {
-        let want: Vec<(String, u64)> = want.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect();
-        until(
-            &format!("the hub reports node groups {want:?}, provisioned"),
-            Duration::from_secs(60),
-            async || {
-                let c = cluster().await;
-                reported_groups(&c) == want && provisioned(&c) == Some("True")
-            },
-        )
-        .await;
+        until_groups(&hub, &admin, want, Duration::from_secs(60)).await;
     };
     wait_for_groups(&[("big", 3), ("small", 2)]).await;
     let shop = cluster().await;
@@ -329,5 +346,131 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
     .await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     assert_eq!(eks.cluster("shop").await.unwrap(), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A hub killed while the cloud makes its cluster (the create call made, its answer never
+/// heard) finds the cluster by name after its restart and makes nothing twice; a new version
+/// upgrades the control plane first, then the node groups one at a time. The front makes each
+/// step take a while, as EKS does, and answers the upgrades moto lacks.
+#[tokio::test]
+async fn a_hub_killed_mid_create_makes_nothing_twice_and_upgrades_in_order() {
+    let dir = temp_dir("hosted-crash");
+    let moto = Moto::start(&dir).await;
+    let front = EksFront::start(&moto, &dir, 1).await;
+    let mut hub = HubProcess::start(&dir.join("hub")).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    add_credential(&hub, &admin, &moto).await;
+    front.stall_next_create();
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"},
+                    "spec": {"type": "hosted",
+                             "hosted": hosted_spec(&moto, &front.endpoint, groups(2))}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    until(
+        "the hub asks the cloud for the cluster",
+        Duration::from_secs(30),
+        async || front.count("CreateCluster") == 1,
+    )
+    .await;
+    hub.crash().await;
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    until_groups(
+        &hub,
+        &admin,
+        &[("big", 3), ("small", 2)],
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(front.count("CreateCluster"), 1, "made once");
+    assert_eq!(front.count("CreateNodegroup"), 2);
+    assert_eq!(
+        moto.eks(moto.credentials.clone())
+            .node_groups("shop")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // 1.31 → 1.32: the control plane, then `small`, then `big` (the spec's order), each
+    // begun only once the one before it ended.
+    let mut spec = shop(&hub, &admin).await["spec"].clone();
+    spec["hosted"]["kubernetesVersion"] = json!("1.32");
+    let (code, body) = api(
+        hub.addr,
+        "PUT",
+        "/v1/clusters/shop",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    until(
+        "the control plane and both node groups at 1.32",
+        Duration::from_secs(120),
+        async || {
+            let c = shop(&hub, &admin).await;
+            let groups = c["status"]["nodeGroups"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            c["status"]["provider"]["version"] == "1.32"
+                && groups.len() == 2
+                && groups.iter().all(|g| g["version"] == "1.32")
+                && provisioned(&c) == Some("True")
+        },
+    )
+    .await;
+    assert_eq!(
+        front.upgrades(),
+        [
+            "start shop/1.32",
+            "end shop/1.32",
+            "start shop/small/1.32",
+            "end shop/small/1.32",
+            "start shop/big/1.32",
+            "end shop/big/1.32",
+        ]
+    );
+    // Going down is refused, and says why.
+    spec["hosted"]["kubernetesVersion"] = json!("1.31");
+    let (code, body) = api(
+        hub.addr,
+        "PUT",
+        "/v1/clusters/shop",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be downgraded"),
+        "{body}"
+    );
+
+    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
+    assert!(code == 200 || code == 202, "{code} {body}");
+    until(
+        "the cluster is gone from the hub",
+        Duration::from_secs(60),
+        async || {
+            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
+                .await
+                .0
+                == 404
+        },
+    )
+    .await;
+    assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -362,6 +362,55 @@ impl Client {
     }
 }
 
+/// A presigned GET of `https://{host}{path}?{query}` (Signature Version 4 in the query
+/// string, as an SDK's presigner makes it): anyone holding the URL may make that one request,
+/// with the `headers` signed, until `expires_secs` after `at`.
+#[allow(clippy::too_many_arguments)]
+pub fn presigned_get(
+    host: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    headers: &[(&str, &str)],
+    region: &str,
+    service: &str,
+    credentials: &Credentials,
+    at: time::OffsetDateTime,
+    expires_secs: u32,
+) -> String {
+    let date_time = amz_date(at);
+    let scope = format!(
+        "{}/{}/{region}/{service}/aws4_request",
+        credentials.access_key_id,
+        date_time.get(..8).unwrap_or_default()
+    );
+    let mut signed: Vec<(&str, &str)> = vec![("host", host)];
+    signed.extend(headers.iter().copied());
+    signed.sort_unstable();
+    let signed_names = signed.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(";");
+    let expires = expires_secs.to_string();
+    let mut pairs: Vec<(&str, &str)> = query.to_vec();
+    pairs.extend([
+        ("X-Amz-Algorithm", "AWS4-HMAC-SHA256"),
+        ("X-Amz-Credential", scope.as_str()),
+        ("X-Amz-Date", date_time.as_str()),
+        ("X-Amz-Expires", expires.as_str()),
+        ("X-Amz-SignedHeaders", signed_names.as_str()),
+    ]);
+    let canonical = canonical_query(&pairs);
+    let request = Request {
+        method: "GET",
+        path,
+        query: &canonical,
+        headers: &signed,
+        body: b"",
+        region,
+        service,
+        credentials,
+    };
+    let (_, _, signature) = signature(&request, &date_time);
+    format!("https://{host}{path}?{canonical}&X-Amz-Signature={signature}")
+}
+
 /// SigV4's canonical query string: each key and value URI-encoded (unreserved characters
 /// kept, a space as `%20`), the pairs sorted.
 fn canonical_query(pairs: &[(&str, &str)]) -> String {
@@ -430,7 +479,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The `Authorization` header of Signature Version 4.
 fn sign(request: &Request<'_>) -> String {
-    let (scope, signed_headers, signature) = signature(request);
+    let date_time = request
+        .headers
+        .iter()
+        .find(|(k, _)| *k == "x-amz-date")
+        .map_or("", |(_, v)| *v);
+    let (scope, signed_headers, signature) = signature(request, date_time);
     format!(
         "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={signature}",
         request.credentials.access_key_id,
@@ -438,13 +492,10 @@ fn sign(request: &Request<'_>) -> String {
 }
 
 /// Signature Version 4 of `request`: (credential scope, signed headers, signature).
-fn signature(request: &Request<'_>) -> (String, String, String) {
+/// `date_time`: when it is signed (`20150830T123600Z`).
+fn signature(request: &Request<'_>, date_time: &str) -> (String, String, String) {
     let mut headers: Vec<(&str, &str)> = request.headers.to_vec();
     headers.sort_unstable();
-    let date_time = headers
-        .iter()
-        .find(|(k, _)| *k == "x-amz-date")
-        .map_or("", |(_, v)| *v);
     let date = date_time.get(..8).unwrap_or_default();
     let canonical_headers: String = headers
         .iter()
@@ -565,6 +616,32 @@ mod tests {
             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/eks/aws4_request, \
              SignedHeaders=content-type;host;x-amz-date, \
              Signature=ef5d8b7970bac994e6cae4950ab5f75269e2b7cfcb3010b1626c1fcd0a50cd97"
+        );
+    }
+
+    #[test]
+    fn presigns_a_get_as_botocore_does() {
+        // botocore's `SigV4QueryAuth` (expires 60) of STS's GetCallerIdentity with the header
+        // aws-iam-authenticator signs, at 2015-08-30T12:36:00Z.
+        let url = presigned_get(
+            "sts.us-east-1.amazonaws.com",
+            "/",
+            &[("Action", "GetCallerIdentity"), ("Version", "2011-06-15")],
+            &[("x-k8s-aws-id", "shop")],
+            "us-east-1",
+            "sts",
+            &example(),
+            time::macros::datetime!(2015-08-30 12:36:00 UTC),
+            60,
+        );
+        assert_eq!(
+            url,
+            "https://sts.us-east-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15\
+             &X-Amz-Algorithm=AWS4-HMAC-SHA256\
+             &X-Amz-Credential=AKIDEXAMPLE%2F20150830%2Fus-east-1%2Fsts%2Faws4_request\
+             &X-Amz-Date=20150830T123600Z&X-Amz-Expires=60\
+             &X-Amz-SignedHeaders=host%3Bx-k8s-aws-id\
+             &X-Amz-Signature=5e7c83cd2380c76be0fafb91d7b5f90b52105f5292882a5b57ea8251a77605b0"
         );
     }
 

@@ -91,6 +91,35 @@ impl Eks {
     }
 }
 
+/// The bearer token EKS's API servers take for the identity of `credentials`, as
+/// aws-iam-authenticator and `aws eks get-token` make it: `k8s-aws-v1.` and, base64url without
+/// padding, an STS `GetCallerIdentity` URL presigned at `at` for 60 s with the cluster's name
+/// signed in its `x-k8s-aws-id` header. The cluster's authenticator makes that call to learn
+/// who holds the key; the key itself never leaves the hub.
+pub fn token(
+    credentials: &Credentials,
+    region: &str,
+    cluster: &str,
+    at: time::OffsetDateTime,
+) -> String {
+    use base64::Engine;
+    let url = aws::presigned_get(
+        &format!("sts.{region}.amazonaws.com"),
+        "/",
+        &[("Action", "GetCallerIdentity"), ("Version", "2011-06-15")],
+        &[("x-k8s-aws-id", cluster)],
+        region,
+        "sts",
+        credentials,
+        at,
+        60,
+    );
+    format!(
+        "k8s-aws-v1.{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(url)
+    )
+}
+
 /// A name as one segment of a path: EKS's names are letters, digits, `-` and `_`, so nothing
 /// needs encoding; anything else is refused rather than sent somewhere unintended.
 fn segment(name: &str) -> Result<&str, DriverError> {
@@ -425,6 +454,28 @@ mod tests {
         );
         assert!(taint("gpu=true").is_err());
         assert!(taint("gpu=true:Sometimes").is_err());
+    }
+
+    #[test]
+    fn tokens_carry_a_presigned_sts_call_for_the_cluster() {
+        use base64::Engine;
+        let credentials = Credentials {
+            access_key_id: "AKIDEXAMPLE".into(),
+            secret_access_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),
+        };
+        let at = time::macros::datetime!(2015-08-30 12:36:00 UTC);
+        let token = token(&credentials, "us-east-1", "shop", at);
+        let encoded = token.strip_prefix("k8s-aws-v1.").unwrap();
+        assert!(!encoded.contains(['=', '+', '/']), "{encoded}");
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(encoded)
+            .unwrap();
+        // The URL botocore presigns for the same call (see aws.rs).
+        assert!(String::from_utf8(url).unwrap().ends_with(
+            "X-Amz-SignedHeaders=host%3Bx-k8s-aws-id\
+             &X-Amz-Signature=5e7c83cd2380c76be0fafb91d7b5f90b52105f5292882a5b57ea8251a77605b0"
+        ));
+        assert!(!token.contains(&credentials.secret_access_key));
     }
 
     #[test]

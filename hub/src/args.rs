@@ -64,6 +64,13 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A flag without an environment variable.
+    #[error("invalid {flag} {value:?}: {reason}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        reason: String,
+    },
 }
 
 #[derive(Parser, Debug)]
@@ -103,6 +110,8 @@ enum CliCommand {
     Role(RoleArgs),
     /// A cluster's machine pools: scale one.
     Pool(PoolArgs),
+    /// The node groups of hosted clusters: scale one.
+    Nodegroup(NodeGroupArgs),
     /// The machines the hub made for a cluster's pools.
     Machine(MachineArgs),
     /// Print objects of any kind the hub keeps (a table, or -o yaml|json)
@@ -186,6 +195,14 @@ enum PoolCommand {
 }
 
 #[derive(Args, Debug)]
+struct NodeGroupArgs {
+    #[command(subcommand)]
+    command: hosted::NodeGroupCommand,
+    #[command(flatten)]
+    opts: ClientOpts,
+}
+
+#[derive(Args, Debug)]
 struct MachineArgs {
     #[command(subcommand)]
     command: MachineCommand,
@@ -266,9 +283,11 @@ enum ClusterCommand {
         /// For custom clusters: k3s or rke2
         #[arg(long)]
         distribution: Option<String>,
-        /// For custom clusters: e.g. v1.33.4+k3s1
+        /// For custom clusters: e.g. v1.33.4+k3s1; for hosted ones, a minor version, e.g. 1.31
         #[arg(long = "kubernetes-version")]
         version: Option<String>,
+        #[command(flatten)]
+        hosted: Box<hosted::HostedFlags>,
     },
     /// List the clusters you may see
     List,
@@ -510,9 +529,20 @@ where
             let request = match args.command {
                 ClusterCommand::Create {
                     name,
+                    hosted,
+                    version,
+                    ..
+                } if hosted.hosted() => {
+                    let spec =
+                        serde_json::json!({"type": "hosted", "hosted": hosted.spec(version)?});
+                    Request::ClusterCreate { name, spec }
+                }
+                ClusterCommand::Create {
+                    name,
                     cluster_type,
                     distribution,
                     version,
+                    hosted: _,
                 } => {
                     let mut spec = serde_json::json!({"type": cluster_type});
                     if let Some(d) = distribution {
@@ -581,6 +611,26 @@ where
                     cluster,
                     pool,
                     quantity,
+                },
+                args.opts,
+                env,
+            ))
+        }
+        CliCommand::Nodegroup(args) => {
+            let hosted::NodeGroupCommand::Scale {
+                cluster,
+                group,
+                desired,
+                min,
+                max,
+            } = args.command;
+            Ok(client(
+                crate::cli::Request::NodeGroupScale {
+                    cluster,
+                    group,
+                    desired,
+                    min,
+                    max,
                 },
                 args.opts,
                 env,
@@ -714,6 +764,7 @@ fn check_server_url(url: &str) -> Result<String, ConfigError> {
 }
 
 mod access;
+mod hosted;
 mod objects;
 mod serve;
 #[cfg(test)]

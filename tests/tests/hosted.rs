@@ -10,7 +10,7 @@ use drivers::{
     hosted::{ClusterRequest, HostedProvider, NodeGroupRequest, Phase, Size},
 };
 use serde_json::{Value, json};
-use tests::{HubProcess, api, cloud::Moto, eks_front::EksFront, login, temp_dir, until};
+use tests::{HubProcess, api, cloud::Moto, eks_front::EksFront, hub_cli, login, temp_dir, until};
 
 /// The role ARNs moto checks the form of.
 const CLUSTER_ROLE: &str = "arn:aws:iam::123456789012:role/eks-cluster";
@@ -263,16 +263,81 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
         "{body}"
     );
 
-    let (code, body) = api(
-        hub.addr,
-        "POST",
-        "/v1/clusters",
-        Some(&admin),
-        Some(json!({"metadata": {"name": "shop"},
-                    "spec": {"type": "hosted", "hosted": hosted(groups(2))}})),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
+    // Made with the command line, as an operator would.
+    let cli = dir.join("cli.json");
+    let login = hub_cli(
+        &cli,
+        &[
+            "login",
+            "--server",
+            &hub.url(),
+            "--password-stdin",
+            "--ca-checksum",
+            &hub.ca_checksum,
+        ],
+        &format!("{}\n", hub.admin_password.as_deref().unwrap()),
+    );
+    assert_eq!(login.code, 0, "{}", login.stderr);
+    let ca_file = dir.join("eks-ca.pem");
+    std::fs::write(&ca_file, &moto.ca_pem).unwrap();
+    let created = hub_cli(
+        &cli,
+        &[
+            "cluster",
+            "create",
+            "shop",
+            "--hosted",
+            "eks",
+            "--credential",
+            "aws",
+            "--region",
+            tests::cloud::REGION,
+            "--endpoint",
+            &moto.endpoint,
+            "--endpoint-ca",
+            ca_file.to_str().unwrap(),
+            "--kubernetes-version",
+            "1.31",
+            "--role-arn",
+            CLUSTER_ROLE,
+            "--node-role",
+            NODE_ROLE,
+            "--subnet",
+            &moto.subnet_id,
+            "--tag",
+            "team=shop",
+            "--node-group",
+            "name=small,instanceType=t3.large,desiredSize=2,minSize=1,maxSize=5",
+            "--node-group",
+            "name=big,instanceType=m5.xlarge,desiredSize=3,minSize=1,maxSize=5,diskSize=50",
+        ],
+        "",
+    );
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    assert!(
+        created.stdout.contains("The hub makes it in the cloud"),
+        "{}",
+        created.stdout
+    );
+    let misspelt = hub_cli(
+        &cli,
+        &[
+            "cluster",
+            "create",
+            "other",
+            "--hosted",
+            "eks",
+            "--node-group",
+            "name=a,desired=2",
+        ],
+        "",
+    );
+    assert_ne!(misspelt.code, 0);
+    assert!(
+        misspelt.stderr.contains("\"desired\" is not one of"),
+        "{}",
+        misspelt.stderr
+    );
     let cluster = async || shop(&hub, &admin).await;
     let wait_for_groups = async |want: &[(&str, u64)]| {
         until_groups(&hub, &admin, want, Duration::from_secs(60)).await;
@@ -306,29 +371,46 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
         [("big", "1.31", 3, 5), ("small", "1.31", 2, 5)]
     );
 
-    // Resized through the spec: 2 → 4 → 1.
-    for size in [4, 1] {
-        let mut spec = shop["spec"].clone();
-        spec["hosted"]["nodeGroups"] = groups(size);
-        let (code, body) = api(
-            hub.addr,
-            "PUT",
-            "/v1/clusters/shop",
-            Some(&admin),
-            Some(json!({"metadata": {"name": "shop"}, "spec": spec})),
-        )
-        .await;
-        assert_eq!(code, 200, "{body}");
-        wait_for_groups(&[("big", 3), ("small", u64::from(size))]).await;
-        let small = eks
-            .node_groups("shop")
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|g| g.name == "small")
-            .unwrap();
-        assert_eq!(small.desired_size, size);
-    }
+    // Resized 2 → 4 with the command line, 4 → 1 through the API.
+    let scaled = hub_cli(
+        &cli,
+        &["nodegroup", "scale", "shop", "small", "--desired", "4"],
+        "",
+    );
+    assert_eq!(scaled.code, 0, "{}", scaled.stderr);
+    let unknown = hub_cli(
+        &cli,
+        &["nodegroup", "scale", "shop", "huge", "--desired", "4"],
+        "",
+    );
+    assert!(
+        unknown
+            .stderr
+            .contains("no node group \"huge\" (its node groups: small, big)"),
+        "{}",
+        unknown.stderr
+    );
+    wait_for_groups(&[("big", 3), ("small", 4)]).await;
+    let mut spec = cluster().await["spec"].clone();
+    spec["hosted"]["nodeGroups"][0]["desiredSize"] = json!(1);
+    let (code, body) = api(
+        hub.addr,
+        "PUT",
+        "/v1/clusters/shop",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": spec})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    wait_for_groups(&[("big", 3), ("small", 1)]).await;
+    let small = eks
+        .node_groups("shop")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|g| g.name == "small")
+        .unwrap();
+    assert_eq!(small.desired_size, 1);
 
     // Deleted: node groups, then the control plane, then the cluster object.
     let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;

@@ -115,6 +115,14 @@ pub enum Request {
         cluster: String,
     },
     /// Sets one machine pool's quantity.
+    /// A hosted cluster's node group resized (read, changed, written back at that version).
+    NodeGroupScale {
+        cluster: String,
+        group: String,
+        desired: u32,
+        min: Option<u32>,
+        max: Option<u32>,
+    },
     PoolScale {
         cluster: String,
         pool: String,
@@ -399,6 +407,26 @@ pub async fn run(
                 format!("/v1/clusters/{cluster}"),
                 Some(json!({"metadata": {"resourceVersion": version},
                             "spec": {"machinePools": pools}})),
+            )
+        }
+        Request::NodeGroupScale {
+            cluster,
+            group,
+            desired,
+            min,
+            max,
+        } => {
+            let mut value = get_cluster(&client, &saved, cluster).await?;
+            let mut hosted = value["spec"]["hosted"].take();
+            let size = (*desired, *min, *max);
+            resize_group(&mut hosted, cluster, group, size)?;
+            (
+                "PATCH",
+                format!("/v1/clusters/{cluster}"),
+                Some(
+                    json!({"metadata": {"resourceVersion": value["metadata"]["resourceVersion"].take()},
+                            "spec": {"hosted": hosted}}),
+                ),
             )
         }
         Request::MachineList { .. } => ("GET", "/v1/machines".to_owned(), None),
@@ -702,6 +730,42 @@ async fn scaled_pools(
     };
     entry["quantity"] = json!(quantity);
     Ok((value["metadata"]["resourceVersion"].take(), pools))
+}
+
+/// Sets node group `group`'s size in `spec.hosted` (desired, and min and max if given).
+fn resize_group(
+    hosted: &mut Value,
+    cluster: &str,
+    group: &str,
+    (desired, min, max): (u32, Option<u32>, Option<u32>),
+) -> Result<(), CliError> {
+    let names: Vec<String> = hosted["nodeGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["name"].as_str().map(str::to_owned))
+        .collect();
+    let Some(entry) = hosted["nodeGroups"]
+        .as_array_mut()
+        .and_then(|all| all.iter_mut().find(|g| g["name"] == group))
+    else {
+        return Err(CliError::Refused(format!(
+            "cluster {cluster} has no node group {group:?} (its node groups: {})",
+            if names.is_empty() {
+                "none; is it a hosted cluster?".to_owned()
+            } else {
+                names.join(", ")
+            }
+        )));
+    };
+    entry["desiredSize"] = json!(desired);
+    if let Some(min) = min {
+        entry["minSize"] = json!(min);
+    }
+    if let Some(max) = max {
+        entry["maxSize"] = json!(max);
+    }
+    Ok(())
 }
 
 async fn next_generation(

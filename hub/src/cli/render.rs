@@ -53,6 +53,9 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
                     ]
                 }),
             ),
+            Request::ClusterCreate { name, .. } if value["spec"]["type"] == "hosted" => format!(
+                "Cluster {name} created. The hub makes it in the cloud; `drover-hub cluster get {name}` shows its progress.\n"
+            ),
             Request::ClusterCreate { name, .. } => {
                 let r = &value["registration"];
                 let command = r["importCommand"]
@@ -138,6 +141,14 @@ pub(super) fn render(request: &Request, value: &Value, output: Output) -> String
             ),
             Request::ClusterRotateCertificates { cluster } => format!(
                 "Rotating the certificates of cluster {cluster}, host by host; `drover-hub cluster get {cluster}` shows progress.\n"
+            ),
+            Request::NodeGroupScale {
+                cluster,
+                group,
+                desired,
+                ..
+            } => format!(
+                "Node group {group} of cluster {cluster} now asks for {desired} machines; `drover-hub cluster get {cluster}` shows its size in the cloud.\n"
             ),
             Request::PoolScale {
                 cluster,

@@ -15,6 +15,9 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Eks {
     client: aws::Client,
+    /// For the clusters' bearer tokens.
+    credentials: Credentials,
+    region: String,
 }
 
 impl Eks {
@@ -32,8 +35,12 @@ impl Eks {
             endpoint.to_owned()
         };
         // EKS's REST API has no version parameter: the path is the version.
-        let client = aws::Client::new(&endpoint, region, "eks", "", credentials, ca_pem)?;
-        Ok(Eks { client })
+        let client = aws::Client::new(&endpoint, region, "eks", "", credentials.clone(), ca_pem)?;
+        Ok(Eks {
+            client,
+            credentials,
+            region: region.to_owned(),
+        })
     }
 
     async fn call(
@@ -243,6 +250,15 @@ fn scaling(size: Size) -> Value {
 }
 
 impl HostedProvider for Eks {
+    fn api_token(&self, cluster: &str) -> String {
+        token(
+            &self.credentials,
+            &self.region,
+            cluster,
+            time::OffsetDateTime::now_utc(),
+        )
+    }
+
     fn cluster<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Cluster>, DriverError>> {
         Box::pin(async move {
             let path = format!("/clusters/{}", segment(name)?);

@@ -96,6 +96,9 @@ pub struct Size {
 /// One cloud's hosted Kubernetes. Every call is safe to repeat: creating what exists answers
 /// [`DriverError::Refused`] only when the settings differ, deleting what is gone succeeds.
 pub trait HostedProvider: Send + Sync + std::fmt::Debug {
+    /// A bearer token the cluster's API server takes for the provider's credential, valid a
+    /// few minutes, that does not disclose the credential (EKS: [`crate::eks::token`]).
+    fn api_token(&self, cluster: &str) -> String;
     /// The control plane `name`, unless there is none.
     fn cluster<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Cluster>, DriverError>>;
     fn create_cluster<'a>(

@@ -24,6 +24,7 @@ use crate::{
 };
 
 pub mod decide;
+mod install;
 use decide::{Action, CLUSTER_TAG, Decision, OWNER_TAG, Observed, Standing, decide};
 
 /// The finalizer a hosted cluster carries until nothing of it is left in the cloud.
@@ -37,6 +38,15 @@ const NEXT_ATTEMPT: &str = "hostedNextAttempt";
 const FAILED_GENERATION: &str = "hostedFailedGeneration";
 /// How many times one pass looks at the cloud again after acting.
 const ROUNDS: u32 = 4;
+/// On the status: when the hub installed the agents (never again after).
+const AGENTS_INSTALLED: &str = "agentsInstalled";
+/// The condition that says whether the agents are installed, and the failed tries' count and
+/// next attempt.
+const INSTALLED: &str = "AgentsInstalled";
+const INSTALL_FAILURES: &str = "installFailures";
+const INSTALL_NEXT_ATTEMPT: &str = "installNextAttempt";
+/// On the registration token the install made: the cluster's name.
+const INSTALL_LABEL: &str = "drover.io/hosted-install";
 const FIRST_WAIT: Duration = Duration::from_secs(5);
 const LONGEST_WAIT: Duration = Duration::from_secs(300);
 
@@ -81,6 +91,9 @@ pub fn cloud_providers() -> Providers {
 pub struct Controller {
     store: Arc<dyn Store>,
     providers: Providers,
+    /// What the agents installed into a cluster dial, and the CA they pin.
+    server_url: String,
+    ca_checksum: String,
 }
 
 impl std::fmt::Debug for Controller {
@@ -96,8 +109,18 @@ struct Failure {
 }
 
 impl Controller {
-    pub fn new(store: Arc<dyn Store>, providers: Providers) -> Self {
-        Self { store, providers }
+    pub fn new(
+        store: Arc<dyn Store>,
+        providers: Providers,
+        server_url: String,
+        ca_checksum: String,
+    ) -> Self {
+        Self {
+            store,
+            providers,
+            server_url,
+            ca_checksum,
+        }
     }
 
     /// Reconciles every hosted cluster whenever a Cluster or CloudCredential changes other
@@ -135,15 +158,21 @@ impl Controller {
             let Ok(spec) = serde_json::from_value::<ClusterSpec>(cluster.spec.clone()) else {
                 continue;
             };
-            let (ClusterType::Hosted, Some(hosted)) = (spec.cluster_type, spec.hosted) else {
+            let (ClusterType::Hosted, Some(hosted)) = (spec.cluster_type, spec.hosted.clone())
+            else {
                 continue;
             };
-            self.reconcile(&cluster, &hosted).await?;
+            self.reconcile(&cluster, &spec, &hosted).await?;
         }
         Ok(())
     }
 
-    async fn reconcile(&self, cluster: &Object, spec: &HostedSpec) -> Result<(), StoreError> {
+    async fn reconcile(
+        &self,
+        cluster: &Object,
+        cluster_spec: &ClusterSpec,
+        spec: &HostedSpec,
+    ) -> Result<(), StoreError> {
         let meta = &cluster.metadata;
         let deleting = meta.deletion_timestamp.is_some();
         if deleting && !meta.finalizers.iter().any(|f| f == FINALIZER) {
@@ -173,10 +202,15 @@ impl Controller {
         // for the next pass. A few rounds at most: the cloud's slow steps are waited out
         // between passes.
         let mut rounds = 0;
+        let mut installed = Status::of(cluster).extra.contains_key(AGENTS_INSTALLED);
+        let mut install_tried = false;
         loop {
             rounds += 1;
             let observed = match observe(provider.as_ref(), spec.cloud_name(&meta.name)).await {
-                Ok(observed) => observed,
+                Ok(observed) => Observed {
+                    agents_installed: installed,
+                    ..observed
+                },
                 Err(e) => {
                     let failure = Failure {
                         step: "reading the cloud's cluster".into(),
@@ -186,7 +220,25 @@ impl Controller {
                 }
             };
             let decision = decide(&meta.name, &meta.uid, spec, deleting, &observed);
+            let mut performed = 0;
             for action in &decision.actions {
+                if *action == Action::InstallAgents {
+                    // Its own retries, once a pass at most: a cluster the hub cannot reach
+                    // yet still gets its node groups.
+                    if install_tried || !install_due(cluster) {
+                        continue;
+                    }
+                    install_tried = true;
+                    performed += 1;
+                    let done = self
+                        .install(cluster, cluster_spec, spec, &observed, provider.as_ref())
+                        .await?;
+                    match done {
+                        Ok(()) => installed = true,
+                        Err(why) => self.install_failed(cluster, why).await?,
+                    }
+                    continue;
+                }
                 if let Err(e) = act(provider.as_ref(), cluster, spec, &observed, action).await {
                     let failure = Failure {
                         step: step_of(action),
@@ -194,11 +246,81 @@ impl Controller {
                     };
                     return self.failed(cluster, failure).await;
                 }
+                performed += 1;
                 tracing::info!(cluster = %meta.name, action = ?action, "hosted cluster");
             }
-            if decision.actions.is_empty() || rounds == ROUNDS {
+            if performed == 0 || rounds == ROUNDS {
                 return self.record(cluster, &observed, &decision).await;
             }
+        }
+    }
+
+    /// Applies the cluster's import manifest at its API server (see [`install`]), with a
+    /// registration token made for it (any one an earlier try made goes), and records it.
+    async fn install(
+        &self,
+        cluster: &Object,
+        cluster_spec: &ClusterSpec,
+        spec: &HostedSpec,
+        observed: &Observed,
+        provider: &dyn HostedProvider,
+    ) -> Result<Result<(), String>, StoreError> {
+        let name = &cluster.metadata.name;
+        let Some(cloud) = &observed.cluster else {
+            return Ok(Err("the cloud reports no cluster".into()));
+        };
+        let token = crate::auth::secret::new_token(crate::auth::secret::TokenKind::Registration);
+        let mut token_object = crate::registration::token_object(name, &token);
+        token_object
+            .metadata
+            .labels
+            .insert(INSTALL_LABEL.into(), name.clone());
+        let selector = LabelSelector::parse(&format!("{INSTALL_LABEL}={name}"))
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let (earlier, _) = self
+            .store
+            .list(Kind::RegistrationToken.name(), &selector)
+            .await?;
+        let mut ops: Vec<Op> = earlier
+            .iter()
+            .map(|t| Op::Delete {
+                kind: Kind::RegistrationToken.name().to_owned(),
+                name: t.metadata.name.clone(),
+                resource_version: None,
+            })
+            .collect();
+        ops.push(Op::Create(token_object));
+        crate::refs::stamp_all(self.store.as_ref(), &mut ops).await?;
+        self.store.transact(ops).await?;
+        let manifest = match crate::registration::agents_manifest(
+            self.store.as_ref(),
+            &self.server_url,
+            &self.ca_checksum,
+            name,
+            cluster_spec,
+            &token.value,
+        )
+        .await
+        {
+            Ok(manifest) => manifest,
+            Err(StoreError::Invalid(why)) => return Ok(Err(why)),
+            Err(e) => return Err(e),
+        };
+        let bearer = provider.api_token(spec.cloud_name(name));
+        match install::apply(&cloud.endpoint, &cloud.ca_pem, &bearer, &manifest).await {
+            Ok(applied) => {
+                tracing::info!(cluster = %name, objects = applied, "installed the agents into the hosted cluster");
+                let at = crate::store::now_rfc3339();
+                crate::model::update_status(self.store.as_ref(), Kind::Cluster, name, move |s| {
+                    s.extra.insert(AGENTS_INSTALLED.into(), json!(at));
+                    s.extra.remove(INSTALL_FAILURES);
+                    s.extra.remove(INSTALL_NEXT_ATTEMPT);
+                    s.set_condition(INSTALLED, true, "Applied", "");
+                })
+                .await?;
+                Ok(Ok(()))
+            }
+            Err(why) => Ok(Err(why)),
         }
     }
 
@@ -274,6 +396,32 @@ impl Controller {
         .await
     }
 
+    /// Records a failed install and when it is tried again (the cloud's steps go on).
+    async fn install_failed(&self, cluster: &Object, why: String) -> Result<(), StoreError> {
+        let n = Status::of(cluster)
+            .extra
+            .get(INSTALL_FAILURES)
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            + 1;
+        let next = crate::model::format_time(time::OffsetDateTime::now_utc() + backoff(n));
+        let message = format!(
+            "installing the agents failed: {why}; tried again at {next} (failure {n} in a row)"
+        );
+        tracing::warn!(cluster = %cluster.metadata.name, %message, "hosted cluster");
+        crate::model::update_status(
+            self.store.as_ref(),
+            Kind::Cluster,
+            &cluster.metadata.name,
+            move |s| {
+                s.extra.insert(INSTALL_FAILURES.into(), json!(n));
+                s.extra.insert(INSTALL_NEXT_ATTEMPT.into(), json!(next));
+                s.set_condition(INSTALLED, false, "Failed", &message);
+            },
+        )
+        .await
+    }
+
     /// Records a failed step and when it is tried again.
     async fn failed(&self, cluster: &Object, failure: Failure) -> Result<(), StoreError> {
         let status = Status::of(cluster);
@@ -307,6 +455,17 @@ impl Controller {
     }
 }
 
+/// Whether an install that failed may be tried again now (the cluster object is the one read
+/// at the start of the pass: a failure earlier in this pass is not seen, which is one try).
+fn install_due(cluster: &Object) -> bool {
+    Status::of(cluster)
+        .extra
+        .get(INSTALL_NEXT_ATTEMPT)
+        .and_then(Value::as_str)
+        .and_then(crate::model::parse_time)
+        .is_none_or(|due| time::OffsetDateTime::now_utc() >= due)
+}
+
 /// Whether the cluster's last failure asks to wait still: its next attempt is not due, and
 /// its spec is the one that failed.
 fn waiting_to_retry(cluster: &Object) -> bool {
@@ -335,12 +494,14 @@ async fn observe(provider: &dyn HostedProvider, cloud_name: &str) -> Result<Obse
     Ok(Observed {
         cluster,
         node_groups,
+        agents_installed: false,
     })
 }
 
 fn step_of(action: &Action) -> String {
     match action {
         Action::CreateCluster => "creating the control plane".into(),
+        Action::InstallAgents => "installing the agents".into(),
         Action::UpgradeCluster(v) => format!("upgrading the control plane to {v}"),
         Action::DeleteCluster => "deleting the control plane".into(),
         Action::CreateNodeGroup(g) => format!("creating node group {g}"),
@@ -423,6 +584,8 @@ async fn act(
             provider.upgrade_node_group(name, group, version).await
         }
         Action::DeleteNodeGroup(group) => provider.delete_node_group(name, group).await,
+        // Not the cloud's: the controller does it itself.
+        Action::InstallAgents => Ok(()),
     }
 }
 

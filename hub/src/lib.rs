@@ -270,7 +270,12 @@ impl Hub {
                     planner.server_url.clone(),
                     planner.ca_checksum.clone(),
                 );
-                let hosted = hosted::Controller::new(store.clone(), hosted_providers.clone());
+                let hosted = hosted::Controller::new(
+                    store.clone(),
+                    hosted_providers.clone(),
+                    planner.server_url.clone(),
+                    planner.ca_checksum.clone(),
+                );
                 let git_dir = git_dir.clone();
                 async move {
                     tokio::join!(

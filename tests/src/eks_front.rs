@@ -12,7 +12,9 @@
 //!   moto, so their signatures are not checked;
 //! - on request, forwards the next `CreateCluster` to moto and never answers it (a hub killed
 //!   while it waits has made the cluster without hearing so);
-//! - keeps the order in which upgrades started and ended, for the test to check.
+//! - keeps the order in which upgrades started and ended, for the test to check;
+//! - names, on request, a simulated cluster's API server as a cluster's endpoint and CA (moto
+//!   gives every cluster the same made-up, unreachable endpoint).
 
 use std::{
     collections::HashMap,
@@ -53,6 +55,8 @@ struct State {
     /// How many descriptions a slow step lasts.
     slow: usize,
     stall_next_create: bool,
+    /// By cluster: the API server (URL, CA) its description names instead of moto's.
+    served: HashMap<String, (String, String)>,
 }
 
 /// A handle on the front; it serves until dropped.
@@ -130,6 +134,16 @@ impl EksFront {
     /// The next `CreateCluster` is made at moto and never answered.
     pub fn stall_next_create(&self) {
         self.state.lock().unwrap().stall_next_create = true;
+    }
+
+    /// Cluster `name`'s description names `endpoint` and `ca_pem` (a simulated cluster the
+    /// test runs) instead of moto's fixed, unreachable ones.
+    pub fn serve_cluster(&self, name: &str, endpoint: &str, ca_pem: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .served
+            .insert(name.to_owned(), (endpoint.to_owned(), ca_pem.to_owned()));
     }
 
     /// Upgrades in the order they began and ended (`start shop/1.32`, `end shop/big/1.32`).
@@ -311,6 +325,14 @@ fn describe(state: &mut State, key: &str, field: &str, answer: Bytes) -> Bytes {
     }
     if let Some(version) = state.versions.get(key) {
         described[field]["version"] = json!(version);
+    }
+    if field == "cluster"
+        && let Some((endpoint, ca_pem)) = state.served.get(key)
+    {
+        use base64::Engine;
+        described[field]["endpoint"] = json!(endpoint);
+        described[field]["certificateAuthority"]["data"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
     }
     Bytes::from(described.to_string())
 }

@@ -320,9 +320,45 @@ impl Imported {
         pod: &str,
         node: &str,
     ) -> HashMap<String, String> {
+        let pod_at = PodAt {
+            sim_admin: &self.sim_admin,
+            sim: &self.sim,
+            hub_url: &self.hub.url(),
+            dir: &self.dir,
+            token: &self.agent_token,
+        };
+        pod_at.env(kind, workload, pod, node).await
+    }
+}
+
+/// Where a pod of the import manifest runs, for [`PodAt::env`].
+#[derive(Debug)]
+pub struct PodAt<'a> {
+    /// kubectl as the cluster's admin.
+    pub sim_admin: &'a Path,
+    pub sim: &'a SimCluster,
+    /// How the test reaches the hub.
+    pub hub_url: &'a str,
+    /// Where the pod's state directory and kubeconfig go.
+    pub dir: &'a Path,
+    /// The pod's service account token.
+    pub token: &'a str,
+}
+
+impl PodAt<'_> {
+    /// The environment of pod `pod` of workload `kind`/`workload` (on node `node`), as
+    /// Kubernetes would build it from the manifest's objects in the cluster; and (outside a
+    /// real pod) a kubeconfig with the service account's token, and a state directory.
+    pub async fn env(
+        &self,
+        kind: &'static str,
+        workload: &'static str,
+        pod: &str,
+        node: &str,
+    ) -> HashMap<String, String> {
         let get = |kind: &'static str, name: &'static str| async move {
             let json = kubectl_ok(
-                &self.sim_admin,
+                self.sim_admin,
                 &["get", kind, name, "-n", "drover-system", "-o", "json"],
             )
             .await;
@@ -341,7 +377,7 @@ impl Imported {
             } else if let Some(key) = from["secretKeyRef"]["key"].as_str() {
                 let secret = from["secretKeyRef"]["name"].as_str().unwrap();
                 let json = kubectl_ok(
-                    &self.sim_admin,
+                    self.sim_admin,
                     &["get", "secret", secret, "-n", "drover-system", "-o", "json"],
                 )
                 .await;
@@ -364,9 +400,9 @@ impl Imported {
         }
         // The manifest names the hub by its server URL; the test reaches it on 127.0.0.1.
         assert!(env.contains_key("DROVER_SERVER"));
-        env.insert("DROVER_SERVER".to_owned(), self.hub.url());
+        env.insert("DROVER_SERVER".to_owned(), self.hub_url.to_owned());
         let kubeconfig = self.dir.join("agent.kubeconfig");
-        std::fs::write(&kubeconfig, self.sim.kubeconfig(&self.agent_token)).unwrap();
+        std::fs::write(&kubeconfig, self.sim.kubeconfig(self.token)).unwrap();
         env.extend([
             (
                 "DROVER_STATE_DIR".to_owned(),

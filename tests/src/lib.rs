@@ -20,6 +20,7 @@ pub mod browser;
 pub mod cloud;
 pub mod delivery;
 pub mod ec2_front;
+pub mod eks_auth;
 pub mod eks_front;
 pub mod etcd_proxy;
 pub mod git_http;

@@ -10,7 +10,20 @@ use drivers::{
     hosted::{ClusterRequest, HostedProvider, NodeGroupRequest, Phase, Size},
 };
 use serde_json::{Value, json};
-use tests::{HubProcess, api, cloud::Moto, eks_front::EksFront, hub_cli, login, temp_dir, until};
+use sim::cluster::{
+    ADMIN_TOKEN, Serving, SimCluster, SimConfig,
+    webhook::{self, TokenWebhook},
+};
+use tests::{
+    HubProcess, api, api_text,
+    cloud::Moto,
+    eks_auth::EksAuthenticator,
+    eks_front::EksFront,
+    hub_cli,
+    imported::{PodAt, agent_token, kubectl, kubectl_ok},
+    login, temp_dir, until,
+};
+use tokio_util::sync::CancellationToken;
 
 /// The role ARNs moto checks the form of.
 const CLUSTER_ROLE: &str = "arn:aws:iam::123456789012:role/eks-cluster";
@@ -343,6 +356,27 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
         until_groups(&hub, &admin, want, Duration::from_secs(60)).await;
     };
     wait_for_groups(&[("big", 3), ("small", 2)]).await;
+    // moto gives every cluster a made-up endpoint and CA, so the hub cannot install the
+    // agents: it says why and when it tries again, and the node groups were made regardless.
+    until(
+        "the failed install is explained",
+        Duration::from_secs(30),
+        async || {
+            let c = cluster().await;
+            let agents = c["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "AgentsInstalled")
+                .cloned()
+                .unwrap_or_default();
+            let message = agents["message"].as_str().unwrap_or_default();
+            agents["status"] == "False"
+                && message.starts_with("installing the agents failed: the cluster's CA: ")
+                && message.contains("; tried again at ")
+        },
+    )
+    .await;
     let shop = cluster().await;
     assert_eq!(shop["status"]["provider"]["status"], "ACTIVE", "{shop}");
     assert_eq!(shop["status"]["provider"]["version"], "1.31", "{shop}");
@@ -554,5 +588,153 @@ async fn a_hub_killed_mid_create_makes_nothing_twice_and_upgrades_in_order() {
     )
     .await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Once the cloud says the control plane is active, the hub installs the agents into it with
+/// no hand step: at the endpoint the cloud reports (a simulated cluster here, whose API server
+/// takes EKS's `k8s-aws-v1.` tokens through an authenticator that checks their signature with
+/// the test's key), with a token made from the credential, the import manifest applied with
+/// server-side apply. The agent it installs connects, and kubectl works through the hub; the
+/// credential is nowhere in the cluster.
+#[tokio::test]
+async fn a_hosted_cluster_gets_its_agents_without_a_hand_step() {
+    let dir = temp_dir("hosted-import");
+    let moto = Moto::start(&dir).await;
+    let front = EksFront::start(&moto, &dir, 1).await;
+    let authenticator =
+        EksAuthenticator::start("shop", tests::cloud::REGION, moto.credentials.clone()).await;
+    let webhook_config = dir.join("webhook.kubeconfig");
+    authenticator.config_file(&webhook_config);
+    let shutdown = CancellationToken::new();
+    let serving = Serving {
+        webhook: Some(
+            TokenWebhook::from_config_file(&webhook_config, "v1", webhook::DEFAULT_TTL).unwrap(),
+        ),
+        ..Serving::default()
+    };
+    let sim = SimCluster::start_with(SimConfig::default(), serving, shutdown.clone())
+        .await
+        .unwrap();
+    front.serve_cluster("shop", &sim.url(), sim.ca_pem());
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    add_credential(&hub, &admin, &moto).await;
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"},
+                    "spec": {"type": "hosted",
+                             "hosted": hosted_spec(&moto, &front.endpoint, groups(2))}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    until_groups(
+        &hub,
+        &admin,
+        &[("big", 3), ("small", 2)],
+        Duration::from_secs(90),
+    )
+    .await;
+    let installed = shop(&hub, &admin).await["status"]["agentsInstalled"].clone();
+    assert!(installed.is_string(), "{installed}");
+
+    // In the cluster: the manifest's objects, applied by the hub under its own field manager,
+    // with a token the authenticator took.
+    let sim_admin = dir.join("sim-admin.kubeconfig");
+    std::fs::write(&sim_admin, sim.kubeconfig(ADMIN_TOKEN)).unwrap();
+    let deployment = kubectl_ok(
+        &sim_admin,
+        &[
+            "get",
+            "deployment",
+            "drover-cluster-agent",
+            "-n",
+            "drover-system",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ],
+    )
+    .await;
+    let deployment: Value = serde_json::from_str(&deployment).unwrap();
+    let managers: Vec<&str> = deployment["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["manager"].as_str())
+        .collect();
+    assert_eq!(managers, ["drover-hub"], "{deployment}");
+    assert!(authenticator.reviews.lock().unwrap().contains(&true));
+    let everything = kubectl_ok(
+        &sim_admin,
+        &["get", "secrets,configmaps", "-A", "-o", "json"],
+    )
+    .await;
+    assert!(!everything.contains(&moto.credentials.secret_access_key));
+    assert!(!everything.contains(&moto.credentials.access_key_id));
+
+    // Kubelet's part: the agent runs as the manifest says, and connects.
+    let token = agent_token(&sim_admin).await;
+    let pod = PodAt {
+        sim_admin: &sim_admin,
+        sim: &sim,
+        hub_url: &hub.url(),
+        dir: &dir,
+        token: &token,
+    };
+    let env = pod
+        .env(
+            "deployment",
+            "drover-cluster-agent",
+            "drover-cluster-agent-0",
+            "",
+        )
+        .await;
+    let config = cluster_agent::Config::from_env(&env).unwrap();
+    tokio::spawn(cluster_agent::run(config, shutdown.child_token()));
+    let (status, kubeconfig) = api_text(
+        hub.addr,
+        "POST",
+        "/v1/clusters/shop/kubeconfig",
+        Some(&admin),
+    )
+    .await;
+    assert_eq!(status, 201, "{kubeconfig}");
+    let user_kubeconfig = dir.join("shop.kubeconfig");
+    std::fs::write(&user_kubeconfig, &kubeconfig).unwrap();
+    until(
+        "kubectl through the hub reaches the cluster",
+        Duration::from_secs(60),
+        async || {
+            kubectl(&user_kubeconfig, &["get", "namespace", "drover-system"])
+                .await
+                .0
+        },
+    )
+    .await;
+    // Installed once: later passes do not apply it again.
+    assert_eq!(
+        shop(&hub, &admin).await["status"]["agentsInstalled"],
+        installed
+    );
+
+    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
+    assert!(code == 200 || code == 202, "{code} {body}");
+    until(
+        "the cluster is gone from the hub",
+        Duration::from_secs(90),
+        async || {
+            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
+                .await
+                .0
+                == 404
+        },
+    )
+    .await;
+    assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
+    shutdown.cancel();
     let _ = std::fs::remove_dir_all(&dir);
 }

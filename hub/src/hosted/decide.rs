@@ -16,12 +16,17 @@ pub const OWNER_TAG: &str = "drover.io/owner";
 pub struct Observed {
     pub cluster: Option<Cluster>,
     pub node_groups: Vec<NodeGroup>,
+    /// Whether the hub has installed the agents into the cluster (its own record, not the
+    /// cloud's).
+    pub agents_installed: bool,
 }
 
 /// One step towards the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     CreateCluster,
+    /// Apply the import manifest at the cluster's API server (once, as soon as it is active).
+    InstallAgents,
     /// Move the control plane one minor version up, to this.
     UpgradeCluster(String),
     DeleteCluster,
@@ -108,6 +113,17 @@ pub fn decide(
             );
         }
     }
+    let mut decision = active(spec, uid, cluster, observed);
+    // Last: the cloud's own steps do not wait for it (an endpoint the hub cannot reach, say
+    // private only, holds the agents back, not the node groups).
+    if !observed.agents_installed {
+        decision.actions.push(Action::InstallAgents);
+    }
+    decision
+}
+
+/// With the control plane active: upgrade it, or see to the node groups.
+fn active(spec: &HostedSpec, uid: &str, cluster: &Cluster, observed: &Observed) -> Decision {
     // The control plane first: node groups follow a version it already runs.
     let (Some(want), Some(have)) = (
         minor_version(&spec.kubernetes_version),

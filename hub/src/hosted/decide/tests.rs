@@ -73,10 +73,19 @@ fn group(name: &str, status: &str, version: &str, desired: u32) -> NodeGroup {
     }
 }
 
+/// With the agents installed (rows about installing them say otherwise).
 fn observed(cluster: Option<Cluster>, groups: Vec<NodeGroup>) -> Observed {
     Observed {
         cluster,
         node_groups: groups,
+        agents_installed: true,
+    }
+}
+
+fn not_installed(observed: Observed) -> Observed {
+    Observed {
+        agents_installed: false,
+        ..observed
     }
 }
 
@@ -187,6 +196,31 @@ fn creating_and_resizing() {
                 ],
             ),
             vec![],
+            Standing::Ready,
+        ),
+        (
+            "active at last: the agents are installed at once, with the node groups made",
+            spec("1.31", &two),
+            not_installed(observed(cluster("ACTIVE", "1.31"), vec![])),
+            vec![
+                CreateNodeGroup("small".into()),
+                CreateNodeGroup("big".into()),
+                InstallAgents,
+            ],
+            waiting("creating node group small; creating node group big"),
+        ),
+        (
+            "not before the control plane is active",
+            spec("1.31", &two),
+            not_installed(observed(cluster("CREATING", "1.31"), vec![])),
+            vec![],
+            waiting("control plane CREATING"),
+        ),
+        (
+            "the cloud as the spec says: only the install is left (the cloud is ready)",
+            spec("1.31", &[]),
+            not_installed(observed(cluster("ACTIVE", "1.31"), vec![])),
+            vec![InstallAgents],
             Standing::Ready,
         ),
     ];

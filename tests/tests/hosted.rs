@@ -16,6 +16,7 @@ use sim::cluster::{
 };
 use tests::{
     HubProcess, api, api_text,
+    browser::{Driver, check_and_save_as},
     cloud::Moto,
     eks_auth::EksAuthenticator,
     eks_front::EksFront,
@@ -736,5 +737,136 @@ async fn a_hosted_cluster_gets_its_agents_without_a_hand_step() {
     .await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The dashboard: an admin creates a hosted cluster with a node group on the create page, sees
+/// the cloud's status of the control plane and the group on the cluster's page as it changes,
+/// adds a machine with the group's + button and upgrades the Kubernetes version with the
+/// page's form; the cloud follows each step. No console error, no accessibility problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_create_scale_and_upgrade_a_hosted_cluster_from_the_dashboard() {
+    let dir = temp_dir("hosted-dashboard");
+    let moto = Moto::start(&dir).await;
+    let front = EksFront::start(&moto, &dir, 0).await;
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let base = hub.url();
+    let password = hub.admin_password.clone().unwrap();
+    let admin = login(hub.addr, "admin", &password).await;
+    add_credential(&hub, &admin, &moto).await;
+
+    let driver = Driver::start(&dir).await;
+    let browser = driver.browser("hosted-admin", 1280, 900).await;
+    browser.goto(&format!("{base}/")).await;
+    browser.find("form#login").await;
+    browser.type_into("#username", "admin").await;
+    browser.type_into("#password", &password).await;
+    browser.click("form#login button[type=submit]").await;
+    browser.find("table#clusters").await;
+
+    browser.goto(&format!("{base}/clusters/new")).await;
+    browser.type_into("#name", "shop").await;
+    browser.click("input[name=type][value=hosted]").await;
+    browser.find("#hosted-fields:not([hidden])").await;
+    browser
+        .run(
+            "const [values, group] = arguments; \
+             for (const [name, value] of Object.entries(values)) \
+               document.querySelector(`#hosted-fields [name=\"${name}\"]`).value = value; \
+             const row = document.querySelector('.group-row'); \
+             for (const [name, value] of Object.entries(group)) \
+               row.querySelector(`[name=\"group-${name}\"]`).value = value;",
+            json!([
+                {"credential": "aws", "region": tests::cloud::REGION, "kubernetesVersion": "1.31",
+                 "roleArn": CLUSTER_ROLE, "nodeRole": NODE_ROLE, "subnets": moto.subnet_id,
+                 "endpoint": front.endpoint, "endpointCA": moto.ca_pem},
+                {"name": "small", "instanceType": "t3.large", "desiredSize": "2", "minSize": "1",
+                 "maxSize": "5"},
+            ]),
+        )
+        .await;
+    check_and_save_as(&browser, "hosted-create").await;
+    browser
+        .click("form#create-cluster button[type=submit]")
+        .await;
+    browser.find("#created:not([hidden])").await;
+    assert!(
+        browser
+            .text("#created-help")
+            .await
+            .contains("The hub makes it in the cloud")
+    );
+
+    browser.goto(&format!("{base}/clusters/shop")).await;
+    let group_is = |status: &str, version: &str, machines: u32| {
+        format!(
+            "const row = document.querySelector('table#node-groups tr[data-name=small]'); \
+             const cell = (label) => row && row.querySelector(`td[data-label=\"${{label}}\"]`).textContent; \
+             return row !== null && cell('Status') === '{status}' && cell('Version') === '{version}' \
+               && cell('Machines') === '{machines}';"
+        )
+    };
+    browser
+        .until(
+            "node group small ACTIVE with 2 machines",
+            Duration::from_secs(60),
+            &group_is("ACTIVE", "1.31", 2),
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text("table#hosted-provider tr[data-name=control-plane] td[data-label=Status]")
+            .await,
+        "ACTIVE"
+    );
+    check_and_save_as(&browser, "hosted-cluster").await;
+
+    // + : a third machine, asked of the cloud.
+    browser
+        .click("button.scale-group[data-group=small][data-by='1']")
+        .await;
+    browser
+        .until(
+            "node group small at 3",
+            Duration::from_secs(60),
+            &group_is("ACTIVE", "1.31", 3),
+        )
+        .await;
+    let eks = moto.eks(moto.credentials.clone());
+    assert_eq!(eks.node_groups("shop").await.unwrap()[0].desired_size, 3);
+
+    // Upgrade: the form offers the next minor version.
+    assert_eq!(
+        browser
+            .run(
+                "return document.querySelector('#hosted-version').value;",
+                json!([])
+            )
+            .await,
+        "1.32"
+    );
+    browser
+        .click("form#upgrade-hosted button[type=submit]")
+        .await;
+    browser
+        .until(
+            "the control plane and node group small at 1.32",
+            Duration::from_secs(90),
+            &format!(
+                "{} && document.querySelector('table#hosted-provider td[data-label=Version]').textContent === '1.32';",
+                group_is("ACTIVE", "1.32", 3).trim_end_matches(';')
+            ),
+        )
+        .await;
+    assert_eq!(
+        front.upgrades(),
+        [
+            "start shop/1.32",
+            "end shop/1.32",
+            "start shop/small/1.32",
+            "end shop/small/1.32"
+        ]
+    );
+    check_and_save_as(&browser, "hosted-upgraded").await;
     let _ = std::fs::remove_dir_all(&dir);
 }

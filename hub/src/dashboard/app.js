@@ -393,6 +393,49 @@ function setupClusterActions() {
     if (!written.ok) showError("pool-error", written);
     else document.getElementById("pool-error").textContent = "";
   });
+  // A hosted cluster's node group resized by one (within its bounds), and its version raised:
+  // read and written back at its resourceVersion, as the pools are.
+  const changeHosted = async (clusterName, change) => {
+    const path = `/v1/clusters/${encodeURIComponent(clusterName)}`;
+    const read = await apiCall("GET", path);
+    if (!read.ok) {
+      showError("hosted-error", read);
+      return false;
+    }
+    const cluster = read.data;
+    if (!change(cluster.spec.hosted)) return false;
+    const written = await apiCall("PUT", path, cluster);
+    if (!written.ok) {
+      showError("hosted-error", written);
+      return false;
+    }
+    document.getElementById("hosted-error").textContent = "";
+    return true;
+  };
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("button.scale-group");
+    if (!button) return;
+    button.disabled = true;
+    await changeHosted(button.dataset.cluster, (hosted) => {
+      const group = (hosted.nodeGroups || []).find((g) => g.name === button.dataset.group);
+      if (!group) return false;
+      const min = group.minSize || 0;
+      group.desiredSize = Math.min(group.maxSize, Math.max(min, group.desiredSize + Number(button.dataset.by)));
+      return true;
+    });
+  });
+  const upgradeHosted = document.getElementById("upgrade-hosted");
+  if (upgradeHosted) {
+    upgradeHosted.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const version = upgradeHosted.version.value.trim();
+      const done = await changeHosted(upgradeHosted.dataset.cluster, (hosted) => {
+        hosted.kubernetesVersion = version;
+        return true;
+      });
+      if (done) window.location.reload();
+    });
+  }
   const addPool = document.getElementById("add-pool");
   if (addPool) {
     addPool.addEventListener("submit", async (event) => {
@@ -605,8 +648,10 @@ function setupCreateCluster() {
   const form = document.getElementById("create-cluster");
   if (!form) return;
   const custom = document.getElementById("custom-fields");
+  const hosted = document.getElementById("hosted-fields");
   const sync = () => {
     custom.hidden = form.type.value !== "custom";
+    hosted.hidden = form.type.value !== "hosted";
   };
   for (const radio of form.querySelectorAll('input[name="type"]')) radio.addEventListener("change", sync);
   const distribution = document.getElementById("distribution");
@@ -625,6 +670,42 @@ function setupCreateCluster() {
       row.querySelector('input[name="pool-name"]').focus();
     });
   }
+  const anotherGroup = document.getElementById("another-group");
+  anotherGroup.addEventListener("click", () => {
+    const rows = form.querySelectorAll(".group-row");
+    const row = rows[rows.length - 1].cloneNode(true);
+    row.querySelector('input[name="group-name"]').value = "";
+    anotherGroup.before(row);
+    row.querySelector('input[name="group-name"]').focus();
+  });
+  // A hosted cluster's spec from its fields; the hub checks it (and names the bad field).
+  const hostedSpec = () => {
+    const value = (n) => form.querySelector(`#hosted-fields [name="${n}"]`).value.trim();
+    const spec = {
+      driver: "eks",
+      credential: value("credential"),
+      region: value("region"),
+      kubernetesVersion: value("kubernetesVersion"),
+      roleArn: value("roleArn"),
+      nodeRole: value("nodeRole"),
+      subnets: value("subnets").split(",").map((s) => s.trim()).filter((s) => s !== ""),
+      nodeGroups: [...form.querySelectorAll(".group-row")]
+        .map((row) => {
+          const field = (n) => row.querySelector(`[name="group-${n}"]`).value.trim();
+          return {
+            name: field("name"),
+            instanceType: field("instanceType"),
+            desiredSize: Number(field("desiredSize")),
+            minSize: Number(field("minSize")),
+            maxSize: Number(field("maxSize")),
+          };
+        })
+        .filter((g) => g.name !== ""),
+    };
+    if (value("endpoint") !== "") spec.endpoint = value("endpoint");
+    if (value("endpointCA") !== "") spec.endpointCA = value("endpointCA");
+    return spec;
+  };
   // The pools whose row has a name; the hub checks the rest (and names the bad field).
   const pools = () => [...form.querySelectorAll(".pool-row")]
     .map((row) => {
@@ -651,6 +732,7 @@ function setupCreateCluster() {
       const machinePools = pools();
       if (machinePools.length > 0) spec.machinePools = machinePools;
     }
+    if (spec.type === "hosted") spec.hosted = hostedSpec();
     const result = await apiCall("POST", "/v1/clusters", { metadata: { name }, spec });
     if (!result.ok) {
       showError("create-error", result);
@@ -667,6 +749,11 @@ function setupCreateCluster() {
       : spec.machinePools
         ? "The hub makes the pools' machines, which register themselves; hosts of your own join with this command (as root), with --etcd, --controlplane or --worker for their roles."
         : "Run this on each host (as root); add --etcd, --controlplane or --worker for its roles.";
+    if (spec.type === "hosted") {
+      document.getElementById("command").closest(".command").hidden = true;
+      document.getElementById("created-help").textContent =
+        "The hub makes it in the cloud, then installs the agents into it; its page shows how far it has got.";
+    }
     document.getElementById("created-link").href = `/clusters/${encodeURIComponent(name)}`;
     form.hidden = true;
     document.getElementById("created").hidden = false;

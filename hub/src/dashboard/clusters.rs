@@ -209,7 +209,39 @@ pub(super) async fn create(State(dash): State<Dash>, headers: HeaderMap) -> Resp
 <legend>Type</legend>
 <label><input type="radio" name="type" value="imported" checked> Import an existing cluster</label>
 <label><input type="radio" name="type" value="custom"> Install K3s or RKE2 on my hosts</label>
+<label><input type="radio" name="type" value="hosted"> Have Amazon EKS run it (hosted)</label>
 </fieldset>
+<div id="hosted-fields" hidden>
+<label for="hosted-credential">Credential (an AWS access key)</label>
+<input id="hosted-credential" name="credential" aria-describedby="hosted-credential-help">
+<p class="help" id="hosted-credential-help">The name of a CloudCredential of driver amazonec2 you may use.</p>
+<label for="hosted-region">Region</label>
+<input id="hosted-region" name="region" placeholder="eu-west-1">
+<label for="hosted-kubernetes">Kubernetes version</label>
+<input id="hosted-kubernetes" name="kubernetesVersion" value="1.31">
+<label for="hosted-role">Cluster role ARN</label>
+<input id="hosted-role" name="roleArn" placeholder="arn:aws:iam::ACCOUNT:role/NAME">
+<label for="hosted-node-role">Node role ARN</label>
+<input id="hosted-node-role" name="nodeRole" placeholder="arn:aws:iam::ACCOUNT:role/NAME">
+<label for="hosted-subnets">Subnets</label>
+<input id="hosted-subnets" name="subnets" placeholder="subnet-0a…, subnet-0b…" aria-describedby="hosted-subnets-help">
+<p class="help" id="hosted-subnets-help">Separated by commas.</p>
+<label for="hosted-endpoint">EKS endpoint (optional)</label>
+<input id="hosted-endpoint" name="endpoint" placeholder="default: AWS's for the region">
+<label for="hosted-endpoint-ca">The endpoint's CA, PEM (optional)</label>
+<textarea id="hosted-endpoint-ca" name="endpointCA" rows="3"></textarea>
+<fieldset id="new-groups">
+<legend>Node groups</legend>
+<div class="group-row">
+<label>Name <input name="group-name" value="main"></label>
+<label>Instance type <input name="group-instanceType" value="t3.large"></label>
+<label>Machines <input name="group-desiredSize" type="number" min="0" value="2"></label>
+<label>At least <input name="group-minSize" type="number" min="0" value="1"></label>
+<label>At most <input name="group-maxSize" type="number" min="1" value="5"></label>
+</div>
+<button type="button" id="another-group">Add another node group</button>
+</fieldset>
+</div>
 <div id="custom-fields" hidden>
 <label for="distribution">Distribution</label>
 <select id="distribution" name="distribution"><option value="k3s">K3s</option><option value="rke2">RKE2</option></select>
@@ -494,6 +526,8 @@ pub(super) async fn one(
             Ok(section) => section,
             Err(e) => return e.into_response(),
         }
+    } else if object.spec["type"] == "hosted" {
+        super::hosted::section(&object, owner)
     } else {
         String::new()
     };

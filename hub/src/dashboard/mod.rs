@@ -27,6 +27,7 @@ mod delivery;
 mod device;
 mod explorer;
 mod fleet;
+mod hosted;
 mod machines;
 mod overview;
 mod people;
@@ -78,6 +79,7 @@ pub fn router(dash: Dash) -> Router {
         .route("/clusters/{name}/snapshots", get(clusters::snapshots))
         .route("/clusters/{name}/pools", get(pools::pools))
         .route("/clusters/{name}/pool-machines", get(pools::machines))
+        .route("/clusters/{name}/hosted", get(hosted::rows))
         .route("/clusters/{name}/conditions", get(clusters::conditions))
         .route("/clusters/{name}/nodes/{node}", get(machines::node))
         .route("/clusters/{name}/explorer", get(overview::page))

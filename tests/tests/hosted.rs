@@ -870,3 +870,99 @@ async fn owners_create_scale_and_upgrade_a_hosted_cluster_from_the_dashboard() {
     check_and_save_as(&browser, "hosted-upgraded").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Taking over an EKS cluster made elsewhere (`import`): the hub makes no control plane, adds
+/// the node groups its spec names beside the cluster's own, and on delete removes only what it
+/// made — the control plane and the group it found stay.
+#[tokio::test]
+async fn a_cluster_taken_over_keeps_what_the_hub_did_not_make() {
+    let dir = temp_dir("hosted-takeover");
+    let moto = Moto::start(&dir).await;
+    let eks = moto.eks(moto.credentials.clone());
+    eks.create_cluster(&ClusterRequest {
+        name: "legacy".into(),
+        version: "1.31".into(),
+        role_arn: CLUSTER_ROLE.into(),
+        subnets: vec![moto.subnet_id.clone()],
+        endpoint_public_access: true,
+        token: "made-elsewhere".into(),
+        ..ClusterRequest::default()
+    })
+    .await
+    .unwrap();
+    eks.create_node_group(&NodeGroupRequest {
+        cluster: "legacy".into(),
+        name: "theirs".into(),
+        version: "1.31".into(),
+        desired_size: 1,
+        min_size: 1,
+        max_size: 2,
+        subnets: vec![moto.subnet_id.clone()],
+        node_role: NODE_ROLE.into(),
+        token: "theirs".into(),
+        ..NodeGroupRequest::default()
+    })
+    .await
+    .unwrap();
+    let hub = HubProcess::start(&dir.join("hub")).await;
+    let admin = login(hub.addr, "admin", hub.admin_password.as_deref().unwrap()).await;
+    add_credential(&hub, &admin, &moto).await;
+    let mut hosted = hosted_spec(
+        &moto,
+        &moto.endpoint,
+        json!([{"name": "small", "desiredSize": 2, "minSize": 1, "maxSize": 5}]),
+    );
+    hosted["import"] = json!({"name": "legacy"});
+    let (code, body) = api(
+        hub.addr,
+        "POST",
+        "/v1/clusters",
+        Some(&admin),
+        Some(json!({"metadata": {"name": "shop"}, "spec": {"type": "hosted", "hosted": hosted}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    until_groups(
+        &hub,
+        &admin,
+        &[("small", 2), ("theirs", 1)],
+        Duration::from_secs(60),
+    )
+    .await;
+    let legacy = eks.cluster("legacy").await.unwrap().unwrap();
+    assert!(
+        legacy.tags.is_empty(),
+        "the hub tagged what it did not make: {legacy:?}"
+    );
+    assert_eq!(
+        eks.cluster("shop").await.unwrap(),
+        None,
+        "no control plane of its own"
+    );
+    assert_eq!(tagged(&moto, "shop").await, ["legacy/small"]);
+
+    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
+    assert!(code == 200 || code == 202, "{code} {body}");
+    until(
+        "the cluster is gone from the hub",
+        Duration::from_secs(60),
+        async || {
+            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
+                .await
+                .0
+                == 404
+        },
+    )
+    .await;
+    assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
+    let left: Vec<String> = eks
+        .node_groups("legacy")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    assert_eq!(left, ["theirs"]);
+    assert!(eks.cluster("legacy").await.unwrap().is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -60,7 +60,7 @@ fn backoff(n: u64) -> Duration {
         .min(LONGEST_WAIT)
 }
 
-/// Makes the provider a cluster's spec names. A test gives its own.
+/// Makes the provider a cluster's spec names, with its credential ([`cloud_providers`]).
 pub type Providers = Arc<
     dyn Fn(&HostedSpec, &CloudCredentialSpec) -> Result<Box<dyn HostedProvider>, String>
         + Send

@@ -344,3 +344,70 @@ async fn no_object_or_manifest_a_cluster_owner_reads_holds_an_admins_secret() {
         "{made}"
     );
 }
+
+/// A hosted cluster's cloud account is a credential like any other: its owner may keep the
+/// one it has, but naming another they are not granted reads exactly as naming none.
+#[tokio::test]
+async fn a_hosted_clusters_owner_names_only_a_cloud_account_granted_to_them() {
+    let t = setup().await;
+    let admin = t.admin.clone();
+    for name in ["aws", "aws-billing"] {
+        t.create(
+            &admin,
+            "cloudcredentials",
+            json!({"metadata": {"name": name}, "spec": {"driver": "amazonec2",
+                   "amazonec2": {"accessKeyId": "AKIDEXAMPLE", "secretAccessKey": "the admins' secret"}}}),
+        )
+        .await;
+    }
+    t.create(
+        &admin,
+        "clusters",
+        json!({"metadata": {"name": "cloud"}, "spec": {"type": "hosted", "hosted": {
+            "driver": "eks", "credential": "aws", "region": "eu-west-1",
+            "kubernetesVersion": "1.31", "roleArn": "arn:aws:iam::123456789012:role/eks",
+            "subnets": ["subnet-1"]}}}),
+    )
+    .await;
+    let owner = t.user("owner", Some(("cluster-owner", "cloud"))).await;
+    // What the cluster already spends stays usable: an upgrade goes through.
+    let upgrade = json!({"spec": {"hosted": {"kubernetesVersion": "1.32"}}});
+    assert_eq!(
+        patch(&t, &owner, "/v1/clusters/cloud", upgrade).await,
+        StatusCode::OK
+    );
+    let swap = |name: &str| json!({"spec": {"hosted": {"credential": name}}});
+    let (status, refused) = t
+        .call(
+            Method::PATCH,
+            "/v1/clusters/cloud",
+            Some(&owner),
+            Some(swap("aws-billing")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (status, nothing) = t
+        .call(
+            Method::PATCH,
+            "/v1/clusters/cloud",
+            Some(&owner),
+            Some(swap("no-such")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{nothing}");
+    assert_eq!(
+        refusal(&refused, "aws-billing"),
+        refusal(&nothing, "no-such")
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.hosted.credential"),
+        "{refused}"
+    );
+    let (_, cloud) = t
+        .call(Method::GET, "/v1/clusters/cloud", Some(&owner), None)
+        .await;
+    assert_eq!(cloud["spec"]["hosted"]["credential"], "aws", "{cloud}");
+}

@@ -324,9 +324,79 @@ static DICTIONARY: LazyLock<Vec<u8>> = LazyLock::new(|| {
     bytes
 });
 
+/// The channels of a remote command (exec, attach), numbered as WebSocket sessions number
+/// them in each message's first byte.
+pub mod channel {
+    pub const STDIN: u8 = 0;
+    pub const STDOUT: u8 = 1;
+    pub const STDERR: u8 = 2;
+    pub const ERROR: u8 = 3;
+    pub const RESIZE: u8 = 4;
+}
+
+/// The channel an exec or attach stream carries, by its `streamType` header.
+pub fn exec_channel(headers: &[(String, String)]) -> Option<u8> {
+    let kind = headers
+        .iter()
+        .find(|(name, _)| name == "streamtype")
+        .map(|(_, v)| v.as_str())?;
+    Some(match kind {
+        "stdin" => channel::STDIN,
+        "stdout" => channel::STDOUT,
+        "stderr" => channel::STDERR,
+        "error" => channel::ERROR,
+        "resize" => channel::RESIZE,
+        _ => return None,
+    })
+}
+
+/// A stream's `data` as the messages a WebSocket session would carry (the channel byte
+/// first): a resize stream's one per JSON line (client-go writes each terminal size as a
+/// line), any other's as one.
+pub fn channel_messages(channel: u8, data: &[u8]) -> Vec<Vec<u8>> {
+    if channel == channel::RESIZE {
+        data.split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| [&[channel], line].concat())
+            .collect()
+    } else if data.is_empty() {
+        Vec::new()
+    } else {
+        vec![[&[channel], data].concat()]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_streams_map_to_the_websocket_channels() {
+        let headers = |kind: &str| vec![("streamtype".to_owned(), kind.to_owned())];
+        for (kind, number) in [
+            ("stdin", 0),
+            ("stdout", 1),
+            ("stderr", 2),
+            ("error", 3),
+            ("resize", 4),
+        ] {
+            assert_eq!(exec_channel(&headers(kind)), Some(number), "{kind}");
+        }
+        assert_eq!(exec_channel(&headers("data")), None);
+        assert_eq!(exec_channel(&[]), None);
+        assert_eq!(
+            channel_messages(
+                4,
+                b"{\"Width\":80,\"Height\":24}\n{\"Width\":100,\"Height\":30}\n"
+            ),
+            [
+                b"\x04{\"Width\":80,\"Height\":24}".to_vec(),
+                b"\x04{\"Width\":100,\"Height\":30}".to_vec()
+            ]
+        );
+        assert_eq!(channel_messages(1, b"a\nb\n"), [b"\x01a\nb\n".to_vec()]);
+        assert!(channel_messages(0, b"").is_empty());
+    }
 
     #[test]
     fn the_dictionary_is_the_protocols() {

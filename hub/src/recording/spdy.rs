@@ -8,15 +8,6 @@ use std::collections::HashMap;
 
 use kubeshape::spdy::{Frame, Session};
 
-/// Kubernetes' channel numbers, as WebSocket sessions put them first in each message.
-const CHANNELS: [(&str, u8); 5] = [
-    ("stdin", 0),
-    ("stdout", 1),
-    ("stderr", 2),
-    ("error", 3),
-    ("resize", 4),
-];
-
 /// The most either side's unread bytes may hold: SPDY frames are at most 16 MiB, and an
 /// exec's far smaller; past that the stream is not what it seemed and is not followed.
 const MAX_BUFFERED: usize = 17 * 1024 * 1024;
@@ -62,26 +53,15 @@ impl Reader {
                 Frame::SynStream {
                     stream, headers, ..
                 } if from_client => {
-                    let kind = headers
-                        .iter()
-                        .find(|(name, _)| name == "streamtype")
-                        .map(|(_, v)| v.as_str());
-                    if let Some((_, channel)) = CHANNELS.iter().find(|(k, _)| Some(*k) == kind) {
-                        self.channels.insert(stream, *channel);
+                    if let Some(channel) = kubeshape::spdy::exec_channel(&headers) {
+                        self.channels.insert(stream, channel);
                     }
                 }
                 Frame::Data { stream, data, .. } if !data.is_empty() => {
                     let Some(&channel) = self.channels.get(&stream) else {
                         continue;
                     };
-                    if channel == 4 {
-                        // client-go writes each terminal size as a JSON line.
-                        for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                            messages.push([&[channel], line].concat());
-                        }
-                    } else {
-                        messages.push([&[channel], data.as_slice()].concat());
-                    }
+                    messages.extend(kubeshape::spdy::channel_messages(channel, &data));
                 }
                 _ => {}
             }

@@ -107,22 +107,6 @@ where
     response
 }
 
-/// The channel a stream carries, by its `streamType`.
-fn channel_of(headers: &[(String, String)]) -> Option<u8> {
-    let kind = headers
-        .iter()
-        .find(|(name, _)| name == "streamtype")
-        .map(|(_, v)| v.as_str())?;
-    Some(match kind {
-        "stdin" => STDIN,
-        "stdout" => STDOUT,
-        "stderr" => STDERR,
-        "error" => ERROR,
-        "resize" => RESIZE,
-        _ => return None,
-    })
-}
-
 /// Moves the session's bytes: the client's frames become channel messages to the session,
 /// the session's messages become data frames on their streams. A `Close` from the session
 /// ends every stream it wrote; the client's going ends the session's input.
@@ -182,7 +166,7 @@ async fn pump<IO>(
                                     return;
                                 }
                             }
-                            if let Some(channel) = channel_of(&headers) {
+                            if let Some(channel) = spdy::exec_channel(&headers) {
                                 streams.insert(channel, stream);
                             }
                             if streams.len() >= expected
@@ -202,10 +186,9 @@ async fn pump<IO>(
                                         to(Message::Binary(vec![CLOSE, STDIN].into()));
                                     }
                                 }
-                                // client-go writes each size as a JSON line.
                                 Some(RESIZE) => {
-                                    for line in data.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                                        to(Message::Binary([&[RESIZE], line].concat().into()));
+                                    for message in spdy::channel_messages(RESIZE, &data) {
+                                        to(Message::Binary(message.into()));
                                     }
                                 }
                                 _ => {}

@@ -384,3 +384,106 @@ impl Hypervisor {
         Hypervisor { stop, booted }
     }
 }
+
+/// How a stand-in in front of moto reaches it: moto's address, and a TLS connector trusting
+/// moto's CA.
+#[derive(Clone)]
+pub struct Upstream {
+    addr: std::net::SocketAddr,
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Upstream({})", self.addr)
+    }
+}
+
+impl Upstream {
+    /// Sends a request on to moto untouched (its signature covers what it forwards): the
+    /// answer's status, headers and body.
+    pub async fn send(
+        &self,
+        parts: hyper::http::request::Parts,
+        body: bytes::Bytes,
+    ) -> (hyper::StatusCode, hyper::HeaderMap, bytes::Bytes) {
+        use http_body_util::BodyExt;
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let tls = self
+            .connector
+            .connect("127.0.0.1".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let forwarded = hyper::Request::from_parts(parts, http_body_util::Full::new(body));
+        let response = sender.send_request(forwarded).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, body)
+    }
+}
+
+/// A stand-in in front of `moto`: a TLS server at its own loopback port, with the serving
+/// certificate moto's start left in `dir`, whose every request `answer` takes (with `state`,
+/// and how to reach moto). Returns its endpoint, and the task that serves until aborted.
+pub async fn front<S, F, Fut>(
+    moto: &Moto,
+    dir: &Path,
+    state: Arc<S>,
+    answer: F,
+) -> (String, tokio::task::JoinHandle<()>)
+where
+    S: Send + Sync + 'static,
+    F: Fn(hyper::Request<hyper::body::Incoming>, Upstream, Arc<S>) -> Fut
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = hyper::Response<http_body_util::Full<bytes::Bytes>>>
+        + Send
+        + 'static,
+{
+    let cert = std::fs::read(dir.join("moto.crt")).unwrap();
+    let key = std::fs::read(dir.join("moto.key")).unwrap();
+    let acceptor =
+        tokio_rustls::TlsAcceptor::from(tunnel::tls::server_config(&cert, &key).unwrap());
+    let roots = tunnel::tls::roots_from_pem(moto.ca_pem.as_bytes()).unwrap();
+    let upstream = Upstream {
+        addr: moto
+            .endpoint
+            .trim_start_matches("https://")
+            .parse()
+            .unwrap(),
+        connector: tokio_rustls::TlsConnector::from(tunnel::tls::client_config(roots)),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("https://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, upstream, state, answer) = (
+                acceptor.clone(),
+                upstream.clone(),
+                state.clone(),
+                answer.clone(),
+            );
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |request| {
+                    let answered = answer(request, upstream.clone(), state.clone());
+                    async move { Ok::<_, std::convert::Infallible>(answered.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (endpoint, task)
+}

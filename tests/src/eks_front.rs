@@ -18,18 +18,16 @@
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     path::Path,
     sync::{Arc, Mutex},
 };
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response, body::Incoming, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, Response, body::Incoming};
 use serde_json::{Value, json};
 
-use crate::cloud::Moto;
+use crate::cloud::{Moto, Upstream};
 
 /// Something the cloud is working on, reported for `left` more descriptions.
 #[derive(Debug, Clone)]
@@ -78,46 +76,17 @@ impl EksFront {
     /// In front of `moto`, with the serving certificate moto's start left in `dir`; each slow
     /// step lasts `slow` descriptions.
     pub async fn start(moto: &Moto, dir: &Path, slow: usize) -> EksFront {
-        let cert = std::fs::read(dir.join("moto.crt")).unwrap();
-        let key = std::fs::read(dir.join("moto.key")).unwrap();
-        let acceptor =
-            tokio_rustls::TlsAcceptor::from(tunnel::tls::server_config(&cert, &key).unwrap());
-        let roots = tunnel::tls::roots_from_pem(moto.ca_pem.as_bytes()).unwrap();
-        let connector = tokio_rustls::TlsConnector::from(tunnel::tls::client_config(roots));
-        let upstream: SocketAddr = moto
-            .endpoint
-            .trim_start_matches("https://")
-            .parse()
-            .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("https://{}", listener.local_addr().unwrap());
         let state = Arc::new(Mutex::new(State {
             slow,
             ..State::default()
         }));
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, connector, state) =
-                    (acceptor.clone(), connector.clone(), shared.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = service_fn(move |request| {
-                        let (connector, state) = (connector.clone(), state.clone());
-                        async move {
-                            Ok::<_, std::convert::Infallible>(
-                                answer(request, upstream, &connector, &state).await,
-                            )
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let (endpoint, task) = crate::cloud::front(
+            moto,
+            dir,
+            state.clone(),
+            |request, upstream, state| async move { answer(request, &upstream, &state).await },
+        )
+        .await;
         EksFront {
             endpoint,
             state,
@@ -197,38 +166,9 @@ fn minor(version: &str) -> Option<(u32, u32)> {
     Some((a.parse().ok()?, b.parse().ok()?))
 }
 
-async fn forward(
-    parts: hyper::http::request::Parts,
-    body: Bytes,
-    upstream: SocketAddr,
-    connector: &tokio_rustls::TlsConnector,
-) -> (hyper::StatusCode, hyper::HeaderMap, Bytes) {
-    let tcp = tokio::net::TcpStream::connect(upstream).await.unwrap();
-    let tls = connector
-        .connect("127.0.0.1".try_into().unwrap(), tcp)
-        .await
-        .unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let response = sender
-        .send_request(Request::from_parts(parts, Full::new(body)))
-        .await
-        .unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    (
-        status,
-        headers,
-        response.into_body().collect().await.unwrap().to_bytes(),
-    )
-}
-
 async fn answer(
     request: Request<Incoming>,
-    upstream: SocketAddr,
-    connector: &tokio_rustls::TlsConnector,
+    upstream: &Upstream,
     state: &Mutex<State>,
 ) -> Response<Full<Bytes>> {
     let (parts, body) = request.into_parts();
@@ -251,7 +191,7 @@ async fn answer(
             _ => false,
         }
     };
-    let (status, headers, answer) = forward(parts, body, upstream, connector).await;
+    let (status, headers, answer) = upstream.send(parts, body).await;
     if stall {
         // Made at moto; the caller never hears so.
         std::future::pending::<()>().await;

@@ -275,22 +275,7 @@ impl Imported {
 
     /// `drover-hub login` as the admin, into a CLI config of its own; returns its path.
     pub fn cli_login(&self) -> PathBuf {
-        let config = self.dir.join("cli.json");
-        let password = self.hub.admin_password.clone().unwrap();
-        let r = crate::hub_cli(
-            &config,
-            &[
-                "login",
-                "--server",
-                &self.hub.url(),
-                "--password-stdin",
-                "--ca-checksum",
-                &self.hub.ca_checksum,
-            ],
-            &format!("{password}\n"),
-        );
-        assert_eq!(r.code, 0, "{}", r.stderr);
-        config
+        self.hub.cli_login(&self.dir)
     }
 
     /// The environment of a cluster-agent pod named `pod`, as Kubernetes would build it from

@@ -329,6 +329,27 @@ impl HubProcess {
         format!("https://127.0.0.1:{}", self.addr.port())
     }
 
+    /// `drover-hub login` as the admin (with the password this start printed), into a CLI
+    /// config `dir/cli.json`; returns its path.
+    pub fn cli_login(&self, dir: &Path) -> PathBuf {
+        let config = dir.join("cli.json");
+        let password = self.admin_password.clone().unwrap();
+        let r = hub_cli(
+            &config,
+            &[
+                "login",
+                "--server",
+                &self.url(),
+                "--password-stdin",
+                "--ca-checksum",
+                &self.ca_checksum,
+            ],
+            &format!("{password}\n"),
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        config
+    }
+
     /// The process's environment as the system shows it (`/proc/PID/environ`): what the hub
     /// runs with, not what it was started with.
     pub fn environment(&self) -> HashMap<String, String> {

@@ -21,7 +21,7 @@ use tests::{
     eks_auth::EksAuthenticator,
     eks_front::EksFront,
     hub_cli,
-    imported::{PodAt, agent_token, kubectl, kubectl_ok},
+    imported::{PodAt, agent_token, kubectl, kubectl_ok, remove_cluster},
     login, temp_dir, until,
 };
 use tokio_util::sync::CancellationToken;
@@ -278,20 +278,7 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
     );
 
     // Made with the command line, as an operator would.
-    let cli = dir.join("cli.json");
-    let login = hub_cli(
-        &cli,
-        &[
-            "login",
-            "--server",
-            &hub.url(),
-            "--password-stdin",
-            "--ca-checksum",
-            &hub.ca_checksum,
-        ],
-        &format!("{}\n", hub.admin_password.as_deref().unwrap()),
-    );
-    assert_eq!(login.code, 0, "{}", login.stderr);
+    let cli = hub.cli_login(&dir);
     let ca_file = dir.join("eks-ca.pem");
     std::fs::write(&ca_file, &moto.ca_pem).unwrap();
     let created = hub_cli(
@@ -448,19 +435,7 @@ async fn the_hub_makes_scales_and_deletes_an_eks_cluster() {
     assert_eq!(small.desired_size, 1);
 
     // Deleted: node groups, then the control plane, then the cluster object.
-    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
-    assert!(code == 200 || code == 202, "{code} {body}");
-    until(
-        "the cluster is gone from the hub",
-        Duration::from_secs(60),
-        async || {
-            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
-                .await
-                .0
-                == 404
-        },
-    )
-    .await;
+    remove_cluster(&hub, &admin, "shop").await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     assert_eq!(eks.cluster("shop").await.unwrap(), None);
     let _ = std::fs::remove_dir_all(&dir);
@@ -575,19 +550,7 @@ async fn a_hub_killed_mid_create_makes_nothing_twice_and_upgrades_in_order() {
         "{body}"
     );
 
-    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
-    assert!(code == 200 || code == 202, "{code} {body}");
-    until(
-        "the cluster is gone from the hub",
-        Duration::from_secs(60),
-        async || {
-            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
-                .await
-                .0
-                == 404
-        },
-    )
-    .await;
+    remove_cluster(&hub, &admin, "shop").await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -722,19 +685,7 @@ async fn a_hosted_cluster_gets_its_agents_without_a_hand_step() {
         installed
     );
 
-    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
-    assert!(code == 200 || code == 202, "{code} {body}");
-    until(
-        "the cluster is gone from the hub",
-        Duration::from_secs(90),
-        async || {
-            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
-                .await
-                .0
-                == 404
-        },
-    )
-    .await;
+    remove_cluster(&hub, &admin, "shop").await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     shutdown.cancel();
     let _ = std::fs::remove_dir_all(&dir);
@@ -941,19 +892,7 @@ async fn a_cluster_taken_over_keeps_what_the_hub_did_not_make() {
     );
     assert_eq!(tagged(&moto, "shop").await, ["legacy/small"]);
 
-    let (code, body) = api(hub.addr, "DELETE", "/v1/clusters/shop", Some(&admin), None).await;
-    assert!(code == 200 || code == 202, "{code} {body}");
-    until(
-        "the cluster is gone from the hub",
-        Duration::from_secs(60),
-        async || {
-            api(hub.addr, "GET", "/v1/clusters/shop", Some(&admin), None)
-                .await
-                .0
-                == 404
-        },
-    )
-    .await;
+    remove_cluster(&hub, &admin, "shop").await;
     assert_eq!(tagged(&moto, "shop").await, Vec::<String>::new());
     let left: Vec<String> = eks
         .node_groups("legacy")

@@ -1,55 +1,67 @@
 //! The `kube-api` service the hub opens streams to: HTTP/1 requests from the hub (already
 //! carrying `Impersonate-*` for the user) are sent on to the API server with the agent's own
-//! credential; responses stream back (watches included) and upgrades (`exec`, `attach`,
-//! `port-forward`) are spliced through. The hub never holds the agent's credential.
+//! credential; responses (watches included) and upgraded connections (`exec`, `attach`,
+//! `port-forward`) come back as the API server sends them. The hub never holds the agent's
+//! credential.
 //!
-//! Connections to the API server are kept and reused (a TLS handshake per request would cost
-//! more than the request); an upgrade gets a connection of its own.
+//! Each stream has a TLS connection to the API server of its own for as long as it lasts: the
+//! hub keeps its streams and sends request after request on each, so the handshake is paid once
+//! per stream, not per request. Of what the hub sends only each request's head is read, to put
+//! the agent's credential in it and to find where the request ends; bodies, and all that the
+//! API server answers, pass through as bytes. (Parsing and writing each request and response
+//! again here cost more than the rest of the agent's share of a proxied request.)
+//!
+//! When the API server closes its connection the stream is closed with it; the hub sends a
+//! read that met such a close again on a new stream.
 
-use std::{convert::Infallible, sync::Arc};
+use std::{io, sync::Arc};
 
-use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
-use hyper::body::Body as _;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use tunnel::{TunnelStream, pool::Http1Pool};
+use http::StatusCode;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_rustls::client::TlsStream;
+use tunnel::TunnelStream;
 
 use crate::kube::KubeTarget;
 
-type Body = BoxBody<Bytes, hyper::Error>;
+mod head;
 
-/// The API server, and the connections to it kept for reuse.
+use head::{Head, MAX_HEAD};
+
+/// Bytes read at a time, each way.
+const READ: usize = 16 << 10;
+
+/// The API server, and what the agent puts in every request to it.
 #[derive(Debug, Clone)]
 pub struct Upstream {
     target: Arc<KubeTarget>,
-    pool: Http1Pool<Body>,
-    /// The agent's own credential and the API server's address, as sent on every request.
-    authorization: Option<HeaderValue>,
-    host: Option<HeaderValue>,
+    /// `Bearer <the agent's own token>`. Never logged: `Upstream`'s Debug shows the target,
+    /// whose token is a `Secret`.
+    authorization: Arc<Secret>,
+    host: Arc<[u8]>,
+}
+
+/// The agent's `Authorization` value, kept out of Debug output.
+struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 impl Upstream {
     pub fn new(target: KubeTarget) -> Self {
-        let mut authorization =
-            HeaderValue::from_str(&format!("Bearer {}", target.token.expose())).ok();
-        if let Some(value) = &mut authorization {
-            // Keeps it out of any Debug output.
-            value.set_sensitive(true);
-        }
-        let host = HeaderValue::from_str(&target.address()).ok();
+        let authorization = format!("Bearer {}", target.token.expose()).into_bytes();
+        let host = target.address().into_bytes().into();
         Self {
             target: Arc::new(target),
-            pool: Http1Pool::default(),
-            authorization,
+            authorization: Arc::new(Secret(authorization)),
             host,
         }
     }
 
     /// A new TLS connection to the API server.
-    async fn connect(&self) -> Result<SendRequest<Body>, String> {
+    async fn connect(&self) -> Result<TlsStream<tokio::net::TcpStream>, String> {
         let target = &self.target;
         let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
             .await
@@ -57,130 +69,175 @@ impl Upstream {
         let _ = tcp.set_nodelay(true);
         let name = rustls_pki_types::ServerName::try_from(target.host.clone())
             .map_err(|e| e.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(target.tls.clone())
+        tokio_rustls::TlsConnector::from(target.tls.clone())
             .connect(name, tcp)
             .await
-            .map_err(|e| format!("TLS: {e}"))?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
-        Ok(sender)
+            .map_err(|e| format!("TLS: {e}"))
+    }
+
+    /// The next head in `pending`, reading more from `hub` as needed; `None` when the hub
+    /// closes the stream between requests.
+    async fn next_head(
+        &self,
+        hub: &mut (impl AsyncRead + Unpin),
+        pending: &mut Vec<u8>,
+    ) -> io::Result<Option<Head>> {
+        loop {
+            if !pending.is_empty()
+                && let Some(head) = head::parse(pending, &self.authorization.0, &self.host)
+                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?
+            {
+                return Ok(Some(head));
+            }
+            if fill(hub, pending).await? == 0 {
+                return match pending.is_empty() {
+                    true => Ok(None),
+                    false => Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the hub closed the stream within a request's head",
+                    )),
+                };
+            }
+        }
     }
 }
 
 /// Serves one tunnel stream.
 pub async fn serve(stream: TunnelStream, upstream: Upstream) {
-    let service = hyper::service::service_fn(move |request| forward(upstream.clone(), request));
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
-    if let Err(e) = conn.await {
+    if let Err(e) = relay(stream, &upstream).await {
         tracing::debug!(error = %e, "kube-api stream ended");
     }
 }
 
-fn failure(code: StatusCode, message: String) -> Response<Body> {
-    let body = kubeshape::status::failure(code.as_u16(), "ServiceUnavailable", &message);
-    let mut response = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *response.status_mut() = code;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-async fn forward(
-    upstream: Upstream,
-    mut request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
-    let target = &upstream.target;
-    let unreachable = |e: String| {
-        failure(
-            StatusCode::BAD_GATEWAY,
-            format!(
-                "the cluster-agent cannot reach its API server at {}: {e}",
-                target.server
-            ),
-        )
+async fn relay(mut hub: TunnelStream, upstream: &Upstream) -> io::Result<()> {
+    let mut pending = Vec::with_capacity(READ);
+    let first = match upstream.next_head(&mut hub, &mut pending).await {
+        Ok(Some(head)) => head,
+        Ok(None) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return answer(
+                &mut hub,
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &e.to_string(),
+            )
+            .await;
+        }
+        Err(e) => return Err(e),
     };
-    let upgrade = request.headers().contains_key(header::UPGRADE);
-    let from_hub = upgrade.then(|| hyper::upgrade::on(&mut request));
-    let kept = if upgrade { None } else { upstream.pool.take() };
-    let reused = kept.is_some();
-    let mut sender = match kept {
-        Some(sender) => sender,
-        None => match upstream.connect().await {
-            Ok(sender) => sender,
-            Err(e) => return Ok(unreachable(e)),
-        },
-    };
-    let headers = request.headers_mut();
-    headers.remove(header::AUTHORIZATION);
-    if let Some(bearer) = &upstream.authorization {
-        headers.insert(header::AUTHORIZATION, bearer.clone());
-    }
-    if let Some(host) = &upstream.host {
-        headers.insert(header::HOST, host.clone());
-    }
-    // The API server may close a kept connection just as a request goes out on it. A GET or
-    // HEAD without a body is then sent again on a new connection, as Go's HTTP client does;
-    // anything else could have had an effect and gets the error.
-    let again = (reused
-        && matches!(*request.method(), http::Method::GET | http::Method::HEAD)
-        && request.body().is_end_stream())
-    .then(|| {
-        let mut copy = Request::new(());
-        *copy.method_mut() = request.method().clone();
-        *copy.uri_mut() = request.uri().clone();
-        *copy.headers_mut() = request.headers().clone();
-        copy
-    });
-    let mut response = match sender.send_request(request.map(BodyExt::boxed)).await {
-        Ok(response) => response,
+    let server = match upstream.connect().await {
+        Ok(server) => server,
         Err(e) => {
-            let Some(copy) = again else {
-                return Ok(unreachable(e.to_string()));
-            };
-            tracing::debug!(error = %e, "a kept connection to the API server failed; retrying on a new one");
-            sender = match upstream.connect().await {
-                Ok(sender) => sender,
-                Err(e) => return Ok(unreachable(e)),
-            };
-            let retry = copy.map(|()| {
-                http_body_util::Empty::new()
-                    .map_err(|never| match never {})
-                    .boxed()
-            });
-            match sender.send_request(retry).await {
-                Ok(response) => response,
-                Err(e) => return Ok(unreachable(e.to_string())),
-            }
+            let message = format!(
+                "the cluster-agent cannot reach its API server at {}: {e}",
+                upstream.target.server
+            );
+            return answer(
+                &mut hub,
+                StatusCode::BAD_GATEWAY,
+                "ServiceUnavailable",
+                &message,
+            )
+            .await;
         }
     };
-    if !upgrade {
-        upstream.pool.put(sender);
-    }
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS
-        && let Some(from_hub) = from_hub
-    {
-        let from_server = hyper::upgrade::on(&mut response);
-        tokio::spawn(async move {
-            if let (Ok(hub), Ok(server)) = (from_hub.await, from_server.await) {
-                let _ = tokio::io::copy_bidirectional(
-                    &mut TokioIo::new(hub),
-                    &mut TokioIo::new(server),
-                )
-                .await;
+    let (hub_read, mut hub_write) = tokio::io::split(hub);
+    let (mut server_read, server_write) = tokio::io::split(server);
+    let up = requests(hub_read, server_write, first, pending, upstream);
+    let down = async {
+        let mut buf = vec![0; READ];
+        loop {
+            let n = server_read.read(&mut buf).await?;
+            if n == 0 {
+                return hub_write.shutdown().await;
             }
-        });
+            hub_write.write_all(&buf[..n]).await?;
+            hub_write.flush().await?;
+        }
+    };
+    tokio::try_join!(up, down).map(|_| ())
+}
+
+/// Sends the hub's requests on to the API server, `first` (already read, its bytes at the
+/// start of `pending`) and those after it, until the hub closes the stream or a request
+/// switches protocols, after which every byte is the upgraded connection's.
+async fn requests(
+    mut hub: impl AsyncRead + Unpin,
+    mut server: impl AsyncWrite + Unpin,
+    first: Head,
+    mut pending: Vec<u8>,
+    upstream: &Upstream,
+) -> io::Result<()> {
+    let mut head = first;
+    loop {
+        pending.drain(..head.len);
+        let mut out = head.bytes;
+        let mut body = head.body;
+        // What of the body has arrived goes out with the head, in one write.
+        loop {
+            let (used, done) = body
+                .advance(&pending)
+                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+            out.extend_from_slice(&pending[..used]);
+            pending.drain(..used);
+            if done {
+                break;
+            }
+            if !out.is_empty() {
+                server.write_all(&out).await?;
+                out.clear();
+            }
+            if fill(&mut hub, &mut pending).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the hub closed the stream within a request's body",
+                ));
+            }
+        }
+        if !out.is_empty() {
+            server.write_all(&out).await?;
+        }
+        server.flush().await?;
+        if head.upgrade {
+            server.write_all(&pending).await?;
+            tokio::io::copy(&mut hub, &mut server).await?;
+            return server.shutdown().await;
+        }
+        head = match upstream.next_head(&mut hub, &mut pending).await? {
+            Some(next) => next,
+            None => return server.shutdown().await,
+        };
     }
-    Ok(response.map(BodyExt::boxed))
+}
+
+/// Reads what `hub` has into the spare room of `pending`; 0 at the end of the stream.
+async fn fill(hub: &mut (impl AsyncRead + Unpin), pending: &mut Vec<u8>) -> io::Result<usize> {
+    if pending.len() > MAX_HEAD {
+        // Only a head is ever held back for more; `head::parse` refuses one this large.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a request's head is too large",
+        ));
+    }
+    pending.reserve(READ);
+    hub.read_buf(pending).await
+}
+
+/// Answers the hub's request with a Kubernetes `Status` and closes the stream.
+async fn answer(
+    hub: &mut TunnelStream,
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+) -> io::Result<()> {
+    let body = kubeshape::status::failure(code.as_u16(), reason, message);
+    let head = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        code.as_u16(),
+        code.canonical_reason().unwrap_or_default(),
+        body.len()
+    );
+    hub.write_all(head.as_bytes()).await?;
+    hub.write_all(body.as_bytes()).await?;
+    hub.shutdown().await
 }

@@ -70,7 +70,7 @@ async fn call_as(
 ) -> Result<(StatusCode, serde_json::Value), String> {
     let (mut sender, path) = match route::agent_session(&agents.registry, cluster) {
         Some(session) => {
-            let sender = route::connect(&session, proto::KUBE_API_SERVICE, cluster, None)
+            let sender = route::connect(&session, proto::KUBE_API_SERVICE, cluster)
                 .await
                 .map_err(|r| format!("cannot reach cluster {cluster:?}: HTTP {}", r.status()))?;
             (sender, path.to_owned())
@@ -366,7 +366,7 @@ pub(crate) async fn may_list(
             "namespace": namespace.unwrap_or_default(),
         }},
     });
-    let (mut sender, path, pool) = connect_route(
+    let (mut connection, path) = connect_route(
         state,
         route,
         proto::KUBE_API_SERVICE,
@@ -387,15 +387,13 @@ pub(crate) async fn may_list(
         .body(Body::from(review.to_string()))
         .unwrap_or_default();
     *request.headers_mut() = headers;
-    let response = route::send(&mut sender, request, cluster).await?;
+    let response = connection.send(request, cluster).await?;
     let status = response.status();
     let bytes = http_body_util::BodyExt::collect(response.into_body())
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    if let Some(pool) = pool {
-        pool.put(sender);
-    }
+    connection.keep();
     if !status.is_success() {
         return Err(kube_status(
             StatusCode::BAD_GATEWAY,

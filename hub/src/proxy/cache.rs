@@ -180,7 +180,7 @@ async fn ask_cache(
     path: &str,
     accept: Option<http::HeaderValue>,
 ) -> Response {
-    let (mut sender, path, pool) = match connect_route(
+    let (mut connection, path) = match connect_route(
         state,
         route,
         proto::CLUSTER_CACHE_SERVICE,
@@ -205,11 +205,9 @@ async fn ask_cache(
             "the request names no resource the cache knows".to_owned(),
         );
     };
-    match send(&mut sender, outbound, cluster).await {
+    match connection.send(outbound, cluster).await {
         Ok(response) => {
-            if let Some(pool) = pool {
-                pool.put(sender);
-            }
+            connection.keep();
             response.map(Body::new)
         }
         Err(response) => response,

@@ -47,8 +47,10 @@ pub use relay::relay;
 pub use route::{
     Agents, GROUP_PREFIX, Pools, ProxyState, RELAY_PREFIX, agent_session, downstream_groups,
 };
-use route::{Route, connect_route, from_api, impersonate, kube_status, newest_session};
-pub(crate) use route::{connect, send};
+use route::{
+    Connection, Route, connect_local, connect_route, from_api, impersonate, kube_status,
+    newest_session,
+};
 
 /// The response header that says a request went the fallback way.
 pub const ROUTE_HEADER: &str = "x-drover-route";
@@ -338,7 +340,7 @@ pub async fn handle(
     };
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
-    let (mut sender, path, pool) = match connect_route(
+    let (mut connection, path) = match connect_route(
         &state,
         &route,
         KUBE_API_SERVICE,
@@ -357,10 +359,16 @@ pub async fn handle(
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
-    let mut response = exchange(&mut sender, outbound, on_upgrade, &cluster, held, recording).await;
-    if let Some(pool) = pool {
-        pool.put(sender);
-    }
+    let mut response = exchange(
+        &mut connection,
+        outbound,
+        on_upgrade,
+        &cluster,
+        held,
+        recording,
+    )
+    .await;
+    connection.keep();
     if fallback {
         response.headers_mut().insert(
             HeaderName::from_static(ROUTE_HEADER),
@@ -400,14 +408,14 @@ fn lasts(query: &str) -> bool {
 /// response without its hop-by-hop headers (but those of a protocol switch). `held` is kept
 /// until the upgraded stream or the response body ends.
 async fn exchange(
-    sender: &mut SendRequest<Body>,
+    connection: &mut Connection,
     outbound: http::Request<Body>,
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
     cluster: &str,
     mut held: Option<crate::auth::streams::StreamGuard>,
     recording: Option<session::Pending>,
 ) -> Response {
-    let mut response = match send(sender, outbound, cluster).await {
+    let mut response = match connection.send(outbound, cluster).await {
         Ok(response) => response,
         Err(response) => return response,
     };

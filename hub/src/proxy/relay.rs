@@ -67,9 +67,8 @@ pub async fn relay(
         }
         headers.append(name.clone(), value.clone());
     }
-    let pool = (!upgrade).then(|| state.pools.of(&state.registry, &session, service));
-    let mut sender = match connect(&session, service, &cluster, pool.as_ref()).await {
-        Ok(sender) => sender,
+    let mut connection = match connect_local(&state, &session, service, &cluster, !upgrade).await {
+        Ok(connection) => connection,
         Err(response) => return response,
     };
     let mut outbound = http::Request::builder()
@@ -79,9 +78,7 @@ pub async fn relay(
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
     // The replica the caller came through counts the caller's streams and records sessions.
-    let response = exchange(&mut sender, outbound, on_upgrade, &cluster, None, None).await;
-    if let Some(pool) = pool {
-        pool.put(sender);
-    }
+    let response = exchange(&mut connection, outbound, on_upgrade, &cluster, None, None).await;
+    connection.keep();
     response
 }

@@ -81,8 +81,71 @@ pub(super) fn newest_session(registry: &Registry, kind: &str, cluster: &str) -> 
 /// The path prefix a peer replica relays under (`/v3/relay/<agent kind>/<cluster>/<service>`).
 pub const RELAY_PREFIX: &str = "/v3/relay";
 
-/// An HTTP/1 connection to `service` of the cluster's agent along `route`, and the path to
-/// send `path` (the agent's own path, with its query) as.
+/// An HTTP/1 connection to an agent's service (through a session of this replica or a peer
+/// replica), ready for one request.
+pub(crate) struct Connection {
+    sender: SendRequest<Body>,
+    /// Where the connection is kept for the next request once this one is answered.
+    pool: Option<Http1Pool<Body>>,
+    /// For a kept connection: the session and service to open a new one on if it turns out to
+    /// have closed (see [`Connection::send`]).
+    reopen: Option<(Session, &'static str)>,
+}
+
+impl Connection {
+    /// Sends `request` and waits for the response head (not the body, which streams).
+    ///
+    /// A kept connection may have been closed by the agent just as the request went out on it
+    /// (the agent closes a stream when the API server closes its connection): a GET or HEAD
+    /// without a body that fails so is sent once more on a new stream, as Go's HTTP client
+    /// does; anything else could have had an effect and gets the error.
+    pub(crate) async fn send(
+        &mut self,
+        request: http::Request<Body>,
+        cluster: &str,
+    ) -> Result<http::Response<hyper::body::Incoming>, Response> {
+        let again = self
+            .reopen
+            .take()
+            .filter(|_| {
+                matches!(*request.method(), http::Method::GET | http::Method::HEAD)
+                    && hyper::body::Body::is_end_stream(request.body())
+            })
+            .map(|reopen| {
+                let mut copy = http::Request::new(Body::empty());
+                *copy.method_mut() = request.method().clone();
+                *copy.uri_mut() = request.uri().clone();
+                *copy.headers_mut() = request.headers().clone();
+                (reopen, copy)
+            });
+        match send(&mut self.sender, request, cluster).await {
+            Err(failed) if failed.status() == StatusCode::BAD_GATEWAY => {
+                let Some(((session, service), copy)) = again else {
+                    return Err(failed);
+                };
+                tracing::debug!(
+                    cluster,
+                    "a kept stream to the agent was closed; sending again on a new one"
+                );
+                self.sender = connect(&session, service, cluster).await?;
+                send(&mut self.sender, copy, cluster).await
+            }
+            other => other,
+        }
+    }
+
+    /// Keeps the connection for later requests if it is pooled (the response head has come;
+    /// the pool hands it out again once the body has been read).
+    pub(crate) fn keep(self) {
+        if let Some(pool) = self.pool {
+            pool.put(self.sender);
+        }
+    }
+}
+
+/// A connection to `service` of the cluster's agent along `route`, and the path to send `path`
+/// (the agent's own path, with its query) as. With `pooled`, a kept connection is used if one
+/// is ready, and the connection is kept afterwards.
 pub(crate) async fn connect_route(
     state: &ProxyState,
     route: &Route,
@@ -90,19 +153,47 @@ pub(crate) async fn connect_route(
     cluster: &str,
     path: &str,
     pooled: bool,
-) -> Result<(SendRequest<Body>, String, Option<Http1Pool<Body>>), Response> {
+) -> Result<(Connection, String), Response> {
     match route {
         Route::Local(session) => {
-            let pool = pooled.then(|| state.pools.of(&state.registry, session, service));
-            let sender = connect(session, service, cluster, pool.as_ref()).await?;
-            Ok((sender, path.to_owned(), pool))
+            let connection = connect_local(state, session, service, cluster, pooled).await?;
+            Ok((connection, path.to_owned()))
         }
         Route::Peer { url, kind } => {
             let sender = connect_peer(state.peers.clone(), url, cluster).await?;
             let relayed = format!("{RELAY_PREFIX}/{kind}/{cluster}/{service}{path}");
-            Ok((sender, relayed, None))
+            let connection = Connection {
+                sender,
+                pool: None,
+                reopen: None,
+            };
+            Ok((connection, relayed))
         }
     }
+}
+
+/// A connection to `service` through `session`: a kept one when `pooled` and one is ready.
+pub(crate) async fn connect_local(
+    state: &ProxyState,
+    session: &Session,
+    service: &'static str,
+    cluster: &str,
+    pooled: bool,
+) -> Result<Connection, Response> {
+    let pool = pooled.then(|| state.pools.of(&state.registry, session, service));
+    if let Some(sender) = pool.as_ref().and_then(Http1Pool::take) {
+        return Ok(Connection {
+            sender,
+            pool,
+            reopen: Some((session.clone(), service)),
+        });
+    }
+    let sender = connect(session, service, cluster).await?;
+    Ok(Connection {
+        sender,
+        pool,
+        reopen: None,
+    })
 }
 
 /// A new HTTP/1 connection to the peer replica at `url`, over mutual TLS.
@@ -153,17 +244,12 @@ pub(crate) async fn connect_peer(
     Ok(sender)
 }
 
-/// An HTTP/1 connection to one of the agent's services: a kept one if `pool` has one ready,
-/// else over a new tunnel stream.
+/// A new HTTP/1 connection to one of the agent's services, over a new tunnel stream.
 pub(crate) async fn connect(
     session: &Session,
     service: &str,
     cluster: &str,
-    pool: Option<&Http1Pool<Body>>,
 ) -> Result<SendRequest<Body>, Response> {
-    if let Some(sender) = pool.and_then(Http1Pool::take) {
-        return Ok(sender);
-    }
     let stream = session.open_service(service).await.map_err(|e| {
         kube_status(
             StatusCode::BAD_GATEWAY,
@@ -186,7 +272,7 @@ pub(crate) async fn connect(
     Ok(sender)
 }
 
-/// Sends `request` and waits for the response head (not the body, which streams).
+/// Sends `request` on `sender` and waits for the response head (not the body, which streams).
 pub(crate) async fn send(
     sender: &mut SendRequest<Body>,
     request: http::Request<Body>,
@@ -252,4 +338,110 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
         headers.append("impersonate-group", value("group", &group)?);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tunnel::{AcceptorConfig, Connector, testing::*};
+
+    use super::*;
+
+    const SERVICE: &str = "kube-api";
+
+    /// A test hub and an agent whose `kube-api` answers the first request on each stream (with
+    /// its path) and closes the stream when the next one arrives, unanswered, as the agent does
+    /// when its API server has just closed the connection; and how many streams it was opened.
+    async fn agent_closing_kept_streams() -> (TestHub, Session, Arc<AtomicUsize>) {
+        let hub = TestHub::start(AcceptorConfig::default()).await;
+        let streams = Arc::new(AtomicUsize::new(0));
+        let opened = streams.clone();
+        let mut config = agent_config(&hub, "cluster-agent");
+        config.services = tunnel::Services::default().add(SERVICE, move |mut stream| {
+            opened.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let mut head = Vec::new();
+                let mut buf = [0; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(n @ 1..) => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let path = String::from_utf8_lossy(&head)
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_owned();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{path}",
+                    path.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                // The next request closes the stream.
+                let _ = stream.read(&mut buf).await;
+            }
+        });
+        let agent = Connector::new(config).unwrap().connect().await.unwrap();
+        std::mem::forget(agent);
+        let session = hub.session("cluster-agent").await;
+        (hub, session, streams)
+    }
+
+    fn request(method: &str, path: &str, body: &'static str) -> http::Request<Body> {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::from(body))
+            .unwrap()
+    }
+
+    async fn text(response: http::Response<hyper::body::Incoming>) -> String {
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_that_meets_a_closed_kept_stream_is_sent_again_and_a_write_is_not() {
+        let (_hub, session, streams) = agent_closing_kept_streams().await;
+        let pool = Http1Pool::default();
+        let kept = |sender| Connection {
+            sender,
+            pool: Some(pool.clone()),
+            reopen: Some((session.clone(), SERVICE)),
+        };
+        let mut first = Connection {
+            sender: connect(&session, SERVICE, "prod").await.unwrap(),
+            pool: Some(pool.clone()),
+            reopen: None,
+        };
+        let answer = first
+            .send(request("GET", "/one", ""), "prod")
+            .await
+            .unwrap();
+        assert_eq!(text(answer).await, "/one");
+        first.keep();
+
+        // A read on the kept stream, which closes: answered on a new stream.
+        let mut second = kept(pool.take().unwrap());
+        let answer = second
+            .send(request("GET", "/two", ""), "prod")
+            .await
+            .unwrap();
+        assert_eq!(text(answer).await, "/two");
+        assert_eq!(streams.load(Ordering::SeqCst), 2);
+        second.keep();
+
+        // A write could have had its effect: its error is the caller's, and it is not resent.
+        let mut third = kept(pool.take().unwrap());
+        let failed = third
+            .send(request("POST", "/three", "{}"), "prod")
+            .await
+            .unwrap_err();
+        assert_eq!(failed.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(streams.load(Ordering::SeqCst), 2);
+    }
 }

@@ -9,11 +9,10 @@ use std::{
     io::Write,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
 };
 
 use axum::{
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderValue, Method},
     middleware::Next,
     response::Response,
@@ -572,8 +571,8 @@ fn next_request_id() -> String {
 #[derive(Debug, Clone)]
 pub struct AuditId(pub String);
 
-/// The middleware that records audited requests once their answer is known.
-pub async fn layer(State(audit): State<Arc<Audit>>, mut request: Request, next: Next) -> Response {
+/// Runs `next` on `request` and, if it is audited, records it once its answer is known.
+pub async fn around(audit: &Audit, mut request: Request, next: Next) -> Response {
     if audit.tx.is_none() || !audited(request.method(), request.uri().path()) {
         return next.run(request).await;
     }

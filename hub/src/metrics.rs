@@ -12,11 +12,7 @@ use std::{
     time::Duration,
 };
 
-use axum::{
-    extract::{MatchedPath, Request},
-    middleware::Next,
-    response::Response,
-};
+use axum::extract::MatchedPath;
 use tunnel::Registry;
 
 /// A histogram with fixed bucket bounds (seconds).
@@ -91,13 +87,10 @@ pub static STORE_SECONDS: Histogram = Histogram::new(STORE_BOUNDS);
 /// API requests by route, then status code.
 static API_REQUESTS: Mutex<BTreeMap<String, BTreeMap<u16, u64>>> = Mutex::new(BTreeMap::new());
 
-/// Middleware counting every request by its route template (never the raw path, which would
-/// put object names into metric labels) and status code.
-pub async fn count_requests(request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let response = next.run(request).await;
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let code = response.status().as_u16();
+/// Counts a request by its route template (never the raw path, which would put object names
+/// into metric labels) and the status code it was answered with.
+pub fn count(route: Option<&MatchedPath>, code: u16) {
+    let route = route.map_or("unmatched", MatchedPath::as_str);
     let mut counts = API_REQUESTS.lock().unwrap_or_else(|p| p.into_inner());
     // Every request passes here: a route's name is copied the first time only.
     let by_code = match counts.get_mut(route) {
@@ -105,7 +98,6 @@ pub async fn count_requests(request: Request, next: Next) -> Response {
         None => counts.entry(route.to_owned()).or_default(),
     };
     *by_code.entry(code).or_insert(0) += 1;
-    response
 }
 
 /// What the exposition reads at scrape time besides the process-wide counters.

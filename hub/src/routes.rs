@@ -115,13 +115,32 @@ pub(crate) fn router(parts: Parts) -> Router {
                 peers,
             })),
     );
-    // The audit layer inside the others: it records what the handlers answered.
     app.layer(axum::middleware::from_fn_with_state(
         api.audit.clone(),
-        crate::audit::layer,
+        edge,
     ))
-    .layer(axum::middleware::from_fn(websec::layer))
-    .layer(axum::middleware::from_fn(metrics::count_requests))
+}
+
+/// What every request passes through, as one layer (each layer boxes the request's whole
+/// future again, and the proxy's path is hot): a cookie-authenticated write from another site
+/// is refused; the rest is audited, its answer recorded; every answer gets the browser's
+/// security headers and is counted by route.
+async fn edge(
+    State(audit): State<Arc<crate::audit::Audit>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .cloned();
+    let mut response = match websec::refusal(&request) {
+        Some(refused) => refused,
+        None => crate::audit::around(&audit, request, next).await,
+    };
+    websec::secure(&mut response);
+    metrics::count(route.as_ref(), response.status().as_u16());
+    response
 }
 
 /// What request handlers share.

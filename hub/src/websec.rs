@@ -68,32 +68,40 @@ pub fn same_origin_headers(headers: &axum::http::HeaderMap) -> bool {
     }
 }
 
-pub async fn layer(request: Request, next: Next) -> Response {
+/// The answer to a cookie-authenticated write that does not come from the hub's own pages, if
+/// `request` is one.
+pub fn refusal(request: &Request) -> Option<Response> {
     // An upgrade (the browser's shell: a WebSocket exec) acts on a workload: it is a write,
     // whatever its method, and a browser sends Origin on every WebSocket handshake.
     let writes = !matches!(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     ) || request.headers().contains_key(header::UPGRADE);
-    if writes
-        && has_session_cookie(&request)
+    let refused = writes
+        && has_session_cookie(request)
         && !request.headers().contains_key(header::AUTHORIZATION)
-        && !same_origin(&request)
-    {
-        let body = serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
-            "reason": "Forbidden",
-            "message": "a write with the dashboard's session must come from the hub's own pages \
-                        (Origin or Sec-Fetch-Site); scripts send Authorization: Bearer <token>",
-        });
-        return (
+        && !same_origin(request);
+    if !refused {
+        return None;
+    }
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+        "reason": "Forbidden",
+        "message": "a write with the dashboard's session must come from the hub's own pages \
+                    (Origin or Sec-Fetch-Site); scripts send Authorization: Bearer <token>",
+    });
+    Some(
+        (
             StatusCode::FORBIDDEN,
             [(header::CONTENT_TYPE, "application/json")],
             body.to_string(),
         )
-            .into_response();
-    }
-    let mut response = next.run(request).await;
+            .into_response(),
+    )
+}
+
+/// Puts the headers every answer carries on `response` (those a handler set stay).
+pub fn secure(response: &mut Response) {
     let headers = response.headers_mut();
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CSP),
@@ -109,6 +117,16 @@ pub async fn layer(request: Request, next: Next) -> Response {
             .entry(name)
             .or_insert(HeaderValue::from_static(value));
     }
+}
+
+/// [`refusal`] and [`secure`] as a middleware of their own (the hub's routes have them in
+/// `routes::edge`, with the other per-request work).
+pub async fn layer(request: Request, next: Next) -> Response {
+    let mut response = match refusal(&request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    };
+    secure(&mut response);
     response
 }
 

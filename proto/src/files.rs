@@ -11,7 +11,14 @@ use crate::plan::v1::FileChunk;
 pub const FILE_CHUNK: usize = 256 * 1024;
 
 pub(crate) fn hex(digest: ring::digest::Digest) -> String {
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    // Every request with a token hashes it: one allocation, not one per byte.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(digest.as_ref().len() * 2);
+    for &b in digest.as_ref() {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// `reader`'s bytes as the chunks of file `name`.

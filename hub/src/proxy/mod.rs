@@ -79,7 +79,8 @@ fn forwarded(
     upgrade: bool,
     principal: &Principal,
 ) -> Result<HeaderMap, ApiError> {
-    let mut headers = HeaderMap::new();
+    // Room for what is kept and the impersonation added, so the map is not grown as it fills.
+    let mut headers = HeaderMap::with_capacity(incoming.len() + 4);
     for (name, value) in incoming {
         // Header names are lowercase here, however the caller spelled them.
         let lower = name.as_str();

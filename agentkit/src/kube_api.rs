@@ -19,13 +19,13 @@ use std::{io, sync::Arc};
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::client::TlsStream;
-use tunnel::TunnelStream;
+use tunnel::{Secret, TunnelStream};
 
 use crate::kube::KubeTarget;
 
 mod head;
 
-use head::{Head, MAX_HEAD};
+use head::Head;
 
 /// Bytes read at a time, each way.
 const READ: usize = 16 << 10;
@@ -34,28 +34,18 @@ const READ: usize = 16 << 10;
 #[derive(Debug, Clone)]
 pub struct Upstream {
     target: Arc<KubeTarget>,
-    /// `Bearer <the agent's own token>`. Never logged: `Upstream`'s Debug shows the target,
-    /// whose token is a `Secret`.
+    /// `Bearer <the agent's own token>`, kept out of Debug output.
     authorization: Arc<Secret>,
     host: Arc<[u8]>,
 }
 
-/// The agent's `Authorization` value, kept out of Debug output.
-struct Secret(Vec<u8>);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
 impl Upstream {
     pub fn new(target: KubeTarget) -> Self {
-        let authorization = format!("Bearer {}", target.token.expose()).into_bytes();
+        let authorization = Secret::new(format!("Bearer {}", target.token.expose()));
         let host = target.address().into_bytes().into();
         Self {
             target: Arc::new(target),
-            authorization: Arc::new(Secret(authorization)),
+            authorization: Arc::new(authorization),
             host,
         }
     }
@@ -84,8 +74,9 @@ impl Upstream {
     ) -> io::Result<Option<Head>> {
         loop {
             if !pending.is_empty()
-                && let Some(head) = head::parse(pending, &self.authorization.0, &self.host)
-                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?
+                && let Some(head) =
+                    head::parse(pending, self.authorization.expose().as_bytes(), &self.host)
+                        .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?
             {
                 return Ok(Some(head));
             }
@@ -212,13 +203,7 @@ async fn requests(
 
 /// Reads what `hub` has into the spare room of `pending`; 0 at the end of the stream.
 async fn fill(hub: &mut (impl AsyncRead + Unpin), pending: &mut Vec<u8>) -> io::Result<usize> {
-    if pending.len() > MAX_HEAD {
-        // Only a head is ever held back for more; `head::parse` refuses one this large.
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "a request's head is too large",
-        ));
-    }
+    // Only a head is ever held back for more, and `head::parse` refuses one past its limit.
     pending.reserve(READ);
     hub.read_buf(pending).await
 }

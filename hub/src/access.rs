@@ -279,7 +279,9 @@ async fn endpoint(
         out.push(ClusterToken {
             name: token.metadata.name,
             hash: spec.secret_hash,
-            groups: crate::auth::downstream_groups(roles.admin, &groups),
+            groups: crate::auth::downstream_groups(roles.admin, &groups)
+                .map(str::to_owned)
+                .collect(),
             user,
             expires_at: spec.expires_at.unwrap_or_default(),
         });

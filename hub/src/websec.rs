@@ -14,7 +14,6 @@
 use axum::{
     extract::Request,
     http::{HeaderValue, Method, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 
@@ -119,17 +118,6 @@ pub fn secure(response: &mut Response) {
     }
 }
 
-/// [`refusal`] and [`secure`] as a middleware of their own (the hub's routes have them in
-/// `routes::edge`, with the other per-request work).
-pub async fn layer(request: Request, next: Next) -> Response {
-    let mut response = match refusal(&request) {
-        Some(refused) => refused,
-        None => next.run(request).await,
-    };
-    secure(&mut response);
-    response
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -150,6 +138,18 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+
+    use axum::middleware::Next;
+
+    /// [`refusal`] and [`secure`] as a layer, as `routes::edge` runs them on the hub's routes.
+    async fn layer(request: Request, next: Next) -> Response {
+        let mut response = match refusal(&request) {
+            Some(refused) => refused,
+            None => next.run(request).await,
+        };
+        secure(&mut response);
+        response
+    }
 
     fn app() -> Router {
         Router::new()

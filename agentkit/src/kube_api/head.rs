@@ -4,10 +4,10 @@
 
 /// A request head larger than this is refused, as Go's HTTP server (kube-apiserver's) refuses
 /// one past its default `MaxHeaderBytes`.
-pub(super) const MAX_HEAD: usize = 1 << 20;
+const MAX_HEAD: usize = 1 << 20;
 
 /// Header lines looked for at first; a head with more (a user in hundreds of groups) is parsed
-/// again with room for all that fit in [`MAX_HEAD`].
+/// again with room for as many as its bytes can hold.
 const FEW_HEADERS: usize = 64;
 
 /// One request's head, rewritten to go on.
@@ -61,7 +61,7 @@ pub(super) fn parse(
         Err(e) => return Err(format!("the request's head cannot be read: {e}")),
     }
     // Each header line takes at least four bytes ("a:\r\n").
-    let mut many = vec![httparse::EMPTY_HEADER; MAX_HEAD / 4];
+    let mut many = vec![httparse::EMPTY_HEADER; input.len().min(MAX_HEAD) / 4 + 1];
     let mut request = httparse::Request::new(&mut many);
     match request.parse(input) {
         Ok(status) => finish(&request, status, input, authorization, host),

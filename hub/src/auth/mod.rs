@@ -221,21 +221,19 @@ pub(crate) async fn principal_until(
 
 /// The prefix of the groups the hub itself gives users downstream.
 pub const GROUP_PREFIX: &str = "drover:";
-/// Every user's group downstream, and the hub's admins' (`GROUP_PREFIX` and a name).
-pub const AUTHENTICATED_GROUP: &str = "drover:authenticated";
-pub const ADMIN_GROUP: &str = "drover:admin";
 
 /// The groups a user acts with in a cluster: `drover:authenticated`, `drover:admin` for the
 /// hub's admins, and the user's own (local and the directory's): what the cluster's RBAC, as
 /// the cluster-agent keeps it in step with the hub's role bindings, binds besides the user.
 /// The authorized endpoint's token copies carry the same.
-pub fn downstream_groups(admin: bool, groups: &[String]) -> Vec<String> {
-    let mut all = vec![AUTHENTICATED_GROUP.to_owned()];
-    if admin {
-        all.push(ADMIN_GROUP.to_owned());
-    }
-    all.extend(groups.iter().cloned());
-    all
+pub fn downstream_groups(admin: bool, groups: &[String]) -> impl Iterator<Item = &str> {
+    // Borrowed, not collected: the proxy sets them as headers on every request.
+    let own = if admin {
+        &["drover:authenticated", "drover:admin"][..]
+    } else {
+        &["drover:authenticated"][..]
+    };
+    own.iter().copied().chain(groups.iter().map(String::as_str))
 }
 
 /// Failed logins allowed per account in one window; per address (an office or an ingress

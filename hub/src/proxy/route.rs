@@ -334,18 +334,7 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
         })
     };
     headers.insert("impersonate-user", value("user name", &principal.user)?);
-    // The groups `downstream_groups` names, without building its list on every request.
-    headers.append(
-        "impersonate-group",
-        HeaderValue::from_static(crate::auth::AUTHENTICATED_GROUP),
-    );
-    if principal.admin {
-        headers.append(
-            "impersonate-group",
-            HeaderValue::from_static(crate::auth::ADMIN_GROUP),
-        );
-    }
-    for group in &principal.groups {
+    for group in downstream_groups(principal.admin, &principal.groups) {
         headers.append("impersonate-group", value("group", group)?);
     }
     Ok(())

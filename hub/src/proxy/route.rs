@@ -423,6 +423,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(text(answer).await, "/one");
+        // hyper marks a connection ready in its own task once the body has been read: wait for
+        // that, or the pool may rightly hand out nothing.
+        first.sender.ready().await.unwrap();
         first.keep();
 
         // A read on the kept stream, which closes: answered on a new stream.
@@ -433,6 +436,7 @@ mod tests {
             .unwrap();
         assert_eq!(text(answer).await, "/two");
         assert_eq!(streams.load(Ordering::SeqCst), 2);
+        second.sender.ready().await.unwrap();
         second.keep();
 
         // A write could have had its effect: its error is the caller's, and it is not resent.

@@ -113,7 +113,7 @@ async fn take_delivered(
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-        take(slot, record, delivery);
+        keep(slot, record, delivery).await;
     }
 }
 
@@ -129,7 +129,7 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
                 let mut stream = stream.into_inner();
                 loop {
                     match stream.message().await {
-                        Ok(Some(delivery)) => take(slot, record, delivery),
+                        Ok(Some(delivery)) => keep(slot, record, delivery).await,
                         Ok(None) => break,
                         Err(e) => {
                             tracing::warn!(error = %e, "the plan stream broke");
@@ -144,9 +144,27 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
     }
 }
 
-/// Keeps the hub's plan for `slot` as the one to apply.
-fn take(slot: &str, record: &Record, delivery: PlanDelivery) {
-    let plan = delivery.plan.unwrap_or_default();
+/// The pause before a plan that could not be written is written again; doubled after each
+/// failure up to `KEEP_PAUSE_MAX`.
+const KEEP_PAUSE: Duration = Duration::from_secs(1);
+const KEEP_PAUSE_MAX: Duration = Duration::from_secs(60);
+
+/// Keeps the hub's plan for `slot` as the one to apply, writing it until the disk takes it:
+/// the hub counts a plan as delivered once sent, so one dropped here would never run. A plan
+/// the hub sends meanwhile waits for this one (on the session's watch it replaces what came
+/// between).
+async fn keep(slot: &str, record: &Record, delivery: PlanDelivery) {
+    let mut pause = KEEP_PAUSE;
+    while let Err(e) = take(slot, record, &delivery) {
+        tracing::error!(%slot, error = %e, retry_in = ?pause, "cannot keep the hub's plan on disk; it is held and written again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(KEEP_PAUSE_MAX);
+    }
+}
+
+/// Sets the hub's plan for `slot` as the one to apply.
+fn take(slot: &str, record: &Record, delivery: &PlanDelivery) -> std::io::Result<()> {
+    let plan = delivery.plan.clone().unwrap_or_default();
     let (sum, plan) = if delivery.checksum.is_empty() {
         (String::new(), None)
     } else {
@@ -159,16 +177,12 @@ fn take(slot: &str, record: &Record, delivery: PlanDelivery) {
         (sum, Some(plan))
     };
     let kept = (!sum.is_empty()).then(|| sum.get(..12).unwrap_or(&sum).to_owned());
-    match record.set_desired(sum, plan) {
-        // Said, because it is why nothing runs after a restart.
-        Ok(false) => {
-            if let Some(plan) = kept {
-                tracing::info!(%slot, %plan, "the hub's plan is the one this agent already has");
-            }
-        }
-        Ok(true) => {}
-        Err(e) => tracing::error!(error = %e, "cannot keep the plan on disk"),
+    let changed = record.set_desired(sum, plan)?;
+    // Said, because it is why nothing runs after a restart.
+    if let (false, Some(plan)) = (changed, kept) {
+        tracing::info!(%slot, %plan, "the hub's plan is the one this agent already has");
     }
+    Ok(())
 }
 
 /// How long a status sent as a message waits for the hub's acknowledgement before it is sent
@@ -260,4 +274,46 @@ async fn report(client: PlansClient<tunnel::Channel>, slot: &str, record: &Recor
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::plan::v1::Plan;
+
+    use super::*;
+
+    /// A plan the disk refuses is held and written once the disk takes it, not dropped: the
+    /// hub sends it once.
+    #[tokio::test(start_paused = true)]
+    async fn a_plan_the_disk_refuses_is_written_once_it_can_be() {
+        let dir = crate::testing::tempdir();
+        let record = Record::open(&dir.join("plan.json")).unwrap();
+        // The record's temporary file cannot be created while a directory holds its name.
+        let blocker = dir.join(".plan.json.drover-tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        let plan = Plan::default();
+        let delivery = PlanDelivery {
+            checksum: checksum(&plan),
+            plan: Some(plan),
+            ..PlanDelivery::default()
+        };
+        let mut desired = record.watch_desired();
+        let kept = {
+            let record = record.clone();
+            tokio::spawn(async move { keep("", &record, delivery).await })
+        };
+        // The paused clock runs ahead while every task waits: several attempts fail meanwhile.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!kept.is_finished(), "the plan was given up on");
+        assert_eq!(record.desired().0, "");
+
+        std::fs::remove_dir(&blocker).unwrap();
+        tokio::time::timeout(Duration::from_secs(600), desired.changed())
+            .await
+            .expect("the plan was never written")
+            .unwrap();
+        kept.await.unwrap();
+        assert_eq!(record.desired().0, checksum(&Plan::default()));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

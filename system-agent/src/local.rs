@@ -80,8 +80,10 @@ pub async fn follow(
                     })
                 }
             };
-            slot.seen = bytes;
-            take(&name, &path, &slot.seen, &slot.record);
+            // A plan not kept is read again next time, as if the file had changed.
+            if take(&name, &path, &bytes, &slot.record) {
+                slot.seen = bytes;
+            }
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -104,14 +106,17 @@ fn plan_files(dir: &Path) -> HashMap<String, PathBuf> {
 }
 
 /// Hands a plan file's content to its record; a file that is not a plan is reported in the
-/// record's status, naming the file, and nothing runs.
-fn take(name: &str, path: &Path, bytes: &[u8], record: &Record) {
+/// record's status, naming the file, and nothing runs. False when the record could not be
+/// written, so the file is taken again on the next read.
+fn take(name: &str, path: &Path, bytes: &[u8], record: &Record) -> bool {
     match serde_json::from_slice::<Plan>(bytes) {
-        Ok(plan) => {
-            if let Err(e) = record.set_desired(checksum(&plan), Some(plan)) {
-                tracing::error!(plan = %name, error = %e, "cannot keep the plan");
+        Ok(plan) => match record.set_desired(checksum(&plan), Some(plan)) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(plan = %name, error = %e, retry_in = ?EVERY, "cannot keep the plan on disk; it is read again");
+                false
             }
-        }
+        },
         Err(e) => {
             let message = format!("{}: not a plan: {e}", path.display());
             tracing::warn!("{message}");
@@ -120,8 +125,12 @@ fn take(name: &str, path: &Path, bytes: &[u8], record: &Record) {
                 s.state = PlanState::Failed as i32;
                 s.message = message;
             });
-            if let Err(e) = kept {
-                tracing::error!(plan = %name, error = %e, "cannot record the plan's status");
+            match kept {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::error!(plan = %name, error = %e, retry_in = ?EVERY, "cannot record the plan's status; the file is read again");
+                    false
+                }
             }
         }
     }
@@ -187,6 +196,42 @@ mod tests {
             broken.message
         );
         assert!(!records.join("notes.json").exists());
+        shutdown.cancel();
+        task.await.unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A plan file whose record the disk refuses is taken again on a later read, though the
+    /// file has not changed since.
+    #[tokio::test(start_paused = true)]
+    async fn a_plan_the_disk_refuses_is_taken_on_a_later_read() {
+        let dir = crate::testing::tempdir();
+        let (plans, records) = (dir.join("plans"), dir.join("records"));
+        std::fs::create_dir_all(&plans).unwrap();
+        std::fs::create_dir_all(&records).unwrap();
+        // The record's temporary file cannot be created while a directory holds its name.
+        let blocker = records.join(".empty.json.drover-tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        std::fs::write(plans.join("empty.json"), r#"{"instructions": []}"#).unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(follow(
+            plans,
+            records.clone(),
+            applier::Retry::default(),
+            crate::root::Root::default(),
+            shutdown.clone(),
+        ));
+        // The paused clock runs ahead while every task waits: the directory is read a few times.
+        tokio::time::sleep(EVERY * 4).await;
+        let record = Record::open(&records.join("empty.json")).unwrap();
+        assert_eq!(record.desired().0, "");
+
+        std::fs::remove_dir(&blocker).unwrap();
+        let status = until(&records.join("empty.json"), |s| {
+            s.state == PlanState::Applied as i32
+        })
+        .await;
+        assert!(!status.checksum.is_empty());
         shutdown.cancel();
         task.await.unwrap();
         std::fs::remove_dir_all(dir).unwrap();

@@ -269,6 +269,9 @@ impl Session {
             Role::Server => yamux::Mode::Server,
         };
         let mut io = WsIo::new(io, role, settings.ws).deferring_flushes();
+        if settings.window_growth == 0 {
+            io = io.without_yamux_pings();
+        }
         if let Some((handler, messenger)) = messages {
             io = io.with_messages(Messages::new(info.clone(), handler, messenger));
         }

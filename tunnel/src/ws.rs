@@ -28,6 +28,8 @@ use tokio::{
 
 use crate::messages::{self, Messages};
 
+mod pings;
+
 /// Limits and timing of the WebSocket under a session.
 #[derive(Debug, Clone, Copy)]
 pub struct WsSettings {
@@ -279,6 +281,8 @@ pub(crate) struct WsIo<T> {
     messages: Option<Messages>,
     /// Reads handed to yamux since what is owed was last written (see `poll_read`).
     reads_unpaid: u8,
+    /// Follows yamux's frames to drop its round-trip pings (see `pings`); `None`: sent.
+    pings: Option<pings::Pings>,
 }
 
 /// Whether a `WsIo` owes a flush, and whether waiting for more frames has been paying off.
@@ -338,6 +342,7 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
             deferral: None,
             messages: None,
             reads_unpaid: 0,
+            pings: None,
         }
     }
 
@@ -360,6 +365,13 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
     /// before it waits.
     pub(crate) fn deferring_flushes(mut self) -> Self {
         self.deferral = Some(Deferral::default());
+        self
+    }
+
+    /// Drops the round-trip pings yamux starts (see `pings`): for a session whose windows do
+    /// not grow, which is all they size.
+    pub(crate) fn without_yamux_pings(mut self) -> Self {
+        self.pings = Some(pings::Pings::default());
         self
     }
 
@@ -458,6 +470,50 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
         if opcode == OP_CLOSE {
             w.closed = true;
         }
+    }
+
+    /// Takes what it can of `data` into the write buffer (or, for a server's large writes,
+    /// straight to the stream).
+    fn take(&mut self, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let batch = self.settings.batch_size;
+        let filled = self
+            .writer
+            .open
+            .map_or(0, |(start, _)| self.writer.buf.len() - start - HEADER_SLOT);
+        if filled > 0 && filled + data.len() > batch {
+            self.seal();
+        }
+        // Hold no more than one batch unwritten: past that, wait for the socket.
+        if self.writer.buf.len() - self.writer.written >= batch && self.poll_drain(cx)?.is_pending()
+        {
+            self.absorb(cx)?;
+            return Poll::Pending;
+        }
+        if self.role == Role::Server && data.len() >= WRITE_THROUGH && self.io.is_write_vectored() {
+            return Poll::Ready(self.write_through(cx, data));
+        }
+        if self.writer.open.is_none() {
+            let key = self.new_mask();
+            let w = &mut self.writer;
+            if w.buf.is_empty() {
+                // Unused room in front (see `LEAD`), counted as written.
+                w.buf.resize(LEAD, 0);
+                w.written = LEAD;
+            }
+            w.open = Some((w.buf.len(), key));
+            w.buf.resize(w.buf.len() + HEADER_SLOT, 0);
+        }
+        let Some((start, key)) = self.writer.open else {
+            unreachable!("a frame was opened above")
+        };
+        let w = &mut self.writer;
+        let offset = w.buf.len() - start - HEADER_SLOT;
+        let n = data.len().min(batch - offset);
+        match key {
+            Some(key) => extend_masked(&mut w.buf, &data[..n], key, offset),
+            None => w.buf.extend_from_slice(&data[..n]),
+        }
+        Poll::Ready(Ok(n))
     }
 
     /// A server's large write as a frame of its own, without copying it into the buffer: its
@@ -819,43 +875,14 @@ impl<T: TokioRead + TokioWrite + Unpin> AsyncWrite for WsIo<T> {
         if this.writer.closed {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
-        let batch = this.settings.batch_size;
-        let filled = this
-            .writer
-            .open
-            .map_or(0, |(start, _)| this.writer.buf.len() - start - HEADER_SLOT);
-        if filled > 0 && filled + data.len() > batch {
-            this.seal();
-        }
-        // Hold no more than one batch unwritten: past that, wait for the socket.
-        if this.writer.buf.len() - this.writer.written >= batch && this.poll_drain(cx)?.is_pending()
+        if let Some(pings) = &this.pings
+            && pings.is_ping(data)
         {
-            this.absorb(cx)?;
-            return Poll::Pending;
+            return Poll::Ready(Ok(data.len()));
         }
-        if this.role == Role::Server && data.len() >= WRITE_THROUGH && this.io.is_write_vectored() {
-            return Poll::Ready(this.write_through(cx, data));
-        }
-        if this.writer.open.is_none() {
-            let key = this.new_mask();
-            let w = &mut this.writer;
-            if w.buf.is_empty() {
-                // Unused room in front (see `LEAD`), counted as written.
-                w.buf.resize(LEAD, 0);
-                w.written = LEAD;
-            }
-            w.open = Some((w.buf.len(), key));
-            w.buf.resize(w.buf.len() + HEADER_SLOT, 0);
-        }
-        let Some((start, key)) = this.writer.open else {
-            unreachable!("a frame was opened above")
-        };
-        let w = &mut this.writer;
-        let offset = w.buf.len() - start - HEADER_SLOT;
-        let n = data.len().min(batch - offset);
-        match key {
-            Some(key) => extend_masked(&mut w.buf, &data[..n], key, offset),
-            None => w.buf.extend_from_slice(&data[..n]),
+        let n = ready!(this.take(cx, data))?;
+        if let Some(pings) = &mut this.pings {
+            pings.wrote(data.get(..n).unwrap_or_default());
         }
         Poll::Ready(Ok(n))
     }
@@ -937,7 +964,7 @@ impl Keepalive {
                     ),
                 ));
             }
-            // Only a quiet peer is pinged: anything heard from it (beats, yamux's own pings)
+            // Only a quiet peer is pinged: anything heard from it (beats, their answers)
             // proves the path as well, and a fleet's pings are otherwise most of an idle hub's
             // work. Quiet means silent for half an interval more than one: agents beat once an
             // interval, and a beat a little late is no reason to ping. Silence is still found
@@ -951,8 +978,7 @@ impl Keepalive {
             }
             // The timer follows what is heard only once it is within an interval of firing:
             // re-arming it on every read costs a bulk stream, and a timer that fires while
-            // the peer is not quiet wakes the session for nothing (and yamux, polled then,
-            // sends a ping of its own).
+            // the peer is not quiet wakes the session for nothing.
             let wake_at = due.min(deadline);
             let armed = self.timer.deadline();
             if armed > wake_at || (armed != wake_at && armed <= now + self.interval) {

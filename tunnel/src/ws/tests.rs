@@ -517,3 +517,64 @@ async fn pings_keep_an_idle_but_healthy_session_alive() {
         "a healthy idle session must not be declared dead"
     );
 }
+
+/// Type and flags of each yamux frame in `bytes`, read as yamux's spec lays them out: a
+/// 12-byte header (version, type, flags, stream, length), a body only after a data frame's.
+fn yamux_frames(bytes: &[u8]) -> Vec<(u8, u16)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Some(h) = bytes.get(at..at + 12) {
+        frames.push((h[1], u16::from_be_bytes([h[2], h[3]])));
+        let length = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        at += 12 + if h[1] == 0 { length } else { 0 };
+    }
+    frames
+}
+
+/// What tungstenite's server receives from a yamux client over our WebSocket that opens a
+/// stream and writes `payload` on it: the type and flags of each frame.
+async fn yamux_client_writes(payload: &[u8], without_pings: bool) -> Vec<(u8, u16)> {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut client = ours(a, Role::Client);
+    if without_pings {
+        client = client.without_yamux_pings();
+    }
+    let mut server = theirs(b, TRole::Server).await;
+    let mut conn = yamux::Connection::new(client, yamux::Config::default(), yamux::Mode::Client);
+    let mut stream = futures::future::poll_fn(|cx| conn.poll_new_outbound(cx))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(async move {
+        while let Some(Ok(_)) = futures::future::poll_fn(|cx| conn.poll_next_inbound(cx)).await {}
+    });
+    stream.write_all(payload).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut bytes = Vec::new();
+    let arrived = async {
+        while !bytes.windows(payload.len()).any(|w| w == payload) {
+            if let Message::Binary(data) = server.next().await.unwrap().unwrap() {
+                bytes.extend_from_slice(&data);
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), arrived)
+        .await
+        .expect("the payload never arrived");
+    driver.abort();
+    yamux_frames(&bytes)
+}
+
+#[tokio::test]
+async fn yamuxs_round_trip_pings_are_dropped_and_nothing_else_is() {
+    // A body that reads exactly like a ping's header is a body.
+    let ping_shaped: [u8; 12] = [0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9];
+    let is_ping = |&(kind, flags): &(u8, u16)| kind == 2 && flags & 1 == 1;
+
+    let sent = yamux_client_writes(&ping_shaped, false).await;
+    assert!(sent.iter().any(is_ping), "yamux pings by itself: {sent:?}");
+
+    // The payload arrived (the helper waits for it), in a data frame, and no ping went.
+    let sent = yamux_client_writes(&ping_shaped, true).await;
+    assert!(!sent.iter().any(is_ping), "{sent:?}");
+    assert!(sent.iter().any(|&(kind, _)| kind == 0), "{sent:?}");
+}

@@ -89,18 +89,31 @@ impl Fleet {
     }
 }
 
-/// Raises this process's soft open-files limit to its hard limit; returns the limit now.
+/// Open files a fleet asks for where it may raise its hard limit (as root): every agent holds
+/// a connection, and a system-agent applying a plan two pipes per process it starts, so ten
+/// thousand hosts applying at once pass the 20,000 some machines allow by default.
+const OPEN_FILES_WANTED: u64 = 262_144;
+
+/// Raises this process's open-files limit: to `OPEN_FILES_WANTED` where the hard limit may be
+/// raised, else the soft limit to the hard one; returns the limit now. Children (a hub the
+/// bench starts) inherit it.
 pub fn raise_open_files_limit() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
-    if limit.current != limit.maximum {
-        let raised = rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        if let Err(e) = setrlimit(Resource::Nofile, raised) {
-            tracing::warn!(error = %e, "cannot raise the open-files limit");
-        }
+    let to = |n: u64| Rlimit {
+        current: Some(n),
+        maximum: Some(limit.maximum.map_or(n, |hard| hard.max(n))),
+    };
+    let wanted = limit
+        .maximum
+        .map_or(OPEN_FILES_WANTED, |hard| hard.max(OPEN_FILES_WANTED));
+    if limit.current.is_some_and(|now| now < wanted)
+        && setrlimit(Resource::Nofile, to(wanted)).is_err()
+        && let Some(hard) = limit.maximum
+        && limit.current.is_some_and(|now| now < hard)
+        && let Err(e) = setrlimit(Resource::Nofile, to(hard))
+    {
+        tracing::warn!(error = %e, "cannot raise the open-files limit");
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }

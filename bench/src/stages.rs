@@ -73,6 +73,12 @@ const STAGES: [(&str, &[&str]); 13] = [
             "alloc::alloc",
             "_int_",
             "tcache",
+            // mimalloc, every Drover binary's allocator: `mi_free`, `_mi_free_generic`,
+            // `_mi_page_malloc_zero`, `mi_page_queue_find_free_ex`, …
+            "mi_free",
+            "_mi_",
+            "mi_page",
+            "mi_heap",
         ],
     ),
     (
@@ -243,7 +249,8 @@ mod tests {
     10.00%  bench-hub    [.] <hyper::proto::h1::role::Server as hyper::proto::h1::Http1Transaction>::parse
      5.00%  bench-hub    [.] hub::audit::layer::{{closure}}
      3.00%  bench-hub    [.] malloc
-     2.00%  bench-hub    [.] free
+     1.00%  bench-hub    [.] free
+     1.00%  bench-hub    [.] mi_free
     30.00%  bench-agent  [.] yamux::connection::Connection<T>::poll_next_inbound
      5.00%  bench-agent  [.] __memmove_avx_unaligned_erms
      5.00%  bench-agent  [.] bytes::bytes_mut::BytesMut::freeze

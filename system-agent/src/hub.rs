@@ -144,21 +144,18 @@ async fn take_plans(mut client: PlansClient<tunnel::Channel>, slot: &str, record
     }
 }
 
-/// The pause before a plan that could not be written is written again; doubled after each
-/// failure up to `KEEP_PAUSE_MAX`.
-const KEEP_PAUSE: Duration = Duration::from_secs(1);
-const KEEP_PAUSE_MAX: Duration = Duration::from_secs(60);
-
-/// Keeps the hub's plan for `slot` as the one to apply, writing it until the disk takes it:
-/// the hub counts a plan as delivered once sent, so one dropped here would never run. A plan
-/// the hub sends meanwhile waits for this one (on the session's watch it replaces what came
-/// between).
+/// Keeps the hub's plan for `slot` as the one to apply, writing it until the disk takes it
+/// (after 1, 2, 4 … up to 60 s: `tunnel::Backoff`'s windows): the hub counts a plan as
+/// delivered once sent, so one dropped here would never run. A plan the hub sends meanwhile
+/// waits for this one (on the session's watch it replaces what came between).
 async fn keep(slot: &str, record: &Record, delivery: PlanDelivery) {
-    let mut pause = KEEP_PAUSE;
+    let backoff = tunnel::Backoff::default();
+    let mut attempt = 0;
     while let Err(e) = take(slot, record, &delivery) {
+        let pause = backoff.window(attempt);
         tracing::error!(%slot, error = %e, retry_in = ?pause, "cannot keep the hub's plan on disk; it is held and written again");
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(KEEP_PAUSE_MAX);
+        attempt += 1;
     }
 }
 

@@ -26,7 +26,7 @@ const ACK: u16 = 2;
 #[derive(Debug, Default)]
 pub(super) struct Pings {
     /// Bytes still to come of a data frame's body.
-    body_left: u64,
+    body_left: usize,
     /// A header taken in parts: its bytes so far, and how many.
     header: [u8; HEADER],
     have: usize,
@@ -51,27 +51,21 @@ impl Pings {
     pub(super) fn wrote(&mut self, mut taken: &[u8]) {
         while !taken.is_empty() {
             if self.body_left > 0 {
-                let n = taken
-                    .len()
-                    .min(usize::try_from(self.body_left).unwrap_or(usize::MAX));
-                self.body_left -= n as u64;
-                taken = taken.get(n..).unwrap_or_default();
+                let n = taken.len().min(self.body_left);
+                self.body_left -= n;
+                taken = &taken[n..];
                 continue;
             }
             let n = (HEADER - self.have).min(taken.len());
-            if let (Some(to), Some(from)) = (
-                self.header.get_mut(self.have..self.have + n),
-                taken.get(..n),
-            ) {
-                to.copy_from_slice(from);
-            }
+            self.header[self.have..self.have + n].copy_from_slice(&taken[..n]);
             self.have += n;
-            taken = taken.get(n..).unwrap_or_default();
+            taken = &taken[n..];
             if self.have == HEADER {
                 self.have = 0;
                 let [_, kind, _, _, _, _, _, _, l0, l1, l2, l3] = self.header;
                 if kind == DATA {
-                    self.body_left = u64::from(u32::from_be_bytes([l0, l1, l2, l3]));
+                    let length = u32::from_be_bytes([l0, l1, l2, l3]);
+                    self.body_left = usize::try_from(length).unwrap_or(usize::MAX);
                 }
             }
         }

@@ -229,15 +229,24 @@ pub(crate) fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// CPU time used so far by the threads whose name starts with `bench-<part>`, or by the rest
-/// (the client) when `part` is `None`.
-pub(crate) fn part_cpu(part: Option<&str>) -> Duration {
-    threads_cpu(|name| match part {
-        Some(part) => name.starts_with(&format!("bench-{part}")),
-        None => !PARTS
-            .iter()
-            .any(|p| name.starts_with(&format!("bench-{p}"))),
+/// The threads the hub starts and names itself (not its runtime's): the audit log's writer.
+const HUB_THREADS: [&str; 1] = ["audit-log"];
+
+/// The part a thread named `name` belongs to (`None`: the client's).
+pub(crate) fn part_of(name: &str) -> Option<&'static str> {
+    if HUB_THREADS.contains(&name) {
+        return Some("hub");
+    }
+    PARTS.into_iter().find(|p| {
+        name.strip_prefix("bench-")
+            .is_some_and(|n| n.starts_with(p))
     })
+}
+
+/// CPU time used so far by the threads of `part`, or by the rest (the client) when `part` is
+/// `None`.
+pub(crate) fn part_cpu(part: Option<&str>) -> Duration {
+    threads_cpu(|name| part_of(name) == part)
 }
 
 /// CPU time used so far by this process's threads whose name `mine` accepts.
@@ -772,4 +781,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         "direct_list_ms": round1(median(&mut direct_lists)),
         "cache_list_ms": round1(median(&mut cache_lists)),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::part_of;
+
+    #[test]
+    fn threads_are_counted_in_the_part_that_runs_them() {
+        assert_eq!(part_of("bench-hub"), Some("hub"));
+        assert_eq!(part_of("bench-agent"), Some("agent"));
+        assert_eq!(part_of("bench-sim"), Some("sim"));
+        // The hub's audit writer is the hub's, though not named after its runtime.
+        assert_eq!(part_of("audit-log"), Some("hub"));
+        assert_eq!(part_of("bench"), None);
+        assert_eq!(part_of("tokio-rt-worker"), None);
+    }
 }

@@ -14,7 +14,6 @@ use std::{
 use axum::{
     extract::Request,
     http::{HeaderValue, Method},
-    middleware::Next,
     response::Response,
 };
 use serde::{Deserialize, Serialize};
@@ -572,13 +571,19 @@ fn next_request_id() -> String {
 pub struct AuditId(pub String);
 
 /// Runs `next` on `request` and, if it is audited, records it once its answer is known.
-pub async fn around(audit: &Audit, mut request: Request, next: Next) -> Response {
+pub async fn around<F, A>(audit: &Audit, mut request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> A,
+    A: std::future::Future<Output = Response>,
+{
     if audit.tx.is_none() || !audited(request.method(), request.uri().path()) {
-        return next.run(request).await;
+        return next(request).await;
     }
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let query = request.uri().query().unwrap_or_default().to_owned();
+    // Described now, from the request as received: its query need not be kept.
+    let (verb, cluster, resource, name) =
+        describe(&method, &path, request.uri().query().unwrap_or_default());
     let source = request
         .extensions()
         .get::<tunnel::listener::RemoteAddr>()
@@ -602,14 +607,15 @@ pub async fn around(audit: &Audit, mut request: Request, next: Next) -> Response
     };
     let (mut response, who) = WHO
         .scope(RefCell::new(Who::default()), async move {
-            let response = next.run(request).await;
-            (response, WHO.with(|w| w.borrow().clone()))
+            let response = next(request).await;
+            (response, WHO.with(RefCell::take))
         })
         .await;
     if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("audit-id", value);
+        // A name given as a `&str` would be copied for every answer.
+        const AUDIT_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("audit-id");
+        response.headers_mut().insert(AUDIT_ID, value);
     }
-    let (verb, cluster, resource, name) = describe(&method, &path, &query);
     // A login's body names the user as typed: keep only what the login noted.
     let mut request_object = request_object;
     if verb == "login"
@@ -699,12 +705,34 @@ async fn body_of(request: Request) -> (Request, Option<serde_json::Value>) {
 /// records' times sort as text too: RFC 3339 with trailing zeros trimmed does
 /// not (`…49.1Z` sorts after `…49.15Z`).
 fn now() -> String {
+    stamp(time::OffsetDateTime::now_utc())
+}
+
+/// `at` in UTC as RFC 3339 with microseconds.
+fn stamp(at: time::OffsetDateTime) -> String {
+    use std::fmt::Write as _;
     const MICRO: &[time::format_description::BorrowedFormatItem<'_>] = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
     );
-    time::OffsetDateTime::now_utc()
-        .format(MICRO)
-        .unwrap_or_default()
+    let at = at.to_offset(time::UtcOffset::UTC);
+    // Written by hand: formatting by description cost more than the rest of the record on
+    // the proxy's path. Years before 1 or past 9999 (never a clock's) are left to it.
+    if !(1..=9999).contains(&at.year()) {
+        return at.format(MICRO).unwrap_or_default();
+    }
+    let mut text = String::with_capacity(27);
+    let _ = write!(
+        text,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.microsecond()
+    );
+    text
 }
 
 /// How long the writer lets records gather before it writes them.
@@ -766,6 +794,11 @@ mod tests {
         let t = now();
         assert_eq!(t.len(), "2026-11-26T14:38:49.100000Z".len(), "{t}");
         time::OffsetDateTime::parse(&t, &time::format_description::well_known::Rfc3339).unwrap();
+        // Padded, in UTC whatever the offset given.
+        let at = time::macros::datetime!(2026-03-04 05:06:07.000089 +02:00);
+        assert_eq!(stamp(at), "2026-03-04T03:06:07.000089Z");
+        let at = time::macros::datetime!(0999-12-31 23:59:59.999999 UTC);
+        assert_eq!(stamp(at), "0999-12-31T23:59:59.999999Z");
     }
 
     #[test]

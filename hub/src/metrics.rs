@@ -12,7 +12,6 @@ use std::{
     time::Duration,
 };
 
-use axum::extract::MatchedPath;
 use tunnel::Registry;
 
 /// A histogram with fixed bucket bounds (seconds).
@@ -89,8 +88,8 @@ static API_REQUESTS: Mutex<BTreeMap<String, BTreeMap<u16, u64>>> = Mutex::new(BT
 
 /// Counts a request by its route template (never the raw path, which would put object names
 /// into metric labels) and the status code it was answered with.
-pub fn count(route: Option<&MatchedPath>, code: u16) {
-    let route = route.map_or("unmatched", MatchedPath::as_str);
+pub fn count(route: Option<&str>, code: u16) {
+    let route = route.unwrap_or("unmatched");
     let mut counts = API_REQUESTS.lock().unwrap_or_else(|p| p.into_inner());
     // Every request passes here: a route's name is copied the first time only.
     let by_code = match counts.get_mut(route) {

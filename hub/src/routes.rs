@@ -33,7 +33,7 @@ pub(crate) struct Parts {
 }
 
 /// Every route of the hub.
-pub(crate) fn router(parts: Parts) -> Router {
+pub(crate) fn router(parts: Parts) -> Front {
     let Parts {
         api,
         health,
@@ -45,6 +45,14 @@ pub(crate) fn router(parts: Parts) -> Router {
         downloads,
     } = parts;
     let agent_binaries = downloads;
+    // Shared, not cloned per request: the proxy's hot path.
+    let proxy_state = Arc::new(proxy::ProxyState {
+        api: api.clone(),
+        registry: registry.clone(),
+        pools: proxy::Pools::default(),
+        replicas: replicas.clone(),
+        peers,
+    });
     let app = plain(AppState {
         ca_pem,
         acceptor,
@@ -95,7 +103,7 @@ pub(crate) fn router(parts: Parts) -> Router {
     )
     .merge(
         Router::new()
-            .route("/k8s/clusters/{cluster}/{*rest}", any(proxy::handle))
+            .route(PROXY_ROUTE, any(proxy::handle))
             .route(
                 "/v3/relay/{kind}/{cluster}/{service}/{*rest}",
                 any(proxy::relay),
@@ -106,40 +114,117 @@ pub(crate) fn router(parts: Parts) -> Router {
                 "/v1/clusters/{cluster}/nodes/{node}/drain",
                 axum::routing::post(proxy::drain),
             )
-            // Shared, not cloned per request: the proxy's hot path.
-            .with_state(Arc::new(proxy::ProxyState {
-                api: api.clone(),
-                registry: registry.clone(),
-                pools: proxy::Pools::default(),
-                replicas: replicas.clone(),
-                peers,
-            })),
+            .with_state(proxy_state.clone()),
     );
-    app.layer(axum::middleware::from_fn_with_state(
-        api.audit.clone(),
+    let edge = Edge {
+        audit: api.audit.clone(),
+        proxy: proxy_state,
+    };
+    Front {
+        router: app.layer(axum::middleware::from_fn_with_state(edge.clone(), routed)),
         edge,
-    ))
+    }
 }
 
-/// What every request passes through, as one layer (each layer boxes the request's whole
-/// future again, and the proxy's path is hot): a cookie-authenticated write from another site
-/// is refused; the rest is audited, its answer recorded; every answer gets the browser's
-/// security headers and is counted by route.
-async fn edge(
-    State(audit): State<Arc<crate::audit::Audit>>,
+/// The authentication proxy's route.
+const PROXY_ROUTE: &str = "/k8s/clusters/{cluster}/{*rest}";
+
+/// The hub's HTTP service: the router, but with the authentication proxy's requests sent to
+/// the proxy directly. Those are most of what the hub answers, and the router's match (and the
+/// parameters it copies out of every path) cost their hot path more than they tell it.
+#[derive(Clone, Debug)]
+pub(crate) struct Front {
+    router: Router,
+    edge: Edge,
+}
+
+impl<B> tower::Service<http::Request<B>> for Front
+where
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // The router is always ready, and so is the proxy.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let request = request.map(Body::new);
+        if !proxied(request.uri().path()) {
+            return Box::pin(tower::Service::call(&mut self.router, request));
+        }
+        let Edge { audit, proxy } = self.edge.clone();
+        Box::pin(async move {
+            Ok(edge(&audit, request, Some(PROXY_ROUTE), |request| {
+                proxy::handle(State(proxy), request)
+            })
+            .await)
+        })
+    }
+}
+
+/// Whether the router would send `path` to [`PROXY_ROUTE`]: a cluster segment and something
+/// after it.
+fn proxied(path: &str) -> bool {
+    path.strip_prefix("/k8s/clusters/")
+        .and_then(|after| after.split_once('/'))
+        .is_some_and(|(cluster, rest)| !cluster.is_empty() && !rest.is_empty())
+}
+
+/// What [`edge`] needs: the audit log, and the proxy's state for the requests [`Front`] sends
+/// to the proxy itself.
+#[derive(Clone, Debug)]
+struct Edge {
+    audit: Arc<crate::audit::Audit>,
+    proxy: Arc<proxy::ProxyState>,
+}
+
+/// [`edge`] as the router's one layer, for every request it routes.
+async fn routed(
+    State(Edge { audit, .. }): State<Edge>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
-) -> axum::response::Response {
+) -> Response {
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .cloned();
+    edge(
+        &audit,
+        request,
+        route.as_ref().map(axum::extract::MatchedPath::as_str),
+        |request| next.run(request),
+    )
+    .await
+}
+
+/// What every request passes through, as one step (each layer boxes the request's whole
+/// future again, and the proxy's path is hot): a cookie-authenticated write from another site
+/// is refused; the rest is audited and answered by `next`, its answer recorded; every answer
+/// gets the browser's security headers and is counted by `route`.
+async fn edge<F, A>(
+    audit: &crate::audit::Audit,
+    request: axum::extract::Request,
+    route: Option<&str>,
+    next: F,
+) -> Response
+where
+    F: FnOnce(axum::extract::Request) -> A,
+    A: std::future::Future<Output = Response>,
+{
     let mut response = match websec::refusal(&request) {
         Some(refused) => refused,
-        None => crate::audit::around(&audit, request, next).await,
+        None => crate::audit::around(audit, request, next).await,
     };
     websec::secure(&mut response);
-    metrics::count(route.as_ref(), response.status().as_u16());
+    metrics::count(route, response.status().as_u16());
     response
 }
 

@@ -269,25 +269,25 @@ fn read_only(principal: &Principal, cluster: &str) -> bool {
     !principal.writes_in(cluster)
 }
 
-pub async fn handle(
-    State(state): State<Arc<ProxyState>>,
-    Path((cluster, _)): Path<(String, String)>,
-    request: Request,
-) -> Response {
-    // `/k8s/clusters/<cluster>/<rest>`: the rest as received, not as decoded.
-    let rest = match raw_rest(request.uri().path(), 3) {
-        Ok(rest) => rest.to_owned(),
+pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
+    // `/k8s/clusters/<cluster>/<rest>`: the rest as received, not as decoded. Both are read
+    // from the path here rather than through the router's `Path` (which copies every segment):
+    // every proxied request passes.
+    let (mut parts, body) = request.into_parts();
+    let uri = parts.uri.clone();
+    let (cluster, rest_at) = match target(uri.path()) {
+        Ok(found) => found,
         Err(why) => return kube_status(StatusCode::BAD_REQUEST, "BadRequest", why),
     };
-    let (principal, route, fallback) =
-        match authorize(&state, request.headers(), &cluster, true).await {
-            Ok(found) => found,
-            Err(response) => return response,
-        };
-
-    let (mut parts, body) = request.into_parts();
+    let (principal, route, fallback) = match authorize(&state, &parts.headers, &cluster, true).await
+    {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let rest = uri.path().get(rest_at..).unwrap_or_default();
+    let query = uri.query().unwrap_or_default();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
-    if read_only(&principal, &cluster) && !reads(&parts.method, &rest, upgrade) {
+    if read_only(&principal, &cluster) && !reads(&parts.method, rest, upgrade) {
         return kube_status(
             StatusCode::FORBIDDEN,
             "Forbidden",
@@ -299,10 +299,9 @@ pub async fn handle(
             ),
         );
     }
-    let (on_upgrade, query) = upgrade_and_query(&mut parts, upgrade);
     // A watch, a followed log or an upgraded stream lasts: it counts against the user's limit
     // until it ends.
-    let held = if upgrade || lasts(&query) {
+    let held = if upgrade || lasts(query) {
         match state.api.streams.open(&principal.user) {
             Ok(held) => Some(held),
             Err(e) => return from_api(e.into()),
@@ -316,15 +315,16 @@ pub async fn handle(
     };
     // An exec or attach is recorded: its messages must be read as they pass, so none is
     // compressed (the WebSocket extension that would is not offered on).
-    let audit_id = parts
-        .extensions
-        .get::<crate::audit::AuditId>()
-        .map(|id| id.0.clone())
-        .unwrap_or_default();
-    let recording = match upgrade
-        .then(|| session::session_of(&rest, &query, &principal, &cluster, &audit_id))
-        .flatten()
-    {
+    let recorded = upgrade
+        .then(|| {
+            let audit_id = parts
+                .extensions
+                .get::<crate::audit::AuditId>()
+                .map_or("", |id| id.0.as_str());
+            session::session_of(rest, query, &principal, &cluster, audit_id)
+        })
+        .flatten();
+    let recording = match recorded {
         Some(recorded) => match crate::recording::settings(&*state.api.store).await {
             Ok(settings) if !settings.record => None,
             Ok(settings) => {
@@ -339,6 +339,9 @@ pub async fn handle(
         },
         None => None,
     };
+    let on_upgrade = upgrade
+        .then(|| parts.extensions.remove::<hyper::upgrade::OnUpgrade>())
+        .flatten();
 
     // Upgraded connections become the exec/attach/port-forward stream: never reused.
     let (mut connection, path) = match connect_route(
@@ -346,7 +349,7 @@ pub async fn handle(
         &route,
         KUBE_API_SERVICE,
         &cluster,
-        &format!("/{rest}{query}"),
+        &forward_path(&uri, rest_at),
         !upgrade,
     )
     .await
@@ -377,6 +380,42 @@ pub async fn handle(
         );
     }
     response
+}
+
+/// The cluster a `/k8s/clusters/<cluster>/<rest>` path names (percent-decoded, as a router
+/// parameter would be) and where its `<rest>` begins, as [`raw_rest`] finds and checks it.
+fn target(path: &str) -> Result<(std::borrow::Cow<'_, str>, usize), String> {
+    let rest = raw_rest(path, 3)?;
+    let segment = path
+        .trim_start_matches('/')
+        .split('/')
+        .nth(2)
+        .unwrap_or_default();
+    let cluster = if segment.contains('%') {
+        let decoded = tunnel::percent_decode(segment).ok_or_else(|| {
+            format!("the cluster name {segment:?} is not valid percent-encoded UTF-8")
+        })?;
+        std::borrow::Cow::Owned(decoded)
+    } else {
+        std::borrow::Cow::Borrowed(segment)
+    };
+    Ok((cluster, path.len() - rest.len()))
+}
+
+/// What a request to `uri` goes on as: `/<rest>` (from `rest_at` in its path) and its query,
+/// a slice of what was received when it can be.
+fn forward_path(uri: &http::Uri, rest_at: usize) -> std::borrow::Cow<'_, str> {
+    let whole = uri
+        .path_and_query()
+        .map_or("", http::uri::PathAndQuery::as_str);
+    match rest_at.checked_sub(1).and_then(|slash| whole.get(slash..)) {
+        Some(from_slash) if from_slash.starts_with('/') => std::borrow::Cow::Borrowed(from_slash),
+        _ => {
+            let query = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+            let rest = uri.path().get(rest_at..).unwrap_or_default();
+            std::borrow::Cow::Owned(format!("/{rest}{query}"))
+        }
+    }
 }
 
 /// The client's side of an upgrade (if the request asks for one), and the query (`?…` or
@@ -652,6 +691,42 @@ mod tests {
         ] {
             assert!(!reads(&Method::POST, path, false), "{path}");
         }
+    }
+
+    #[test]
+    fn the_cluster_is_read_from_the_path_and_the_rest_goes_on_as_received() {
+        let on = |uri: &str| {
+            let uri: http::Uri = uri.parse().unwrap();
+            let (cluster, rest_at) = target(uri.path()).unwrap();
+            (
+                cluster.into_owned(),
+                forward_path(&uri, rest_at).into_owned(),
+            )
+        };
+        assert_eq!(
+            on("/k8s/clusters/prod/api/v1/namespaces/shop/pods?watch=1&labelSelector=app%3Dweb"),
+            (
+                "prod".to_owned(),
+                "/api/v1/namespaces/shop/pods?watch=1&labelSelector=app%3Dweb".to_owned()
+            )
+        );
+        // A cluster's name is decoded, as the router decoded it; the rest is not.
+        assert_eq!(
+            on("/k8s/clusters/pr%6Fd/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aview"),
+            (
+                "prod".to_owned(),
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aview".to_owned()
+            )
+        );
+        assert_eq!(on("/k8s/clusters/c/"), ("c".to_owned(), "/".to_owned()));
+        assert_eq!(
+            on("/k8s/clusters/c/?x=1"),
+            ("c".to_owned(), "/?x=1".to_owned())
+        );
+        assert_eq!(on("/k8s/clusters/c"), ("c".to_owned(), "/".to_owned()));
+        // A name that decodes to no text, or a path that could mean another, is refused.
+        assert!(target("/k8s/clusters/%ff/api").is_err());
+        assert!(target("/k8s/clusters/c/api/../secrets").is_err());
     }
 
     #[test]

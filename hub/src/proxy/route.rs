@@ -333,9 +333,12 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
             ))
         })
     };
-    headers.insert("impersonate-user", value("user name", &principal.user)?);
+    // Names made once: one given as a `&str` is copied into every request's map.
+    const USER: HeaderName = HeaderName::from_static("impersonate-user");
+    const GROUP: HeaderName = HeaderName::from_static("impersonate-group");
+    headers.insert(USER, value("user name", &principal.user)?);
     for group in downstream_groups(principal.admin, &principal.groups) {
-        headers.append("impersonate-group", value("group", group)?);
+        headers.append(GROUP, value("group", group)?);
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use super::*;
 use crate::store::{StoreError, sqlite::SqliteStore};
 
 struct App {
-    router: Router,
+    router: super::Front,
     dir: std::path::PathBuf,
 }
 
@@ -308,4 +308,26 @@ async fn another_sites_page_cannot_open_a_shell_with_the_session_cookie() {
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(body.contains("hub's own pages"), "{body}");
+}
+
+#[test]
+fn only_what_the_router_would_send_to_the_proxy_goes_there_directly() {
+    for path in [
+        "/k8s/clusters/prod/api",
+        "/k8s/clusters/prod/api/v1/pods",
+        "/k8s/clusters/pr%6Fd/version",
+    ] {
+        assert!(super::proxied(path), "{path}");
+    }
+    for path in [
+        "/k8s/clusters/prod",
+        "/k8s/clusters/prod/",
+        "/k8s/clusters//api",
+        "/k8s/clusters/",
+        "/k8s/clusterz/prod/api",
+        "/v1/clusters/prod/cache/pods",
+        "/v3/relay/cluster-agent/prod/kube-api/version",
+    ] {
+        assert!(!super::proxied(path), "{path}");
+    }
 }

@@ -98,7 +98,7 @@ impl Api {
             return Err(ApiError::unauthorized(UNAUTHENTICATED));
         };
         let principal = self.known.shared(self.store.as_ref(), value).await?;
-        crate::audit::note_caller(&principal.user, &principal.groups, &principal.provider);
+        crate::audit::note_principal(&principal);
         Ok(principal)
     }
 }

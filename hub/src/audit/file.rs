@@ -31,16 +31,12 @@ impl Appender {
         })
     }
 
-    pub(super) fn append(&mut self, records: &[Record]) -> std::io::Result<()> {
-        let mut text = Vec::new();
-        for record in records {
-            serde_json::to_writer(&mut text, record)?;
-            text.push(b'\n');
-        }
+    /// Appends `text` (whole JSON lines), rotating first if it would go past the size.
+    pub(super) fn append(&mut self, text: &[u8]) -> std::io::Result<()> {
         if self.size > 0 && self.size + text.len() as u64 > self.max_bytes {
             self.rotate()?;
         }
-        self.file.write_all(&text)?;
+        self.file.write_all(text)?;
         self.file.flush()?;
         self.size += text.len() as u64;
         Ok(())
@@ -97,7 +93,7 @@ pub struct AuditQuery {
 }
 
 /// The records `query` asks for, oldest first, from the log's files.
-pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec<Record>> {
+pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec<Record<'static>>> {
     let since = query
         .since
         .as_deref()
@@ -114,11 +110,14 @@ pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec
     for file in files(path, keep) {
         let text = std::fs::read_to_string(&file)?;
         for line in text.lines() {
-            let Ok(record) = serde_json::from_str::<Record>(line) else {
+            let Ok(record) = serde_json::from_str::<Record<'static>>(line) else {
                 continue;
             };
-            let wanted = query.user.as_ref().is_none_or(|u| *u == record.user)
-                && query.cluster.as_ref().is_none_or(|c| *c == record.cluster)
+            let wanted = query.user.as_ref().is_none_or(|u| **u == *record.user)
+                && query
+                    .cluster
+                    .as_ref()
+                    .is_none_or(|c| **c == *record.cluster)
                 && since
                     .is_none_or(|s| crate::model::parse_time(&record.time).is_some_and(|t| t >= s));
             if wanted {
@@ -136,23 +135,27 @@ pub fn read(path: &Path, keep: usize, query: &AuditQuery) -> std::io::Result<Vec
 mod tests {
     use super::*;
 
-    fn record(user: &str, cluster: &str, time: &str) -> Record {
-        Record {
+    /// A record, as the writer is sent it: one JSON line.
+    fn record(user: &str, cluster: &str, time: &str) -> Vec<u8> {
+        let record = Record {
             time: time.into(),
             request_id: "r".into(),
             user: user.into(),
-            groups: Vec::new(),
+            groups: Vec::new().into(),
             provider: "local".into(),
             source: "127.0.0.1:1".into(),
             verb: "get".into(),
             method: "GET".into(),
             path: "/k8s/clusters/x".into(),
             cluster: cluster.into(),
-            resource: String::new(),
-            name: String::new(),
+            resource: "".into(),
+            name: "".into(),
             code: 200,
             request_object: None,
-        }
+        };
+        let mut line = serde_json::to_vec(&record).unwrap();
+        line.push(b'\n');
+        line
     }
 
     #[test]
@@ -161,16 +164,17 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("audit.log");
-        let one = serde_json::to_vec(&record("ann", "prod", "2026-11-26T10:00:00.000Z"))
-            .unwrap()
-            .len() as u64
-            + 1;
+        let one = record("ann", "prod", "2026-11-26T10:00:00.000Z").len() as u64;
         // Room for two records a file, two rotated files kept.
         let mut log = Appender::open(&path, one * 2, 2).unwrap();
         for i in 0..7 {
             let user = if i % 2 == 0 { "ann" } else { "bob" };
-            log.append(&[record(user, "prod", &format!("2026-11-26T10:00:0{i}.000Z"))])
-                .unwrap();
+            log.append(&record(
+                user,
+                "prod",
+                &format!("2026-11-26T10:00:0{i}.000Z"),
+            ))
+            .unwrap();
         }
         assert_eq!(files(&path, 2).len(), 3);
         assert!(!PathBuf::from(format!("{}.3", path.display())).exists());

@@ -5,9 +5,11 @@
 //! every password, token, key and Secret value replaced by `<redacted>`.
 
 use std::{
+    borrow::Cow,
     cell::RefCell,
     net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use axum::{
@@ -16,6 +18,8 @@ use axum::{
     response::Response,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::auth::Principal;
 use tokio::sync::mpsc;
 
 mod describe;
@@ -69,47 +73,72 @@ impl AuditConfig {
     }
 }
 
-/// One audited request.
+/// One audited request. Written from borrowed parts of the request (each record is one more
+/// allocation, not one per field); read back owned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Record {
+pub struct Record<'a> {
     /// RFC 3339, with milliseconds.
-    pub time: String,
+    pub time: Cow<'a, str>,
     /// Also sent back as the answer's `Audit-Id` header.
-    pub request_id: String,
+    pub request_id: Cow<'a, str>,
     /// The user (for a login, the name that tried); empty if unknown.
-    pub user: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub groups: Vec<String>,
+    pub user: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "no_groups")]
+    pub groups: Cow<'a, [String]>,
     /// Where the user comes from: `local` for the hub's own users.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub provider: String,
-    pub source: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub provider: Cow<'a, str>,
+    pub source: Cow<'a, str>,
     /// `create`, `update`, `patch`, `delete`, `login`, `logout`, or for proxied requests the
     /// Kubernetes verb (`get`, `list`, `watch`, `create`, …).
-    pub verb: String,
-    pub method: String,
+    pub verb: Cow<'a, str>,
+    pub method: Cow<'a, str>,
     /// The path, without its query.
-    pub path: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cluster: String,
+    pub path: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub cluster: Cow<'a, str>,
     /// The kind (API plural) and name the path points at, if it does.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub resource: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub name: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub resource: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub name: Cow<'a, str>,
     pub code: u16,
     /// The request's body, redacted (level `request`, JSON writes), or why it is not here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_object: Option<serde_json::Value>,
 }
 
-/// Who made a request, as authentication found out while answering it.
+// serde hands `skip_serializing_if` a reference to the field as it is.
+#[allow(clippy::ptr_arg)]
+fn empty(text: &Cow<'_, str>) -> bool {
+    text.is_empty()
+}
+
+#[allow(clippy::ptr_arg)]
+fn no_groups(groups: &Cow<'_, [String]>) -> bool {
+    groups.is_empty()
+}
+
+/// Who made a request, as authentication found out while answering it: the caller as
+/// authenticated (shared, not copied: every proxied request notes one), or as a login named
+/// them.
 #[derive(Debug, Clone, Default)]
 struct Who {
+    principal: Option<Arc<Principal>>,
     user: String,
     groups: Vec<String>,
     provider: String,
+}
+
+impl Who {
+    /// User, groups and provider.
+    fn parts(&self) -> (&str, &[String], &str) {
+        match &self.principal {
+            Some(p) => (&p.user, &p.groups, &p.provider),
+            None => (&self.user, &self.groups, &self.provider),
+        }
+    }
 }
 
 tokio::task_local! {
@@ -120,9 +149,20 @@ tokio::task_local! {
 pub fn note_caller(user: &str, groups: &[String], provider: &str) {
     let _ = WHO.try_with(|who| {
         *who.borrow_mut() = Who {
+            principal: None,
             user: user.to_owned(),
             groups: groups.to_vec(),
             provider: provider.to_owned(),
+        };
+    });
+}
+
+/// Notes the authenticated caller of the request being answered.
+pub fn note_principal(principal: &Arc<Principal>) {
+    let _ = WHO.try_with(|who| {
+        *who.borrow_mut() = Who {
+            principal: Some(principal.clone()),
+            ..Who::default()
         };
     });
 }
@@ -160,7 +200,8 @@ pub struct Audit {
 /// What the writer is sent.
 #[derive(Debug)]
 enum Message {
-    Record(Box<Record>),
+    /// A record, serialised: one JSON line.
+    Line(Vec<u8>),
     /// Answered once everything sent before it is in the file: a reader then sees it all.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -194,16 +235,16 @@ impl Audit {
                     // join it. Waking this thread for every record (a futex wake on the
                     // request's path, a context switch here) cost the proxy more than the
                     // writing. A flush is answered at once.
-                    if matches!(first, Message::Record(_)) {
+                    if matches!(first, Message::Line(_)) {
                         std::thread::sleep(GATHER);
                     }
                     // Whatever has queued meanwhile goes in one write.
-                    let mut batch = Vec::new();
+                    let mut batch: Vec<u8> = Vec::new();
                     let mut waiting = Vec::new();
                     let mut next = Some(first);
                     while let Some(message) = next.take().or_else(|| rx.try_recv().ok()) {
                         match message {
-                            Message::Record(record) => batch.push(*record),
+                            Message::Line(line) => batch.extend_from_slice(&line),
                             Message::Flush(done) => waiting.push(done),
                         }
                     }
@@ -229,11 +270,20 @@ impl Audit {
         self.path.as_deref()
     }
 
-    async fn record(&self, record: Record) {
-        if let Some(tx) = &self.tx {
-            // Waits only if the writer is 4,096 records behind.
-            let _ = tx.send(Message::Record(Box::new(record))).await;
+    async fn record(&self, record: &Record<'_>) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        // Serialised here, into one buffer: the writer thread then only appends, and the
+        // request's parts stay borrowed.
+        let mut line = Vec::with_capacity(512);
+        if let Err(e) = serde_json::to_writer(&mut line, record) {
+            tracing::error!(error = %e, "cannot write an audit record");
+            return;
         }
+        line.push(b'\n');
+        // Waits only if the writer is 4,096 records behind.
+        let _ = tx.send(Message::Line(line)).await;
     }
 
     /// Returns once every record sent so far is in the file.
@@ -273,10 +323,8 @@ where
         return next(request).await;
     }
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    // Described now, from the request as received: its query need not be kept.
-    let (verb, cluster, resource, name) =
-        describe(&method, &path, request.uri().query().unwrap_or_default());
+    // A copy of the URI shares its bytes: the path is borrowed from it for the record.
+    let uri = request.uri().clone();
     let source = request
         .extensions()
         .get::<tunnel::listener::RemoteAddr>()
@@ -309,28 +357,31 @@ where
         const AUDIT_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("audit-id");
         response.headers_mut().insert(AUDIT_ID, value);
     }
+    let (verb, cluster, resource, name) =
+        describe(&method, uri.path(), uri.query().unwrap_or_default());
+    let (user, groups, provider) = who.parts();
     // A login's body names the user as typed: keep only what the login noted.
     let mut request_object = request_object;
     if verb == "login"
         && let Some(serde_json::Value::Object(body)) = &mut request_object
         && body.contains_key("username")
     {
-        body.insert("username".into(), who.user.clone().into());
+        body.insert("username".into(), user.into());
     }
     audit
-        .record(Record {
-            time,
-            request_id,
-            provider: who.provider,
-            user: who.user,
-            groups: who.groups,
-            source,
-            verb,
-            method: method.to_string(),
-            path,
-            cluster,
-            resource,
-            name,
+        .record(&Record {
+            time: time.into(),
+            request_id: request_id.into(),
+            provider: provider.into(),
+            user: user.into(),
+            groups: groups.into(),
+            source: source.into(),
+            verb: verb.into(),
+            method: method.as_str().into(),
+            path: uri.path().into(),
+            cluster: cluster.into(),
+            resource: resource.into(),
+            name: name.into(),
             code: response.status().as_u16(),
             request_object,
         })

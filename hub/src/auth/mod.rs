@@ -52,7 +52,43 @@ pub struct Principal {
     pub token: String,
     /// Where the user signs in: `local` (the hub's own users) or an AuthProvider's name.
     pub provider: String,
+    /// The impersonation headers' values for this caller, made on first use.
+    pub downstream: Downstream,
 }
+
+/// A caller's `Impersonate-User` value, then their `Impersonate-Group` values (see
+/// [`downstream_groups`]), made once per caller rather than on every request the proxy
+/// sends for them; `None` inside when a name cannot be a header's value.
+#[derive(Debug, Clone, Default)]
+pub struct Downstream(std::sync::OnceLock<Option<Vec<http::HeaderValue>>>);
+
+impl Downstream {
+    /// The values for `user` with `groups` (admin or not): made the first time, then kept.
+    pub fn values(
+        &self,
+        user: &str,
+        admin: bool,
+        groups: &[String],
+    ) -> Option<&[http::HeaderValue]> {
+        self.0
+            .get_or_init(|| {
+                std::iter::once(user)
+                    .chain(downstream_groups(admin, groups))
+                    .map(|name| http::HeaderValue::from_bytes(name.as_bytes()).ok())
+                    .collect()
+            })
+            .as_deref()
+    }
+}
+
+// Made from the principal's other fields, which say whether two are equal.
+impl PartialEq for Downstream {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Downstream {}
 
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,6 +250,7 @@ pub(crate) async fn principal_until(
             projects,
             token: token.metadata.name,
             provider,
+            downstream: Downstream::default(),
         },
         expires,
     ))

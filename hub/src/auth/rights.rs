@@ -253,6 +253,7 @@ impl Principal {
             projects: roles.projects,
             token: "t".into(),
             provider: "local".into(),
+            downstream: super::Downstream::default(),
         }
     }
 }

@@ -363,9 +363,19 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
         .body(body)
         .unwrap_or_default();
     *outbound.headers_mut() = headers;
+    // The same request again, should a kept stream turn out closed: made from what was
+    // received only then.
+    let uri = outbound.uri().clone();
+    let again = || {
+        let mut copy = http::Request::new(Body::empty());
+        *copy.method_mut() = parts.method.clone();
+        *copy.uri_mut() = uri;
+        *copy.headers_mut() = forwarded(&parts.headers, upgrade, &principal).ok()?;
+        Some(copy)
+    };
     let mut response = exchange(
         &mut connection,
-        outbound,
+        (outbound, again),
         on_upgrade,
         &cluster,
         held,
@@ -444,18 +454,22 @@ fn lasts(query: &str) -> bool {
         .any(|(key, value)| matches!(key, "watch" | "follow") && matches!(value, "true" | "1"))
 }
 
-/// Sends `outbound`, splices an upgrade through to `on_upgrade`'s side, and returns the
-/// response without its hop-by-hop headers (but those of a protocol switch). `held` is kept
-/// until the upgraded stream or the response body ends.
+/// Sends `outbound` (with what makes it again, should a kept stream turn out closed), splices
+/// an upgrade through to `on_upgrade`'s side, and returns the response without its hop-by-hop
+/// headers (but those of a protocol switch). `held` is kept until the upgraded stream or the
+/// response body ends.
 async fn exchange(
     connection: &mut Connection,
-    outbound: http::Request<Body>,
+    (outbound, again): (
+        http::Request<Body>,
+        impl FnOnce() -> Option<http::Request<Body>>,
+    ),
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
     cluster: &str,
     mut held: Option<crate::auth::streams::StreamGuard>,
     recording: Option<session::Pending>,
 ) -> Response {
-    let mut response = match connection.send(outbound, cluster).await {
+    let mut response = match connection.send_else(outbound, cluster, again).await {
         Ok(response) => response,
         Err(response) => return response,
     };
@@ -690,6 +704,39 @@ mod tests {
             "apis/authentication.k8s.io/v1/tokenreviews",
         ] {
             assert!(!reads(&Method::POST, path, false), "{path}");
+        }
+    }
+
+    #[test]
+    fn names_go_downstream_as_their_utf8_bytes_and_one_no_header_can_carry_is_refused() {
+        let incoming = request_headers(&[("Accept", "application/json")]);
+        let mia = principal("mia", &["Entwickler München"], false);
+        // Made once and then kept: the second request carries the same headers.
+        for _ in 0..2 {
+            let sent = forwarded(&incoming, false, &mia).unwrap();
+            let groups: Vec<&[u8]> = sent
+                .get_all("impersonate-group")
+                .iter()
+                .map(HeaderValue::as_bytes)
+                .collect();
+            assert_eq!(
+                groups,
+                [
+                    &b"drover:authenticated"[..],
+                    "Entwickler München".as_bytes()
+                ]
+            );
+            assert_eq!(sent["impersonate-user"], "mia");
+        }
+        let bell = principal("bo", &["ops\u{7}"], false);
+        for _ in 0..2 {
+            let refused = forwarded(&incoming, false, &bell).unwrap_err();
+            assert_eq!(refused.code, StatusCode::BAD_REQUEST);
+            assert!(
+                refused.message.contains("the group \"ops\\u{7}\""),
+                "{}",
+                refused.message
+            );
         }
     }
 

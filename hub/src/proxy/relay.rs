@@ -76,9 +76,25 @@ pub async fn relay(
         .uri(format!("/{rest}{query}"))
         .body(body)
         .unwrap_or_default();
+    let (uri, copied) = (outbound.uri().clone(), headers.clone());
     *outbound.headers_mut() = headers;
     // The replica the caller came through counts the caller's streams and records sessions.
-    let response = exchange(&mut connection, outbound, on_upgrade, &cluster, None, None).await;
+    let again = || {
+        let mut copy = http::Request::new(Body::empty());
+        *copy.method_mut() = parts.method.clone();
+        *copy.uri_mut() = uri;
+        *copy.headers_mut() = copied;
+        Some(copy)
+    };
+    let response = exchange(
+        &mut connection,
+        (outbound, again),
+        on_upgrade,
+        &cluster,
+        None,
+        None,
+    )
+    .await;
     connection.keep();
     response
 }

@@ -104,23 +104,32 @@ impl Connection {
         request: http::Request<Body>,
         cluster: &str,
     ) -> Result<http::Response<hyper::body::Incoming>, Response> {
-        let again = self
-            .reopen
-            .take()
-            .filter(|_| {
-                matches!(*request.method(), http::Method::GET | http::Method::HEAD)
-                    && hyper::body::Body::is_end_stream(request.body())
-            })
-            .map(|reopen| {
-                let mut copy = http::Request::new(Body::empty());
-                *copy.method_mut() = request.method().clone();
-                *copy.uri_mut() = request.uri().clone();
-                *copy.headers_mut() = request.headers().clone();
-                (reopen, copy)
-            });
+        let copy = self.reopen.is_some().then(|| {
+            let mut copy = http::Request::new(Body::empty());
+            *copy.method_mut() = request.method().clone();
+            *copy.uri_mut() = request.uri().clone();
+            *copy.headers_mut() = request.headers().clone();
+            copy
+        });
+        self.send_else(request, cluster, move || copy).await
+    }
+
+    /// As [`Connection::send`], with the request to send again made by `again` only when it
+    /// is needed (a copy of every request, made in case, cost the proxy's hot path more than
+    /// the rare resend).
+    pub(crate) async fn send_else(
+        &mut self,
+        request: http::Request<Body>,
+        cluster: &str,
+        again: impl FnOnce() -> Option<http::Request<Body>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, Response> {
+        let reopen = self.reopen.take().filter(|_| {
+            matches!(*request.method(), http::Method::GET | http::Method::HEAD)
+                && hyper::body::Body::is_end_stream(request.body())
+        });
         match send(&mut self.sender, request, cluster).await {
             Err(failed) if failed.status() == StatusCode::BAD_GATEWAY => {
-                let Some(((session, service), copy)) = again else {
+                let Some(((session, service), copy)) = reopen.zip(again()) else {
                     return Err(failed);
                 };
                 tracing::debug!(
@@ -336,6 +345,17 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
     // Names made once: one given as a `&str` is copied into every request's map.
     const USER: HeaderName = HeaderName::from_static("impersonate-user");
     const GROUP: HeaderName = HeaderName::from_static("impersonate-group");
+    let made = principal
+        .downstream
+        .values(&principal.user, principal.admin, &principal.groups);
+    if let Some([user, groups @ ..]) = made {
+        headers.insert(USER, user.clone());
+        for group in groups {
+            headers.append(GROUP, group.clone());
+        }
+        return Ok(());
+    }
+    // A name no header can carry: say which.
     headers.insert(USER, value("user name", &principal.user)?);
     for group in downstream_groups(principal.admin, &principal.groups) {
         headers.append(GROUP, value("group", group)?);
@@ -431,14 +451,20 @@ mod tests {
         first.sender.ready().await.unwrap();
         first.keep();
 
-        // A read on the kept stream, which closes: answered on a new stream.
+        // A read on the kept stream, which closes: answered on a new stream, as made again
+        // then (and only then).
         let mut second = kept(pool.take().unwrap());
+        let made = AtomicUsize::new(0);
         let answer = second
-            .send(request("GET", "/two", ""), "prod")
+            .send_else(request("GET", "/two", ""), "prod", || {
+                made.fetch_add(1, Ordering::SeqCst);
+                Some(request("GET", "/two", ""))
+            })
             .await
             .unwrap();
         assert_eq!(text(answer).await, "/two");
         assert_eq!(streams.load(Ordering::SeqCst), 2);
+        assert_eq!(made.load(Ordering::SeqCst), 1);
         second.sender.ready().await.unwrap();
         second.keep();
 

@@ -316,6 +316,79 @@ async fn tungstenites_client_and_our_server_exchange_fragmented_messages() {
     ));
 }
 
+/// Notes how much room each read under the WebSocket is offered.
+struct Offers {
+    io: DuplexStream,
+    offered: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl TokioRead for Offers {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.offered.lock().unwrap().push(buf.remaining());
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl TokioWrite for Offers {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn an_idle_session_reads_a_small_message_without_a_whole_read_buffer() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut client = theirs(a, TRole::Client).await;
+    let offered = std::sync::Arc::default();
+    let io = Offers {
+        io: b,
+        offered: std::sync::Arc::clone(&offered),
+    };
+    let mut server = WsIo::new(io, Role::Server, WsSettings::default());
+    // Sizes around the idle read's (a frame's header and payload together may span it).
+    for (i, size) in [100usize, 505, 506, 512, 513, 3000, 70_000, 10]
+        .into_iter()
+        .enumerate()
+    {
+        // Nothing to read: the session idles and gives its buffer back.
+        let mut one = [0u8; 1];
+        assert!(server.read(&mut one).now_or_never().is_none());
+        assert_eq!(server.reader.buf.capacity(), 0, "idle before message {i}");
+        offered.lock().unwrap().clear();
+        let payload: Vec<u8> = (0..size).map(|b| (b * 7 + i) as u8).collect();
+        client
+            .send(Message::Binary(payload.clone().into()))
+            .await
+            .unwrap();
+        let mut got = vec![0u8; size];
+        server.read_exact(&mut got).await.unwrap();
+        assert!(
+            got == payload,
+            "message {i} of {size} bytes arrived changed"
+        );
+        // The first read after idling (a heartbeat's, most often) is offered a small buffer,
+        // not a whole read's, made and zeroed for every beat.
+        let first = offered.lock().unwrap()[0];
+        assert!(first <= IDLE_READ, "{first} bytes offered to an idle read");
+    }
+}
+
 #[tokio::test]
 async fn a_byte_stream_survives_backpressure_and_arbitrary_flush_points() {
     // A tiny pipe forces partial writes, so frames are sealed while earlier ones still wait.

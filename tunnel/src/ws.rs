@@ -641,10 +641,11 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
         let buf = &mut self.reader.buf;
         let had = buf.len();
-        let (polled, n) = if had == 0 && buf.capacity() == 0 {
-            // Idle (the buffer was given back): most of what wakes an idle session is one
-            // small message (a heartbeat), read here without taking and zeroing a whole read's
-            // buffer for it; the buffer is then made its size.
+        let (polled, n) = if had == 0 && buf.capacity() < HEADER_READ {
+            // Idle (the buffer was given back, or holds no more than a small message did):
+            // most of what wakes an idle session is one small message (a heartbeat), read
+            // here without taking and zeroing a whole read's buffer for it, and so is the
+            // read that finds nothing after it.
             let mut first = [0u8; IDLE_READ];
             let mut read = tokio::io::ReadBuf::new(&mut first);
             let polled = Pin::new(&mut self.io).poll_read(cx, &mut read);

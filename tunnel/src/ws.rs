@@ -116,8 +116,6 @@ const UNYIELDING: u8 = 16;
 const READS_PER_WRITE: u8 = 4;
 /// Most bytes read at once into the header buffer.
 const HEADER_READ: usize = 4096;
-/// Most bytes read at once by an idle session (see `WsIo::poll_fill`).
-const IDLE_READ: usize = 512;
 /// A write buffer larger than this is given back once it has been flushed with little in it.
 const IDLE_WRITE_CAPACITY: usize = 16 * 1024;
 /// Most bytes read ahead of the user while the socket will not take our writes (see
@@ -641,26 +639,13 @@ impl<T: TokioRead + TokioWrite + Unpin> WsIo<T> {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
         let buf = &mut self.reader.buf;
         let had = buf.len();
-        let (polled, n) = if had == 0 && buf.capacity() < HEADER_READ {
-            // Idle (the buffer was given back, or holds no more than a small message did):
-            // most of what wakes an idle session is one small message (a heartbeat), read
-            // here without taking and zeroing a whole read's buffer for it, and so is the
-            // read that finds nothing after it.
-            let mut first = [0u8; IDLE_READ];
-            let mut read = tokio::io::ReadBuf::new(&mut first);
-            let polled = Pin::new(&mut self.io).poll_read(cx, &mut read);
-            buf.extend_from_slice(read.filled());
-            (polled, read.filled().len())
-        } else {
-            // Small reads: what follows a header is mostly payload, which should not pass
-            // through this buffer. Zeroing this much is cheaper than one copy of a payload.
-            buf.resize(had + HEADER_READ, 0);
-            let mut read = tokio::io::ReadBuf::new(&mut buf[had..]);
-            let polled = Pin::new(&mut self.io).poll_read(cx, &mut read);
-            let n = read.filled().len();
-            buf.truncate(had + n);
-            (polled, n)
-        };
+        // Small reads: what follows a header is mostly payload, which should not pass through
+        // this buffer. Zeroing this much is cheaper than one copy of a payload.
+        buf.resize(had + HEADER_READ, 0);
+        let mut read = tokio::io::ReadBuf::new(&mut buf[had..]);
+        let polled = Pin::new(&mut self.io).poll_read(cx, &mut read);
+        let n = read.filled().len();
+        buf.truncate(had + n);
         match polled {
             Poll::Pending => {
                 if buf.is_empty() {

@@ -60,13 +60,17 @@ pub async fn relay(
     let (mut parts, body) = request.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
     let (on_upgrade, query) = upgrade_and_query(&mut parts, upgrade);
-    let mut headers = HeaderMap::new();
-    for (name, value) in &parts.headers {
-        if hop_by_hop(name) && !upgrade {
-            continue;
+    let relayed = |incoming: &HeaderMap| {
+        let mut headers = HeaderMap::with_capacity(incoming.len());
+        for (name, value) in incoming {
+            if hop_by_hop(name) && !upgrade {
+                continue;
+            }
+            headers.append(name.clone(), value.clone());
         }
-        headers.append(name.clone(), value.clone());
-    }
+        headers
+    };
+    let headers = relayed(&parts.headers);
     let mut connection = match connect_local(&state, &session, service, &cluster, !upgrade).await {
         Ok(connection) => connection,
         Err(response) => return response,
@@ -76,14 +80,14 @@ pub async fn relay(
         .uri(format!("/{rest}{query}"))
         .body(body)
         .unwrap_or_default();
-    let (uri, copied) = (outbound.uri().clone(), headers.clone());
+    let uri = outbound.uri().clone();
     *outbound.headers_mut() = headers;
     // The replica the caller came through counts the caller's streams and records sessions.
     let again = || {
         let mut copy = http::Request::new(Body::empty());
         *copy.method_mut() = parts.method.clone();
         *copy.uri_mut() = uri;
-        *copy.headers_mut() = copied;
+        *copy.headers_mut() = relayed(&parts.headers);
         Some(copy)
     };
     let response = exchange(

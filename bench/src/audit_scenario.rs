@@ -32,10 +32,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
             let setup = setup_with(args.pods, audit).await?;
             // Warm the connections and the agent's pool before the load is timed.
             throughput(&setup.hub, &proxied(POD), args.clients, 1).await?;
-            let writer_before = threads_cpu(|name| name == "audit-log");
+            let writer_before = threads_cpu(|name| name == hub::audit::WRITER_THREAD);
             let (rps, cpu) =
                 throughput(&setup.hub, &proxied(POD), args.clients, args.seconds).await?;
-            let writer = threads_cpu(|name| name == "audit-log").saturating_sub(writer_before);
+            let writer =
+                threads_cpu(|name| name == hub::audit::WRITER_THREAD).saturating_sub(writer_before);
             let requests = rps * args.seconds as f64;
             let log = setup.data_dir.join("hub").join("audit").join("audit.log");
             let records = std::fs::read_to_string(&log)

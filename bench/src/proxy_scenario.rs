@@ -230,7 +230,7 @@ pub(crate) fn runtime(part: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// The threads the hub starts and names itself (not its runtime's): the audit log's writer.
-const HUB_THREADS: [&str; 1] = ["audit-log"];
+const HUB_THREADS: [&str; 1] = [hub::audit::WRITER_THREAD];
 
 /// The part a thread named `name` belongs to (`None`: the client's).
 pub(crate) fn part_of(name: &str) -> Option<&'static str> {

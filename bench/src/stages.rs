@@ -205,7 +205,7 @@ fn shares(report: &str, parts: &[&str]) -> BTreeMap<String, BTreeMap<&'static st
         };
         let symbol = words.collect::<Vec<_>>().join(" ");
         // All the writer does is the audit log, whatever function it is in.
-        let stage = if comm == "audit-log" {
+        let stage = if comm == hub::audit::WRITER_THREAD {
             "audit record"
         } else {
             stage_of(&symbol)

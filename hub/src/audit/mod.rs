@@ -18,9 +18,9 @@ use axum::{
     response::Response,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
 use crate::auth::Principal;
-use tokio::sync::mpsc;
 
 mod describe;
 mod file;
@@ -78,7 +78,7 @@ impl AuditConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record<'a> {
-    /// RFC 3339, with milliseconds.
+    /// RFC 3339, with microseconds.
     pub time: Cow<'a, str>,
     /// Also sent back as the answer's `Audit-Id` header.
     pub request_id: Cow<'a, str>,
@@ -189,7 +189,10 @@ pub fn note_login(user: &str, provider: &str) {
 /// What a login with a name no user can have is recorded as.
 const NOT_A_USER_NAME: &str = "<not a user name>";
 
-/// The log's writer: records go to a task that appends them, so no request waits on the disk.
+/// The name of the thread that writes the log.
+pub const WRITER_THREAD: &str = "audit-log";
+
+/// The log's writer: records go to a thread that appends them, so no request waits on the disk.
 #[derive(Debug, Clone)]
 pub struct Audit {
     tx: Option<mpsc::Sender<Message>>,
@@ -228,7 +231,7 @@ impl Audit {
         let mut file = Appender::open(&path, config.max_bytes, config.keep)?;
         let (tx, mut rx) = mpsc::channel::<Message>(4096);
         std::thread::Builder::new()
-            .name("audit-log".into())
+            .name(WRITER_THREAD.into())
             .spawn(move || {
                 while let Some(first) = rx.blocking_recv() {
                     // A record is not written at once: those that come in the next moment

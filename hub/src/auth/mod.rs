@@ -56,24 +56,20 @@ pub struct Principal {
     pub downstream: Downstream,
 }
 
-/// A caller's `Impersonate-User` value, then their `Impersonate-Group` values (see
-/// [`downstream_groups`]), made once per caller rather than on every request the proxy
-/// sends for them; `None` inside when a name cannot be a header's value.
+/// What [`Principal::impersonation_values`] keeps: made once per caller rather than on every
+/// request the proxy sends for them.
 #[derive(Debug, Clone, Default)]
 pub struct Downstream(std::sync::OnceLock<Option<Vec<http::HeaderValue>>>);
 
-impl Downstream {
-    /// The values for `user` with `groups` (admin or not): made the first time, then kept.
-    pub fn values(
-        &self,
-        user: &str,
-        admin: bool,
-        groups: &[String],
-    ) -> Option<&[http::HeaderValue]> {
-        self.0
+impl Principal {
+    /// The caller's `Impersonate-User` value, then their `Impersonate-Group` values: made the
+    /// first time, then kept; `None` when a name cannot be a header's value.
+    pub fn impersonation_values(&self) -> Option<&[http::HeaderValue]> {
+        self.downstream
+            .0
             .get_or_init(|| {
-                std::iter::once(user)
-                    .chain(downstream_groups(admin, groups))
+                std::iter::once(self.user.as_str())
+                    .chain(downstream_groups(self.admin, &self.groups))
                     .map(|name| http::HeaderValue::from_bytes(name.as_bytes()).ok())
                     .collect()
             })

@@ -365,11 +365,11 @@ pub async fn handle(State(state): State<Arc<ProxyState>>, request: Request) -> R
     *outbound.headers_mut() = headers;
     // The same request again, should a kept stream turn out closed: made from what was
     // received only then.
-    let uri = outbound.uri().clone();
+    let sent_to = outbound.uri().clone();
     let again = || {
         let mut copy = http::Request::new(Body::empty());
         *copy.method_mut() = parts.method.clone();
-        *copy.uri_mut() = uri;
+        *copy.uri_mut() = sent_to;
         *copy.headers_mut() = forwarded(&parts.headers, upgrade, &principal).ok()?;
         Some(copy)
     };

@@ -104,7 +104,7 @@ impl Connection {
         request: http::Request<Body>,
         cluster: &str,
     ) -> Result<http::Response<hyper::body::Incoming>, Response> {
-        let copy = self.reopen.is_some().then(|| {
+        let copy = (self.reopen.is_some() && resendable(&request)).then(|| {
             let mut copy = http::Request::new(Body::empty());
             *copy.method_mut() = request.method().clone();
             *copy.uri_mut() = request.uri().clone();
@@ -123,10 +123,7 @@ impl Connection {
         cluster: &str,
         again: impl FnOnce() -> Option<http::Request<Body>>,
     ) -> Result<http::Response<hyper::body::Incoming>, Response> {
-        let reopen = self.reopen.take().filter(|_| {
-            matches!(*request.method(), http::Method::GET | http::Method::HEAD)
-                && hyper::body::Body::is_end_stream(request.body())
-        });
+        let reopen = self.reopen.take().filter(|_| resendable(&request));
         match send(&mut self.sender, request, cluster).await {
             Err(failed) if failed.status() == StatusCode::BAD_GATEWAY => {
                 let Some(((session, service), copy)) = reopen.zip(again()) else {
@@ -150,6 +147,13 @@ impl Connection {
             pool.put(self.sender);
         }
     }
+}
+
+/// Whether `request` may be sent again after a kept stream turned out closed: a GET or HEAD
+/// without a body, which cannot have had an effect.
+fn resendable(request: &http::Request<Body>) -> bool {
+    matches!(*request.method(), http::Method::GET | http::Method::HEAD)
+        && hyper::body::Body::is_end_stream(request.body())
 }
 
 /// A connection to `service` of the cluster's agent along `route`, and the path to send `path`
@@ -345,10 +349,7 @@ pub(crate) fn impersonate(headers: &mut HeaderMap, principal: &Principal) -> Res
     // Names made once: one given as a `&str` is copied into every request's map.
     const USER: HeaderName = HeaderName::from_static("impersonate-user");
     const GROUP: HeaderName = HeaderName::from_static("impersonate-group");
-    let made = principal
-        .downstream
-        .values(&principal.user, principal.admin, &principal.groups);
-    if let Some([user, groups @ ..]) = made {
+    if let Some([user, groups @ ..]) = principal.impersonation_values() {
         headers.insert(USER, user.clone());
         for group in groups {
             headers.append(GROUP, group.clone());

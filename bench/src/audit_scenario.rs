@@ -31,10 +31,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
         for audit in [true, false] {
             let setup = setup_with(args.pods, audit).await?;
             // Warm the connections and the agent's pool before the load is timed.
-            throughput(&setup.hub, &proxied(POD), args.clients, 1).await?;
+            throughput(
+                &setup.hub,
+                &proxied(POD),
+                args.clients,
+                std::time::Duration::from_secs(1),
+            )
+            .await?;
             let writer_before = threads_cpu(|name| name == hub::audit::WRITER_THREAD);
-            let (rps, cpu) =
-                throughput(&setup.hub, &proxied(POD), args.clients, args.seconds).await?;
+            let (rps, cpu) = throughput(
+                &setup.hub,
+                &proxied(POD),
+                args.clients,
+                std::time::Duration::from_secs(args.seconds),
+            )
+            .await?;
             let writer =
                 threads_cpu(|name| name == hub::audit::WRITER_THREAD).saturating_sub(writer_before);
             let requests = rps * args.seconds as f64;

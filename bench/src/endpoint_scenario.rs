@@ -244,9 +244,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<Value> {
     }
     let webhook_calls = sim.webhook_calls() - calls_before;
     let gets = direct_times.len() as u64;
-    let (hub_rps, hub_cpu) =
-        throughput(&through_hub, &proxied(POD), args.clients, args.seconds).await?;
-    let (direct_rps, direct_cpu) = throughput(&direct, POD, args.clients, args.seconds).await?;
+    let (hub_rps, hub_cpu) = throughput(
+        &through_hub,
+        &proxied(POD),
+        args.clients,
+        Duration::from_secs(args.seconds),
+    )
+    .await?;
+    let (direct_rps, direct_cpu) = throughput(
+        &direct,
+        POD,
+        args.clients,
+        Duration::from_secs(args.seconds),
+    )
+    .await?;
 
     // What a cache miss adds: one review at the authenticator.
     let auth_cpu = || threads_cpu(|name| name.starts_with("bench-auth"));

@@ -250,7 +250,9 @@ const UPLINK: &str = "drv-up";
 /// connection whenever a link or address of its namespace changes (`ERR_NETWORK_CHANGED`
 /// failed a dashboard login while a provisioning test cabled its hosts), so hosts are cabled
 /// behind the switch, out of the root namespace's sight, and a browser test makes the switch
-/// before its browser starts.
+/// before its browser starts. The cable's root end gets no IPv6 link-local address: the kernel
+/// announces one only once duplicate address detection ends, about 1.7 s after the link is up,
+/// which is while the first browser test (started just after the switch) loads its page.
 pub fn switch() {
     static MADE: std::sync::Once = std::sync::Once::new();
     MADE.call_once(|| {
@@ -278,6 +280,7 @@ pub fn switch() {
              ip -n {SWITCH} link add {BRIDGE} type bridge && ip -n {SWITCH} link set {BRIDGE} up && \
              ip link add {UPLINK} type veth peer name {UPLINK}b netns {SWITCH} && \
              ip -n {SWITCH} link set {UPLINK}b master {BRIDGE} up && \
+             ip link set {UPLINK} addrgenmode none && \
              ip addr add {PREFIX}.1/24 dev {UPLINK} && ip addr add {FAULTS_PREFIX}.1/24 dev {UPLINK} && \
              ip link set {UPLINK} up"
         ));
